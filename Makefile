@@ -1,0 +1,52 @@
+# aenv — the two commands that matter:
+#   make run    set up everything missing, then start the platform on this node
+#   make test   set up everything missing, then run every test
+SHELL := /bin/bash
+AENV_HOME ?= $(HOME)/.aenv
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST := $(VENV)/bin/pytest
+UNIT := not vm and not netns and not etcd and not s3 and not sdk and not registry
+
+.PHONY: run test setup setup-host setup-python setup-node artifacts gen gen-check lint \
+        test-unit test-vm bench clean-test
+
+run: setup
+	$(VENV)/bin/aenv up --home "$(AENV_HOME)"
+
+test: setup lint
+	$(PYTEST) -p no:cacheprovider --timeout 1800
+
+setup: setup-host setup-python setup-node artifacts
+
+setup-host:
+	bash scripts/setup-host.sh
+
+setup-python: setup-host
+	bash scripts/setup-python.sh
+
+setup-node: setup-host
+	bash scripts/setup-node.sh
+
+# Guest kernel, initramfs, tools disk (Python + envd) and the base template rootfs, cached under
+# $(AENV_HOME)/cache by a hash of their inputs.
+artifacts: setup-python
+	$(PY) -m aenv_nodeagent.artifacts build --cache-dir "$(AENV_HOME)/cache" \
+	  --envd-package gen/python --envd-package services/envd
+
+gen: setup-python
+	PYTHON=$(PY) bash scripts/gen-protos.sh
+
+lint: setup-python setup-node
+	node_modules/.bin/buf lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy common services cli tests bench
+
+test-unit:
+	$(PYTEST) -m "$(UNIT)" -q
+
+test-vm:
+	$(PYTEST) -m vm -q
+
+bench: setup
+	$(PY) bench/create_latency.py

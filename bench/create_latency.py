@@ -1,0 +1,128 @@
+"""Create → ready latency through the whole platform, beside the raw-QEMU floor.
+
+- platform: 20 sequential `POST /v2/sandboxes` through the gateway, each followed by envd
+  `GET /health` through the data plane (the SDK's first envd call), then a kill (not timed);
+  phases reported by the node agent come from its log.
+- floor: the same template snapshot restored by bare QEMU + QMP with no services: exec QEMU with
+  `-incoming defer` in a prepared netns, `migrate-incoming`, `cont`, until envd answers /health.
+
+Host-side phases are reported apart from guest wake-up: under TCG (these machines) re-translating
+guest code dominates wake-up, on KVM it is a few ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+from _stats import emit, summary_ms
+from aenv_cli.platform import Platform
+from aenv_cli.ports import PlatformPorts
+from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager, netns_exec_prefix
+from aenv_nodeagent.node import base_template_inputs
+from aenv_nodeagent.templates import load_snapshot, snapshot_dir, vm_spec
+from aenv_nodeagent.vmm import QemuVm, detect_accelerator
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "20"))
+
+
+async def platform_creates(plat: Platform) -> dict[str, object]:
+    totals, api, ready = [], [], []
+    async with httpx.AsyncClient(timeout=120) as client:
+        for _ in range(ROUNDS):
+            t0 = time.perf_counter()
+            resp = await client.post(f"{plat.api_url}/v2/sandboxes", json={"templateID": "base"},
+                                     headers={"X-API-Key": plat.api_key})
+            t1 = time.perf_counter()
+            resp.raise_for_status()
+            sid = resp.json()["sandboxID"]
+            health = await client.get(f"{plat.sandbox_url}/health",
+                                      headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"})
+            t2 = time.perf_counter()
+            assert health.status_code < 300, health.text
+            totals.append(t2 - t0)
+            api.append(t1 - t0)
+            ready.append(t2 - t1)
+            await client.delete(f"{plat.api_url}/sandboxes/{sid}",
+                                headers={"X-API-Key": plat.api_key})
+    return {"create_to_ready": summary_ms(totals), "api_create": summary_ms(api),
+            "first_health_after_201": summary_ms(ready)}
+
+
+async def raw_qemu_restores(cache_dir: Path) -> dict[str, object]:
+    """The floor: no gateway, scheduler, etcd or node agent; only QEMU, QMP and the netns."""
+    settings = NodeAgentSettings(cache_dir=cache_dir)
+    inputs = await base_template_inputs(settings, detect_accelerator(settings.pvm_guest_kernel))
+    snap = load_snapshot(snapshot_dir(cache_dir / "templates", inputs))
+    assert snap is not None, "template snapshot missing: run the platform once first"
+    network = NetworkManager(NetworkConfig(prefix="abench", pool_cidr="10.214.0.0/24"))
+    slot = await network.create_slot(EgressPolicy())
+    totals, exec_qmp, restore, wake = [], [], [], []
+    try:
+        async with aiohttp.ClientSession() as session:
+            envd = EnvdClient(session)
+            for _ in range(ROUNDS):
+                with tempfile.TemporaryDirectory() as tmp:
+                    overlay = Path(tmp) / "disk.qcow2"
+                    proc = await asyncio.create_subprocess_exec(
+                        "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+                        "-b", str(snap.disk), str(overlay))
+                    await proc.wait()
+                    spec = vm_spec(inputs, overlay, snap.memory, mem_shared=False)
+                    t0 = time.perf_counter()
+                    vm = await QemuVm.launch(spec, Path(tmp) / "vm", incoming=True,
+                                             argv_prefix=netns_exec_prefix(slot))
+                    t1 = time.perf_counter()
+                    try:
+                        await vm.restore(snap.state)
+                        t2 = time.perf_counter()
+                        await envd.wait_healthy(slot.ns_ip, 30)
+                        t3 = time.perf_counter()
+                    finally:
+                        await vm.shutdown()
+                    totals.append(t3 - t0)
+                    exec_qmp.append(t1 - t0)
+                    restore.append(t2 - t1)
+                    wake.append(t3 - t2)
+    finally:
+        await network.destroy_slot(slot)
+    return {"exec_to_ready": summary_ms(totals), "exec_to_qmp": summary_ms(exec_qmp),
+            "migrate_incoming_and_cont": summary_ms(restore), "guest_wakeup_to_health": summary_ms(wake)}
+
+
+async def main() -> None:
+    home = Path(os.environ.get("AENV_HOME", Path.home() / ".aenv"))
+    cache = Path(os.environ.get("AENV_NODEAGENT_CACHE_DIR", home / "cache"))
+    with tempfile.TemporaryDirectory(prefix="aenv-bench-") as tmp:
+        env = dict(os.environ, AENV_NODEAGENT_CACHE_DIR=str(cache),
+                   AENV_NODEAGENT_NET_PREFIX="abenp", AENV_NODEAGENT_NET_POOL_CIDR="10.215.0.0/20")
+        plat = Platform(Path(tmp), PlatformPorts.free(), base_env=env)
+        await plat.start()
+        try:
+            platform_result = await platform_creates(plat)
+        finally:
+            await plat.stop()
+    floor = await raw_qemu_restores(cache)
+    p50 = platform_result["create_to_ready"]["p50_ms"]  # type: ignore[index]
+    floor_p50 = floor["exec_to_ready"]["p50_ms"]  # type: ignore[index]
+    emit("create_latency", {
+        "rounds": ROUNDS,
+        "accelerator": str(detect_accelerator(None).accel),
+        "platform": platform_result,
+        "floor_raw_qemu_restore": floor,
+        "ratio_p50_platform_over_floor": round(p50 / floor_p50, 3),
+        "overhead_p50_ms": round(p50 - floor_p50, 2),
+    })
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    asyncio.run(main())

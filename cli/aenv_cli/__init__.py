@@ -1,0 +1,1 @@
+"""The `aenv` command and the Python client of the native API."""

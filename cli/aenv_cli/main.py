@@ -1,0 +1,172 @@
+"""The `aenv` command."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console
+from rich.table import Table
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_cli.client import GatewayClient
+from aenv_cli.platform import Platform
+from aenv_cli.ports import PlatformPorts
+from aenv_cli.status import PlatformStatus, collect_status
+from aenv_cli.traces import find_traces, render_trace, spans_of_trace
+from aenv_cli.up import run_platform
+from aenv_common.errors import AenvError
+from aenv_common.logging import setup_logging
+from aenv_common.telemetry import read_trace_files
+
+T = TypeVar("T")
+
+app = typer.Typer(help="aenv: agent sandboxes as microVMs.", no_args_is_help=True)
+sandbox_app = typer.Typer(help="Sandboxes, through the gateway's native gRPC API.")
+app.add_typer(sandbox_app, name="sandbox")
+console = Console()
+
+
+DEFAULT_HOME = Path.home() / ".aenv"
+
+HomeOption = Annotated[
+    Path,
+    typer.Option(
+        "--home", envvar="AENV_HOME", help="Data directory of the platform (else ~/.aenv)."
+    ),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/] {message}")
+    return typer.Exit(1)
+
+
+@app.command()
+def up(
+    home: HomeOption = DEFAULT_HOME,
+    etcd_port: Annotated[int, typer.Option(help="etcd client port (loopback).")] = 2379,
+    etcd_peer_port: Annotated[int, typer.Option(help="etcd peer port (loopback).")] = 2380,
+    gateway_port: Annotated[int, typer.Option(help="Gateway HTTP port (E2B API).")] = 3000,
+    gateway_grpc_port: Annotated[int, typer.Option(help="Gateway native gRPC port.")] = 50050,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log the launcher.")] = False,
+) -> None:
+    """Start etcd and every service on this node, in the foreground; Ctrl-C stops them all."""
+    setup_logging("aenv-cli", "INFO" if verbose else "WARNING", as_json=False)
+    ports = PlatformPorts(
+        etcd_client=etcd_port,
+        etcd_peer=etcd_peer_port,
+        gateway_http=gateway_port,
+        gateway_grpc=gateway_grpc_port,
+    )
+    code = asyncio.run(run_platform(Platform(home, ports), console))
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(home: HomeOption = DEFAULT_HOME) -> None:
+    """Are the services up; what does the node report; how many sandboxes run."""
+    report = asyncio.run(collect_status(home))
+    console.print(_status_table(report))
+    if report.node is not None:
+        console.print(_node_table(report.node))
+    else:
+        console.print(f"node: [yellow]unavailable[/] ({report.node_error})")
+    if report.sandbox_count is not None:
+        console.print(f"sandboxes: {report.sandbox_count}")
+    else:
+        console.print(f"sandboxes: [yellow]unknown[/] ({report.sandboxes_error})")
+    if not all(svc.up for svc in report.services):
+        raise typer.Exit(1)
+
+
+@app.command()
+def trace(
+    ident: Annotated[str, typer.Argument(help="A sandbox id or a trace id.")],
+    home: HomeOption = DEFAULT_HOME,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every trace of the sandbox, not only its create.")
+    ] = False,
+) -> None:
+    """Where the time of a sandbox's create (or any trace) went, span by span."""
+    spans = read_trace_files(home / "traces")
+    try:
+        trace_ids = find_traces(spans, ident)
+    except AenvError as err:
+        raise _fail(err.message) from None
+    for trace_id in trace_ids if show_all else trace_ids[:1]:
+        console.print(render_trace(spans_of_trace(spans, trace_id)))
+
+
+@sandbox_app.command("list")
+def sandbox_list(home: HomeOption = DEFAULT_HOME) -> None:
+    """The sandboxes the gateway knows."""
+    sandboxes = _run_client(home, lambda client: client.list_sandboxes())
+    table = Table("id", "template", "state", "node", "started", "ends", title="sandboxes")
+    for record in sandboxes:
+        table.add_row(
+            record.sandbox_id,
+            record.template_id,
+            cluster_pb2.SandboxState.Name(record.state).removeprefix("SANDBOX_STATE_").lower(),
+            record.node_id,
+            _when(record.started_at),
+            _when(record.end_at),
+        )
+    console.print(table)
+
+
+@sandbox_app.command("kill")
+def sandbox_kill(
+    sandbox_id: Annotated[str, typer.Argument(help="The sandbox to kill.")],
+    home: HomeOption = DEFAULT_HOME,
+) -> None:
+    """Kill a sandbox."""
+    _run_client(home, lambda client: client.kill_sandbox(sandbox_id))
+    console.print(f"killed {sandbox_id}")
+
+
+def _run_client(home: Path, call: Callable[[GatewayClient], Awaitable[T]]) -> T:
+    async def run() -> T:
+        async with GatewayClient.for_home(home) as client:
+            return await call(client)
+
+    try:
+        return asyncio.run(run())
+    except FileNotFoundError:
+        raise _fail(f"no API key under {home}: is `aenv up --home {home}` running?") from None
+    except AenvError as err:
+        raise _fail(err.message) from None
+
+
+def _when(stamp: Timestamp) -> str:
+    if stamp.seconds == 0 and stamp.nanos == 0:  # unset
+        return ""
+    return datetime.fromtimestamp(stamp.seconds, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _status_table(report: PlatformStatus) -> Table:
+    running = f"pid {report.launcher_pid}" if report.launcher_pid else "not running"
+    table = Table("service", "health check", "state", title=f"aenv on {report.home} ({running})")
+    for svc in report.services:
+        state = "[green]up[/]" if svc.up else "[red]down[/]"
+        table.add_row(svc.name, svc.probe, state)
+    return table
+
+
+def _node_table(node: cluster_pb2.NodeRecord) -> Table:
+    table = Table("node", "accelerator", "kernel", "vCPUs", "memory", "sandboxes", "templates")
+    table.add_row(
+        node.node_id,
+        node.accelerator,
+        node.kernel_version,
+        f"{node.allocated.vcpus}/{node.capacity.vcpus}",
+        f"{node.allocated.memory_mib}/{node.capacity.memory_mib} MiB",
+        str(node.sandbox_count),
+        ", ".join(node.cached_templates),
+    )
+    return table

@@ -1,0 +1,38 @@
+"""The loopback ports of a single-node platform, and how to pick free ones (for tests)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, fields
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class PlatformPorts:
+    """Every listen port of the platform; the defaults are the project's conventions."""
+
+    etcd_client: int = 2379
+    etcd_peer: int = 2380
+    gateway_http: int = 3000
+    gateway_grpc: int = 50050
+    scheduler: int = 50051
+    nodeagent: int = 50052
+    nodeagent_proxy: int = 50080
+    snapstore: int = 50053
+
+    @classmethod
+    def free(cls) -> PlatformPorts:
+        """Ports the kernel reports free right now, so tests can run beside a live platform."""
+        return cls(**{f.name: _free_port() for f in fields(cls)})
+
+
+def address(port: int) -> str:
+    return f"{LOOPBACK}:{port}"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -1,0 +1,108 @@
+"""`aenv up`: run a Platform in the foreground until SIGINT/SIGTERM or until a service dies."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from aenv_cli.children import ChildProcess
+from aenv_cli.platform import Platform, PlatformStartError
+from aenv_common.errors import AenvError
+
+T = TypeVar("T")
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+async def run_platform(platform: Platform, console: Console) -> int:
+    """Returns the process exit code. Every child is stopped before this returns."""
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop_requested.set)
+    try:
+        return await _start_then_serve(platform, console, stop_requested)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def _start_then_serve(platform: Platform, console: Console, stop: asyncio.Event) -> int:
+    console.print(f"[bold]aenv[/] starting under {platform.home} …")
+    try:
+        started = await _unless_stopped(platform.start(), stop)
+        if started is not None:
+            started.result()
+    except PlatformStartError as err:
+        _print_start_failure(console, platform, err)
+        return EXIT_FAILED
+    except AenvError as err:
+        console.print(f"[red]error:[/] {err.message}")
+        return EXIT_FAILED
+    if started is None:
+        console.print("interrupted during start-up; everything stopped")
+        return EXIT_INTERRUPTED
+    console.print(_ready_panel(platform))
+    exited = await _unless_stopped(platform.wait_for_exit(), stop)
+    console.print("stopping …")
+    await platform.stop()
+    if exited is None:
+        console.print("stopped")
+        return EXIT_OK
+    _print_death(console, exited.result())
+    return EXIT_FAILED
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> asyncio.Future[T] | None:
+    """Runs `work` until it finishes (its finished future) or `stop` is set (None; `work` is
+    cancelled and has cleaned up after itself)."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task.done():
+        return task
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return None
+
+
+def _ready_panel(platform: Platform) -> Panel:
+    body = Text()
+    body.append("API URL      ", style="bold")
+    body.append(platform.api_url + "\n")
+    body.append("gRPC API     ", style="bold")
+    body.append(platform.grpc_address + "\n")
+    body.append("API key      ", style="bold")
+    body.append(platform.api_key + "\n\n")
+    body.append("\n".join(platform.e2b_env_lines()) + "\n\n", style="green")
+    body.append(f"saved to {platform.e2b_env_path} (mode 0600); use it with\n", style="dim")
+    body.append(f"  set -a; . {platform.e2b_env_path}; set +a\n", style="dim")
+    body.append(f"logs: {platform.home / 'logs'}   Ctrl-C stops everything", style="dim")
+    return Panel(body, title="aenv is running", border_style="green")
+
+
+def _print_start_failure(console: Console, platform: Platform, err: PlatformStartError) -> None:
+    console.print(f"[red]error:[/] {err.message}; everything stopped")
+    if err.log_tail:
+        log_path = platform.home / "logs" / f"{err.service}.log"
+        console.print(Panel(Text(err.log_tail), title=f"tail of {log_path}", border_style="red"))
+
+
+def _print_death(console: Console, child: ChildProcess) -> None:
+    console.print(f"[red]error:[/] {child.name} exited with code {child.returncode}")
+    tail = child.log_tail()
+    if tail:
+        console.print(Panel(Text(tail), title=f"tail of {child.log_path}", border_style="red"))

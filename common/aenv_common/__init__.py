@@ -1,0 +1,1 @@
+"""Code shared by every aenv service. Kept small: envd does not import it."""

@@ -1,0 +1,65 @@
+"""Key layout of the cluster state in etcd (DESIGN §4).
+
+Everything lives under one configurable prefix (default `/aenv/v1`) so several installs or test
+runs can share one etcd: `<prefix>/nodes/<id>`, `<prefix>/sandboxes/<id>`,
+`<prefix>/templates/<id>`, `<prefix>/snapshots/<id>` and `<prefix>/scheduler/leader`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aenv_common import errors
+
+NODES = "nodes"
+SANDBOXES = "sandboxes"
+TEMPLATES = "templates"
+SNAPSHOTS = "snapshots"
+
+
+def _check_id(kind: str, record_id: str) -> str:
+    # A '/' would let one id address another record's key (or a whole sub-tree).
+    if not record_id or "/" in record_id:
+        raise errors.InvalidArgument(f"invalid {kind} id {record_id!r}")
+    return record_id
+
+
+@dataclass(frozen=True)
+class EtcdKeys:
+    prefix: str = "/aenv/v1"
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith("/") or self.prefix.endswith("/"):
+            raise errors.InvalidArgument(
+                f"etcd prefix must start with '/' and not end with '/': {self.prefix!r}"
+            )
+
+    def collection(self, kind: str) -> bytes:
+        """The prefix of every key of one record kind, with its trailing slash."""
+        return f"{self.prefix}/{kind}/".encode()
+
+    def record(self, kind: str, record_id: str) -> bytes:
+        return self.collection(kind) + _check_id(kind, record_id).encode()
+
+    def node(self, node_id: str) -> bytes:
+        return self.record(NODES, node_id)
+
+    def sandbox(self, sandbox_id: str) -> bytes:
+        return self.record(SANDBOXES, sandbox_id)
+
+    def template(self, template_id: str) -> bytes:
+        return self.record(TEMPLATES, template_id)
+
+    def snapshot(self, snapshot_id: str) -> bytes:
+        return self.record(SNAPSHOTS, snapshot_id)
+
+    @property
+    def scheduler_leader(self) -> bytes:
+        return f"{self.prefix}/scheduler/leader".encode()
+
+    def id_from_key(self, kind: str, key: bytes) -> str:
+        """The record id of a key inside `collection(kind)`."""
+        base = self.collection(kind)
+        if not key.startswith(base):
+            raise errors.InvalidArgument(f"key {key!r} is not under {base!r}")
+        return key[len(base) :].decode()

@@ -1,0 +1,96 @@
+"""Typed errors shared by all services.
+
+Services raise these; the edges map them: gRPC servers to status codes (see `grpc_code`), the
+gateway to HTTP statuses (see `http_status`), and gRPC clients back to the same typed errors with
+`from_rpc_error`, so a NotFound raised on a node agent surfaces as NotFound in the gateway.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class AenvError(Exception):
+    """Base of every expected failure. The message is safe to show to API users."""
+
+    http_status: int = 500
+    grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(AenvError):
+    http_status = 400
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class Unauthenticated(AenvError):
+    http_status = 401
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(AenvError):
+    http_status = 403
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class NotFound(AenvError):
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+
+
+class Conflict(AenvError):
+    """The resource is in a state that forbids the operation (e.g. already paused)."""
+
+    http_status = 409
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AlreadyExists(AenvError):
+    http_status = 409
+    grpc_code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class ResourceExhausted(AenvError):
+    http_status = 429
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(AenvError):
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(AenvError):
+    http_status = 504
+    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class Internal(AenvError):
+    http_status = 500
+    grpc_code = grpc.StatusCode.INTERNAL
+
+
+_BY_GRPC_CODE: dict[grpc.StatusCode, type[AenvError]] = {
+    cls.grpc_code: cls
+    for cls in (
+        InvalidArgument,
+        Unauthenticated,
+        PermissionDenied,
+        NotFound,
+        Conflict,
+        AlreadyExists,
+        ResourceExhausted,
+        Unavailable,
+        DeadlineExceeded,
+        Internal,
+    )
+}
+
+
+def from_rpc_error(err: grpc.aio.AioRpcError) -> AenvError:
+    """Rebuild the typed error a remote service raised from its gRPC status."""
+    cls = _BY_GRPC_CODE.get(err.code(), Internal)
+    return cls(err.details() or err.code().name.lower())

@@ -1,0 +1,1 @@
+"""Test helpers shared by every package's tests (real components, not fakes)."""

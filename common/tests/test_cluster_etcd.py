@@ -1,0 +1,236 @@
+"""The cluster-state layer against a real etcd."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common import errors
+from aenv_common.cluster import (
+    SANDBOXES,
+    ClusterStore,
+    LeaderElection,
+    NodeRegistration,
+    RecordCache,
+    mark_lost_sandboxes,
+)
+from aenv_common.config import CommonSettings
+from aenv_common.testing.etcd import EtcdServer, free_port
+
+pytestmark = pytest.mark.etcd
+
+RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
+LOST = cluster_pb2.SANDBOX_STATE_LOST
+
+
+@pytest.fixture
+async def store(etcd_settings: CommonSettings) -> AsyncIterator[ClusterStore]:
+    store = await ClusterStore.connect(etcd_settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def sandbox(sandbox_id: str, node_id: str = "n1") -> cluster_pb2.SandboxRecord:
+    return cluster_pb2.SandboxRecord(
+        sandbox_id=sandbox_id, node_id=node_id, template_id="base", state=RUNNING
+    )
+
+
+def node(node_id: str) -> cluster_pb2.NodeRecord:
+    return cluster_pb2.NodeRecord(
+        node_id=node_id,
+        nodeagent_address="127.0.0.1:1",
+        capacity=cluster_pb2.Resources(vcpus=8, memory_mib=8192),
+    )
+
+
+async def test_connect_to_unreachable_etcd_raises_unavailable() -> None:
+    settings = CommonSettings(etcd_endpoints=f"127.0.0.1:{free_port()}")
+    with pytest.raises(errors.Unavailable, match="unreachable"):
+        await ClusterStore.connect(settings)
+
+
+async def test_sandbox_crud(store: ClusterStore) -> None:
+    revision = await store.put_sandbox(sandbox("s1"))
+    assert revision > 0
+    await store.put_sandbox(sandbox("s2", node_id="n2"))
+    assert await store.get_sandbox("s1") == sandbox("s1")
+    assert sorted(r.sandbox_id for r in await store.list_sandboxes()) == ["s1", "s2"]
+    await store.delete_sandbox("s1")
+    assert await store.get_sandbox("s1") is None
+    assert [r.sandbox_id for r in await store.list_sandboxes()] == ["s2"]
+
+
+async def test_node_and_template_crud(store: ClusterStore) -> None:
+    await store.put_node(node("n1"))
+    assert await store.get_node("n1") == node("n1")
+    assert [n.node_id for n in await store.list_nodes()] == ["n1"]
+    template = cluster_pb2.TemplateRecord(template_id="base", aliases=["py"])
+    await store.put_template(template)
+    assert await store.get_template("base") == template
+    assert await store.list_templates() == [template]
+    await store.delete_template("base")
+    assert await store.get_template("base") is None
+
+
+async def test_update_of_missing_sandbox_raises_not_found(store: ClusterStore) -> None:
+    with pytest.raises(errors.NotFound):
+        await store.update_sandbox("nope", lambda r: None)
+
+
+async def test_concurrent_updates_lose_nothing(store: ClusterStore) -> None:
+    await store.put_sandbox(sandbox("s1"))
+
+    def increment(record: cluster_pb2.SandboxRecord) -> None:
+        record.metadata["count"] = str(int(record.metadata.get("count", "0")) + 1)
+
+    await asyncio.gather(*(store.update_sandbox("s1", increment) for _ in range(20)))
+    final = await store.get_sandbox("s1")
+    assert final is not None and final.metadata["count"] == "20"
+
+
+async def test_update_keeps_the_lease(store: ClusterStore) -> None:
+    lease = await store.client.lease(30)
+    try:
+        await store.put_sandbox(sandbox("s1"), lease=lease.id)
+        await store.update_sandbox("s1", lambda r: r.metadata.update(k="v"))
+        kv = await store.client.get(store.keys.sandbox("s1"))
+        assert kv is not None and kv.lease == lease.id
+    finally:
+        await lease.revoke()
+
+
+async def test_cache_follows_puts_and_deletes(store: ClusterStore) -> None:
+    await store.put_sandbox(sandbox("before"))
+    cache = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
+    await cache.start()
+    try:
+        assert cache.get("before") == sandbox("before")
+        await store.put_sandbox(sandbox("after", node_id="n9"))
+        found = await cache.wait_for("after", lambda r: r is not None, timeout=5)
+        assert found is not None and found.node_id == "n9"
+        await store.delete_sandbox("before")
+        await cache.wait_for("before", lambda r: r is None, timeout=5)
+        assert [r.sandbox_id for r in cache.values()] == ["after"]
+        with pytest.raises(errors.DeadlineExceeded):
+            await cache.wait_for("never", lambda r: r is not None, timeout=0.2)
+    finally:
+        await cache.stop()
+
+
+async def test_cache_resyncs_after_etcd_restart() -> None:
+    with EtcdServer() as server:
+        store = await ClusterStore.connect(server.settings())
+        cache = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
+        try:
+            await store.put_sandbox(sandbox("s1"))
+            await cache.start()
+            server.kill()
+            server.start()
+            # Changes the cache cannot see while its watch is broken: found by the resync.
+            writer = await ClusterStore.connect(server.settings())
+            try:
+                await writer.delete_sandbox("s1")
+                await writer.put_sandbox(sandbox("s2"))
+            finally:
+                await writer.close()
+            await cache.wait_for("s1", lambda r: r is None, timeout=20)
+            await cache.wait_for("s2", lambda r: r is not None, timeout=20)
+            assert cache.resyncs >= 2
+            # And the watch works again after the resync.
+            await store.put_sandbox(sandbox("s3"))
+            await cache.wait_for("s3", lambda r: r is not None, timeout=10)
+        finally:
+            await cache.stop()
+            await store.close()
+
+
+async def test_registration_record_expires_when_heartbeats_stop(store: ClusterStore) -> None:
+    registration = NodeRegistration(store, lambda: node("n1"), ttl=2)
+    await registration.start()
+    try:
+        first = await store.get_node("n1")
+        assert first is not None and first.heartbeat_time.seconds > 0
+        await asyncio.sleep(2.5)  # several heartbeats: still registered past one TTL
+        beat = await store.get_node("n1")
+        assert beat is not None
+        assert beat.heartbeat_time.ToNanoseconds() > first.heartbeat_time.ToNanoseconds()
+    finally:
+        await registration.stop(revoke=False)  # as if the agent hung
+    for _ in range(100):
+        if await store.get_node("n1") is None:
+            break
+        await asyncio.sleep(0.1)
+    assert await store.get_node("n1") is None
+
+
+async def test_registration_comes_back_after_lost_lease(store: ClusterStore) -> None:
+    registration = NodeRegistration(store, lambda: node("n1"), ttl=2)
+    await registration.start()
+    try:
+        lease_id = registration.lease_id
+        assert lease_id is not None
+        await store.client.revoke_lease(lease_id)  # e.g. expired during a long pause
+        assert await store.get_node("n1") is None
+        for _ in range(50):
+            if await store.get_node("n1") is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert await store.get_node("n1") is not None
+        assert registration.registrations == 2 and registration.lease_id != lease_id
+    finally:
+        await registration.stop()
+    assert await store.get_node("n1") is None  # clean stop revokes at once
+
+
+async def test_mark_lost_sandboxes(store: ClusterStore) -> None:
+    await store.put_sandbox(sandbox("alive", node_id="n1"))
+    await store.put_sandbox(sandbox("orphan", node_id="gone"))
+    already = sandbox("old", node_id="gone")
+    already.state = LOST
+    await store.put_sandbox(already)
+    assert await mark_lost_sandboxes(store, {"n1"}) == ["orphan"]
+    orphan = await store.get_sandbox("orphan")
+    assert orphan is not None and orphan.state == LOST and orphan.node_id == "gone"
+    alive = await store.get_sandbox("alive")
+    assert alive is not None and alive.state == RUNNING
+    assert await mark_lost_sandboxes(store, {"n1"}) == []  # idempotent
+
+
+async def test_leader_election_fails_over(store: ClusterStore) -> None:
+    led: list[str] = []
+
+    def elect(name: str) -> LeaderElection:
+        async def leading() -> None:
+            led.append(name)
+            await asyncio.Event().wait()
+
+        return LeaderElection(store, store.keys.scheduler_leader, name, leading, ttl=2)
+
+    first, second = elect("a"), elect("b")
+    first.start()
+    await _until(lambda: first.is_leader)
+    second.start()
+    try:
+        await asyncio.sleep(0.5)
+        assert not second.is_leader
+        await first.stop()
+        await _until(lambda: second.is_leader)
+        assert led == ["a", "b"]
+        kv = await store.client.get(store.keys.scheduler_leader)
+        assert kv is not None and kv.value == b"b"
+    finally:
+        await first.stop()
+        await second.stop()
+    assert await store.client.get(store.keys.scheduler_leader) is None
+
+
+async def _until(condition: Callable[[], bool], within: float = 10) -> None:
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 (polls state that other tasks change)
+            await asyncio.sleep(0.05)

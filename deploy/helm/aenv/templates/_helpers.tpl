@@ -1,0 +1,69 @@
+{{- define "aenv.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "aenv.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "gateway") */}}
+{{- define "aenv.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "aenv.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "aenv.etcdEndpoints" -}}
+{{- if .Values.etcd.enabled -}}
+{{ include "aenv.fullname" . }}-etcd:2379
+{{- else -}}
+{{ required "etcd.external.endpoints is required when etcd.enabled=false" .Values.etcd.external.endpoints }}
+{{- end -}}
+{{- end -}}
+
+{{- define "aenv.apiKeySecret" -}}
+{{ .Values.gateway.apiKey.existingSecret | default (printf "%s-api-key" (include "aenv.fullname" .)) }}
+{{- end -}}
+
+{{- define "aenv.s3Secret" -}}
+{{ .Values.snapstore.s3.existingSecret | default (printf "%s-snapstore-s3" (include "aenv.fullname" .)) }}
+{{- end -}}
+
+{{/* Container basics shared by every aenv service: (dict "root" $ "svc" "gateway") */}}
+{{- define "aenv.serviceContainer" -}}
+name: {{ .svc }}
+image: {{ include "aenv.image" .root }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+command: ["python", "-m", "aenv_{{ .svc }}"]
+envFrom:
+  - configMapRef:
+      name: {{ include "aenv.fullname" .root }}-config
+{{- end -}}
+
+{{/* A name: value map as container env entries. */}}
+{{- define "aenv.envEntries" -}}
+{{- range $name, $value := . }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "aenv.podSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop: ["ALL"]
+  readOnlyRootFilesystem: true
+{{- end -}}

@@ -1,0 +1,174 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SANDBOX_STATE_UNSPECIFIED: _ClassVar[SandboxState]
+    SANDBOX_STATE_CREATING: _ClassVar[SandboxState]
+    SANDBOX_STATE_RUNNING: _ClassVar[SandboxState]
+    SANDBOX_STATE_PAUSED: _ClassVar[SandboxState]
+    SANDBOX_STATE_KILLING: _ClassVar[SandboxState]
+    SANDBOX_STATE_LOST: _ClassVar[SandboxState]
+SANDBOX_STATE_UNSPECIFIED: SandboxState
+SANDBOX_STATE_CREATING: SandboxState
+SANDBOX_STATE_RUNNING: SandboxState
+SANDBOX_STATE_PAUSED: SandboxState
+SANDBOX_STATE_KILLING: SandboxState
+SANDBOX_STATE_LOST: SandboxState
+
+class Resources(_message.Message):
+    __slots__ = ("vcpus", "memory_mib", "disk_mib")
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    DISK_MIB_FIELD_NUMBER: _ClassVar[int]
+    vcpus: int
+    memory_mib: int
+    disk_mib: int
+    def __init__(self, vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., disk_mib: _Optional[int] = ...) -> None: ...
+
+class NetworkPolicy(_message.Message):
+    __slots__ = ("allow_internet_access", "allow_out", "deny_out")
+    ALLOW_INTERNET_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_OUT_FIELD_NUMBER: _ClassVar[int]
+    DENY_OUT_FIELD_NUMBER: _ClassVar[int]
+    allow_internet_access: bool
+    allow_out: _containers.RepeatedScalarFieldContainer[str]
+    deny_out: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, allow_internet_access: _Optional[bool] = ..., allow_out: _Optional[_Iterable[str]] = ..., deny_out: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Lifecycle(_message.Message):
+    __slots__ = ("auto_pause", "auto_resume")
+    AUTO_PAUSE_FIELD_NUMBER: _ClassVar[int]
+    AUTO_RESUME_FIELD_NUMBER: _ClassVar[int]
+    auto_pause: bool
+    auto_resume: bool
+    def __init__(self, auto_pause: _Optional[bool] = ..., auto_resume: _Optional[bool] = ...) -> None: ...
+
+class SandboxSpec(_message.Message):
+    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle")
+    class EnvVarsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    ENV_VARS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ENVD_ACCESS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    template_id: str
+    resources: Resources
+    env_vars: _containers.ScalarMap[str, str]
+    metadata: _containers.ScalarMap[str, str]
+    envd_access_token: str
+    timeout_seconds: int
+    network: NetworkPolicy
+    lifecycle: Lifecycle
+    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ...) -> None: ...
+
+class SandboxRecord(_message.Message):
+    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class EnvVarsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    END_AT_FIELD_NUMBER: _ClassVar[int]
+    ENVD_ACCESS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ENVD_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
+    ENV_VARS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    node_id: str
+    template_id: str
+    state: SandboxState
+    resources: Resources
+    metadata: _containers.ScalarMap[str, str]
+    started_at: _timestamp_pb2.Timestamp
+    end_at: _timestamp_pb2.Timestamp
+    envd_access_token: str
+    envd_version: str
+    alias: str
+    network: NetworkPolicy
+    lifecycle: Lifecycle
+    env_vars: _containers.ScalarMap[str, str]
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class NodeRecord(_message.Message):
+    __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODEAGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PROXY_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TEMPLATES_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATOR_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIME_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    nodeagent_address: str
+    proxy_address: str
+    capacity: Resources
+    allocated: Resources
+    sandbox_count: int
+    cached_templates: _containers.RepeatedScalarFieldContainer[str]
+    accelerator: str
+    kernel_version: str
+    heartbeat_time: _timestamp_pb2.Timestamp
+    def __init__(self, node_id: _Optional[str] = ..., nodeagent_address: _Optional[str] = ..., proxy_address: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., allocated: _Optional[_Union[Resources, _Mapping]] = ..., sandbox_count: _Optional[int] = ..., cached_templates: _Optional[_Iterable[str]] = ..., accelerator: _Optional[str] = ..., kernel_version: _Optional[str] = ..., heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class TemplateRecord(_message.Message):
+    __slots__ = ("template_id", "aliases", "default_resources", "envd_version", "created_at")
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    ENVD_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    template_id: str
+    aliases: _containers.RepeatedScalarFieldContainer[str]
+    default_resources: Resources
+    envd_version: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, template_id: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., default_resources: _Optional[_Union[Resources, _Mapping]] = ..., envd_version: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,63 @@
+"""envd configuration: the one typed place where command line and environment are read."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+_ENV_PREFIX = "AENV_ENVD_"
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(_ENV_PREFIX + name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class EnvdConfig:
+    host: str = "0.0.0.0"
+    port: int = 49983
+    log_level: str = "INFO"
+    # /init may set the guest clock and reseed the kernel RNG; tests on a shared host disable both.
+    sync_clock: bool = True
+    reseed_rng: bool = True
+    # How long a finished process stays connectable: late Connect calls get start + end.
+    finished_retention_s: float = 60.0
+    # gzip level of /files downloads; 1 keeps the guest CPU cost low under emulation.
+    gzip_level: int = 1
+
+
+def load_config(argv: list[str] | None = None) -> EnvdConfig:
+    """Builds the config from AENV_ENVD_* environment variables, overridden by options."""
+    defaults = EnvdConfig()
+    parser = argparse.ArgumentParser(prog="aenv_envd", description="aenv in-guest daemon")
+    parser.add_argument("--host", default=os.environ.get(_ENV_PREFIX + "HOST", defaults.host))
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get(_ENV_PREFIX + "PORT", defaults.port))
+    )
+    parser.add_argument(
+        "--log-level", default=os.environ.get(_ENV_PREFIX + "LOG_LEVEL", defaults.log_level)
+    )
+    parser.add_argument(
+        "--no-sync-clock",
+        dest="sync_clock",
+        action="store_false",
+        default=_env_bool("SYNC_CLOCK", defaults.sync_clock),
+    )
+    parser.add_argument(
+        "--no-reseed-rng",
+        dest="reseed_rng",
+        action="store_false",
+        default=_env_bool("RESEED_RNG", defaults.reseed_rng),
+    )
+    args = parser.parse_args(argv)
+    return EnvdConfig(
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level.upper(),
+        sync_clock=args.sync_clock,
+        reseed_rng=args.reseed_rng,
+    )

@@ -1,0 +1,86 @@
+"""GET /health, POST /init, GET /envs, GET /metrics (spec §3.6)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .config import EnvdConfig
+from .errors import invalid_argument
+from .files_http import http_error
+from .state import SandboxState
+from .system import MetricsReader, parse_rfc3339, reseed_rng, set_clock
+from .version import ENVD_VERSION
+
+log = logging.getLogger(__name__)
+VERSION_HEADERS = {"x-envd-version": ENVD_VERSION}
+
+
+class ControlEndpoints:
+    def __init__(self, state: SandboxState, config: EnvdConfig) -> None:
+        self._state = state
+        self._config = config
+        self._metrics = MetricsReader()
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=204, headers=VERSION_HEADERS)
+
+    async def envs(self, request: Request) -> Response:
+        return JSONResponse(self._state.env_vars)
+
+    async def metrics(self, request: Request) -> Response:
+        return JSONResponse(self._metrics.snapshot())
+
+    async def init(self, request: Request) -> Response:
+        """Called by the node agent after every boot, restore and fork; later calls replace."""
+        try:
+            raw = await request.body()
+            body = json.loads(raw) if raw.strip() else {}
+            if not isinstance(body, dict):
+                raise invalid_argument("init body must be a JSON object")
+            self._apply(body)
+        except ValueError as exc:
+            return http_error(invalid_argument(f"invalid init body: {exc}"))
+        return Response(status_code=204, headers=VERSION_HEADERS)
+
+    def _apply(self, body: dict[str, Any]) -> None:
+        state = self._state
+        env_vars = body.get("envVars")
+        if isinstance(env_vars, dict):
+            state.env_vars = {str(k): str(v) for k, v in env_vars.items()}
+        if "accessToken" in body:
+            token = body["accessToken"]
+            state.access_token = str(token) if token else None
+        if isinstance(body.get("defaultUser"), str) and body["defaultUser"]:
+            state.default_user = body["defaultUser"]
+        if isinstance(body.get("defaultWorkdir"), str) and body["defaultWorkdir"]:
+            state.default_workdir = body["defaultWorkdir"]
+        entropy = body.get("entropy")
+        if isinstance(entropy, str) and entropy and self._config.reseed_rng:
+            try:
+                seed = base64.b64decode(entropy, validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"entropy is not base64: {exc}") from exc
+            _best_effort("reseed rng", reseed_rng, seed)
+        timestamp = body.get("timestamp")
+        if isinstance(timestamp, str) and timestamp and self._config.sync_clock:
+            _best_effort("set clock", set_clock, parse_rfc3339(timestamp))
+        log.info(
+            "init applied",
+            extra={"env_vars": len(state.env_vars), "token": state.access_token is not None},
+        )
+
+
+def _best_effort(what: str, action: Callable[[Any], None], argument: Any) -> None:
+    """Guest tweaks that need privileges must not fail /init (e.g. envd run unprivileged)."""
+    try:
+        action(argument)
+    except OSError as exc:
+        log.warning("init could not %s", what, extra={"errno": exc.errno})

@@ -1,0 +1,308 @@
+"""GET/POST /files: streamed downloads and uploads (spec §3.6.2, §3.6.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import os
+import stat
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from .entry_info import write_metadata
+from .errors import UNAUTHORIZED_MESSAGE, EnvdError, invalid_argument
+from .multipart import MultipartParser, PartData, PartEnd, PartStart, parse_header_params
+from .signing import signature_valid
+from .state import SandboxState
+from .users import User, chown_to, make_dirs_owned, os_error_to_envd, resolve_path
+
+log = logging.getLogger(__name__)
+
+DISK_CHUNK = 1024 * 1024
+METADATA_HEADER_PREFIX = "x-metadata-"
+
+
+def http_error(error: EnvdError) -> JSONResponse:
+    return JSONResponse({"code": error.http_status, "message": error.message}, error.http_status)
+
+
+def accepts_gzip(header: str) -> bool:
+    for item in header.split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower()
+            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
+    return False
+
+
+class FilesEndpoint:
+    def __init__(self, state: SandboxState, gzip_level: int) -> None:
+        self._state = state
+        self._gzip_level = gzip_level
+
+    def _authorize(self, request: Request, operation: str) -> None:
+        token = self._state.access_token
+        if not token:
+            return
+        presented = request.headers.get("x-access-token")
+        if presented is not None:
+            if self._state.token_matches(presented):
+                return
+        else:
+            query = request.query_params
+            signature = query.get("signature")
+            if signature and signature_valid(
+                signature,
+                query.get("signature_expiration"),
+                query.get("path", ""),
+                operation,
+                query.get("username", ""),
+                token,
+            ):
+                return
+        raise EnvdError("unauthenticated", UNAUTHORIZED_MESSAGE)
+
+    def _user(self, request: Request) -> User:
+        return self._state.resolve_user(request.query_params.get("username") or None)
+
+    # ----- download ----------------------------------------------------------------------------
+
+    async def get(self, request: Request) -> Response:
+        try:
+            self._authorize(request, "read")
+            user = self._user(request)
+            path = resolve_path(
+                request.query_params.get("path", ""), user, self._state.default_workdir
+            )
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise os_error_to_envd(exc, path) from exc
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise invalid_argument(f"path '{path}' is a directory")
+        except EnvdError as exc:
+            return http_error(exc)
+        headers = {
+            "content-disposition": f'inline; filename="{os.path.basename(path)}"',
+        }
+        if accepts_gzip(request.headers.get("accept-encoding", "")):
+            headers["content-encoding"] = "gzip"
+            headers["vary"] = "Accept-Encoding"
+            body = _gzip_stream(_read_chunks(fd), self._gzip_level)
+        else:
+            headers["content-length"] = str(os.fstat(fd).st_size)
+            body = _read_chunks(fd)
+        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
+
+    # ----- upload ------------------------------------------------------------------------------
+
+    async def post(self, request: Request) -> Response:
+        try:
+            self._authorize(request, "write")
+            user = self._user(request)
+            metadata = _metadata_headers(request)
+            media, params = parse_header_params(request.headers.get("content-type", ""))
+            if media == "multipart/form-data":
+                written = await self._multipart(request, params.get("boundary", ""), user, metadata)
+            elif media == "application/octet-stream":
+                written = [await self._octet_stream(request, user, metadata)]
+            else:
+                raise invalid_argument(f"unsupported content type '{media}'")
+        except EnvdError as exc:
+            return http_error(exc)
+        return JSONResponse([w.as_json() for w in written])
+
+    def _target(self, raw_path: str, user: User) -> str:
+        if not raw_path:
+            raise invalid_argument("upload path is missing")
+        return resolve_path(raw_path, user, self._state.default_workdir)
+
+    async def _octet_stream(
+        self, request: Request, user: User, metadata: dict[str, str] | None
+    ) -> WrittenFile:
+        path = self._target(request.query_params.get("path", ""), user)
+        upload = FileUpload.open(path, user)
+        try:
+            async for chunk in _decoded_body(request):
+                await upload.write(chunk)
+            return await upload.finish(metadata)
+        finally:
+            upload.close()
+
+    async def _multipart(
+        self, request: Request, boundary: str, user: User, metadata: dict[str, str] | None
+    ) -> list[WrittenFile]:
+        parser = MultipartParser(boundary)
+        query_path = request.query_params.get("path")
+        written: list[WrittenFile] = []
+        seen: set[str] = set()
+        upload: FileUpload | None = None
+        try:
+            async for chunk in _decoded_body(request):
+                for event in parser.feed(chunk):
+                    if isinstance(event, PartStart):
+                        upload = self._start_part(event, query_path, user, seen)
+                    elif isinstance(event, PartData) and upload is not None:
+                        await upload.write(event.data)
+                    elif isinstance(event, PartEnd) and upload is not None:
+                        written.append(await upload.finish(metadata))
+                        upload.close()
+                        upload = None
+        finally:
+            if upload is not None:
+                upload.close()
+        if not parser.done:
+            raise invalid_argument("multipart body ended early")
+        if not written:
+            raise invalid_argument("no file part in the multipart body")
+        return written
+
+    def _start_part(
+        self, part: PartStart, query_path: str | None, user: User, seen: set[str]
+    ) -> FileUpload | None:
+        _, params = parse_header_params(part.headers.get("content-disposition", ""))
+        if params.get("name") != "file":
+            return None
+        raw_path = query_path if query_path and not seen else params.get("filename", "")
+        path = self._target(raw_path, user)
+        if path in seen:
+            raise invalid_argument(f"path '{path}' is uploaded more than once")
+        seen.add(path)
+        return FileUpload.open(path, user)
+
+
+@dataclass
+class WrittenFile:
+    path: str
+    metadata: dict[str, str] | None = None
+
+    def as_json(self) -> dict[str, object]:
+        result: dict[str, object] = {
+            "name": os.path.basename(self.path),
+            "type": "file",
+            "path": self.path,
+        }
+        if self.metadata:
+            result["metadata"] = self.metadata
+        return result
+
+
+@dataclass
+class FileUpload:
+    """One destination file being written; data is flushed to disk in ~1 MiB batches."""
+
+    path: str
+    fd: int
+    pending: bytearray = field(default_factory=bytearray)
+
+    @classmethod
+    def open(cls, path: str, user: User) -> FileUpload:
+        if os.path.isdir(path):
+            raise invalid_argument(f"path '{path}' is a directory")
+        try:
+            make_dirs_owned(os.path.dirname(path), user)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise _upload_error(exc, path) from exc
+        chown_to(path, user)
+        return cls(path, fd)
+
+    async def write(self, data: bytes) -> None:
+        self.pending += data
+        if len(self.pending) >= DISK_CHUNK:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        data, self.pending = bytes(self.pending), bytearray()
+        try:
+            await asyncio.to_thread(_write_fully, self.fd, data)
+        except OSError as exc:
+            raise _upload_error(exc, self.path) from exc
+
+    async def finish(self, metadata: dict[str, str] | None) -> WrittenFile:
+        await self._flush()
+        if metadata is not None:
+            try:
+                write_metadata(self.path, metadata)
+            except OSError as exc:
+                raise _upload_error(exc, self.path) from exc
+        return WrittenFile(self.path, metadata)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _write_fully(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _upload_error(exc: OSError, path: str) -> EnvdError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return EnvdError("resource_exhausted", f"not enough disk space to write '{path}'", 507)
+    return os_error_to_envd(exc, path)
+
+
+def _metadata_headers(request: Request) -> dict[str, str] | None:
+    metadata: dict[str, str] = {}
+    for name, value in request.headers.items():
+        if name.lower().startswith(METADATA_HEADER_PREFIX):
+            key = name[len(METADATA_HEADER_PREFIX) :].lower()
+            if not key or not (key + value).isascii() or not (key + value).isprintable():
+                raise invalid_argument(f"metadata '{key}' must be printable ASCII")
+            metadata[key] = value
+    return metadata or None
+
+
+async def _decoded_body(request: Request) -> AsyncIterator[bytes]:
+    """The request body, gunzipped/inflated when Content-Encoding says so, in bounded pieces."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        async for chunk in request.stream():
+            if chunk:
+                yield chunk
+        return
+    if encoding not in ("gzip", "deflate"):
+        raise EnvdError("invalid_argument", f"unsupported content encoding '{encoding}'", 415)
+    inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+    try:
+        async for chunk in request.stream():
+            data = chunk
+            while data:
+                out = inflater.decompress(data, DISK_CHUNK)
+                data = inflater.unconsumed_tail
+                if out:
+                    yield out
+        if tail := inflater.flush():
+            yield tail
+    except zlib.error as exc:
+        raise invalid_argument(f"invalid {encoding} body: {exc}") from exc
+
+
+async def _read_chunks(fd: int) -> AsyncIterator[bytes]:
+    try:
+        while chunk := await asyncio.to_thread(os.read, fd, DISK_CHUNK):
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+async def _gzip_stream(chunks: AsyncIterator[bytes], level: int) -> AsyncIterator[bytes]:
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    async for chunk in chunks:
+        if out := compressor.compress(chunk):
+            yield out
+    yield compressor.flush()
+
+
+__all__ = ["FilesEndpoint", "accepts_gzip", "http_error", "json"]

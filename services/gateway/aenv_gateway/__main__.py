@@ -1,0 +1,54 @@
+"""`python -m aenv_gateway`: run the gateway until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from aenv_common.logging import setup_logging
+from aenv_common.telemetry import setup_telemetry
+from aenv_gateway.auth import load_or_create_api_key
+from aenv_gateway.config import GatewaySettings
+
+
+def instrument_http() -> None:
+    """aiohttp client spans (data-plane hops carry traceparent); must precede session creation.
+    Server spans come from the ASGI middleware in app.instrumented."""
+    from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
+
+    instrumentor = AioHttpClientInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()
+
+
+async def _serve(settings: GatewaySettings) -> None:
+    # Imported after telemetry set-up: gRPC instrumentation must precede channels and servers.
+    from aenv_gateway.etcd_view import EtcdClusterView
+    from aenv_gateway.server import start_gateway
+
+    api_key = load_or_create_api_key(settings.resolved_api_key_file())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    view = await EtcdClusterView.open(settings.common)
+    try:
+        gateway = await start_gateway(settings, view, api_key)
+        try:
+            await stop.wait()
+        finally:
+            await gateway.stop()
+    finally:
+        await view.close()
+
+
+def main() -> None:
+    settings = GatewaySettings()
+    setup_logging("gateway", settings.common.log_level, settings.common.log_json)
+    setup_telemetry("gateway", settings.common.telemetry)
+    instrument_http()
+    asyncio.run(_serve(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The HTTP edge: control-plane routes win; sandbox traffic goes to the data plane; anything
+else is a JSON 404 (spec e2b-compat Appendix A)."""
+
+from __future__ import annotations
+
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match, Router
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from aenv_common.errors import AenvError
+from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.dataplane import DataPlane, deny_websocket
+from aenv_gateway.dispatch import sandbox_target
+from aenv_gateway.http_errors import error_response, typed_error_response
+from aenv_gateway.routes import health, templates
+from aenv_gateway.routes.sandboxes import SandboxRoutes
+
+
+def control_routes(sandboxes: SandboxRoutes, auth: ApiKeyAuth) -> list[BaseRoute]:
+    return [*health.routes(), *sandboxes.routes(auth), *templates.routes(auth)]
+
+
+AMBIGUOUS_PATHS = frozenset({"/health", "/metrics"})
+
+
+class GatewayApp:
+    def __init__(self, routes: list[BaseRoute], dataplane: DataPlane, domain: str | None) -> None:
+        self._router = Router(routes=routes)
+        self._dataplane = dataplane
+        self._domain = domain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self._router(scope, receive, send)
+            return
+        match = self._control_match(scope)
+        # Ambiguous paths (GET /health) are the sandbox's when the request names a sandbox.
+        if match is Match.FULL and scope["path"] not in AMBIGUOUS_PATHS:
+            await self._router(scope, receive, send)
+            return
+        try:
+            target = sandbox_target(Headers(scope=scope), self._domain)
+        except AenvError as err:
+            await self._refuse(scope, receive, send, typed_error_response(err))
+            return
+        if target is None and match is Match.FULL:
+            await self._router(scope, receive, send)
+            return
+        if target is not None:
+            await self._dataplane(scope, receive, send, target)
+            return
+        method, path = scope.get("method", "GET"), scope["path"]
+        if match is Match.PARTIAL:
+            response = error_response(405, f"method not allowed: {method} {path}")
+        else:
+            response = error_response(404, f"route not found: {method} {path}")
+        await self._refuse(scope, receive, send, response)
+
+    def _control_match(self, scope: Scope) -> Match:
+        best = Match.NONE
+        for route in self._router.routes:
+            match, _ = route.matches(scope)
+            if match is Match.FULL:
+                return match
+            if match is Match.PARTIAL:
+                best = Match.PARTIAL
+        return best
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, response: Response) -> None:
+        if scope["type"] == "websocket":
+            await deny_websocket(WebSocket(scope, receive, send), response)
+        else:
+            await response(scope, receive, send)
+
+
+def instrumented(app: ASGIApp) -> ASGIApp:
+    """Server spans for every request; the W3C traceparent of the caller becomes their parent."""
+    return OpenTelemetryMiddleware(app)

@@ -1,0 +1,100 @@
+"""gRPC clients of the scheduler and node agents: one channel per address, reused, and every
+RPC failure turned back into the typed error the remote side raised."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
+from aenv_common.errors import from_rpc_error
+
+T = TypeVar("T")
+
+
+async def call(rpc: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await rpc()
+    except grpc.aio.AioRpcError as err:
+        raise from_rpc_error(err) from err
+
+
+class ChannelPool:
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address)
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+
+class SchedulerClient:
+    def __init__(self, pool: ChannelPool, address: str, deadline_s: float) -> None:
+        self._stub = scheduler_pb2_grpc.SchedulerServiceStub(pool.get(address))  # type: ignore[no-untyped-call]
+        self._deadline = deadline_s
+
+    async def schedule(self, spec: cluster_pb2.SandboxSpec) -> scheduler_pb2.Placement:
+        request = scheduler_pb2.ScheduleRequest(spec=spec)
+        response: scheduler_pb2.ScheduleResponse = await call(
+            lambda: self._stub.Schedule(request, timeout=self._deadline)
+        )
+        return response.placement
+
+
+class NodeAgentClients:
+    """Node agent stubs by address (addresses come from placements and node records)."""
+
+    def __init__(self, pool: ChannelPool, create_deadline_s: float, deadline_s: float) -> None:
+        self._pool = pool
+        self._create_deadline = create_deadline_s
+        self._deadline = deadline_s
+
+    def _stub(self, address: str) -> nodeagent_pb2_grpc.NodeAgentServiceStub:
+        return nodeagent_pb2_grpc.NodeAgentServiceStub(self._pool.get(address))  # type: ignore[no-untyped-call]
+
+    async def create(
+        self, address: str, spec: cluster_pb2.SandboxSpec
+    ) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.CreateSandboxRequest(spec=spec)
+        stub = self._stub(address)
+        response: nodeagent_pb2.CreateSandboxResponse = await call(
+            lambda: stub.CreateSandbox(request, timeout=self._create_deadline)
+        )
+        return response.sandbox
+
+    async def get(self, address: str, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.GetSandboxRequest(sandbox_id=sandbox_id)
+        stub = self._stub(address)
+        response: nodeagent_pb2.GetSandboxResponse = await call(
+            lambda: stub.GetSandbox(request, timeout=self._deadline)
+        )
+        return response.sandbox
+
+    async def kill(self, address: str, sandbox_id: str) -> None:
+        request = nodeagent_pb2.KillSandboxRequest(sandbox_id=sandbox_id)
+        stub = self._stub(address)
+        await call(lambda: stub.KillSandbox(request, timeout=self._deadline))
+
+    async def set_timeout(
+        self, address: str, sandbox_id: str, timeout_s: int
+    ) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.SetSandboxTimeoutRequest(
+            sandbox_id=sandbox_id, timeout_seconds=timeout_s
+        )
+        stub = self._stub(address)
+        response: nodeagent_pb2.SetSandboxTimeoutResponse = await call(
+            lambda: stub.SetSandboxTimeout(request, timeout=self._deadline)
+        )
+        return response.sandbox

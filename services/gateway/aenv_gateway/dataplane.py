@@ -1,0 +1,115 @@
+"""Sandbox traffic: resolve the owner from the directory and stream to its node's proxy.
+
+The node proxy routes by the `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers (set here also for
+Host-routed requests) and itself answers 502 "port is not open" for closed guest ports; that
+answer passes through unchanged. `X-Access-Token` passes through untouched: envd enforces it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from aenv_common.errors import AenvError
+from aenv_common.httpproxy import StreamingProxy
+from aenv_gateway.directory import Located, SandboxDirectory
+from aenv_gateway.dispatch import ENVD_PORT, SandboxTarget
+from aenv_gateway.service import RUNNING
+
+log = logging.getLogger(__name__)
+
+# What envd serves to SDKs; everything else on its port (/init, ...) is for the node agent only.
+_ENVD_PUBLIC_PATHS = frozenset({"/health", "/files", "/envs", "/metrics"})
+_ENVD_PUBLIC_PREFIXES = ("/process.Process/", "/filesystem.Filesystem/")
+
+
+def envd_path_is_public(path: str) -> bool:
+    return path in _ENVD_PUBLIC_PATHS or path.startswith(_ENVD_PUBLIC_PREFIXES)
+
+
+def sandbox_not_found(sandbox_id: str) -> JSONResponse:
+    # The SDK keys on "was not found" -> SandboxNotRunningException.
+    body = {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
+    return JSONResponse(body, status_code=502)
+
+
+def node_unreachable(sandbox_id: str) -> JSONResponse:
+    body = {"sandboxId": sandbox_id, "message": "The sandbox node is unreachable", "code": 502}
+    return JSONResponse(body, status_code=502)
+
+
+def forbidden(path: str) -> JSONResponse:
+    return JSONResponse({"code": 403, "message": f"{path} is not reachable from outside"}, 403)
+
+
+class DataPlane:
+    def __init__(self, directory: SandboxDirectory, proxy: StreamingProxy) -> None:
+        self._directory = directory
+        self._proxy = proxy
+
+    async def __call__(
+        self, scope: Scope, receive: Receive, send: Send, target: SandboxTarget
+    ) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(WebSocket(scope, receive, send), target)
+            return
+        response = await self._http(Request(scope, receive), target)
+        await response(scope, receive, send)
+
+    def _refusal(self, path: str, target: SandboxTarget) -> tuple[Located | None, Response | None]:
+        if target.port == ENVD_PORT and not envd_path_is_public(path):
+            return None, forbidden(path)
+        located = self._directory.find(target.sandbox_id)
+        # Paused sandboxes answer "not found" until auto-resume exists.
+        if located is None or located.record.state != RUNNING:
+            return None, sandbox_not_found(target.sandbox_id)
+        return located, None
+
+    async def _http(self, request: Request, target: SandboxTarget) -> Response:
+        located, refusal = self._refusal(request.url.path, target)
+        if refusal is not None or located is None:
+            return refusal or sandbox_not_found(target.sandbox_id)
+        try:
+            return await self._proxy.forward(request, _base(located), _routing_headers(target))
+        except AenvError as err:
+            log.warning(
+                "node proxy unreachable",
+                extra={"sandbox_id": target.sandbox_id, "error": err.message},
+            )
+            return node_unreachable(target.sandbox_id)
+
+    async def _websocket(self, websocket: WebSocket, target: SandboxTarget) -> None:
+        located, refusal = self._refusal(websocket.url.path, target)
+        if refusal is None and located is not None:
+            try:
+                await self._proxy.forward_websocket(
+                    websocket, _base(located), _routing_headers(target)
+                )
+                return
+            except AenvError as err:
+                log.warning(
+                    "node proxy unreachable",
+                    extra={"sandbox_id": target.sandbox_id, "error": err.message},
+                )
+                refusal = node_unreachable(target.sandbox_id)
+        await deny_websocket(websocket, refusal or sandbox_not_found(target.sandbox_id))
+
+
+async def deny_websocket(websocket: WebSocket, response: Response) -> None:
+    """Answers the handshake with an HTTP error when the server supports it, else closes."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+    else:
+        await websocket.close(code=1011)
+
+
+def _base(located: Located) -> str:
+    return f"http://{located.owner.proxy_address}"
+
+
+def _routing_headers(target: SandboxTarget) -> dict[str, str]:
+    return {"E2b-Sandbox-Id": target.sandbox_id, "E2b-Sandbox-Port": str(target.port)}

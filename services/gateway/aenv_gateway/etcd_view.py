@@ -1,0 +1,41 @@
+"""The production ClusterView: watched etcd mirrors of the sandbox and node records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.config import CommonSettings
+from aenv_common.etcd import NODES, SANDBOXES, ClusterStore, RecordCache
+
+
+class EtcdClusterView:
+    def __init__(self, store: ClusterStore) -> None:
+        self._store = store
+        self._sandboxes = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
+        self._nodes = RecordCache(store, NODES, cluster_pb2.NodeRecord)
+
+    @classmethod
+    async def open(cls, settings: CommonSettings) -> EtcdClusterView:
+        view = cls(await ClusterStore.connect(settings))
+        try:
+            await view._sandboxes.start()
+            await view._nodes.start()
+        except BaseException:
+            await view.close()
+            raise
+        return view
+
+    async def close(self) -> None:
+        await self._sandboxes.stop()
+        await self._nodes.stop()
+        await self._store.close()
+
+    def sandbox(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
+        return self._sandboxes.get(sandbox_id)
+
+    def sandboxes(self) -> Iterable[cluster_pb2.SandboxRecord]:
+        return self._sandboxes.values()
+
+    def node(self, node_id: str) -> cluster_pb2.NodeRecord | None:
+        return self._nodes.get(node_id)

@@ -1,0 +1,1 @@
+"""Control-plane routes of the HTTP edge."""

@@ -1,0 +1,121 @@
+"""E2B sandbox routes (spec e2b-compat §2.3, §2.4): parse, call SandboxService, present."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.http_errors import Endpoint, NotImplementedYet, json_errors
+from aenv_gateway.schemas import (
+    Presenter,
+    parse_json_object,
+    parse_list_query,
+    parse_new_sandbox,
+    parse_timeout,
+)
+from aenv_gateway.service import SandboxService
+
+
+def authenticated(auth: ApiKeyAuth, endpoint: Endpoint) -> Endpoint:
+    async def checked(request: Request) -> Response:
+        auth.check(request.headers.get("x-api-key"))
+        return await endpoint(request)
+
+    return json_errors(checked)
+
+
+def not_implemented(feature: str) -> Endpoint:
+    async def endpoint(_: Request) -> Response:
+        raise NotImplementedYet(f"{feature} is not implemented yet")
+
+    return endpoint
+
+
+class SandboxRoutes:
+    def __init__(
+        self, service: SandboxService, presenter: Presenter, default_timeout_s: int
+    ) -> None:
+        self._service = service
+        self._present = presenter
+        self._default_timeout = default_timeout_s
+
+    async def create(self, request: Request) -> Response:
+        body = parse_json_object(await request.body())
+        create = parse_new_sandbox(
+            body, self._default_timeout, request.headers.get("idempotency-key")
+        )
+        record = await self._service.create(create)
+        return JSONResponse(self._present.sandbox(record), status_code=201)
+
+    async def get(self, request: Request) -> Response:
+        record = await self._service.get(request.path_params["sandbox_id"])
+        return JSONResponse(self._present.detail(record))
+
+    async def list_v2(self, request: Request) -> Response:
+        page = self._service.list(parse_list_query(request.query_params, paginated=True))
+        headers = {"X-Next-Token": page.next_cursor} if page.next_cursor else None
+        return JSONResponse([self._present.listed(r) for r in page.items], headers=headers)
+
+    async def list_legacy(self, request: Request) -> Response:
+        page = self._service.list(parse_list_query(request.query_params, paginated=False))
+        return JSONResponse([self._present.listed(r) for r in page.items])
+
+    async def kill(self, request: Request) -> Response:
+        await self._service.kill(request.path_params["sandbox_id"])
+        return Response(status_code=204)
+
+    async def set_timeout(self, request: Request) -> Response:
+        timeout = parse_timeout(parse_json_object(await request.body()), required=True)
+        assert timeout is not None  # required=True
+        await self._service.set_timeout(request.path_params["sandbox_id"], timeout)
+        return Response(status_code=204)
+
+    async def connect_v2(self, request: Request) -> Response:
+        return await self._connect(request, timeout_required=False)
+
+    async def connect_v1(self, request: Request) -> Response:
+        return await self._connect(request, timeout_required=True)
+
+    async def _connect(self, request: Request, timeout_required: bool) -> Response:
+        body = parse_json_object(await request.body())
+        timeout = parse_timeout(body, required=timeout_required)
+        connected = await self._service.connect(request.path_params["sandbox_id"], timeout)
+        status = 201 if connected.resumed else 200
+        return JSONResponse(self._present.sandbox(connected.record), status_code=status)
+
+    async def resume(self, request: Request) -> Response:
+        timeout = parse_timeout(parse_json_object(await request.body()), required=False)
+        connected = await self._service.resume(request.path_params["sandbox_id"], timeout)
+        return JSONResponse(self._present.sandbox(connected.record), status_code=201)
+
+    def routes(self, auth: ApiKeyAuth) -> list[Route]:
+        def route(path: str, endpoint: Endpoint, method: str) -> Route:
+            return Route(path, authenticated(auth, endpoint), methods=[method])
+
+        later: Callable[[str], Endpoint] = not_implemented
+        sid = "/sandboxes/{sandbox_id}"
+        return [
+            route("/v2/sandboxes", self.create, "POST"),
+            route("/sandboxes", self.create, "POST"),
+            route("/v2/sandboxes", self.list_v2, "GET"),
+            route("/sandboxes", self.list_legacy, "GET"),
+            route("/sandboxes/metrics", later("sandbox metrics"), "GET"),
+            route(sid, self.get, "GET"),
+            route(sid, self.kill, "DELETE"),
+            route(f"{sid}/timeout", self.set_timeout, "POST"),
+            route(f"/v2{sid}/connect", self.connect_v2, "POST"),
+            route(f"{sid}/connect", self.connect_v1, "POST"),
+            route(f"{sid}/resume", self.resume, "POST"),
+            route(f"{sid}/pause", later("pause"), "POST"),
+            route(f"{sid}/snapshots", later("snapshots"), "POST"),
+            route(f"{sid}/fork", later("fork"), "POST"),
+            route(f"{sid}/network", later("network updates"), "PUT"),
+            route(f"{sid}/metrics", later("sandbox metrics"), "GET"),
+            route(f"{sid}/refreshes", later("refreshes"), "POST"),
+            route(f"{sid}/logs", later("sandbox logs"), "GET"),
+            route(f"/v2{sid}/logs", later("sandbox logs"), "GET"),
+        ]

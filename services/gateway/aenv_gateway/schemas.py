@@ -1,0 +1,248 @@
+"""E2B JSON <-> service types: request validation and response shapes (spec e2b-compat §2.2).
+
+Property names are the wire's (camelCase, plus `templateID`-style and snake_case
+`allow_internet_access`). Every validation failure is an InvalidArgument (HTTP 400).
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import InvalidArgument
+from aenv_gateway.service import PAUSED, RUNNING, VISIBLE_STATES, CreateRequest, ListQuery
+
+T = TypeVar("T")
+MAX_PAGE = 100
+_IDEMPOTENCY_KEY_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
+_STATE_NAMES = {RUNNING: "running", PAUSED: "paused"}
+_STATES_BY_NAME = {v: k for k, v in _STATE_NAMES.items()}
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """An empty body counts as `{}` (the SDK sends `{}` but older clients send nothing)."""
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InvalidArgument(f"malformed JSON body: {err}") from err
+    if not isinstance(body, dict):
+        raise InvalidArgument("request body must be a JSON object")
+    return body
+
+
+def _field(body: Mapping[str, Any], name: str, kind: type[T], required: bool = False) -> T | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise InvalidArgument(f"{name} is required")
+        return None
+    # bool is an int in Python, but not on the wire.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InvalidArgument(f"{name} must be of type {_type_name(kind)}")
+    return value
+
+
+def _type_name(kind: type[Any]) -> str:
+    return {str: "string", int: "integer", bool: "boolean", dict: "object", list: "array"}.get(
+        kind, kind.__name__
+    )
+
+
+def _string_map(body: Mapping[str, Any], name: str) -> dict[str, str]:
+    value = _field(body, name, dict) or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidArgument(f"{name} must map strings to strings")
+    return dict(value)
+
+
+def _string_list(body: Mapping[str, Any], name: str) -> list[str]:
+    value = _field(body, name, list) or []
+    if not all(isinstance(v, str) for v in value):
+        raise InvalidArgument(f"{name} must be an array of strings")
+    return list(value)
+
+
+def parse_new_sandbox(
+    body: Mapping[str, Any], default_timeout_s: int, idempotency_key: str | None
+) -> CreateRequest:
+    """NewSandboxV2, and v1 NewSandbox (whose `secure` is accepted: we always secure envd)."""
+    _field(body, "secure", bool)
+    return CreateRequest(
+        template_id=_field(body, "templateID", str, required=True) or "",
+        timeout_s=_field(body, "timeout", int) or default_timeout_s,
+        env_vars=_string_map(body, "envVars"),
+        metadata=_string_map(body, "metadata"),
+        network=_network_policy(body),
+        lifecycle=_lifecycle(body),
+        idempotency_key=_idempotency_key(idempotency_key),
+    )
+
+
+def _network_policy(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
+    allow_internet = _field(body, "allow_internet_access", bool)
+    network = _field(body, "network", dict) or {}
+    # The other SandboxNetworkConfig fields are accepted (SDKs send them) but not enforced yet.
+    policy = cluster_pb2.NetworkPolicy(
+        allow_internet_access=allow_internet is not False,
+        allow_out=_string_list(network, "allowOut"),
+        deny_out=_string_list(network, "denyOut"),
+    )
+    if allow_internet is False and "0.0.0.0/0" not in policy.deny_out:
+        policy.deny_out.append("0.0.0.0/0")
+    return policy
+
+
+def _lifecycle(body: Mapping[str, Any]) -> cluster_pb2.Lifecycle:
+    auto_resume = _field(body, "autoResume", dict) or {}
+    return cluster_pb2.Lifecycle(
+        auto_pause=bool(_field(body, "autoPause", bool)),
+        auto_resume=bool(_field(auto_resume, "enabled", bool)),
+    )
+
+
+def _idempotency_key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    allowed = all(c in _IDEMPOTENCY_KEY_CHARS for c in value)
+    if not 1 <= len(value) <= 255 or not allowed:
+        raise InvalidArgument("Idempotency-Key must be 1-255 characters of [a-z0-9-]")
+    return value
+
+
+def parse_timeout(body: Mapping[str, Any], required: bool) -> int | None:
+    return _field(body, "timeout", int, required=required)
+
+
+def parse_list_query(params: Mapping[str, str], paginated: bool) -> ListQuery:
+    limit = _int_param(params, "limit") if paginated else None
+    if paginated and limit is None:
+        limit = MAX_PAGE
+    if limit is not None and not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit must be between 1 and {MAX_PAGE}")
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidArgument("order must be asc or desc")
+    return ListQuery(
+        states=_states(params.get("state")) if paginated else frozenset({RUNNING}),
+        metadata=parse_metadata_filter(params.get("metadata")),
+        template=params.get("template") or None,
+        started_after=_datetime_param(params, "startedAfter"),
+        newest_first=order == "desc",
+        limit=limit,
+        cursor=params.get("nextToken") or None,
+    )
+
+
+def parse_metadata_filter(value: str | None) -> dict[str, str]:
+    """The filter is encoded in layers: the SDK percent-encodes each key and value, urlencodes
+    the pairs into one string, and that string is the query value. After the framework's own
+    decoding, parse the pairs and percent-decode each key and value once more."""
+    if not value:
+        return {}
+    pairs = parse_qsl(value, keep_blank_values=True, strict_parsing=False)
+    return {unquote(k): unquote(v) for k, v in pairs}
+
+
+def _states(value: str | None) -> frozenset[int]:
+    if not value:
+        return VISIBLE_STATES
+    try:
+        return frozenset(_STATES_BY_NAME[s.strip()] for s in value.split(",") if s.strip())
+    except KeyError as err:
+        raise InvalidArgument(f"unknown state {err.args[0]!r} (running, paused)") from err
+
+
+def _int_param(params: Mapping[str, str], name: str) -> int | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError as err:
+        raise InvalidArgument(f"{name} must be an integer") from err
+
+
+def _datetime_param(params: Mapping[str, str], name: str) -> datetime | None:
+    value = params.get(name)
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as err:
+        raise InvalidArgument(f"{name} must be an ISO 8601 date-time") from err
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def rfc3339(ts: Timestamp) -> str:
+    moment: datetime = ts.ToDatetime(tzinfo=UTC)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+class Presenter:
+    """Builds response bodies from records."""
+
+    def __init__(self, domain: str | None, fallback_envd_version: str) -> None:
+        self._domain = domain
+        self._fallback_envd = fallback_envd_version
+
+    def sandbox(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:
+        body = self._identity(record)
+        body.update(
+            envdAccessToken=record.envd_access_token or None,
+            trafficAccessToken=None,
+            domain=self._domain,
+        )
+        if not record.envd_access_token:
+            del body["envdAccessToken"]
+        return body
+
+    def detail(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:
+        body = self.listed(record)
+        body.update(
+            allowInternetAccess=record.network.allow_internet_access,
+            domain=self._domain,
+            network={
+                "allowOut": list(record.network.allow_out),
+                "denyOut": list(record.network.deny_out),
+            },
+            lifecycle={
+                "autoResume": record.lifecycle.auto_resume,
+                "onTimeout": "pause" if record.lifecycle.auto_pause else "kill",
+            },
+        )
+        if record.envd_access_token:
+            body["envdAccessToken"] = record.envd_access_token
+        return body
+
+    def listed(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:
+        body = self._identity(record)
+        body.update(
+            startedAt=rfc3339(record.started_at),
+            endAt=rfc3339(record.end_at),
+            cpuCount=record.resources.vcpus,
+            memoryMB=record.resources.memory_mib,
+            diskSizeMB=record.resources.disk_mib,
+            state=_STATE_NAMES.get(record.state, "running"),
+            metadata=dict(record.metadata),
+        )
+        return body
+
+    def _identity(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "templateID": record.template_id,
+            "sandboxID": record.sandbox_id,
+            "clientID": record.node_id or "aenv",
+            "envdVersion": record.envd_version or self._fallback_envd,
+        }
+        if record.alias:
+            body["alias"] = record.alias
+        return body

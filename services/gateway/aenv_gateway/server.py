@@ -1,0 +1,142 @@
+"""Assembles and runs the gateway: HTTP edge (uvicorn) and gRPC API over one SandboxService.
+
+Used by `__main__` with the etcd-backed ClusterView and by tests with an in-memory one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import aiohttp
+import grpc
+import uvicorn
+from starlette.routing import BaseRoute
+
+from aenv.gateway.v1 import gateway_pb2_grpc
+from aenv_common.grpc_server import start_grpc_server
+from aenv_common.httpproxy import StreamingProxy
+from aenv_gateway.app import GatewayApp, control_routes, instrumented
+from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
+from aenv_gateway.config import GatewaySettings
+from aenv_gateway.dataplane import DataPlane
+from aenv_gateway.directory import ClusterView, SandboxDirectory
+from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
+from aenv_gateway.routes.sandboxes import SandboxRoutes
+from aenv_gateway.schemas import Presenter
+from aenv_gateway.service import SandboxService
+
+log = logging.getLogger(__name__)
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    # The process owner handles signals (and tests must not have theirs replaced).
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class RunningGateway:
+    http_port: int
+    grpc_port: int
+    service: SandboxService
+    directory: SandboxDirectory
+    # The control-plane routes served (the OpenAPI test checks each is documented).
+    routes: list[BaseRoute]
+    _uvicorn: _EmbeddedUvicorn
+    _serve_task: asyncio.Task[None]
+    _grpc: grpc.aio.Server
+    _session: aiohttp.ClientSession
+    _pool: ChannelPool
+
+    async def stop(self) -> None:
+        self._uvicorn.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._serve_task
+        await self._grpc.stop(grace=2)
+        await self._session.close()
+        await self._pool.close()
+        log.info("gateway stopped")
+
+    async def wait(self) -> None:
+        await self._serve_task
+
+
+def _bind(address: str) -> socket.socket:
+    host, port = GatewaySettings.split_host_port(address)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+async def start_gateway(
+    settings: GatewaySettings, view: ClusterView, api_key: str
+) -> RunningGateway:
+    """Starts both edges; call `stop()` on the result to shut them down."""
+    pool = ChannelPool()
+    directory = SandboxDirectory(view)
+    service = SandboxService(
+        directory,
+        SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s),
+        NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s),
+        max_timeout_s=settings.max_timeout_s,
+        idempotency_ttl_s=settings.idempotency_ttl_s,
+    )
+    auth = ApiKeyAuth(api_key)
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=False), auto_decompress=False
+    )
+    sandbox_routes = SandboxRoutes(
+        service,
+        Presenter(settings.domain, settings.fallback_envd_version),
+        settings.default_timeout_s,
+    )
+    routes = control_routes(sandbox_routes, auth)
+    app = GatewayApp(
+        routes,
+        DataPlane(directory, StreamingProxy(session)),
+        settings.domain,
+    )
+    grpc_server, grpc_port = await start_grpc_server(
+        settings.grpc_listen,
+        [
+            (
+                gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
+                GatewayServicer(service, auth, settings.default_timeout_s),
+                SERVICE_NAME,
+            )
+        ],
+    )
+    sock = _bind(settings.listen)
+    config = uvicorn.Config(
+        instrumented(app),
+        lifespan="off",
+        http="httptools",
+        ws="websockets-sansio",
+        log_config=None,
+        access_log=False,
+        # Streams stay open for hours; only idle keep-alive connections between requests expire.
+        timeout_keep_alive=75,
+        ws_ping_interval=None,
+    )
+    server = _EmbeddedUvicorn(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task
+            raise RuntimeError("http server exited during start")
+        await asyncio.sleep(0.01)
+    http_port = sock.getsockname()[1]
+    log.info("gateway listening", extra={"http_port": http_port, "grpc_port": grpc_port})
+    return RunningGateway(
+        http_port, grpc_port, service, directory, routes, server, task, grpc_server, session, pool
+    )

@@ -1,0 +1,227 @@
+"""Sandbox operations, shared by the REST and gRPC edges (which only translate formats).
+
+Create: scheduler places -> the chosen node agent restores -> the record it returns is the answer.
+Everything else goes to the node agent that owns the sandbox, found through the directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Conflict, InvalidArgument, NotFound
+from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_gateway.clients import NodeAgentClients, SchedulerClient
+from aenv_gateway.directory import Located, Owner, SandboxDirectory
+from aenv_gateway.idempotency import IdempotencyCache
+
+log = logging.getLogger(__name__)
+
+RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
+PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
+# States a client may see; the others are transitional or terminal and stay internal.
+VISIBLE_STATES = frozenset({RUNNING, PAUSED})
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    template_id: str
+    timeout_s: int
+    env_vars: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    network: cluster_pb2.NetworkPolicy = field(
+        default_factory=lambda: cluster_pb2.NetworkPolicy(allow_internet_access=True)
+    )
+    lifecycle: cluster_pb2.Lifecycle = field(default_factory=cluster_pb2.Lifecycle)
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    states: frozenset[int] = VISIBLE_STATES
+    metadata: dict[str, str] = field(default_factory=dict)
+    template: str | None = None
+    started_after: datetime | None = None
+    newest_first: bool = True
+    limit: int | None = None
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[cluster_pb2.SandboxRecord]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Connected:
+    record: cluster_pb2.SandboxRecord
+    # True when the sandbox was paused and has been resumed (HTTP 201 instead of 200).
+    resumed: bool
+
+
+class SandboxService:
+    def __init__(
+        self,
+        directory: SandboxDirectory,
+        scheduler: SchedulerClient,
+        nodeagents: NodeAgentClients,
+        max_timeout_s: int,
+        idempotency_ttl_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._directory = directory
+        self._scheduler = scheduler
+        self._nodeagents = nodeagents
+        self._max_timeout = max_timeout_s
+        self._clock = clock
+        self._idempotent: IdempotencyCache[cluster_pb2.SandboxRecord] = IdempotencyCache(
+            idempotency_ttl_s
+        )
+
+    async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
+        self.check_timeout(request.timeout_s)
+        if not request.template_id:
+            raise InvalidArgument("templateID is required")
+        if request.idempotency_key is None:
+            return await self._create(request)
+        return await self._idempotent.run(request.idempotency_key, lambda: self._create(request))
+
+    async def _create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
+        spec = cluster_pb2.SandboxSpec(
+            sandbox_id=new_sandbox_id(),
+            template_id=request.template_id,
+            env_vars=request.env_vars,
+            metadata=request.metadata,
+            envd_access_token=new_secret(),
+            timeout_seconds=request.timeout_s,
+            network=request.network,
+            lifecycle=request.lifecycle,
+        )
+        placement = await self._scheduler.schedule(spec)
+        record = await self._nodeagents.create(placement.nodeagent_address, spec)
+        owner = Owner(placement.node_id, placement.nodeagent_address, placement.proxy_address)
+        self._directory.remember(record, owner)
+        log.info(
+            "sandbox created",
+            extra={
+                "sandbox_id": record.sandbox_id,
+                "node_id": owner.node_id,
+                "template_id": record.template_id,
+            },
+        )
+        return record
+
+    async def get(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        located = self._directory.locate(sandbox_id)
+        record = await self._nodeagents.get(located.owner.nodeagent_address, sandbox_id)
+        return _visible(record)
+
+    def list(self, query: ListQuery) -> Page:
+        matching = [r for r in self._directory.records() if _matches(r, query)]
+        matching.sort(key=_order_key, reverse=query.newest_first)
+        if query.cursor is not None:
+            after = _decode_cursor(query.cursor)
+            matching = [
+                r
+                for r in matching
+                if (_order_key(r) < after if query.newest_first else _order_key(r) > after)
+            ]
+        if query.limit is None or len(matching) <= query.limit:
+            return Page(matching, None)
+        items = matching[: query.limit]
+        return Page(items, _encode_cursor(_order_key(items[-1])))
+
+    async def kill(self, sandbox_id: str) -> None:
+        located = self._directory.locate(sandbox_id)
+        try:
+            await self._nodeagents.kill(located.owner.nodeagent_address, sandbox_id)
+        finally:
+            # Also on NotFound: the owner no longer has it, whatever the mirror still says.
+            self._directory.forget(sandbox_id)
+        log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
+
+    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> cluster_pb2.SandboxRecord:
+        """Sets the time to live to `timeout_s` from now (may shorten it)."""
+        self.check_timeout(timeout_s)
+        located = self._directory.locate(sandbox_id)
+        return await self._nodeagents.set_timeout(
+            located.owner.nodeagent_address, sandbox_id, timeout_s
+        )
+
+    async def connect(self, sandbox_id: str, timeout_s: int | None) -> Connected:
+        """Makes the sandbox usable: running ones only get their TTL raised (never lowered),
+        paused ones are resumed."""
+        if timeout_s is not None:
+            self.check_timeout(timeout_s)
+        located = self._directory.locate(sandbox_id)
+        state = located.record.state
+        if state == PAUSED:
+            return await self._resume(located, timeout_s)
+        if state != RUNNING:
+            raise NotFound(f'sandbox "{sandbox_id}" not found')
+        record = located.record
+        if timeout_s is not None and self._clock() + timeout_s > record.end_at.seconds:
+            record = await self.set_timeout(sandbox_id, timeout_s)
+        return Connected(record, resumed=False)
+
+    async def resume(self, sandbox_id: str, timeout_s: int | None) -> Connected:
+        """Legacy `/resume`: only for paused sandboxes."""
+        located = self._directory.locate(sandbox_id)
+        if located.record.state != PAUSED:
+            raise Conflict(f'sandbox "{sandbox_id}" is not paused')
+        return await self._resume(located, timeout_s)
+
+    async def _resume(self, located: Located, timeout_s: int | None) -> Connected:
+        # Pause/resume arrives with the node agent's Resume RPC; this is where it plugs in.
+        raise Conflict(
+            f'sandbox "{located.record.sandbox_id}" is paused: resuming is not supported yet'
+        )
+
+    def check_timeout(self, timeout_s: int) -> None:
+        if not 0 < timeout_s <= self._max_timeout:
+            raise InvalidArgument(f"timeout must be between 1 and {self._max_timeout} seconds")
+
+
+def _visible(record: cluster_pb2.SandboxRecord) -> cluster_pb2.SandboxRecord:
+    if record.state in VISIBLE_STATES:
+        return record
+    if record.state == cluster_pb2.SANDBOX_STATE_LOST:
+        raise NotFound(f'sandbox "{record.sandbox_id}" was lost with its node')
+    raise NotFound(f'sandbox "{record.sandbox_id}" not found')
+
+
+def _matches(record: cluster_pb2.SandboxRecord, query: ListQuery) -> bool:
+    if record.state not in query.states:
+        return False
+    if any(record.metadata.get(k) != v for k, v in query.metadata.items()):
+        return False
+    if query.template is not None and query.template not in (record.template_id, record.alias):
+        return False
+    if query.started_after is not None:
+        started_s: float = record.started_at.ToNanoseconds() / 1e9
+        return started_s > query.started_after.timestamp()
+    return True
+
+
+def _order_key(record: cluster_pb2.SandboxRecord) -> tuple[int, str]:
+    return (record.started_at.ToNanoseconds(), record.sandbox_id)
+
+
+def _encode_cursor(key: tuple[int, str]) -> str:
+    return base64.urlsafe_b64encode(f"{key[0]}:{key[1]}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(token: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        nanos, _, sandbox_id = raw.partition(":")
+        return (int(nanos), sandbox_id)
+    except (binascii.Error, UnicodeDecodeError, ValueError) as err:
+        raise InvalidArgument("invalid nextToken") from err

@@ -1,0 +1,96 @@
+"""Fake scheduler and node agent: real grpc.aio servers implementing the generated servicers,
+with sandbox records kept in an InMemoryClusterView (standing in for the etcd mirror)."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
+from aenv_common.errors import NotFound
+from aenv_gateway.directory import InMemoryClusterView
+
+NODE_ID = "node1"
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+class FakeScheduler(scheduler_pb2_grpc.SchedulerServiceServicer):
+    def __init__(self, templates: set[str], placement: scheduler_pb2.Placement) -> None:
+        self.templates = templates
+        self.placement = placement
+        self.calls = 0
+
+    async def Schedule(
+        self, request: scheduler_pb2.ScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.ScheduleResponse:
+        self.calls += 1
+        if request.spec.template_id not in self.templates:
+            raise NotFound(f'template "{request.spec.template_id}" not found')
+        return scheduler_pb2.ScheduleResponse(placement=self.placement)
+
+
+class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
+    """Writes records into the view like the real agent writes them into etcd."""
+
+    def __init__(self, view: InMemoryClusterView) -> None:
+        self.view = view
+        self.specs: list[cluster_pb2.SandboxSpec] = []
+
+    async def CreateSandbox(
+        self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.CreateSandboxResponse:
+        spec = request.spec
+        self.specs.append(spec)
+        now = time.time()
+        record = cluster_pb2.SandboxRecord(
+            sandbox_id=spec.sandbox_id,
+            node_id=NODE_ID,
+            template_id=spec.template_id,
+            state=cluster_pb2.SANDBOX_STATE_RUNNING,
+            resources=cluster_pb2.Resources(vcpus=2, memory_mib=512, disk_mib=1024),
+            metadata=spec.metadata,
+            started_at=_timestamp(now),
+            end_at=_timestamp(now + spec.timeout_seconds),
+            envd_access_token=spec.envd_access_token,
+            envd_version="0.5.7",
+            alias=spec.template_id,
+            network=spec.network,
+            lifecycle=spec.lifecycle,
+            env_vars=spec.env_vars,
+        )
+        self.view.sandbox_records[record.sandbox_id] = record
+        return nodeagent_pb2.CreateSandboxResponse(sandbox=record)
+
+    def _record(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        record = self.view.sandbox_records.get(sandbox_id)
+        if record is None:
+            raise NotFound(f'sandbox "{sandbox_id}" not found')
+        return record
+
+    async def GetSandbox(
+        self, request: nodeagent_pb2.GetSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.GetSandboxResponse:
+        return nodeagent_pb2.GetSandboxResponse(sandbox=self._record(request.sandbox_id))
+
+    async def KillSandbox(
+        self, request: nodeagent_pb2.KillSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.KillSandboxResponse:
+        self._record(request.sandbox_id)
+        del self.view.sandbox_records[request.sandbox_id]
+        return nodeagent_pb2.KillSandboxResponse()
+
+    async def SetSandboxTimeout(
+        self, request: nodeagent_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.SetSandboxTimeoutResponse:
+        record = self._record(request.sandbox_id)
+        record.end_at.CopyFrom(_timestamp(time.time() + request.timeout_seconds))
+        return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=record)

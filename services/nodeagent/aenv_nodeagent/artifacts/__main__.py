@@ -1,0 +1,70 @@
+"""`python -m aenv_nodeagent.artifacts build --cache-dir DIR [--envd-package PATH ...]`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from aenv_common.errors import AenvError
+from rich.console import Console
+from rich.table import Table
+
+from . import build_guest_artifacts
+from .cache import CacheEntry
+from .rootfs import ensure_base_rootfs_build
+
+app = typer.Typer(add_completion=False, help="Build or reuse aenv guest artifacts.")
+console = Console()
+
+
+@app.callback()
+def main() -> None:
+    """Guest artifact builder (subcommand required, so `build` stays explicit)."""
+
+
+@app.command()
+def build(
+    cache_dir: Annotated[Path, typer.Option(help="Artifact cache directory.")],
+    envd_package: Annotated[
+        list[Path] | None, typer.Option(help="Local package dir to install on the tools disk.")
+    ] = None,
+    rootfs: Annotated[bool, typer.Option(help="Also build the base template rootfs.")] = True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Build whatever is missing from the cache and print what was built or reused."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    try:
+        asyncio.run(_build(cache_dir.resolve(), envd_package or [], rootfs))
+    except AenvError as exc:
+        console.print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(1) from exc
+
+
+async def _build(cache_dir: Path, packages: list[Path], with_rootfs: bool) -> None:
+    guest = build_guest_artifacts(cache_dir, packages)
+    if with_rootfs:
+        result, base = await asyncio.gather(guest, ensure_base_rootfs_build(cache_dir))
+    else:
+        result, base = await guest, None
+    table = Table("artifact", "status", "seconds", "path")
+    artifacts = result.artifacts
+    paths = {"kernel": artifacts.kernel, "initramfs": artifacts.initrd,
+             "toolsdisk": artifacts.tools_disk}
+    for kind, entry in result.entries.items():
+        table.add_row(kind, *_status(entry), str(paths[kind]))
+    if base is not None:
+        table.add_row("rootfs-base", *_status(base.entry), str(base.image.path))
+    console.print(table)
+    console.print(f"kernel {artifacts.kernel_version}  digest {artifacts.digest}")
+    console.print(f"cmdline {artifacts.cmdline}")
+
+
+def _status(entry: CacheEntry) -> tuple[str, str]:
+    return ("built", f"{entry.seconds:.1f}") if entry.built else ("reused", "-")
+
+
+if __name__ == "__main__":
+    app()

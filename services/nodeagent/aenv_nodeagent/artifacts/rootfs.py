@@ -1,0 +1,100 @@
+"""Base template rootfs: Debian bookworm minbase + a few tools + user `user`, as read-only qcow2.
+
+mmdebstrap is given the host's own apt source files (never a mirror name), so the build uses
+whatever mirror or snapshot this machine is configured for.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from aenv_common.errors import Unavailable
+
+from .cache import CacheEntry, CacheKey, cached_build
+from .proc import run
+
+_BUILD_VERSION = "1"
+SUITE = "bookworm"
+BASE_PACKAGES = ("bash", "coreutils", "python3", "procps", "iproute2", "ca-certificates", "sudo")
+IMAGE_SIZE = "2G"  # sparse: only written blocks use host disk
+USER_NAME = "user"
+USER_UID = 1000
+
+# Runs inside the chroot after package installation ($1 is the target directory).
+_CUSTOMIZE = (
+    f'chroot "$1" useradd --create-home --uid {USER_UID} --user-group --shell /bin/bash'
+    f" {USER_NAME}",
+    f"echo '{USER_NAME} ALL=(ALL) NOPASSWD:ALL' > \"$1/etc/sudoers.d/{USER_NAME}\"",
+    f'chmod 0440 "$1/etc/sudoers.d/{USER_NAME}"',
+    'echo aenv > "$1/etc/hostname"',
+    'mkdir -p "$1/opt/aenv"',
+)
+
+
+@dataclass(frozen=True)
+class RootfsImage:
+    path: Path
+    digest: str
+    packages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RootfsBuild:
+    image: RootfsImage
+    entry: CacheEntry
+
+
+def host_apt_sources() -> list[Path]:
+    """The host's enabled apt source files, in the order apt reads them."""
+    sources = [Path(p) for p in ("/etc/apt/sources.list",) if os.path.getsize(p) > 0] if Path(
+        "/etc/apt/sources.list").exists() else []
+    sources += [Path(p) for p in sorted(glob.glob("/etc/apt/sources.list.d/*.sources"))]
+    sources += [Path(p) for p in sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]
+    if not sources:
+        raise Unavailable("no apt sources configured on this host (/etc/apt/sources.list.d)")
+    return sources
+
+
+async def _debootstrap(target: Path) -> None:
+    customize = [arg for hook in _CUSTOMIZE for arg in ("--customize-hook", hook)]
+    await run([
+        "mmdebstrap", "--quiet", "--mode=root", "--variant=minbase", "--format=directory",
+        "--include=" + ",".join(BASE_PACKAGES), *customize, SUITE, target,
+        *host_apt_sources(),
+    ])
+    # apt lists and caches are useless in a template and large
+    for junk in ("var/lib/apt/lists", "var/cache/apt"):
+        shutil.rmtree(target / junk, ignore_errors=True)
+
+
+async def _build_rootfs(tmp: Path) -> None:
+    tree, raw, qcow2 = tmp / "tree", tmp / "rootfs.ext4", tmp / "rootfs.qcow2"
+    await _debootstrap(tree)
+    await run(["mkfs.ext4", "-q", "-F", "-L", "aenv-root", "-d", tree, raw, IMAGE_SIZE])
+    await run(["qemu-img", "convert", "-O", "qcow2", raw, qcow2])
+    raw.unlink()
+    shutil.rmtree(tree)
+    qcow2.chmod(0o444)  # a base is shared by every sandbox's overlay: never written
+
+
+async def ensure_base_rootfs(cache_dir: Path) -> RootfsImage:
+    return (await ensure_base_rootfs_build(cache_dir)).image
+
+
+async def ensure_base_rootfs_build(cache_dir: Path) -> RootfsBuild:
+    key = (
+        CacheKey("rootfs")
+        .add("build", _BUILD_VERSION)
+        .add("suite", SUITE)
+        .add("packages", ",".join(BASE_PACKAGES))
+        .add("customize", "\n".join(_CUSTOMIZE))
+        .add("size", IMAGE_SIZE)
+        .hexdigest()
+    )
+    entry = await cached_build(cache_dir, "rootfs-base", key, _build_rootfs)
+    image = RootfsImage(entry.path / "rootfs.qcow2", key, BASE_PACKAGES)
+    return RootfsBuild(image, entry)

@@ -1,0 +1,58 @@
+"""The node agent's settings: one typed place, read from `AENV_NODEAGENT_*` (and `AENV_*`)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from aenv_common.config import CommonSettings
+
+
+class NodeAgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AENV_NODEAGENT_", extra="ignore")
+
+    common: CommonSettings = Field(default_factory=CommonSettings)
+    node_id: str = Field(default_factory=socket.gethostname)
+    listen: str = "127.0.0.1:50052"
+    # Data-plane proxy into this node's sandboxes.
+    proxy_listen: str = "127.0.0.1:50080"
+    # Addresses other services use to reach us (defaults: the listen addresses).
+    advertise_address: str | None = None
+    advertise_proxy_address: str | None = None
+    # Guest artifacts and template bases (shared by test runs: keyed by their inputs).
+    cache_dir: Path | None = None
+    # Per-sandbox state: overlays, device state, memory files, QMP sockets.
+    state_dir: Path | None = None
+    # A PVM guest kernel (CONFIG_PVM_GUEST); without it a PVM host runs guests under TCG.
+    pvm_guest_kernel: Path | None = None
+    # Capacity this node offers to the scheduler.
+    capacity_vcpus: int = 64
+    capacity_memory_mib: int = 16384
+    # Defaults of the `base` template.
+    default_vcpus: int = 1
+    default_memory_mib: int = 512
+    default_disk_mib: int = 2048
+    tcg_tb_mib: int = 32
+    # Network slots: names `<prefix>-<n>`, host addresses carved from the pool.
+    net_prefix: str = "aenv"
+    net_pool_cidr: str = "10.211.0.0/16"
+    # Cold boots under TCG occasionally hang silently: each attempt is bounded and retried.
+    boot_timeout_s: float = 90.0
+    boot_attempts: int = 3
+    restore_ready_timeout_s: float = 30.0
+    heartbeat_ttl_s: int = 10
+
+    def resolved_cache_dir(self) -> Path:
+        return self.cache_dir or self.common.home / "cache"
+
+    def resolved_state_dir(self) -> Path:
+        return self.state_dir or self.common.home / "nodeagent"
+
+    def nodeagent_address(self) -> str:
+        return self.advertise_address or self.listen
+
+    def proxy_address(self) -> str:
+        return self.advertise_proxy_address or self.proxy_listen

@@ -1,0 +1,74 @@
+"""The node agent's side of envd: readiness and `/init` after every boot, restore or fork."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+import aiohttp
+
+from aenv_common.errors import DeadlineExceeded, Internal
+
+ENVD_PORT = 49983
+
+
+class EnvdClient:
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    async def wait_healthy(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> float:
+        """Polls `GET /health` until envd answers; returns the seconds it took."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        url = f"http://{host}:{port}/health"
+        last_error = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                probe = self._session.get(url, timeout=aiohttp.ClientTimeout(total=2))
+                async with probe as resp:
+                    if resp.status < 300:
+                        return time.monotonic() - started
+                    last_error = f"HTTP {resp.status}"
+            except (aiohttp.ClientError, TimeoutError) as err:
+                last_error = type(err).__name__
+            # Short sleeps: a restored guest answers within a few ms on KVM.
+            await asyncio.sleep(0.005)
+        raise DeadlineExceeded(
+            f"envd did not become healthy within {timeout_s:.0f}s ({last_error})"
+        )
+
+    async def init(
+        self,
+        host: str,
+        *,
+        env_vars: Mapping[str, str],
+        access_token: str,
+        default_user: str = "user",
+        default_workdir: str = "/home/user",
+        current_token: str | None = None,
+        port: int = ENVD_PORT,
+    ) -> str:
+        """Hands the guest its identity: env vars, access token, the host's clock (a restored
+        guest's clock is behind by the paused time) and fresh entropy (a restored guest's RNG state
+        is a clone of the snapshot's). Returns envd's version."""
+        body = {
+            "envVars": dict(env_vars),
+            "accessToken": access_token,
+            "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            "defaultUser": default_user,
+            "defaultWorkdir": default_workdir,
+            "entropy": base64.b64encode(os.urandom(64)).decode(),
+        }
+        url = f"http://{host}:{port}/init"
+        # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
+        headers = {"X-Access-Token": current_token} if current_token else {}
+        async with self._session.post(
+            url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+        ) as resp:
+            if resp.status >= 300:
+                raise Internal(f"envd /init failed: HTTP {resp.status} {await resp.text()}")
+            return resp.headers.get("X-Envd-Version", "0.0.0")

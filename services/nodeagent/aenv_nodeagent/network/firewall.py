@@ -1,0 +1,103 @@
+"""nftables rulesets for one slot's netns, rendered as `nft -f` text (pure, no I/O).
+
+Inside the netns: TCP to the netns end of the veth is DNATed to the guest (same port) and
+masqueraded to the tap address, so the host reaches every guest port at ``<ns_ip>:<port>`` and
+replies always come back through the netns. Guest-originated traffic is filtered in the ``egress``
+chain, which ``update_policy`` replaces in one nft transaction.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from .policy import ALWAYS_BLOCKED, EgressPolicy, IPNetwork, parse_cidrs
+from .slots import GUEST_IP, NS_VETH_NAME, TAP_NAME, NetSlot
+
+TABLE = "aenv"
+FAMILY = "inet"
+
+
+def render_ruleset(slot: NetSlot, policy: EgressPolicy, blocked_extra: Iterable[str]) -> str:
+    """The whole table for a fresh netns. ``blocked_extra``: addresses the guest must never
+    reach besides ALWAYS_BLOCKED (the root netns's own addresses, the slot pool)."""
+    return "\n".join(
+        [
+            f"table {FAMILY} {TABLE} {{",
+            "  chain prerouting {",
+            "    type nat hook prerouting priority dstnat; policy accept;",
+            f'    iifname "{NS_VETH_NAME}" ip daddr {slot.ns_ip} meta l4proto tcp '
+            f"dnat ip to {GUEST_IP}",
+            "  }",
+            "  chain postrouting {",
+            "    type nat hook postrouting priority srcnat; policy accept;",
+            f'    oifname "{TAP_NAME}" ct status dnat masquerade',
+            "  }",
+            "  chain input {",
+            "    type filter hook input priority filter; policy accept;",
+            f'    iifname "{TAP_NAME}" ct state established,related accept',
+            f'    iifname "{TAP_NAME}" drop',
+            "  }",
+            "  chain forward {",
+            "    type filter hook forward priority filter; policy drop;",
+            "    ct state established,related accept",
+            "    ct state invalid drop",
+            f'    iifname "{NS_VETH_NAME}" oifname "{TAP_NAME}" ct status dnat accept',
+            f'    iifname "{TAP_NAME}" jump egress',
+            "  }",
+            "  chain egress {",
+            *_indent(render_egress_rules(policy, blocked_extra)),
+            "  }",
+            "}",
+            "",
+        ]
+    )
+
+
+def render_policy_update(policy: EgressPolicy, blocked_extra: Iterable[str]) -> str:
+    """Replace the egress chain's rules; nft applies the file as one atomic transaction."""
+    return "\n".join(
+        [
+            f"flush chain {FAMILY} {TABLE} egress",
+            f"table {FAMILY} {TABLE} {{",
+            "  chain egress {",
+            *_indent(render_egress_rules(policy, blocked_extra)),
+            "  }",
+            "}",
+            "",
+        ]
+    )
+
+
+def render_egress_rules(policy: EgressPolicy, blocked_extra: Iterable[str]) -> list[str]:
+    """Rules for guest-originated new connections: blocked ranges first (no allow entry can
+    reopen them), then the internet switch, then deny (wins), then the allow list."""
+    blocked = [*parse_cidrs(list(ALWAYS_BLOCKED)), *parse_cidrs(list(blocked_extra))]
+    rules = _match_rules(blocked, "drop")
+    if not policy.allow_internet:
+        return [*rules, "drop"]
+    rules += _match_rules(parse_cidrs(policy.deny_out), "drop")
+    allowed = parse_cidrs(policy.allow_out)
+    if not allowed:
+        return [*rules, "accept"]
+    return [*rules, *_match_rules(allowed, "accept"), "drop"]
+
+
+def _match_rules(networks: list[IPNetwork], verdict: str) -> list[str]:
+    v4 = [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in networks if isinstance(n, ipaddress.IPv6Network)]
+    rules = []
+    if v4:
+        rules.append(f"ip daddr {_set(ipaddress.collapse_addresses(v4))} {verdict}")
+    if v6:
+        rules.append(f"ip6 daddr {_set(ipaddress.collapse_addresses(v6))} {verdict}")
+    return rules
+
+
+def _set(networks: Iterable[IPNetwork]) -> str:
+    # Collapsed first: an anonymous interval set rejects overlapping elements.
+    return "{ " + ", ".join(str(n) for n in networks) + " }"
+
+
+def _indent(rules: list[str]) -> list[str]:
+    return [f"    {rule}" for rule in rules]

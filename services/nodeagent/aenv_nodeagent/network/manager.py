@@ -1,0 +1,170 @@
+"""NetworkManager: allocates slot indices and builds, re-policies, finds and removes slots.
+
+Slots are independent of any sandbox: ``create_slot`` can run ahead of time (a warm pool) and
+``update_policy`` applied when the slot is handed to a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from functools import partial
+
+from aenv_common.errors import AenvError, Internal, ResourceExhausted
+
+from . import firewall, slotops
+from .namespaces import list_netns, netns_exists, run_in_fresh_thread
+from .policy import EgressPolicy
+from .slots import (
+    NetSlot,
+    NetworkConfig,
+    index_from_host_veth,
+    index_from_netns,
+    netns_name,
+    slot_for,
+)
+
+log = logging.getLogger(__name__)
+
+
+class NetworkManager:
+    def __init__(self, config: NetworkConfig) -> None:
+        self._config = config
+        self._in_use: set[int] = set()  # indices this process holds or is building
+        self._building: set[int] = set()
+        # Policy last applied per netns: re-applying an equal one is skipped, because an nft
+        # transaction that deletes rules waits for an RCU grace period (~10-15 ms here).
+        self._applied: dict[str, EgressPolicy] = {}
+
+    @property
+    def config(self) -> NetworkConfig:
+        return self._config
+
+    async def create_slot(self, policy: EgressPolicy) -> NetSlot:
+        """Build a slot at the lowest free index. On failure nothing is left behind and
+        Internal (or ResourceExhausted when the pool is full) is raised."""
+        slot = slot_for(self._config, self._reserve_index())
+        self._building.add(slot.index)
+        started = time.perf_counter()
+        try:
+            await run_in_fresh_thread(
+                partial(slotops.build_slot, slot, partial(self._ruleset, slot, policy)),
+                name=f"netns-build-{slot.netns}",
+            )
+        except Exception as exc:
+            await self._discard(slot)
+            if isinstance(exc, AenvError):
+                raise
+            raise Internal(f"creating network slot {slot.netns} failed: {exc}") from exc
+        except BaseException:  # cancelled: the build thread has finished, undo its work
+            await self._discard(slot)
+            raise
+        finally:
+            self._building.discard(slot.index)
+        self._applied[slot.netns] = policy
+        log.info(
+            "network slot created",
+            extra={"netns": slot.netns, "ns_ip": slot.ns_ip, "ms": _ms_since(started)},
+        )
+        return slot
+
+    async def destroy_slot(self, slot: NetSlot) -> None:
+        """Remove the slot's nft table, tap, veth and netns; safe to repeat."""
+        try:
+            removed = await run_in_fresh_thread(
+                partial(slotops.teardown_slot, slot), name=f"netns-teardown-{slot.netns}"
+            )
+        except Exception as exc:
+            raise Internal(f"destroying network slot {slot.netns} failed: {exc}") from exc
+        self._in_use.discard(slot.index)
+        self._applied.pop(slot.netns, None)
+        if removed:
+            log.info("network slot destroyed", extra={"netns": slot.netns})
+
+    async def update_policy(self, slot: NetSlot, policy: EgressPolicy) -> None:
+        """Replace the slot's egress rules in one nft transaction (no-op if unchanged)."""
+        if self._applied.get(slot.netns) == policy:
+            return
+        try:
+            await run_in_fresh_thread(
+                partial(slotops.apply_in_slot, slot, partial(self._policy_update, policy)),
+                name=f"netns-policy-{slot.netns}",
+            )
+        except AenvError:
+            raise
+        except Exception as exc:
+            raise Internal(f"updating egress policy of {slot.netns} failed: {exc}") from exc
+        self._applied[slot.netns] = policy
+        log.info(
+            "egress policy updated",
+            extra={"netns": slot.netns, "allow_internet": policy.allow_internet},
+        )
+
+    async def existing_slots(self) -> list[NetSlot]:
+        """Slots of this prefix present in the kernel (after a restart); they count as in use."""
+        slots = [slot_for(self._config, index) for index in self._netns_indices()]
+        self._in_use.update(slot.index for slot in slots)
+        return slots
+
+    async def destroy_orphans(self, keep: set[str]) -> list[str]:
+        """Remove this prefix's slots whose netns name is not in ``keep`` (including half-built
+        ones: a host veth without its netns). Slots being built right now are spared."""
+        indices = set(self._netns_indices()) | set(self._host_veth_indices())
+        orphans = [slot_for(self._config, index) for index in sorted(indices - self._building)]
+        orphans = [slot for slot in orphans if slot.netns not in keep]
+        await asyncio.gather(*(self.destroy_slot(slot) for slot in orphans))
+        removed = [slot.netns for slot in orphans]
+        if removed:
+            log.warning("removed orphaned network slots", extra={"netns": removed})
+        return removed
+
+    def _reserve_index(self) -> int:
+        """Lowest index neither held here nor present in the kernel. Synchronous, so concurrent
+        create_slot calls on one event loop never pick the same index."""
+        prefix = self._config.prefix
+        for index in range(self._config.capacity):
+            if index in self._in_use:
+                continue
+            slot = slot_for(self._config, index)
+            if netns_exists(slot.netns) or os.path.exists(f"/sys/class/net/{slot.host_veth}"):
+                continue
+            self._in_use.add(index)
+            return index
+        raise ResourceExhausted(f"no free network slot with prefix {prefix!r}")
+
+    async def _discard(self, slot: NetSlot) -> None:
+        try:
+            await self.destroy_slot(slot)
+        except Internal:
+            log.exception("cleanup of failed network slot failed", extra={"netns": slot.netns})
+
+    def _ruleset(self, slot: NetSlot, policy: EgressPolicy, host_addresses: list[str]) -> str:
+        return firewall.render_ruleset(slot, policy, self._blocked_extra(host_addresses))
+
+    def _policy_update(self, policy: EgressPolicy, host_addresses: list[str]) -> str:
+        return firewall.render_policy_update(policy, self._blocked_extra(host_addresses))
+
+    def _blocked_extra(self, host_addresses: list[str]) -> list[str]:
+        # The root netns's own addresses and every other slot, besides the always-blocked ranges.
+        return [self._config.pool_cidr, *host_addresses]
+
+    def _netns_indices(self) -> list[int]:
+        prefix = self._config.prefix
+        found = (index_from_netns(prefix, name) for name in list_netns())
+        return sorted(i for i in found if i is not None and i < self._config.capacity)
+
+    def _host_veth_indices(self) -> list[int]:
+        prefix = self._config.prefix
+        found = (index_from_host_veth(prefix, name) for name in os.listdir("/sys/class/net"))
+        return sorted(
+            index
+            for index in found
+            if index is not None and index < self._config.capacity
+            if not netns_exists(netns_name(prefix, index))
+        )
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)

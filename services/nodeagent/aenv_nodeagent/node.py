@@ -1,0 +1,184 @@
+"""The node agent assembled: guest artifacts, template snapshots, sandboxes, gRPC API, data-plane
+proxy and cluster registration, started and stopped as one unit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import time
+from pathlib import Path
+
+import aiohttp
+import grpc
+import uvicorn
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2_grpc
+from aenv_common.cluster import ClusterStore, NodeRegistration
+from aenv_common.grpc_server import start_grpc_server
+from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
+from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.proxy import build_proxy_app
+from aenv_nodeagent.recovery import recover
+from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.servicer import NodeAgentServicer
+from aenv_nodeagent.templates import TemplateInputs, TemplateStore
+from aenv_nodeagent.vmm import AcceleratorChoice, detect_accelerator
+
+log = logging.getLogger(__name__)
+
+BASE_TEMPLATE = "base"
+
+
+def default_envd_packages() -> list[Path]:
+    """Source trees installed onto every guest's tools disk: the generated protos and envd. Only
+    their location is looked up; nothing of envd is imported here."""
+    found: list[Path] = []
+    for module, levels in (("envd", 3), ("aenv_envd", 2)):
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"cannot locate the {module} package for the guest tools disk")
+        found.append(Path(spec.origin).parents[levels - 1])
+    return found
+
+
+async def base_template_inputs(
+    settings: NodeAgentSettings, accel: AcceleratorChoice
+) -> TemplateInputs:
+    """What the `base` template is made of on this node (artifacts are built if missing)."""
+    cache = settings.resolved_cache_dir()
+    artifacts, rootfs = await asyncio.gather(
+        ensure_guest_artifacts(cache, default_envd_packages()), ensure_base_rootfs(cache)
+    )
+    return TemplateInputs(
+        BASE_TEMPLATE, artifacts, rootfs, accel,
+        vcpus=settings.default_vcpus, memory_mib=settings.default_memory_mib,
+        disk_mib=settings.default_disk_mib, tcg_tb_mib=settings.tcg_tb_mib,
+    )
+
+
+class NodeAgent:
+    def __init__(self, settings: NodeAgentSettings) -> None:
+        self.settings = settings
+        self.accel: AcceleratorChoice | None = None
+        self.kernel_version = ""
+        self._store: ClusterStore | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._proxy: uvicorn.Server | None = None
+        self._tasks: list[asyncio.Task[object]] = []
+        self._registration: NodeRegistration | None = None
+        self.manager: SandboxManager | None = None
+        self.templates: TemplateStore | None = None
+        self.grpc_port = 0
+
+    async def start(self) -> None:
+        s = self.settings
+        self.accel = detect_accelerator(s.pvm_guest_kernel)
+        self._store = store = await ClusterStore.connect(s.common)
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        envd = EnvdClient(self._session)
+        network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
+        sandboxes_dir = s.resolved_state_dir() / "sandboxes"
+        await recover(s.node_id, sandboxes_dir, network, store, await store.list_sandboxes())
+
+        self.templates = await self._prepare_templates(network, envd)
+        self.manager = SandboxManager(
+            s.node_id, s.resolved_state_dir(), self.templates, network, envd, store,
+            ready_timeout_s=s.restore_ready_timeout_s,
+        )
+        servicer = NodeAgentServicer(self.manager, self.node_record)
+        self._grpc, self.grpc_port = await start_grpc_server(
+            s.listen,
+            [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer,
+              "aenv.nodeagent.v1.NodeAgentService")],
+        )
+        await self._start_proxy()
+        self._registration = NodeRegistration(store, self.node_record, ttl=s.heartbeat_ttl_s)
+        await self._registration.start()
+        self.manager.on_allocation_change = self._registration.publish
+        self._tasks.append(asyncio.create_task(self.manager.run_expiry()))
+        log.info(
+            "node agent ready",
+            extra={"node_id": s.node_id, "accelerator": str(self.accel.accel),
+                   "reason": self.accel.reason, "grpc": s.listen, "proxy": s.proxy_listen},
+        )
+
+    async def _prepare_templates(self, network: NetworkManager, envd: EnvdClient) -> TemplateStore:
+        s = self.settings
+        assert self.accel is not None and self._store is not None
+        inputs = await base_template_inputs(s, self.accel)
+        self.kernel_version = inputs.artifacts.kernel_version
+        templates = TemplateStore(
+            s.resolved_cache_dir() / "templates", network, envd,
+            boot_timeout_s=s.boot_timeout_s, boot_attempts=s.boot_attempts,
+        )
+        templates.register(inputs)
+        snap = await templates.get(BASE_TEMPLATE)
+        created = Timestamp()
+        created.GetCurrentTime()
+        await self._store.put_template(cluster_pb2.TemplateRecord(
+            template_id=BASE_TEMPLATE,
+            aliases=[BASE_TEMPLATE],
+            default_resources=cluster_pb2.Resources(
+                vcpus=snap.vcpus, memory_mib=snap.memory_mib, disk_mib=snap.disk_mib),
+            envd_version=snap.envd_version,
+            created_at=created,
+        ))
+        return templates
+
+    async def _start_proxy(self) -> None:
+        assert self.manager is not None and self._session is not None
+        host, _, port = self.settings.proxy_listen.rpartition(":")
+        config = uvicorn.Config(
+            build_proxy_app(self.manager, self._session), host=host, port=int(port),
+            log_config=None, access_log=False, lifespan="off", timeout_keep_alive=75,
+        )
+        self._proxy = uvicorn.Server(config)
+        self._tasks.append(asyncio.create_task(self._proxy.serve()))
+        while not self._proxy.started:  # noqa: ASYNC110 - uvicorn offers no start event
+            await asyncio.sleep(0.01)
+
+    def node_record(self) -> cluster_pb2.NodeRecord:
+        s = self.settings
+        now = Timestamp()
+        now.FromNanoseconds(time.time_ns())
+        manager, templates = self.manager, self.templates
+        return cluster_pb2.NodeRecord(
+            node_id=s.node_id,
+            nodeagent_address=s.nodeagent_address(),
+            proxy_address=s.proxy_address(),
+            capacity=cluster_pb2.Resources(
+                vcpus=s.capacity_vcpus, memory_mib=s.capacity_memory_mib),
+            allocated=manager.allocated() if manager else cluster_pb2.Resources(),
+            sandbox_count=len(manager.all()) if manager else 0,
+            cached_templates=[t.template_id for t in templates.cached()] if templates else [],
+            accelerator=str(self.accel.accel) if self.accel else "",
+            kernel_version=self.kernel_version,
+            heartbeat_time=now,
+        )
+
+    async def stop(self) -> None:
+        """Kills every sandbox (nothing survives a stop yet), then closes the servers."""
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        if self.manager is not None:
+            await self.manager.kill_all()
+        if self._proxy is not None:
+            self._proxy.should_exit = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._registration is not None:
+            await self._registration.stop()
+        if self._session is not None:
+            await self._session.close()
+        if self._store is not None:
+            await self._store.close()

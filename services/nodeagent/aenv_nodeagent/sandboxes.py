@@ -1,0 +1,337 @@
+"""Sandboxes on this node: restore a template snapshot into a new microVM, track, expire, kill.
+
+A create never cold-boots: it maps the template's frozen RAM copy-on-write, puts a private qcow2
+overlay over the template's frozen disk layer, loads the device state, and hands envd its
+identity. Whatever fails along the way is undone, so a failed create leaks nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from opentelemetry import trace
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Conflict, InvalidArgument, NotFound
+from aenv_common.ids import is_valid_sandbox_id
+from aenv_nodeagent.disks import create_overlay
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager, netns_exec_prefix
+from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore, vm_spec
+from aenv_nodeagent.vmm import QemuVm
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+DEFAULT_TIMEOUT_S = 300
+MAX_TIMEOUT_S = 24 * 3600
+
+
+class SandboxRecords(Protocol):
+    """Where sandbox records are published (etcd in production); this node is their only writer."""
+
+    async def put_sandbox(self, rec: cluster_pb2.SandboxRecord) -> object: ...
+    async def delete_sandbox(self, sandbox_id: str) -> None: ...
+
+
+@dataclass
+class Sandbox:
+    record: cluster_pb2.SandboxRecord
+    slot: NetSlot
+    vm: QemuVm
+    directory: Path
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        """Where the node reaches the guest's ports (DNAT inside the sandbox's netns)."""
+        return self.slot.ns_ip
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def egress_policy(net: cluster_pb2.NetworkPolicy) -> EgressPolicy:
+    return EgressPolicy(
+        allow_internet=net.allow_internet_access,
+        allow_out=list(net.allow_out),
+        deny_out=list(net.deny_out),
+    )
+
+
+class SandboxManager:
+    def __init__(
+        self,
+        node_id: str,
+        state_dir: Path,
+        templates: TemplateStore,
+        network: NetworkManager,
+        envd: EnvdClient,
+        records: SandboxRecords,
+        *,
+        ready_timeout_s: float,
+    ) -> None:
+        self._node_id = node_id
+        self._dir = state_dir / "sandboxes"
+        self._templates = templates
+        self._network = network
+        self._envd = envd
+        self._records = records
+        self._ready_timeout_s = ready_timeout_s
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._busy: set[str] = set()
+        # Called after this node's allocation changed (the node record carries it to the
+        # scheduler, whose reservations end once the node reports the sandbox).
+        self.on_allocation_change: Callable[[], Awaitable[None]] | None = None
+
+    # --- queries -------------------------------------------------------------------------------
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        try:
+            return self._sandboxes[sandbox_id]
+        except KeyError:
+            raise NotFound(f"sandbox \"{sandbox_id}\" not found") from None
+
+    def find(self, sandbox_id: str) -> Sandbox | None:
+        return self._sandboxes.get(sandbox_id)
+
+    def all(self) -> list[Sandbox]:
+        return list(self._sandboxes.values())
+
+    def allocated(self) -> cluster_pb2.Resources:
+        total = cluster_pb2.Resources()
+        for sbx in self._sandboxes.values():
+            total.vcpus += sbx.record.resources.vcpus
+            total.memory_mib += sbx.record.resources.memory_mib
+            total.disk_mib += sbx.record.resources.disk_mib
+        return total
+
+    # --- create --------------------------------------------------------------------------------
+
+    async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
+        _validate(spec)
+        if spec.sandbox_id in self._sandboxes or spec.sandbox_id in self._busy:
+            raise Conflict(f"sandbox \"{spec.sandbox_id}\" already exists")
+        self._busy.add(spec.sandbox_id)
+        try:
+            with tracer.start_as_current_span("sandbox.create") as span:
+                span.set_attribute("sandbox.id", spec.sandbox_id)
+                span.set_attribute("template.id", spec.template_id)
+                return await self._create(spec)
+        finally:
+            self._busy.discard(spec.sandbox_id)
+
+    async def _create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
+        timings: dict[str, float] = {}
+        template = await _timed(timings, "template", self._templates.get(spec.template_id))
+        _check_resources(spec, template)
+        directory = self._dir / spec.sandbox_id
+        cleanup = _Undo()
+        try:
+            directory.mkdir(parents=True, exist_ok=False)
+            cleanup.push(lambda: _rmtree(directory))
+            slot, _ = await asyncio.gather(
+                _timed(timings, "network", self._network.create_slot(egress_policy(spec.network))),
+                _timed(timings, "overlay", create_overlay(template.disk, directory / "disk.qcow2")),
+            )
+            cleanup.push(lambda: self._network.destroy_slot(slot))
+            vm = await _timed(timings, "launch", self._launch(template, directory, slot))
+            cleanup.push(vm.shutdown)
+            await _timed(timings, "restore", vm.restore(template.state))
+            await _timed(
+                timings, "envd_ready", self._envd.wait_healthy(slot.ns_ip, self._ready_timeout_s)
+            )
+            version = await _timed(
+                timings,
+                "envd_init",
+                self._envd.init(
+                    slot.ns_ip, env_vars=spec.env_vars, access_token=spec.envd_access_token
+                ),
+            )
+            record = self._record(spec, template, version)
+            sandbox = Sandbox(record, slot, vm, directory, timings)
+            self._sandboxes[spec.sandbox_id] = sandbox
+            cleanup.push(lambda: self._forget(spec.sandbox_id))
+            await _timed(timings, "publish", self._records.put_sandbox(record))
+        except BaseException:
+            await cleanup.run()
+            raise
+        await self._allocation_changed()
+        log.info(
+            "sandbox created",
+            extra={"sandbox_id": spec.sandbox_id, "template": spec.template_id, **_ms(timings)},
+        )
+        return sandbox
+
+    async def _launch(self, template: TemplateSnapshot, directory: Path, slot: NetSlot) -> QemuVm:
+        inputs = self._templates.inputs(template.template_id)
+        spec = vm_spec(inputs, directory / "disk.qcow2", template.memory, mem_shared=False)
+        return await QemuVm.launch(
+            spec,
+            directory / "vm",
+            incoming=True,
+            argv_prefix=netns_exec_prefix(slot),
+            console_log=directory / "console.log",
+        )
+
+    def _record(
+        self, spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot, envd_version: str
+    ) -> cluster_pb2.SandboxRecord:
+        now = time.time()
+        timeout = spec.timeout_seconds or DEFAULT_TIMEOUT_S
+        return cluster_pb2.SandboxRecord(
+            sandbox_id=spec.sandbox_id,
+            node_id=self._node_id,
+            template_id=spec.template_id,
+            state=cluster_pb2.SANDBOX_STATE_RUNNING,
+            resources=cluster_pb2.Resources(
+                vcpus=template.vcpus, memory_mib=template.memory_mib, disk_mib=template.disk_mib
+            ),
+            metadata=dict(spec.metadata),
+            started_at=_timestamp(now),
+            end_at=_timestamp(now + timeout),
+            envd_access_token=spec.envd_access_token,
+            envd_version=envd_version,
+            alias=spec.template_id,
+            network=spec.network,
+            lifecycle=spec.lifecycle,
+            env_vars=dict(spec.env_vars),
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> cluster_pb2.SandboxRecord:
+        if not 0 <= timeout_s <= MAX_TIMEOUT_S:
+            raise InvalidArgument(f"timeout must be between 0 and {MAX_TIMEOUT_S} seconds")
+        sandbox = self.get(sandbox_id)
+        sandbox.record.end_at.CopyFrom(_timestamp(time.time() + timeout_s))
+        await self._records.put_sandbox(sandbox.record)
+        return sandbox.record
+
+    async def kill(self, sandbox_id: str) -> None:
+        sandbox = self.get(sandbox_id)
+        if sandbox_id in self._busy:
+            raise Conflict(f"sandbox \"{sandbox_id}\" is busy")
+        self._busy.add(sandbox_id)
+        try:
+            with tracer.start_as_current_span("sandbox.kill") as span:
+                span.set_attribute("sandbox.id", sandbox_id)
+                await self._destroy(sandbox)
+        finally:
+            self._busy.discard(sandbox_id)
+        log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
+
+    async def _destroy(self, sandbox: Sandbox) -> None:
+        # QEMU first: the netns lives on while a process holds it.
+        await sandbox.vm.shutdown()
+        await self._network.destroy_slot(sandbox.slot)
+        _rmtree(sandbox.directory)
+        self._forget(sandbox.record.sandbox_id)
+        await self._records.delete_sandbox(sandbox.record.sandbox_id)
+        await self._allocation_changed()
+
+    async def _allocation_changed(self) -> None:
+        if self.on_allocation_change is not None:
+            try:
+                await self.on_allocation_change()
+            except Exception:
+                # The periodic heartbeat publishes it again shortly.
+                log.warning("publishing the node record failed", exc_info=True)
+
+    def _forget(self, sandbox_id: str) -> None:
+        self._sandboxes.pop(sandbox_id, None)
+
+    async def kill_expired(self, now: float | None = None) -> list[str]:
+        now = time.time() if now is None else now
+        expired = [
+            sid
+            for sid, sbx in self._sandboxes.items()
+            if sbx.record.end_at.ToNanoseconds() / 1e9 <= now and sid not in self._busy
+        ]
+        for sid in expired:
+            with contextlib.suppress(NotFound):
+                await self.kill(sid)
+        return expired
+
+    async def run_expiry(self, interval_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.kill_expired()
+            except Exception:
+                log.exception("expiry pass failed")
+
+    async def kill_all(self) -> None:
+        results = await asyncio.gather(
+            *(self.kill(sid) for sid in list(self._sandboxes)), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NotFound):
+                log.error("kill on shutdown failed", extra={"error": repr(result)})
+
+
+class _Undo:
+    """Undo steps of a multi-step operation, run newest first when it fails."""
+
+    def __init__(self) -> None:
+        self._steps: list[Callable[[], Awaitable[object] | object]] = []
+
+    def push(self, step: Callable[[], Awaitable[object] | object]) -> None:
+        self._steps.append(step)
+
+    async def run(self) -> None:
+        for step in reversed(self._steps):
+            try:
+                result = step()
+                if asyncio.iscoroutine(result):
+                    await asyncio.shield(result)
+            except Exception:
+                log.exception("cleanup step failed")
+
+
+async def _timed(timings: dict[str, float], phase: str, awaitable: Awaitable[object]) -> object:
+    started = time.perf_counter()
+    with tracer.start_as_current_span(f"sandbox.{phase}"):
+        result = await awaitable
+    timings[phase] = (time.perf_counter() - started) * 1000
+    return result
+
+
+def _ms(timings: dict[str, float]) -> dict[str, float]:
+    return {f"{phase}_ms": round(ms, 2) for phase, ms in timings.items()}
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _validate(spec: cluster_pb2.SandboxSpec) -> None:
+    if not is_valid_sandbox_id(spec.sandbox_id):
+        raise InvalidArgument(f"invalid sandbox id {spec.sandbox_id!r}")
+    if not spec.template_id:
+        raise InvalidArgument("templateID is required")
+    if spec.timeout_seconds > MAX_TIMEOUT_S:
+        raise InvalidArgument(f"timeout must be at most {MAX_TIMEOUT_S} seconds")
+
+
+def _check_resources(spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot) -> None:
+    """A restore maps the template's RAM as it is: a sandbox has exactly the template's size."""
+    asked = spec.resources
+    if asked.vcpus and asked.vcpus != template.vcpus:
+        raise InvalidArgument(f"template '{template.template_id}' has {template.vcpus} vCPUs")
+    if asked.memory_mib and asked.memory_mib != template.memory_mib:
+        raise InvalidArgument(
+            f"template '{template.template_id}' has {template.memory_mib} MiB of memory"
+        )

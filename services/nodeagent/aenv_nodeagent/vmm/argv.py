@@ -1,0 +1,170 @@
+"""Pure construction of the QEMU command line for a microVM (no I/O, unit-tested)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aenv_nodeagent.vmm.accel import Accelerator
+from aenv_nodeagent.vmm.spec import DiskSpec, NetSpec, VmSpec
+
+QEMU_BINARY = "qemu-system-x86_64"
+
+# Stable device ids: device state restores only into a QEMU with the same device set, in the same
+# order, under the same ids; file paths (overlays, memory file, console) may differ.
+MEMORY_BACKEND_ID = "mem"
+RNG_ID = "rng0"
+BALLOON_ID = "balloon0"
+NETDEV_ID = "net0"
+NIC_ID = "nic0"
+QMP_CHARDEV_ID = "qmp"
+SERIAL_CHARDEV_ID = "serial0"
+
+_CPU_MODEL = {
+    Accelerator.KVM: "host",
+    # PVM aborts on MSR 0x10a (IA32_ARCH_CAPABILITIES) with a plain `-cpu host`.
+    Accelerator.PVM: "host,-arch-capabilities",
+    Accelerator.TCG: "max",
+}
+
+
+@dataclass(frozen=True)
+class VmFiles:
+    """The per-VM files QEMU creates in its work directory."""
+
+    qmp_socket: Path
+    pidfile: Path
+    stderr_log: Path
+
+    @classmethod
+    def in_dir(cls, workdir: Path) -> VmFiles:
+        return cls(workdir / "qmp.sock", workdir / "qemu.pid", workdir / "qemu.stderr")
+
+    def all(self) -> tuple[Path, ...]:
+        return (self.qmp_socket, self.pidfile, self.stderr_log)
+
+
+def opt_value(value: str | Path) -> str:
+    """Escape a value for QEMU's key=value option syntax, where ',' must be doubled."""
+    return str(value).replace(",", ",,")
+
+
+def build_argv(
+    spec: VmSpec,
+    files: VmFiles,
+    *,
+    incoming: bool,
+    console_log: Path | None,
+    qemu_binary: str = QEMU_BINARY,
+) -> list[str]:
+    """The full QEMU argv for `spec`: machine, memory, boot, control, console, then devices."""
+    return [
+        qemu_binary,
+        *_machine_args(spec),
+        *_memory_args(spec),
+        *_boot_args(spec),
+        *_control_args(files, incoming),
+        *_console_args(console_log),
+        *_entropy_and_balloon_args(),
+        *_net_args(spec.net),
+        *(arg for disk in spec.disks for arg in _disk_args(disk)),
+    ]
+
+
+def _machine_args(spec: VmSpec) -> list[str]:
+    # acpi=on: the guest kernel finds virtio-mmio devices only through ACPI. Keep pit/pic/rtc on:
+    # turning them off hangs TCG guests.
+    machine = f"microvm,acpi=on,memory-backend={MEMORY_BACKEND_ID}"
+    accel = spec.accel.accel
+    accel_arg = f"tcg,tb-size={spec.tcg_tb_mib}" if accel is Accelerator.TCG else "kvm"
+    return [
+        "-M", machine,
+        "-accel", accel_arg,
+        "-cpu", _CPU_MODEL[accel],
+        "-smp", str(spec.vcpus),
+        "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
+    ]
+
+
+def _memory_args(spec: VmSpec) -> list[str]:
+    share = "on" if spec.mem_shared else "off"
+    backend = (
+        f"memory-backend-file,id={MEMORY_BACKEND_ID},size={spec.memory_mib}M,"
+        f"mem-path={opt_value(spec.mem_path)},share={share}"
+    )
+    return ["-m", f"{spec.memory_mib}M", "-object", backend]
+
+
+def _boot_args(spec: VmSpec) -> list[str]:
+    return [
+        "-kernel", str(spec.boot_kernel),
+        "-initrd", str(spec.initrd),
+        "-append", guest_cmdline(spec),
+    ]
+
+
+def guest_cmdline(spec: VmSpec) -> str:
+    """The spec's cmdline plus what the accelerator needs: under TCG a fixed TSC rate, because
+    the guest's PIT calibration fails on a loaded host and the boot then hangs."""
+    tsc_khz = spec.accel.guest_tsc_khz
+    if tsc_khz is None or "tsc_early_khz=" in spec.cmdline:
+        return spec.cmdline
+    return f"{spec.cmdline} tsc_early_khz={tsc_khz}".strip()
+
+
+def _control_args(files: VmFiles, incoming: bool) -> list[str]:
+    args = [
+        "-chardev",
+        f"socket,id={QMP_CHARDEV_ID},path={opt_value(files.qmp_socket)},server=on,wait=off",
+        "-mon", f"chardev={QMP_CHARDEV_ID},mode=control",
+        "-pidfile", str(files.pidfile),
+    ]
+    if incoming:
+        # -S: stay paused after the incoming migration, so the caller decides when to `cont`.
+        args += ["-incoming", "defer", "-S"]
+    return args
+
+
+def _console_args(console_log: Path | None) -> list[str]:
+    # The serial device always exists (null backend without a log) so the device set, and thus
+    # the saved device state, does not depend on whether a console log was asked for.
+    backend = f"file,path={opt_value(console_log)}" if console_log else "null"
+    return [
+        "-chardev", f"{backend},id={SERIAL_CHARDEV_ID}",
+        "-serial", f"chardev:{SERIAL_CHARDEV_ID}",
+    ]
+
+
+def _entropy_and_balloon_args() -> list[str]:
+    return [
+        "-device", f"virtio-rng-device,id={RNG_ID}",
+        # free-page-reporting returns memory the guest frees to the host (holes in the RAM file).
+        "-device", f"virtio-balloon-device,id={BALLOON_ID},free-page-reporting=on",
+    ]
+
+
+def _net_args(net: NetSpec | None) -> list[str]:
+    if net is None:
+        return []
+    return [
+        "-netdev", f"tap,id={NETDEV_ID},ifname={net.tap},script=no,downscript=no",
+        "-device", f"virtio-net-device,id={NIC_ID},netdev={NETDEV_ID},mac={net.mac}",
+    ]
+
+
+def block_node_name(disk: DiskSpec) -> str:
+    return f"node-{disk.id}"
+
+
+def _disk_args(disk: DiskSpec) -> list[str]:
+    read_only = "on" if disk.readonly else "off"
+    blockdev = (
+        f"driver={disk.format},node-name={block_node_name(disk)},read-only={read_only},"
+        f"file.driver=file,file.filename={opt_value(disk.path)}"
+    )
+    if not disk.readonly:
+        blockdev += ",discard=unmap"
+    return [
+        "-blockdev", blockdev,
+        "-device", f"virtio-blk-device,id={disk.id},drive={block_node_name(disk)}",
+    ]

@@ -1,0 +1,357 @@
+"""One QEMU microVM process, driven over QMP: launch, pause/resume, capture and restore."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import socket
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from qemu.qmp import EventListener, ExecuteError, QMPClient, QMPError
+
+from aenv_common.errors import (
+    AenvError,
+    Conflict,
+    DeadlineExceeded,
+    Internal,
+    InvalidArgument,
+    NotFound,
+)
+from aenv_nodeagent.vmm import process
+from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles, build_argv
+from aenv_nodeagent.vmm.spec import VmSpec
+from aenv_nodeagent.vmm.timing import PhaseClock
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_UNIX_PATH_MAX = 107
+_QMP_POLL_S = 0.002
+_FINAL_MIGRATION_STATES = frozenset({"completed", "failed", "cancelled"})
+_TRANSIENT_MIGRATION_RUNSTATES = frozenset({"finish-migrate", "inmigrate"})
+_RUNSTATE_POLL_S = 0.001
+_RUNSTATE_POLLS = 5000  # >= 5 s: the transition takes microseconds to a few ms
+# Device state only (RAM stays in its file); `events` makes QEMU emit MIGRATION events.
+_MIGRATION_CAPABILITIES = [
+    {"capability": "x-ignore-shared", "state": True},
+    {"capability": "events", "state": True},
+]
+
+
+class QemuVm:
+    """A running QEMU process and its QMP session. Create with `launch`; end with `shutdown`."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        qmp: QMPClient,
+        files: VmFiles,
+        spec: VmSpec,
+        *,
+        incoming: bool,
+    ) -> None:
+        self._proc = proc
+        self._qmp = qmp
+        self.files = files
+        self.spec = spec
+        self._awaiting_restore = incoming
+        self._migration_capabilities_set = False
+        self._shutdown_task: asyncio.Task[None] | None = None
+        # Latest duration of every phase so far (launch, capture, restore), in milliseconds.
+        self.timings: dict[str, float] = {}
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._proc.returncode
+
+    @classmethod
+    async def launch(
+        cls,
+        spec: VmSpec,
+        workdir: Path,
+        *,
+        incoming: bool,
+        argv_prefix: Sequence[str] = (),
+        console_log: Path | None = None,
+        qemu_binary: str = QEMU_BINARY,
+        start_timeout: float = 10.0,
+    ) -> QemuVm:
+        """Start QEMU and return once its QMP session is up. `argv_prefix` must exec QEMU (as
+        `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID."""
+        files = _prepare_workdir(workdir)
+        argv = [*argv_prefix, *build_argv(spec, files, incoming=incoming, console_log=console_log,
+                                          qemu_binary=qemu_binary)]
+        clock = PhaseClock()
+        with clock.measure("exec_to_qmp"):
+            proc = await process.spawn(argv, files.stderr_log)
+            qmp = await _connect_or_clean_up(proc, files, start_timeout)
+        vm = cls(proc, qmp, files, spec, incoming=incoming)
+        vm.timings.update(clock.phases_ms)
+        logger.info(
+            "QEMU started",
+            extra={"pid": vm.pid, "accel": str(spec.accel.accel), "incoming": incoming,
+                   "workdir": str(workdir), "exec_to_qmp_ms": clock.phases_ms["exec_to_qmp"]},
+        )
+        return vm
+
+    async def __aenter__(self) -> QemuVm:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    async def execute(self, command: str, arguments: Mapping[str, object] | None = None) -> object:
+        """Run one QMP command; failures become typed errors."""
+        try:
+            return await self._qmp.execute(command, arguments)
+        except ExecuteError as err:
+            raise Internal(f"QMP {command} failed: {err.error_class}: {err}") from err
+        except (QMPError, OSError) as err:
+            raise Internal(f"QMP {command}: lost QEMU (pid {self.pid}): {err}") from err
+
+    async def status(self) -> str:
+        reply = await self.execute("query-status")
+        if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
+            raise Internal(f"unexpected query-status reply: {reply!r}")
+        return str(reply["status"])
+
+    async def pause(self) -> None:
+        await self.execute("stop")
+
+    async def resume(self) -> None:
+        await self.execute("cont")
+
+    async def capture(self, state_path: Path, time_limit: float = 30.0) -> dict[str, float]:
+        """Stop the VM and save its device state (not its RAM, which stays in the memory file) to
+        `state_path`. The VM stays stopped; disks are flushed and consistent. Returns phase
+        durations in ms."""
+        clock = PhaseClock()
+        with clock.measure("stop"):
+            await self.execute("stop")
+        with clock.measure("migrate"):
+            await self._set_migration_capabilities()
+            # QEMU 7.2 has no file: migration URI (added in 8.2).
+            uri = f"exec:cat > {shlex.quote(str(state_path))}"
+            await self._migrate("migrate", uri, time_limit)
+        return self._record(clock)
+
+    async def restore(self, state_path: Path, time_limit: float = 30.0) -> dict[str, float]:
+        """Load device state into this incoming VM (RAM comes from its memory file) and run it.
+        Returns phase durations in ms."""
+        if not self._awaiting_restore:
+            raise Conflict(f"QEMU {self.pid} was not launched incoming, or has already restored")
+        _require_state_file(state_path)
+        clock = PhaseClock()
+        with clock.measure("migrate_incoming"):
+            await self._set_migration_capabilities()
+            self._awaiting_restore = False  # QEMU accepts one incoming migration, even a failed one
+            await self._migrate("migrate-incoming", f"exec:cat {shlex.quote(str(state_path))}",
+                                time_limit)
+        with clock.measure("cont"):
+            await self.execute("cont")
+        return self._record(clock)
+
+    async def shutdown(self, grace: float = 2.0) -> None:
+        """Quit QEMU (QMP quit, then SIGTERM, then SIGKILL), reap it and remove its files.
+        Idempotent, also when called concurrently."""
+        if self._shutdown_task is None:
+            self._shutdown_task = asyncio.ensure_future(self._shutdown(grace))
+        await asyncio.shield(self._shutdown_task)
+
+    async def _shutdown(self, grace: float) -> None:
+        try:
+            await self._request_quit(grace)
+            await process.stop(self._proc, grace)
+        finally:
+            await _disconnect(self._qmp)
+            _remove_files(self.files)
+        logger.info("QEMU stopped", extra={"pid": self.pid, "exit_code": self._proc.returncode})
+
+    async def _request_quit(self, grace: float) -> None:
+        if self._proc.returncode is not None:
+            return
+        try:
+            await asyncio.wait_for(self._qmp.execute("quit"), grace)
+        except (QMPError, OSError, TimeoutError) as err:
+            # quit often races the socket closing; the signals in process.stop cover the rest.
+            logger.debug("QMP quit did not complete", extra={"pid": self.pid, "error": str(err)})
+
+    async def _set_migration_capabilities(self) -> None:
+        if not self._migration_capabilities_set:
+            await self.execute("migrate-set-capabilities",
+                               {"capabilities": _MIGRATION_CAPABILITIES})
+            self._migration_capabilities_set = True
+
+    async def _migrate(self, command: str, uri: str, time_limit: float) -> None:
+        with self._qmp.listener("MIGRATION") as listener:
+            await self.execute(command, {"uri": uri})
+            try:
+                status = await self._unless_exited(_final_migration_status(listener), time_limit,
+                                                   what=command)
+            except DeadlineExceeded:
+                if command == "migrate":
+                    await self.execute("migrate_cancel")
+                raise
+        if status != "completed":
+            raise Internal(f"{command} {status}: {await self._migration_error()}")
+        await self._wait_runstate_settled(what=command)
+
+    async def _wait_runstate_settled(self, *, what: str) -> str:
+        """The MIGRATION `completed` event comes before QEMU leaves its transient run state
+        (finish-migrate on the source, inmigrate on the destination): wait until it has."""
+        for _ in range(_RUNSTATE_POLLS):
+            status = await self.status()
+            if status not in _TRANSIENT_MIGRATION_RUNSTATES:
+                return status
+            await asyncio.sleep(_RUNSTATE_POLL_S)
+        raise DeadlineExceeded(f"QEMU {self.pid} stayed in {status} after {what} completed")
+
+    async def _migration_error(self) -> str:
+        """QEMU's reason for a failed migration. A failed incoming migration makes QEMU exit,
+        so then the reason is in its stderr."""
+        try:
+            reply = await self.execute("query-migrate")
+        except Internal:
+            await process.stop(self._proc, grace=1.0)
+            return f"QEMU exited (status {self._proc.returncode}): " + process.stderr_tail(
+                self.files.stderr_log)
+        return str(reply.get("error-desc", "no error reported")) if isinstance(reply, dict) else ""
+
+    async def _unless_exited(self, awaitable: Awaitable[T], time_limit: float, *, what: str) -> T:
+        """Await `awaitable`, failing fast if QEMU exits first (e.g. a failed incoming
+        migration makes QEMU exit)."""
+        work = asyncio.ensure_future(awaitable)
+        exited = asyncio.ensure_future(self._proc.wait())
+        try:
+            await asyncio.wait({work, exited}, timeout=time_limit,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, exited):
+                task.cancel()
+        if work.done() and not work.cancelled():
+            return work.result()
+        if exited.done() and not exited.cancelled():
+            tail = process.stderr_tail(self.files.stderr_log)
+            raise Internal(f"QEMU {self.pid} exited during {what} "
+                           f"(status {self._proc.returncode}): {tail}")
+        raise DeadlineExceeded(f"{what} did not finish within {time_limit}s (QEMU {self.pid})")
+
+    def _record(self, clock: PhaseClock) -> dict[str, float]:
+        self.timings.update(clock.phases_ms)
+        logger.info("QEMU phases", extra={"pid": self.pid, "phases_ms": clock.phases_ms})
+        return dict(clock.phases_ms)
+
+
+async def _final_migration_status(listener: EventListener) -> str:
+    while True:
+        event = await listener.get()
+        data = event.get("data")
+        status = str(data.get("status", "")) if isinstance(data, dict) else ""
+        if status in _FINAL_MIGRATION_STATES:
+            return status
+
+
+def _require_state_file(state_path: Path) -> None:
+    # Checked up front: a failed incoming migration makes QEMU exit, losing a warm-pool VM.
+    # One stat() is too short to be worth a thread hop.
+    if not state_path.is_file():
+        raise NotFound(f"device state file {state_path} does not exist")
+
+
+def _prepare_workdir(workdir: Path) -> VmFiles:
+    files = VmFiles.in_dir(workdir)
+    if len(str(files.qmp_socket)) > _UNIX_PATH_MAX:
+        raise InvalidArgument(f"workdir {workdir} is too long for a unix socket path")
+    workdir.mkdir(parents=True, exist_ok=True)
+    _remove_files(files)  # stale files of an earlier QEMU in this workdir
+    return files
+
+
+async def _connect_or_clean_up(
+    proc: asyncio.subprocess.Process, files: VmFiles, time_limit: float
+) -> QMPClient:
+    """Connect QMP; on any failure stop and reap QEMU, remove its files, report its stderr."""
+    try:
+        qmp = await _connect_qmp(proc, files.qmp_socket, time_limit)
+        _check_pidfile(proc.pid, files.pidfile)
+        return qmp
+    except AenvError as err:
+        await process.stop(proc, grace=0.5)
+        tail = process.stderr_tail(files.stderr_log)
+        _remove_files(files)
+        raise type(err)(
+            f"QEMU failed to start (exit status {proc.returncode}): {err.message}; "
+            f"QEMU stderr: {tail or '(empty)'}"
+        ) from err
+    except BaseException:
+        await process.stop(proc, grace=0.5)
+        _remove_files(files)
+        raise
+
+
+async def _connect_qmp(
+    proc: asyncio.subprocess.Process, socket_path: Path, time_limit: float
+) -> QMPClient:
+    deadline = time.monotonic() + time_limit
+    sock = await _wait_for_socket(proc, socket_path, deadline)
+    qmp = QMPClient(f"qemu-{proc.pid}")
+    try:
+        await asyncio.wait_for(qmp.connect(sock), max(0.0, deadline - time.monotonic()))
+    except (QMPError, OSError, TimeoutError) as err:
+        sock.close()
+        await _disconnect(qmp)
+        raise Internal(f"QEMU {proc.pid} did not complete the QMP handshake: {err}") from err
+    return qmp
+
+
+async def _wait_for_socket(
+    proc: asyncio.subprocess.Process, socket_path: Path, deadline: float
+) -> socket.socket:
+    """Poll until QEMU's QMP socket accepts a connection. A plain socket (not qemu.qmp) polls
+    quietly: qemu.qmp logs an error for every refused attempt."""
+    while True:
+        if proc.returncode is not None:
+            raise Internal(f"QEMU exited with status {proc.returncode} before opening QMP")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(socket_path))
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+        if time.monotonic() > deadline:
+            raise Internal(f"QEMU {proc.pid} did not open QMP at {socket_path} in time")
+        await asyncio.sleep(_QMP_POLL_S)
+
+
+def _check_pidfile(pid: int, pidfile: Path) -> None:
+    written = pidfile.read_text().strip()
+    if written != str(pid):
+        raise InvalidArgument(
+            f"QEMU runs as pid {written} but the started process is {pid}: argv_prefix must exec"
+        )
+
+
+async def _disconnect(qmp: QMPClient) -> None:
+    try:
+        await qmp.disconnect()
+    except (QMPError, OSError, EOFError) as err:
+        # disconnect re-raises what broke the session (QEMU exiting); nothing is left to close.
+        logger.debug("QMP disconnect reported an error", extra={"error": str(err)})
+
+
+def _remove_files(files: VmFiles) -> None:
+    for path in files.all():
+        path.unlink(missing_ok=True)

@@ -1,0 +1,71 @@
+"""Rendering of the per-slot nftables ruleset and egress policy (pure)."""
+
+from __future__ import annotations
+
+import pytest
+from aenv_common.errors import InvalidArgument
+from aenv_nodeagent.network import EgressPolicy, NetworkConfig
+from aenv_nodeagent.network.firewall import (
+    render_egress_rules,
+    render_policy_update,
+    render_ruleset,
+)
+from aenv_nodeagent.network.slots import slot_for
+
+SLOT = slot_for(NetworkConfig(), 5)
+PRIVATE4 = "ip daddr { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, "
+PRIVATE4 += "172.16.0.0/12, 192.168.0.0/16, 224.0.0.0/3 } drop"
+
+
+def test_ruleset_forwards_every_tcp_port_of_the_ns_address_to_the_guest() -> None:
+    text = render_ruleset(SLOT, EgressPolicy(), [])
+    assert 'iifname "veth0" ip daddr 10.211.0.22 meta l4proto tcp dnat ip to 169.254.0.21' in text
+    assert 'oifname "tap0" ct status dnat masquerade' in text
+    assert 'iifname "veth0" oifname "tap0" ct status dnat accept' in text
+    assert "type filter hook forward priority filter; policy drop;" in text
+
+
+def test_guest_may_open_nothing_towards_the_netns_itself() -> None:
+    text = render_ruleset(SLOT, EgressPolicy(allow_internet=True), [])
+    assert 'iifname "tap0" ct state established,related accept\n    iifname "tap0" drop' in text
+
+
+def test_no_internet_drops_everything_after_the_blocked_ranges() -> None:
+    rules = render_egress_rules(EgressPolicy(allow_internet=False, allow_out=["1.1.1.1"]), [])
+    assert rules[0] == PRIVATE4
+    assert rules[1].startswith("ip6 daddr { ::/127, ::ffff:0:0/96, 64:ff9b::/96, fc00::/7")
+    assert rules[2:] == ["drop"]
+
+
+def test_internet_without_lists_accepts_public_addresses() -> None:
+    rules = render_egress_rules(EgressPolicy(allow_internet=True), [])
+    assert rules[0] == PRIVATE4
+    assert rules[2:] == ["accept"]
+
+
+def test_deny_wins_over_allow_and_allow_list_closes_the_rest() -> None:
+    policy = EgressPolicy(True, allow_out=["8.8.0.0/16", "2001:db8::/32"], deny_out=["8.8.8.8"])
+    assert render_egress_rules(policy, [])[2:] == [
+        "ip daddr { 8.8.8.8/32 } drop",
+        "ip daddr { 8.8.0.0/16 } accept",
+        "ip6 daddr { 2001:db8::/32 } accept",
+        "drop",
+    ]
+
+
+def test_blocked_extra_addresses_are_merged_into_the_always_blocked_set() -> None:
+    rules = render_egress_rules(EgressPolicy(True), ["10.211.0.0/16", "192.0.2.2", "2001:db8::1"])
+    assert "192.0.2.2/32, 192.168.0.0/16" in rules[0]
+    assert "10.211.0.0/16" not in rules[0]  # inside 10.0.0.0/8: an interval set rejects overlaps
+    assert "2001:db8::1/128" in rules[1]
+
+
+def test_policy_update_replaces_only_the_egress_chain() -> None:
+    text = render_policy_update(EgressPolicy(True), [])
+    assert text.startswith("flush chain inet aenv egress\ntable inet aenv {\n  chain egress {\n")
+    assert "hook" not in text
+
+
+def test_bad_cidr_is_invalid_argument() -> None:
+    with pytest.raises(InvalidArgument, match="not-an-ip"):
+        EgressPolicy(True, allow_out=["not-an-ip"])

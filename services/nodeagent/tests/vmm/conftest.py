@@ -1,0 +1,124 @@
+"""Fixtures for VMM tests: guest payload, scratch dirs, and a launcher that always reaps QEMU."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from aenv_nodeagent.vmm import DiskSpec, QemuVm, VmSpec, detect_accelerator
+
+from .guest import cached_vmlinux, write_ticker_initramfs
+
+
+@pytest.fixture(scope="session")
+def vmlinux() -> Path:
+    return cached_vmlinux()
+
+
+@pytest.fixture(scope="session")
+def ticker_initramfs() -> Iterator[Path]:
+    scratch = Path(tempfile.mkdtemp(prefix="aenv-vmm-initrd-"))
+    try:
+        yield write_ticker_initramfs(scratch / "ticker.cpio")
+    finally:
+        shutil.rmtree(scratch)
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A short-pathed scratch dir (QMP socket paths must fit 107 bytes), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="aenv-vmm-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+@pytest.fixture
+def shm_dir() -> Iterator[Path]:
+    """Where guest RAM files live, as in production (/dev/shm); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="aenv-vmm-", dir="/dev/shm"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+@pytest.fixture
+def ticker_spec(vmlinux: Path, ticker_initramfs: Path, shm_dir: Path) -> VmSpec:
+    return VmSpec(
+        vcpus=1,
+        memory_mib=128,
+        kernel=vmlinux,
+        initrd=ticker_initramfs,
+        cmdline="console=ttyS0 quiet panic=-1",
+        disks=(),
+        net=None,
+        mem_path=shm_dir / "guest.mem",
+        mem_shared=True,
+        accel=detect_accelerator(pvm_guest_kernel=None),
+        tcg_tb_mib=32,
+    )
+
+
+def with_disk(spec: VmSpec, disk: DiskSpec) -> VmSpec:
+    return dataclasses.replace(spec, disks=(disk,))
+
+
+class Launcher(Protocol):
+    async def __call__(
+        self, spec: VmSpec, name: str, *, incoming: bool = False,
+        argv_prefix: tuple[str, ...] = (),
+    ) -> QemuVm: ...
+
+
+@pytest.fixture
+async def launch(scratch: Path) -> AsyncIterator[Launcher]:
+    """Launches QEMUs under `scratch/<name>` (console in `scratch/<name>.log`); every one is
+    shut down and verified gone when the test ends, pass or fail."""
+    started: list[QemuVm] = []
+
+    async def _launch(
+        spec: VmSpec, name: str, *, incoming: bool = False, argv_prefix: tuple[str, ...] = (),
+    ) -> QemuVm:
+        vm = await QemuVm.launch(spec, scratch / name, incoming=incoming,
+                                 argv_prefix=argv_prefix, console_log=scratch / f"{name}.log")
+        started.append(vm)
+        return vm
+
+    try:
+        yield _launch
+    finally:
+        for vm in started:
+            await vm.shutdown()
+        for vm in started:
+            assert not process_exists(vm.pid), f"QEMU {vm.pid} survived shutdown"
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line contains `text` (to prove a failed launch left no QEMU)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                found.append(int(entry.name))
+    return found

@@ -1,0 +1,108 @@
+"""The scheduler process as one unit: etcd caches, placement core, leader election, gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import grpc
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv.scheduler.v1 import scheduler_pb2_grpc
+from aenv_common.cluster import (
+    NODES,
+    SANDBOXES,
+    TEMPLATES,
+    ClusterStore,
+    LeaderElection,
+    RecordCache,
+)
+from aenv_common.grpc_server import start_grpc_server
+from aenv_scheduler.config import SchedulerSettings
+from aenv_scheduler.reservations import Reservations
+from aenv_scheduler.scheduler import Scheduler
+from aenv_scheduler.servicer import SchedulerServicer
+from aenv_scheduler.sweeper import sweep_lost_sandboxes
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "aenv.scheduler.v1.SchedulerService"
+EXPIRY_TICK_SECONDS = 1.0
+
+
+class SchedulerApp:
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.settings = settings
+        self.port = 0
+        self.election: LeaderElection | None = None
+        self.scheduler: Scheduler | None = None
+        self._store: ClusterStore | None = None
+        self._caches: list[RecordCache[Any]] = []
+        self._server: grpc.aio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        s = self.settings
+        try:
+            self._store = store = await ClusterStore.connect(s.common)
+            nodes = RecordCache(store, NODES, cluster_pb2.NodeRecord)
+            templates = RecordCache(store, TEMPLATES, cluster_pb2.TemplateRecord)
+            sandboxes = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
+            self.scheduler = scheduler = Scheduler(
+                nodes,
+                templates,
+                Reservations(s.reservation_ttl_seconds),
+                cluster_pb2.Resources(vcpus=s.default_vcpus, memory_mib=s.default_memory_mib),
+                s.max_queued,
+            )
+            nodes.add_listener(scheduler.on_node_change)
+            templates.add_listener(scheduler.on_template_change)
+            sandboxes.add_listener(scheduler.on_sandbox_change)
+            for cache in (nodes, templates, sandboxes):
+                self._caches.append(cache)
+                await cache.start()
+            self._ticker = asyncio.create_task(self._expire_reservations(scheduler))
+            self.election = LeaderElection(
+                store,
+                store.keys.scheduler_leader,
+                s.instance_id,
+                lambda: sweep_lost_sandboxes(store, s.sweep_interval_seconds),
+                ttl=s.leader_ttl_seconds,
+            )
+            self.election.start()
+            servicer = SchedulerServicer(scheduler, s.queue_wait_seconds)
+            register = scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server
+            self._server, self.port = await start_grpc_server(
+                s.listen, [(register, servicer, SERVICE_NAME)]
+            )
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("scheduler started", extra={"port": self.port, "instance": s.instance_id})
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+            self._server = None
+        if self.election is not None:
+            await self.election.stop()
+            self.election = None
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        for cache in self._caches:
+            await cache.stop()
+        self._caches.clear()
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+
+    @staticmethod
+    async def _expire_reservations(scheduler: Scheduler) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_TICK_SECONDS)
+            scheduler.expire_reservations()

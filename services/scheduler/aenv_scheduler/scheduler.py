@@ -1,0 +1,111 @@
+"""The placement core: resolves the template and resources of a spec, reserves a node for it,
+or queues it until capacity appears. Reads nodes and templates from watched caches only."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv.scheduler.v1 import scheduler_pb2
+from aenv_common import errors
+from aenv_common.cluster import RecordCache, Versioned
+from aenv_scheduler.admission import AdmissionQueue
+from aenv_scheduler.placement import choose_node, fits_when_empty, resolve_demand
+from aenv_scheduler.reservations import Reservations
+
+log = logging.getLogger(__name__)
+
+NodeRecord = cluster_pb2.NodeRecord
+TemplateRecord = cluster_pb2.TemplateRecord
+SandboxRecord = cluster_pb2.SandboxRecord
+Placement = scheduler_pb2.Placement
+
+
+class Scheduler:
+    def __init__(
+        self,
+        nodes: RecordCache[NodeRecord],
+        templates: RecordCache[TemplateRecord],
+        reservations: Reservations,
+        fallback: cluster_pb2.Resources,
+        max_queued: int,
+    ) -> None:
+        self._nodes = nodes
+        self._templates = templates
+        self._reservations = reservations
+        self._fallback = fallback
+        self.queue: AdmissionQueue[cluster_pb2.SandboxSpec, Placement] = AdmissionQueue(
+            self._try_place, max_queued
+        )
+        self.placed = 0
+
+    @property
+    def reservations(self) -> Reservations:
+        return self._reservations
+
+    def live_nodes(self) -> list[NodeRecord]:
+        return self._nodes.values()
+
+    async def schedule(self, spec: cluster_pb2.SandboxSpec, wait_seconds: float) -> Placement:
+        if not spec.template_id:
+            raise errors.InvalidArgument("template_id is required")
+        placement: Placement = await self.queue.admit(spec, wait_seconds)
+        return placement
+
+    # Cache listeners: capacity may have changed, so waiting requests are retried.
+
+    def on_node_change(self, node_id: str, entry: Versioned[NodeRecord] | None) -> None:
+        if entry is None:
+            self._reservations.node_gone(node_id)
+        else:
+            self._reservations.node_updated(node_id, entry.mod_revision)
+        self.queue.retry_waiting()
+
+    def on_sandbox_change(self, sandbox_id: str, entry: Versioned[SandboxRecord] | None) -> None:
+        if entry is not None:
+            self._reservations.sandbox_recorded(sandbox_id, entry.mod_revision)
+
+    def on_template_change(self, template_id: str, entry: Versioned[TemplateRecord] | None) -> None:
+        self.queue.retry_waiting()
+
+    def expire_reservations(self) -> None:
+        if self._reservations.expire():
+            self.queue.retry_waiting()
+
+    # Placement ----------------------------------------------------------------------------
+
+    def _try_place(self, spec: cluster_pb2.SandboxSpec) -> Placement | None:
+        template_id, template = self._resolve_template(spec.template_id)
+        default = template.default_resources if template is not None else None
+        need = resolve_demand(spec.resources, default, self._fallback)
+        nodes = self._nodes.values()
+        node = choose_node(nodes, need, template_id, self._reservations.held)
+        if node is None:
+            if not any(fits_when_empty(n, need) for n in nodes):
+                raise errors.ResourceExhausted(
+                    f"no node can ever hold {need.vcpus} vCPU / {need.memory_mib} MiB"
+                    if nodes
+                    else "no node is registered"
+                )
+            return None
+        self._reservations.add(node.node_id, spec.sandbox_id or uuid.uuid4().hex, need)
+        self.placed += 1
+        return Placement(
+            node_id=node.node_id,
+            nodeagent_address=node.nodeagent_address,
+            proxy_address=node.proxy_address,
+        )
+
+    def _resolve_template(self, name: str) -> tuple[str, TemplateRecord | None]:
+        """The template's canonical id and record (by id, then alias). A template only known
+        from a node's cache is accepted without a record."""
+        template = self._templates.get(name)
+        if template is not None:
+            return name, template
+        for candidate in self._templates.values():
+            if name in candidate.aliases:
+                return candidate.template_id, candidate
+        if any(name in node.cached_templates for node in self._nodes.values()):
+            return name, None
+        raise errors.NotFound(f"template '{name}' not found")

@@ -1,0 +1,1 @@
+"""aenv snapstore service."""

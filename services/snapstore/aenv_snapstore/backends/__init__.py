@@ -1,0 +1,1 @@
+"""Object stores snapstore can keep its data in."""

@@ -1,0 +1,78 @@
+"""A whole single-node platform (etcd, scheduler, snapstore, node agent, gateway), started exactly
+as `aenv up` starts it, with a temporary home and free ports, shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from aenv_cli.platform import Platform
+from aenv_cli.ports import PlatformPorts
+
+
+def shared_cache_dir() -> Path:
+    """Guest artifacts and template snapshots are keyed by their inputs: every run may share
+    them (`make setup` builds them here)."""
+    home = Path(os.environ.get("AENV_HOME", Path.home() / ".aenv"))
+    return Path(os.environ.get("AENV_NODEAGENT_CACHE_DIR", home / "cache"))
+
+
+def netns_names(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
+
+
+def qemu_pids_under(path: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"qemu-system" in cmd and str(path).encode() in cmd:
+                pids.append(int(proc.name))
+    return pids
+
+
+@pytest.fixture(scope="session")
+def net_prefix() -> str:
+    return "aee" + "".join(secrets.choice("abcdefghij") for _ in range(3)) + "x"
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def platform(
+    tmp_path_factory: pytest.TempPathFactory, net_prefix: str
+) -> AsyncIterator[Platform]:
+    home = tmp_path_factory.mktemp("aenv-home")
+    env = dict(os.environ)
+    env.update(
+        {
+            "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
+            "AENV_NODEAGENT_NET_PREFIX": net_prefix,
+            "AENV_NODEAGENT_NET_POOL_CIDR": "10.213.0.0/20",
+            "AENV_NODEAGENT_NODE_ID": "e2e-node",
+        }
+    )
+    plat = Platform(home, PlatformPorts.free(), base_env=env)
+    await plat.start()
+    try:
+        yield plat
+    finally:
+        await plat.stop()
+        # Nothing of the platform may outlive it.
+        assert netns_names(net_prefix) == []
+        assert qemu_pids_under(home) == []
+
+
+@pytest.fixture
+def e2b_env(platform: Platform) -> Iterator[dict[str, str]]:
+    env = dict(os.environ)
+    env.update(platform.e2b_env())
+    env.pop("E2B_DEBUG", None)
+    yield env
