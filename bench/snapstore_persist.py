@@ -38,8 +38,7 @@ from _stats import emit
 from aiobotocore.session import get_session
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
-from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
-from aenv_common.snapshots import DEFAULT_CHUNK_SIZE, PushStats, push_files
+from aenv_common.snapshots import DEFAULT_CHUNK_SIZE, PushStats, push_files, snapstore_stub
 
 MIB = 1024 * 1024
 PAGE = 4096
@@ -131,7 +130,7 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
@@ -278,7 +277,7 @@ async def bench_fs(files: dict[str, Path], work: Path, repeats: int) -> dict[str
     env = snapstore_env(port, {"AENV_SNAPSTORE_FS_ROOT": str(store_root)})
     with process([sys.executable, "-m", "aenv_snapstore"], env, port):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.SnapStoreServiceStub(channel)
+            stub = snapstore_stub(channel)
             runs = await persist_runs(stub, files, repeats)
             floors = {n: [cp_floor(p, work) for _ in range(repeats)] for n, p in files.items()}
             incremental = await incremental_run(stub, files, seed=1)
@@ -325,7 +324,7 @@ async def bench_s3(files: dict[str, Path], repeats: int) -> dict[str, Any]:
             channel = await stack.enter_async_context(
                 grpc.aio.insecure_channel(f"127.0.0.1:{port}")
             )
-            stub = pb_grpc.SnapStoreServiceStub(channel)
+            stub = snapstore_stub(channel)
             runs = await persist_runs(stub, files, repeats)
             floors = {
                 n: [await s3_floor(client, bucket, p) for _ in range(repeats)]
@@ -334,7 +333,7 @@ async def bench_s3(files: dict[str, Path], repeats: int) -> dict[str, Any]:
             incremental = await incremental_run(stub, files, seed=2)
             await empty_store(stub)
     return {
-        "floor": f"aiobotocore put_object of the same bytes as 2 MiB objects, {RAW_S3_CONCURRENCY} in flight",
+        "floor": f"aiobotocore put_object, same bytes, 2 MiB objects, {RAW_S3_CONCURRENCY} at once",
         "files": [summarize(n, p.stat().st_size, runs[n], floors[n]) for n, p in files.items()],
         "re_persist_1pct": incremental,
     }

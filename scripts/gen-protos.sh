@@ -5,6 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
+python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"
 out=${1:-$root/gen/python/src}
 rm -rf "$out"
 mkdir -p "$out"

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import grpc
 
+from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.errors import from_rpc_error
+
+
+def snapstore_stub(channel: grpc.aio.Channel) -> Any:
+    """A SnapStoreService client on `channel` (typed Any: the generated stubs are untyped)."""
+    return pb_grpc.SnapStoreServiceStub(channel)  # type: ignore[no-untyped-call]
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
+from aenv_common.snapshots import snapstore_stub
 from aenv_snapstore.server import open_backend, start_snapstore
 
 from .snapstore_harness import Harness, free_port, settings_for, wait_for_port
@@ -42,7 +42,7 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         backend = await open_backend(settings)
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-                yield Harness(pb_grpc.SnapStoreServiceStub(channel), backend, settings)
+                yield Harness(snapstore_stub(channel), backend, settings)
         finally:
             await backend.close()
     finally:

@@ -8,11 +8,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.config import S3Settings, SnapstoreSettings
 
@@ -49,7 +49,7 @@ def s3_settings(endpoint: str) -> S3Settings:
 
 @dataclass
 class Harness:
-    stub: pb_grpc.SnapStoreServiceStub
+    stub: Any  # SnapStoreServiceStub
     # A second handle on the server's backend, for inspecting and corrupting stored objects.
     backend: Backend
     settings: SnapstoreSettings

@@ -12,8 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
-from aenv_common.snapshots import pull_files, push_files
+from aenv_common.snapshots import pull_files, push_files, snapstore_stub
 
 from .snapstore_harness import free_port, wait_for_port, write_pattern
 
@@ -47,7 +46,7 @@ async def test_process_serves_and_stops_on_sigterm(
     mem = tmp_path / "mem"
     data = write_pattern(mem, 3 * 1024 * 1024 + 5)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = pb_grpc.SnapStoreServiceStub(channel)
+        stub = snapstore_stub(channel)
         stats = await push_files(stub, "p1", "", {"memory": mem})
         restored = await pull_files(stub, "p1", tmp_path / "out")
     assert stats.sent_chunks == 2  # 2 MiB default chunks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -154,7 +155,7 @@ async def test_gc_spares_young_unreferenced_chunks(harness: Harness, tmp_path: P
 async def test_upload_with_wrong_digest_is_rejected(harness: Harness) -> None:
     wrong = digest_of(b"something else")
 
-    async def requests():  # type: ignore[no-untyped-def]
+    async def requests() -> AsyncIterator[pb.PutChunksRequest]:
         yield pb.PutChunksRequest(chunk=pb.Chunk(digest=wrong, data=compress(b"data"), size=4))
 
     with pytest.raises(InvalidArgument, match="rejected upload"), typed_rpc_errors():
@@ -169,7 +170,7 @@ async def test_manifest_needs_its_chunks_and_is_immutable(harness: Harness) -> N
     with pytest.raises(Conflict, match="not stored"), typed_rpc_errors():
         await harness.stub.PutManifest(pb.PutManifestRequest(manifest=manifest))
 
-    async def requests():  # type: ignore[no-untyped-def]
+    async def requests() -> AsyncIterator[pb.PutChunksRequest]:
         yield pb.PutChunksRequest(chunk=pb.Chunk(digest=digest, data=compress(b"abc"), size=3))
 
     await harness.stub.PutChunks(requests())

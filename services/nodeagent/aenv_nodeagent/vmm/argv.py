@@ -65,7 +65,7 @@ def build_argv(
         *_boot_args(spec),
         *_control_args(files, incoming),
         *_console_args(console_log),
-        *_entropy_and_balloon_args(),
+        *_entropy_and_balloon_args(spec.free_page_reporting),
         *_net_args(spec.net),
         *(arg for disk in spec.disks for arg in _disk_args(disk)),
     ]
@@ -135,11 +135,12 @@ def _console_args(console_log: Path | None) -> list[str]:
     ]
 
 
-def _entropy_and_balloon_args() -> list[str]:
+def _entropy_and_balloon_args(free_page_reporting: bool) -> list[str]:
+    # free-page-reporting returns memory the guest frees to the host (holes in the RAM file).
+    reporting = "on" if free_page_reporting else "off"
     return [
         "-device", f"virtio-rng-device,id={RNG_ID}",
-        # free-page-reporting returns memory the guest frees to the host (holes in the RAM file).
-        "-device", f"virtio-balloon-device,id={BALLOON_ID},free-page-reporting=on",
+        "-device", f"virtio-balloon-device,id={BALLOON_ID},free-page-reporting={reporting}",
     ]
 
 

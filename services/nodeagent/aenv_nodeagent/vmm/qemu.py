@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shlex
+import os
 import socket
 import time
 from collections.abc import Awaitable, Mapping, Sequence
@@ -36,6 +36,7 @@ _QMP_POLL_S = 0.002
 _FINAL_MIGRATION_STATES = frozenset({"completed", "failed", "cancelled"})
 _TRANSIENT_MIGRATION_RUNSTATES = frozenset({"finish-migrate", "inmigrate"})
 _RUNSTATE_POLL_S = 0.001
+_STATE_FD_NAME = "aenv-state"
 _RUNSTATE_POLLS = 5000  # >= 5 s: the transition takes microseconds to a few ms
 # Device state only (RAM stays in its file); `events` makes QEMU emit MIGRATION events.
 _MIGRATION_CAPABILITIES = [
@@ -143,9 +144,12 @@ class QemuVm:
             await self.execute("stop")
         with clock.measure("migrate"):
             await self._set_migration_capabilities()
-            # QEMU 7.2 has no file: migration URI (added in 8.2).
-            uri = f"exec:cat > {shlex.quote(str(state_path))}"
-            await self._migrate("migrate", uri, time_limit)
+            try:
+                await self._migrate_via_file("migrate", state_path, os.O_WRONLY | os.O_CREAT
+                                             | os.O_TRUNC, time_limit)
+            except AenvError:
+                _discard_partial_state(state_path)
+                raise
         return self._record(clock)
 
     async def restore(self, state_path: Path, time_limit: float = 30.0) -> dict[str, float]:
@@ -153,13 +157,10 @@ class QemuVm:
         Returns phase durations in ms."""
         if not self._awaiting_restore:
             raise Conflict(f"QEMU {self.pid} was not launched incoming, or has already restored")
-        _require_state_file(state_path)
         clock = PhaseClock()
         with clock.measure("migrate_incoming"):
             await self._set_migration_capabilities()
-            self._awaiting_restore = False  # QEMU accepts one incoming migration, even a failed one
-            await self._migrate("migrate-incoming", f"exec:cat {shlex.quote(str(state_path))}",
-                                time_limit)
+            await self._migrate_via_file("migrate-incoming", state_path, os.O_RDONLY, time_limit)
         with clock.measure("cont"):
             await self.execute("cont")
         return self._record(clock)
@@ -194,6 +195,27 @@ class QemuVm:
             await self.execute("migrate-set-capabilities",
                                {"capabilities": _MIGRATION_CAPABILITIES})
             self._migration_capabilities_set = True
+
+    async def _migrate_via_file(
+        self, command: str, state_path: Path, flags: int, time_limit: float
+    ) -> None:
+        """Migrate through a file we open and hand to QEMU (QEMU 7.2 has no file: URI). Unlike
+        `exec:cat`, no shell is forked and write errors (ENOSPC...) fail the migration."""
+        fd = _open_state_file(state_path, flags)
+        try:
+            await self._pass_fd(fd, _STATE_FD_NAME)
+        finally:
+            os.close(fd)  # QEMU holds its own copy now
+        if command == "migrate-incoming":
+            self._awaiting_restore = False  # QEMU accepts one incoming migration, even a failed one
+        await self._migrate(command, f"fd:{_STATE_FD_NAME}", time_limit)
+
+    async def _pass_fd(self, fd: int, name: str) -> None:
+        try:
+            self._qmp.send_fd_scm(fd)
+        except (QMPError, OSError) as err:
+            raise Internal(f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
+        await self.execute("getfd", {"fdname": name})
 
     async def _migrate(self, command: str, uri: str, time_limit: float) -> None:
         with self._qmp.listener("MIGRATION") as listener:
@@ -264,11 +286,21 @@ async def _final_migration_status(listener: EventListener) -> str:
             return status
 
 
-def _require_state_file(state_path: Path) -> None:
-    # Checked up front: a failed incoming migration makes QEMU exit, losing a warm-pool VM.
-    # One stat() is too short to be worth a thread hop.
-    if not state_path.is_file():
-        raise NotFound(f"device state file {state_path} does not exist")
+def _open_state_file(state_path: Path, flags: int) -> int:
+    # Opened up front, synchronously (one open() is too short to be worth a thread hop): a failed
+    # incoming migration makes QEMU exit, losing a warm-pool VM.
+    try:
+        return os.open(state_path, flags | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError as err:
+        raise NotFound(f"device state path {state_path} does not exist") from err
+    except OSError as err:
+        raise Internal(f"cannot open device state file {state_path}: {err}") from err
+
+
+def _discard_partial_state(state_path: Path) -> None:
+    # Never leave a partial state behind; but only regular files (not e.g. a device) are ours.
+    if state_path.is_file():
+        state_path.unlink()
 
 
 def _prepare_workdir(workdir: Path) -> VmFiles:

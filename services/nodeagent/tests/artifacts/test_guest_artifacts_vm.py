@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import BuiltArtifacts
+from .conftest import BuiltArtifacts
 
 from aenv_nodeagent.artifacts import GuestArtifacts, kernel_cmdline
 from aenv_nodeagent.artifacts.toolsdisk import python_command

@@ -14,12 +14,17 @@ import pytest
 
 from aenv_nodeagent.vmm import DiskSpec, QemuVm, VmSpec, detect_accelerator
 
-from .guest import cached_vmlinux, write_ticker_initramfs
+from .guest import GuestKernel, cached_kernel, write_ticker_initramfs
 
 
 @pytest.fixture(scope="session")
-def vmlinux() -> Path:
-    return cached_vmlinux()
+def guest_kernel() -> GuestKernel:
+    return cached_kernel()
+
+
+@pytest.fixture(scope="session")
+def vmlinux(guest_kernel: GuestKernel) -> Path:
+    return guest_kernel.vmlinux
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,15 @@
-"""Throwaway guest payload for VMM tests: Debian's cloud vmlinux (cached) and a busybox
-initramfs whose init prints a boot marker and then a counter every 100 ms on the serial console.
+"""Throwaway guest payloads for VMM tests: Debian's cloud vmlinux (cached) and busybox
+initramfses whose init prints a boot marker and then a counter every 100 ms on the console.
 The real guest artifacts are built by aenv_nodeagent.artifacts; these only exercise QEMU."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,15 +26,27 @@ while true; do echo "tick $i"; i=$((i+1)); /bin/busybox usleep 100000; done
 _TICK = re.compile(r"^tick (\d+)\s*$", re.MULTILINE)
 
 
-def cached_vmlinux() -> Path:
-    """The uncompressed vmlinux of the current Debian cloud kernel, fetched (not installed) once."""
+# Loaded in this order (virtio_ring before virtio): enough for the balloon on virtio-mmio.
+BALLOON_MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_balloon")
+
+
+@dataclass(frozen=True)
+class GuestKernel:
+    vmlinux: Path
+    modules: dict[str, Path]  # BALLOON_MODULES by name
+
+
+def cached_kernel() -> GuestKernel:
+    """The uncompressed vmlinux of the current Debian cloud kernel and its balloon modules,
+    fetched (never installed) once into CACHE_DIR."""
     package = _kernel_package()
-    vmlinux = CACHE_DIR / f"{package}.vmlinux"
-    if not vmlinux.is_file():
+    target = CACHE_DIR / package
+    if not (target / "vmlinux").is_file():
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=CACHE_DIR) as scratch:
-            _extract_vmlinux(package, Path(scratch), vmlinux)
-    return vmlinux
+            _extract_kernel(package, Path(scratch), target)
+    return GuestKernel(target / "vmlinux",
+                       {name: target / f"{name}.ko" for name in BALLOON_MODULES})
 
 
 def _kernel_package() -> str:
@@ -43,30 +57,63 @@ def _kernel_package() -> str:
     return match.group(1)
 
 
-def _extract_vmlinux(package: str, scratch: Path, target: Path) -> None:
+def _extract_kernel(package: str, scratch: Path, target: Path) -> None:
     subprocess.run(["apt-get", "download", package], cwd=scratch, check=True, capture_output=True)
     deb = next(scratch.glob("*.deb"))
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(scratch / "x")], check=True)
-    bzimage = next((scratch / "x" / "boot").glob("vmlinuz-*")).read_bytes()
+    tree = scratch / "x"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True)
+    staged = scratch / "staged"
+    staged.mkdir()
+    for name in BALLOON_MODULES:
+        shutil.copyfile(next(tree.glob(f"lib/modules/*/kernel/drivers/virtio/{name}.ko")),
+                        staged / f"{name}.ko")
+    bzimage = next((tree / "boot").glob("vmlinuz-*")).read_bytes()
     offset = bzimage.find(LZ4_LEGACY_MAGIC)
     assert offset >= 0, "no LZ4 payload in the bzImage"
     # lz4 exits non-zero on the bzImage's trailing bytes after the frame; the ELF check decides.
     elf = subprocess.run(["lz4", "-dc"], input=bzimage[offset:], capture_output=True).stdout
     assert elf[:4] == b"\x7fELF", "LZ4 payload is not an ELF vmlinux"
-    partial = target.with_suffix(".part")
-    partial.write_bytes(elf)
-    partial.rename(target)
+    (staged / "vmlinux").write_bytes(elf)
+    staged.rename(target)  # atomic: a half-extracted kernel is never seen as cached
 
 
 def write_ticker_initramfs(target: Path) -> Path:
     """A newc cpio with busybox, /dev/console and the ticker /init (no root, no mknod needed)."""
+    return write_initramfs(target, TICKER_INIT, {})
+
+
+def write_memory_churner_initramfs(target: Path, kernel: GuestKernel, free_at_tick: int) -> Path:
+    """A guest with the balloon driver that fills 64 MiB of ramfs at boot, then ticks, and
+    frees that memory at tick `free_at_tick` (printing FREED)."""
+    loads = "\n".join(f"/bin/busybox insmod /lib/{name}.ko" for name in BALLOON_MODULES)
+    init = f"""#!/bin/busybox sh
+/bin/busybox mount -t devtmpfs dev /dev
+{loads}
+/bin/busybox mkdir /fill
+/bin/busybox dd if=/dev/urandom of=/fill/data bs=1M count=64 2>/dev/null
+echo {BOOT_MARKER}
+i=0
+while true; do
+  echo "tick $i"; i=$((i+1))
+  [ $i = {free_at_tick} ] && /bin/busybox rm /fill/data && echo FREED
+  /bin/busybox usleep 100000
+done
+"""
+    files = {f"lib/{name}.ko": path.read_bytes() for name, path in kernel.modules.items()}
+    return write_initramfs(target, init, files)
+
+
+def write_initramfs(target: Path, init: str, files: dict[str, bytes]) -> Path:
+    """A newc cpio: busybox, /dev/console, `init` as /init, and `files` (only under lib/)."""
     entries: list[tuple[str, int, bytes, int]] = [  # name, mode, data, rdev (major, minor)
         (".", 0o040755, b"", 0),
         ("bin", 0o040755, b"", 0),
         ("bin/busybox", 0o100755, BUSYBOX.read_bytes(), 0),
         ("dev", 0o040755, b"", 0),
         ("dev/console", 0o020600, b"", (5 << 8) | 1),
-        ("init", 0o100755, TICKER_INIT.encode(), 0),
+        ("init", 0o100755, init.encode(), 0),
+        ("lib", 0o040755, b"", 0),
+        *((name, 0o100644, data, 0) for name, data in files.items()),
     ]
     with target.open("wb") as out:
         for ino, (name, mode, data, rdev) in enumerate(entries, start=1):

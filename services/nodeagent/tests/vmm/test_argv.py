@@ -124,3 +124,9 @@ def test_existing_tsc_hint_is_kept_and_no_net_means_no_nic() -> None:
     assert option(argv, "-device") == [
         "virtio-rng-device,id=rng0", "virtio-balloon-device,id=balloon0,free-page-reporting=on",
     ]
+
+
+def test_free_page_reporting_can_be_turned_off_for_fork_templates() -> None:
+    argv = build_argv(make_spec(free_page_reporting=False), FILES, incoming=False,
+                      console_log=None)
+    assert "virtio-balloon-device,id=balloon0,free-page-reporting=off" in option(argv, "-device")

@@ -146,3 +146,31 @@ async def test_restore_of_corrupt_state_raises_internal_when_qemu_exits(
     assert "exited" in failure.value.message
     assert "load of migration failed" in failure.value.message
     assert waiting.exit_code is not None
+
+
+async def test_failed_capture_raises_and_vm_can_resume(
+    launch: Launcher, ticker_spec: VmSpec, scratch: Path
+) -> None:
+    vm = await launch(ticker_spec, "vm")
+
+    with pytest.raises(NotFound):
+        await vm.capture(scratch / "no-such-dir" / "state")
+
+    assert await vm.status() == "paused"
+    await vm.resume()
+    assert await vm.status() == "running"
+
+
+async def test_capture_write_error_fails_migration_and_vm_can_resume(
+    launch: Launcher, ticker_spec: VmSpec
+) -> None:
+    vm = await launch(ticker_spec, "vm")
+
+    with pytest.raises(Internal) as failure:
+        await vm.capture(Path("/dev/full"))  # every write fails with ENOSPC
+
+    assert "migrate failed" in failure.value.message
+    assert Path("/dev/full").exists()  # a failed capture removes only regular files
+    assert await vm.status() == "paused"
+    await vm.resume()
+    assert await vm.status() == "running"

@@ -23,39 +23,84 @@ _sym_db = _symbol_database.Default()
 
 
 from aenv.cluster.v1 import cluster_pb2 as aenv_dot_cluster_dot_v1_dot_cluster__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aenv/nodeagent/v1/nodeagent.proto\x12\x11\x61\x65nv.nodeagent.v1\x1a\x1d\x61\x65nv/cluster/v1/cluster.proto\"B\n\x14\x43reateSandboxRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.aenv.cluster.v1.SandboxSpec\"H\n\x15\x43reateSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"(\n\x12KillSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"\x15\n\x13KillSandboxResponse\"\'\n\x11GetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"E\n\x12GetSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\x16\n\x14ListSandboxesRequest\"J\n\x15ListSandboxesResponse\x12\x31\n\tsandboxes\x18\x01 \x03(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"G\n\x18SetSandboxTimeoutRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\r\"L\n\x19SetSandboxTimeoutResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\x14\n\x12GetNodeInfoRequest\"@\n\x13GetNodeInfoResponse\x12)\n\x04node\x18\x01 \x01(\x0b\x32\x1b.aenv.cluster.v1.NodeRecord2\xe1\x04\n\x10NodeAgentService\x12\x62\n\rCreateSandbox\x12\'.aenv.nodeagent.v1.CreateSandboxRequest\x1a(.aenv.nodeagent.v1.CreateSandboxResponse\x12\\\n\x0bKillSandbox\x12%.aenv.nodeagent.v1.KillSandboxRequest\x1a&.aenv.nodeagent.v1.KillSandboxResponse\x12Y\n\nGetSandbox\x12$.aenv.nodeagent.v1.GetSandboxRequest\x1a%.aenv.nodeagent.v1.GetSandboxResponse\x12\x62\n\rListSandboxes\x12\'.aenv.nodeagent.v1.ListSandboxesRequest\x1a(.aenv.nodeagent.v1.ListSandboxesResponse\x12n\n\x11SetSandboxTimeout\x12+.aenv.nodeagent.v1.SetSandboxTimeoutRequest\x1a,.aenv.nodeagent.v1.SetSandboxTimeoutResponse\x12\\\n\x0bGetNodeInfo\x12%.aenv.nodeagent.v1.GetNodeInfoRequest\x1a&.aenv.nodeagent.v1.GetNodeInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aenv/nodeagent/v1/nodeagent.proto\x12\x11\x61\x65nv.nodeagent.v1\x1a\x1d\x61\x65nv/cluster/v1/cluster.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n\rSandboxMetric\x12-\n\ttimestamp\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tcpu_count\x18\x02 \x01(\r\x12\x14\n\x0c\x63pu_used_pct\x18\x03 \x01(\x01\x12\x10\n\x08mem_used\x18\x04 \x01(\x04\x12\x11\n\tmem_total\x18\x05 \x01(\x04\x12\x11\n\tmem_cache\x18\x06 \x01(\x04\x12\x11\n\tdisk_used\x18\x07 \x01(\x04\x12\x12\n\ndisk_total\x18\x08 \x01(\x04\".\n\x18GetSandboxMetricsRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"N\n\x19GetSandboxMetricsResponse\x12\x31\n\x07metrics\x18\x01 \x03(\x0b\x32 .aenv.nodeagent.v1.SandboxMetric\"b\n\x1bUpdateSandboxNetworkRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12/\n\x07network\x18\x02 \x01(\x0b\x32\x1e.aenv.cluster.v1.NetworkPolicy\"O\n\x1cUpdateSandboxNetworkResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\">\n\x13PauseSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x13\n\x0bkeep_memory\x18\x02 \x01(\x08\"G\n\x14PauseSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"C\n\x14ResumeSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\r\"H\n\x15ResumeSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\x9e\x01\n\x0cSnapshotInfo\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\nhas_memory\x18\x04 \x01(\x08\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0btemplate_id\x18\x06 \x01(\t\"N\n\x15\x43reateSnapshotRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bkeep_memory\x18\x03 \x01(\x08\"K\n\x16\x43reateSnapshotResponse\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1f.aenv.nodeagent.v1.SnapshotInfo\"*\n\x14ListSnapshotsRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"K\n\x15ListSnapshotsResponse\x12\x32\n\tsnapshots\x18\x01 \x03(\x0b\x32\x1f.aenv.nodeagent.v1.SnapshotInfo\",\n\x15\x44\x65leteSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteSnapshotResponse\"y\n\x12\x46orkSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\r\x12\x11\n\tchild_ids\x18\x04 \x03(\t\x12\x14\n\x0c\x63hild_tokens\x18\x05 \x03(\t\"x\n\nForkResult\x12\x31\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecordH\x00\x12-\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1c.aenv.nodeagent.v1.ForkErrorH\x00\x42\x08\n\x06result\"*\n\tForkError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\x0f\n\x07message\x18\x02 \x01(\t\"E\n\x13\x46orkSandboxResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.aenv.nodeagent.v1.ForkResult\">\n\x13ResetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x02 \x01(\t\"G\n\x14ResetSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"B\n\x14\x43reateSandboxRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.aenv.cluster.v1.SandboxSpec\"H\n\x15\x43reateSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"(\n\x12KillSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"\x15\n\x13KillSandboxResponse\"\'\n\x11GetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"E\n\x12GetSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\x16\n\x14ListSandboxesRequest\"J\n\x15ListSandboxesResponse\x12\x31\n\tsandboxes\x18\x01 \x03(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"G\n\x18SetSandboxTimeoutRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\r\"L\n\x19SetSandboxTimeoutResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\x14\n\x12GetNodeInfoRequest\"@\n\x13GetNodeInfoResponse\x12)\n\x04node\x18\x01 \x01(\x0b\x32\x1b.aenv.cluster.v1.NodeRecord2\x80\x0c\n\x10NodeAgentService\x12\x62\n\rCreateSandbox\x12\'.aenv.nodeagent.v1.CreateSandboxRequest\x1a(.aenv.nodeagent.v1.CreateSandboxResponse\x12\\\n\x0bKillSandbox\x12%.aenv.nodeagent.v1.KillSandboxRequest\x1a&.aenv.nodeagent.v1.KillSandboxResponse\x12Y\n\nGetSandbox\x12$.aenv.nodeagent.v1.GetSandboxRequest\x1a%.aenv.nodeagent.v1.GetSandboxResponse\x12\x62\n\rListSandboxes\x12\'.aenv.nodeagent.v1.ListSandboxesRequest\x1a(.aenv.nodeagent.v1.ListSandboxesResponse\x12n\n\x11SetSandboxTimeout\x12+.aenv.nodeagent.v1.SetSandboxTimeoutRequest\x1a,.aenv.nodeagent.v1.SetSandboxTimeoutResponse\x12\\\n\x0bGetNodeInfo\x12%.aenv.nodeagent.v1.GetNodeInfoRequest\x1a&.aenv.nodeagent.v1.GetNodeInfoResponse\x12n\n\x11GetSandboxMetrics\x12+.aenv.nodeagent.v1.GetSandboxMetricsRequest\x1a,.aenv.nodeagent.v1.GetSandboxMetricsResponse\x12w\n\x14UpdateSandboxNetwork\x12..aenv.nodeagent.v1.UpdateSandboxNetworkRequest\x1a/.aenv.nodeagent.v1.UpdateSandboxNetworkResponse\x12_\n\x0cPauseSandbox\x12&.aenv.nodeagent.v1.PauseSandboxRequest\x1a\'.aenv.nodeagent.v1.PauseSandboxResponse\x12\x62\n\rResumeSandbox\x12\'.aenv.nodeagent.v1.ResumeSandboxRequest\x1a(.aenv.nodeagent.v1.ResumeSandboxResponse\x12\x65\n\x0e\x43reateSnapshot\x12(.aenv.nodeagent.v1.CreateSnapshotRequest\x1a).aenv.nodeagent.v1.CreateSnapshotResponse\x12\x62\n\rListSnapshots\x12\'.aenv.nodeagent.v1.ListSnapshotsRequest\x1a(.aenv.nodeagent.v1.ListSnapshotsResponse\x12\x65\n\x0e\x44\x65leteSnapshot\x12(.aenv.nodeagent.v1.DeleteSnapshotRequest\x1a).aenv.nodeagent.v1.DeleteSnapshotResponse\x12\\\n\x0b\x46orkSandbox\x12%.aenv.nodeagent.v1.ForkSandboxRequest\x1a&.aenv.nodeagent.v1.ForkSandboxResponse\x12_\n\x0cResetSandbox\x12&.aenv.nodeagent.v1.ResetSandboxRequest\x1a\'.aenv.nodeagent.v1.ResetSandboxResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'aenv.nodeagent.v1.nodeagent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREATESANDBOXREQUEST']._serialized_start=87
-  _globals['_CREATESANDBOXREQUEST']._serialized_end=153
-  _globals['_CREATESANDBOXRESPONSE']._serialized_start=155
-  _globals['_CREATESANDBOXRESPONSE']._serialized_end=227
-  _globals['_KILLSANDBOXREQUEST']._serialized_start=229
-  _globals['_KILLSANDBOXREQUEST']._serialized_end=269
-  _globals['_KILLSANDBOXRESPONSE']._serialized_start=271
-  _globals['_KILLSANDBOXRESPONSE']._serialized_end=292
-  _globals['_GETSANDBOXREQUEST']._serialized_start=294
-  _globals['_GETSANDBOXREQUEST']._serialized_end=333
-  _globals['_GETSANDBOXRESPONSE']._serialized_start=335
-  _globals['_GETSANDBOXRESPONSE']._serialized_end=404
-  _globals['_LISTSANDBOXESREQUEST']._serialized_start=406
-  _globals['_LISTSANDBOXESREQUEST']._serialized_end=428
-  _globals['_LISTSANDBOXESRESPONSE']._serialized_start=430
-  _globals['_LISTSANDBOXESRESPONSE']._serialized_end=504
-  _globals['_SETSANDBOXTIMEOUTREQUEST']._serialized_start=506
-  _globals['_SETSANDBOXTIMEOUTREQUEST']._serialized_end=577
-  _globals['_SETSANDBOXTIMEOUTRESPONSE']._serialized_start=579
-  _globals['_SETSANDBOXTIMEOUTRESPONSE']._serialized_end=655
-  _globals['_GETNODEINFOREQUEST']._serialized_start=657
-  _globals['_GETNODEINFOREQUEST']._serialized_end=677
-  _globals['_GETNODEINFORESPONSE']._serialized_start=679
-  _globals['_GETNODEINFORESPONSE']._serialized_end=743
-  _globals['_NODEAGENTSERVICE']._serialized_start=746
-  _globals['_NODEAGENTSERVICE']._serialized_end=1355
+  _globals['_SANDBOXMETRIC']._serialized_start=121
+  _globals['_SANDBOXMETRIC']._serialized_end=319
+  _globals['_GETSANDBOXMETRICSREQUEST']._serialized_start=321
+  _globals['_GETSANDBOXMETRICSREQUEST']._serialized_end=367
+  _globals['_GETSANDBOXMETRICSRESPONSE']._serialized_start=369
+  _globals['_GETSANDBOXMETRICSRESPONSE']._serialized_end=447
+  _globals['_UPDATESANDBOXNETWORKREQUEST']._serialized_start=449
+  _globals['_UPDATESANDBOXNETWORKREQUEST']._serialized_end=547
+  _globals['_UPDATESANDBOXNETWORKRESPONSE']._serialized_start=549
+  _globals['_UPDATESANDBOXNETWORKRESPONSE']._serialized_end=628
+  _globals['_PAUSESANDBOXREQUEST']._serialized_start=630
+  _globals['_PAUSESANDBOXREQUEST']._serialized_end=692
+  _globals['_PAUSESANDBOXRESPONSE']._serialized_start=694
+  _globals['_PAUSESANDBOXRESPONSE']._serialized_end=765
+  _globals['_RESUMESANDBOXREQUEST']._serialized_start=767
+  _globals['_RESUMESANDBOXREQUEST']._serialized_end=834
+  _globals['_RESUMESANDBOXRESPONSE']._serialized_start=836
+  _globals['_RESUMESANDBOXRESPONSE']._serialized_end=908
+  _globals['_SNAPSHOTINFO']._serialized_start=911
+  _globals['_SNAPSHOTINFO']._serialized_end=1069
+  _globals['_CREATESNAPSHOTREQUEST']._serialized_start=1071
+  _globals['_CREATESNAPSHOTREQUEST']._serialized_end=1149
+  _globals['_CREATESNAPSHOTRESPONSE']._serialized_start=1151
+  _globals['_CREATESNAPSHOTRESPONSE']._serialized_end=1226
+  _globals['_LISTSNAPSHOTSREQUEST']._serialized_start=1228
+  _globals['_LISTSNAPSHOTSREQUEST']._serialized_end=1270
+  _globals['_LISTSNAPSHOTSRESPONSE']._serialized_start=1272
+  _globals['_LISTSNAPSHOTSRESPONSE']._serialized_end=1347
+  _globals['_DELETESNAPSHOTREQUEST']._serialized_start=1349
+  _globals['_DELETESNAPSHOTREQUEST']._serialized_end=1393
+  _globals['_DELETESNAPSHOTRESPONSE']._serialized_start=1395
+  _globals['_DELETESNAPSHOTRESPONSE']._serialized_end=1419
+  _globals['_FORKSANDBOXREQUEST']._serialized_start=1421
+  _globals['_FORKSANDBOXREQUEST']._serialized_end=1542
+  _globals['_FORKRESULT']._serialized_start=1544
+  _globals['_FORKRESULT']._serialized_end=1664
+  _globals['_FORKERROR']._serialized_start=1666
+  _globals['_FORKERROR']._serialized_end=1708
+  _globals['_FORKSANDBOXRESPONSE']._serialized_start=1710
+  _globals['_FORKSANDBOXRESPONSE']._serialized_end=1779
+  _globals['_RESETSANDBOXREQUEST']._serialized_start=1781
+  _globals['_RESETSANDBOXREQUEST']._serialized_end=1843
+  _globals['_RESETSANDBOXRESPONSE']._serialized_start=1845
+  _globals['_RESETSANDBOXRESPONSE']._serialized_end=1916
+  _globals['_CREATESANDBOXREQUEST']._serialized_start=1918
+  _globals['_CREATESANDBOXREQUEST']._serialized_end=1984
+  _globals['_CREATESANDBOXRESPONSE']._serialized_start=1986
+  _globals['_CREATESANDBOXRESPONSE']._serialized_end=2058
+  _globals['_KILLSANDBOXREQUEST']._serialized_start=2060
+  _globals['_KILLSANDBOXREQUEST']._serialized_end=2100
+  _globals['_KILLSANDBOXRESPONSE']._serialized_start=2102
+  _globals['_KILLSANDBOXRESPONSE']._serialized_end=2123
+  _globals['_GETSANDBOXREQUEST']._serialized_start=2125
+  _globals['_GETSANDBOXREQUEST']._serialized_end=2164
+  _globals['_GETSANDBOXRESPONSE']._serialized_start=2166
+  _globals['_GETSANDBOXRESPONSE']._serialized_end=2235
+  _globals['_LISTSANDBOXESREQUEST']._serialized_start=2237
+  _globals['_LISTSANDBOXESREQUEST']._serialized_end=2259
+  _globals['_LISTSANDBOXESRESPONSE']._serialized_start=2261
+  _globals['_LISTSANDBOXESRESPONSE']._serialized_end=2335
+  _globals['_SETSANDBOXTIMEOUTREQUEST']._serialized_start=2337
+  _globals['_SETSANDBOXTIMEOUTREQUEST']._serialized_end=2408
+  _globals['_SETSANDBOXTIMEOUTRESPONSE']._serialized_start=2410
+  _globals['_SETSANDBOXTIMEOUTRESPONSE']._serialized_end=2486
+  _globals['_GETNODEINFOREQUEST']._serialized_start=2488
+  _globals['_GETNODEINFOREQUEST']._serialized_end=2508
+  _globals['_GETNODEINFORESPONSE']._serialized_start=2510
+  _globals['_GETNODEINFORESPONSE']._serialized_end=2574
+  _globals['_NODEAGENTSERVICE']._serialized_start=2577
+  _globals['_NODEAGENTSERVICE']._serialized_end=4113
 # @@protoc_insertion_point(module_scope)

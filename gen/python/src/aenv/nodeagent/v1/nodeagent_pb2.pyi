@@ -1,4 +1,7 @@
+import datetime
+
 from aenv.cluster.v1 import cluster_pb2 as _cluster_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -6,6 +9,184 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SandboxMetric(_message.Message):
+    __slots__ = ("timestamp", "cpu_count", "cpu_used_pct", "mem_used", "mem_total", "mem_cache", "disk_used", "disk_total")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CPU_USED_PCT_FIELD_NUMBER: _ClassVar[int]
+    MEM_USED_FIELD_NUMBER: _ClassVar[int]
+    MEM_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MEM_CACHE_FIELD_NUMBER: _ClassVar[int]
+    DISK_USED_FIELD_NUMBER: _ClassVar[int]
+    DISK_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    timestamp: _timestamp_pb2.Timestamp
+    cpu_count: int
+    cpu_used_pct: float
+    mem_used: int
+    mem_total: int
+    mem_cache: int
+    disk_used: int
+    disk_total: int
+    def __init__(self, timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_count: _Optional[int] = ..., cpu_used_pct: _Optional[float] = ..., mem_used: _Optional[int] = ..., mem_total: _Optional[int] = ..., mem_cache: _Optional[int] = ..., disk_used: _Optional[int] = ..., disk_total: _Optional[int] = ...) -> None: ...
+
+class GetSandboxMetricsRequest(_message.Message):
+    __slots__ = ("sandbox_id",)
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class GetSandboxMetricsResponse(_message.Message):
+    __slots__ = ("metrics",)
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    metrics: _containers.RepeatedCompositeFieldContainer[SandboxMetric]
+    def __init__(self, metrics: _Optional[_Iterable[_Union[SandboxMetric, _Mapping]]] = ...) -> None: ...
+
+class UpdateSandboxNetworkRequest(_message.Message):
+    __slots__ = ("sandbox_id", "network")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    network: _cluster_pb2.NetworkPolicy
+    def __init__(self, sandbox_id: _Optional[str] = ..., network: _Optional[_Union[_cluster_pb2.NetworkPolicy, _Mapping]] = ...) -> None: ...
+
+class UpdateSandboxNetworkResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
+
+class PauseSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "keep_memory")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEP_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    keep_memory: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., keep_memory: _Optional[bool] = ...) -> None: ...
+
+class PauseSandboxResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
+
+class ResumeSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "timeout_seconds")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    timeout_seconds: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class ResumeSandboxResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
+
+class SnapshotInfo(_message.Message):
+    __slots__ = ("snapshot_id", "sandbox_id", "name", "has_memory", "created_at", "template_id")
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HAS_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: str
+    sandbox_id: str
+    name: str
+    has_memory: bool
+    created_at: _timestamp_pb2.Timestamp
+    template_id: str
+    def __init__(self, snapshot_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., has_memory: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., template_id: _Optional[str] = ...) -> None: ...
+
+class CreateSnapshotRequest(_message.Message):
+    __slots__ = ("sandbox_id", "name", "keep_memory")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEEP_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    name: str
+    keep_memory: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., keep_memory: _Optional[bool] = ...) -> None: ...
+
+class CreateSnapshotResponse(_message.Message):
+    __slots__ = ("snapshot",)
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: SnapshotInfo
+    def __init__(self, snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ...) -> None: ...
+
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = ("sandbox_id",)
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ("snapshots",)
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    snapshots: _containers.RepeatedCompositeFieldContainer[SnapshotInfo]
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[SnapshotInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ("snapshot_id",)
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: str
+    def __init__(self, snapshot_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ForkSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "count", "timeout_seconds", "child_ids", "child_tokens")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CHILD_IDS_FIELD_NUMBER: _ClassVar[int]
+    CHILD_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    count: int
+    timeout_seconds: int
+    child_ids: _containers.RepeatedScalarFieldContainer[str]
+    child_tokens: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., timeout_seconds: _Optional[int] = ..., child_ids: _Optional[_Iterable[str]] = ..., child_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ForkResult(_message.Message):
+    __slots__ = ("sandbox", "error")
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    error: ForkError
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ..., error: _Optional[_Union[ForkError, _Mapping]] = ...) -> None: ...
+
+class ForkError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ForkSandboxResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ForkResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ForkResult, _Mapping]]] = ...) -> None: ...
+
+class ResetSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "snapshot_id")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    snapshot_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ...) -> None: ...
+
+class ResetSandboxResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
 
 class CreateSandboxRequest(_message.Message):
     __slots__ = ("spec",)

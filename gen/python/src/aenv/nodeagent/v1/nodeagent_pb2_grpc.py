@@ -64,6 +64,51 @@ class NodeAgentServiceStub:
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetNodeInfoRequest.SerializeToString,
                 response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetNodeInfoResponse.FromString,
                 _registered_method=True)
+        self.GetSandboxMetrics = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/GetSandboxMetrics',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsResponse.FromString,
+                _registered_method=True)
+        self.UpdateSandboxNetwork = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/UpdateSandboxNetwork',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkResponse.FromString,
+                _registered_method=True)
+        self.PauseSandbox = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/PauseSandbox',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.PauseSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.PauseSandboxResponse.FromString,
+                _registered_method=True)
+        self.ResumeSandbox = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/ResumeSandbox',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResumeSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResumeSandboxResponse.FromString,
+                _registered_method=True)
+        self.CreateSnapshot = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/CreateSnapshot',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.CreateSnapshotRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.CreateSnapshotResponse.FromString,
+                _registered_method=True)
+        self.ListSnapshots = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/ListSnapshots',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ListSnapshotsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSnapshot = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/DeleteSnapshot',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.DeleteSnapshotResponse.FromString,
+                _registered_method=True)
+        self.ForkSandbox = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/ForkSandbox',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ForkSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ForkSandboxResponse.FromString,
+                _registered_method=True)
+        self.ResetSandbox = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/ResetSandbox',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxResponse.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServiceServicer:
@@ -106,6 +151,66 @@ class NodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSandboxMetrics(self, request, context):
+        """Live CPU, memory and disk figures of a running sandbox, read from its guest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSandboxNetwork(self, request, context):
+        """Replaces the sandbox's egress policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSandbox(self, request, context):
+        """Stops the guest and keeps its memory, device state and disk; the QEMU process exits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSandbox(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateSnapshot(self, request, context):
+        """Captures memory, device state and a new disk layer; the sandbox keeps running.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkSandbox(self, request, context):
+        """One capture of the parent, then N copy-on-write children on this node.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetSandbox(self, request, context):
+        """Rewinds a running sandbox, in place (same id), to one of its snapshots.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +243,51 @@ def add_NodeAgentServiceServicer_to_server(servicer, server):
                     servicer.GetNodeInfo,
                     request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetNodeInfoRequest.FromString,
                     response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetNodeInfoResponse.SerializeToString,
+            ),
+            'GetSandboxMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSandboxMetrics,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsResponse.SerializeToString,
+            ),
+            'UpdateSandboxNetwork': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSandboxNetwork,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkResponse.SerializeToString,
+            ),
+            'PauseSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSandbox,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.PauseSandboxRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.PauseSandboxResponse.SerializeToString,
+            ),
+            'ResumeSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSandbox,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResumeSandboxRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResumeSandboxResponse.SerializeToString,
+            ),
+            'CreateSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSnapshot,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.CreateSnapshotRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.CreateSnapshotResponse.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'ForkSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSandbox,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ForkSandboxRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ForkSandboxResponse.SerializeToString,
+            ),
+            'ResetSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetSandbox,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +452,249 @@ class NodeAgentService:
             '/aenv.nodeagent.v1.NodeAgentService/GetNodeInfo',
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetNodeInfoRequest.SerializeToString,
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetNodeInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSandboxMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/GetSandboxMetrics',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSandboxNetwork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/UpdateSandboxNetwork',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/PauseSandbox',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.PauseSandboxRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.PauseSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/ResumeSandbox',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResumeSandboxRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResumeSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/CreateSnapshot',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.CreateSnapshotRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.CreateSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/ListSnapshots',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ListSnapshotsRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ListSnapshotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/DeleteSnapshot',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.DeleteSnapshotRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.DeleteSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/ForkSandbox',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ForkSandboxRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ForkSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/ResetSandbox',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxResponse.FromString,
             options,
             channel_credentials,
             insecure,
