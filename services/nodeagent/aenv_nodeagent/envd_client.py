@@ -72,3 +72,17 @@ class EnvdClient:
             if resp.status >= 300:
                 raise Internal(f"envd /init failed: HTTP {resp.status} {await resp.text()}")
             return resp.headers.get("X-Envd-Version", "0.0.0")
+
+    async def metrics(
+        self, host: str, access_token: str, port: int = ENVD_PORT
+    ) -> dict[str, float]:
+        """envd's live figures (`GET /metrics`): CPU, memory and disk of the guest."""
+        headers = {"X-Access-Token": access_token} if access_token else {}
+        url = f"http://{host}:{port}/metrics"
+        async with self._session.get(
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+        ) as resp:
+            if resp.status >= 300:
+                raise Internal(f"envd /metrics failed: HTTP {resp.status}")
+            data: dict[str, float] = await resp.json()
+            return data

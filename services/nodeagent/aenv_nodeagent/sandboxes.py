@@ -21,6 +21,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import trace
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import Conflict, InvalidArgument, NotFound
 from aenv_common.ids import is_valid_sandbox_id
 from aenv_nodeagent.disks import create_overlay
@@ -217,6 +218,30 @@ class SandboxManager:
             raise InvalidArgument(f"timeout must be between 0 and {MAX_TIMEOUT_S} seconds")
         sandbox = self.get(sandbox_id)
         sandbox.record.end_at.CopyFrom(_timestamp(time.time() + timeout_s))
+        await self._records.put_sandbox(sandbox.record)
+        return sandbox.record
+
+    async def metrics(self, sandbox_id: str) -> nodeagent_pb2.SandboxMetric:
+        sandbox = self.get(sandbox_id)
+        data = await self._envd.metrics(sandbox.host, sandbox.record.envd_access_token)
+        metric = nodeagent_pb2.SandboxMetric(
+            cpu_count=int(data.get("cpu_count", 0)),
+            cpu_used_pct=float(data.get("cpu_used_pct", 0.0)),
+            mem_used=int(data.get("mem_used", 0)),
+            mem_total=int(data.get("mem_total", 0)),
+            mem_cache=int(data.get("mem_cache", 0)),
+            disk_used=int(data.get("disk_used", 0)),
+            disk_total=int(data.get("disk_total", 0)),
+        )
+        metric.timestamp.CopyFrom(_timestamp(float(data.get("ts", time.time()))))
+        return metric
+
+    async def update_network(
+        self, sandbox_id: str, network: cluster_pb2.NetworkPolicy
+    ) -> cluster_pb2.SandboxRecord:
+        sandbox = self.get(sandbox_id)
+        await self._network.update_policy(sandbox.slot, egress_policy(network))
+        sandbox.record.network.CopyFrom(network)
         await self._records.put_sandbox(sandbox.record)
         return sandbox.record
 

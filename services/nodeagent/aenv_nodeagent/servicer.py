@@ -55,3 +55,17 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.GetNodeInfoRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetNodeInfoResponse:
         return nodeagent_pb2.GetNodeInfoResponse(node=self._node_record())
+
+    async def GetSandboxMetrics(
+        self, request: nodeagent_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.GetSandboxMetricsResponse:
+        metric = await self._manager.metrics(request.sandbox_id)
+        return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[metric])
+
+    async def UpdateSandboxNetwork(
+        self,
+        request: nodeagent_pb2.UpdateSandboxNetworkRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> nodeagent_pb2.UpdateSandboxNetworkResponse:
+        record = await self._manager.update_network(request.sandbox_id, request.network)
+        return nodeagent_pb2.UpdateSandboxNetworkResponse(sandbox=record)
