@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from aenv_common.errors import AenvError
 from rich.console import Console
 from rich.table import Table
+
+from aenv_common.errors import AenvError
 
 from . import build_guest_artifacts
 from .cache import CacheEntry

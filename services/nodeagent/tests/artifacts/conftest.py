@@ -39,7 +39,7 @@ def built_artifacts() -> Iterator[BuiltArtifacts]:
     built = BuiltArtifacts(guest, rootfs, time.monotonic() - started)
     entries = {**guest.entries, "rootfs-base": rootfs.entry}
     summary = ", ".join(
-        f"{kind} {'built in %.1fs' % e.seconds if e.built else 'reused'}"
+        f"{kind} " + (f"built in {e.seconds:.1f}s" if e.built else "reused")
         for kind, e in entries.items()
     )
     print(f"\nguest artifacts ({built.seconds:.1f}s total): {summary}")

@@ -1,6 +1,7 @@
 """Real builds and real boots: the cached artifacts boot Debian's kernel under QEMU microvm
 (TCG here), the initramfs mounts root + tools disk, aenv-init starts the envd stand-in from the
-tools disk's Python, and it answers GET /health. Plus the Python runtime in a busybox-only chroot."""
+tools disk's Python, and it answers GET /health. Plus the Python runtime in a busybox-only
+chroot."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from .conftest import BuiltArtifacts
 
 from aenv_nodeagent.artifacts import GuestArtifacts, kernel_cmdline
 from aenv_nodeagent.artifacts.toolsdisk import python_command
+
+from .conftest import BuiltArtifacts
 
 pytestmark = pytest.mark.vm
 
@@ -30,7 +32,8 @@ ENVD_PORT = 49983
 # QEMU user-mode networking has its own fixed subnet; the initramfs takes the guest address
 # from the command line (production uses its defaults, 169.254.0.21/30 via .22).
 SLIRP_NET = ("aenv.ip=10.0.2.15/24", "aenv.gw=10.0.2.2")
-BOOT_TIMEOUT = 60.0
+# per attempt; raise it on a loaded host (TCG guests get little CPU when the cores are busy)
+BOOT_TIMEOUT = float(os.environ.get("AENV_TEST_BOOT_TIMEOUT", "60"))
 VERBOSE_BOOT = os.environ.get("AENV_TEST_VERBOSE_BOOT") == "1"  # kernel + init trace on serial
 
 
@@ -58,7 +61,8 @@ def qemu_argv(artifacts: GuestArtifacts, overlay: Path, port: int, serial: Path)
         "qemu-system-x86_64", "-M", "microvm,acpi=on", "-accel", "tcg", "-nodefaults",
         "-no-user-config", "-nographic", "-no-reboot", "-m", "512", "-smp", "1",
         "-kernel", str(artifacts.kernel), "-initrd", str(artifacts.initrd),
-        "-append", kernel_cmdline(verbose=VERBOSE_BOOT, extra=SLIRP_NET), "-serial", f"file:{serial}",
+        "-append", kernel_cmdline(verbose=VERBOSE_BOOT, extra=SLIRP_NET),
+        "-serial", f"file:{serial}",
         "-drive", f"id=root,file={overlay},format=qcow2,if=none",
         "-device", "virtio-blk-device,drive=root",
         "-drive", f"id=tools,file={artifacts.tools_disk},format=raw,if=none,readonly=on",
@@ -68,8 +72,8 @@ def qemu_argv(artifacts: GuestArtifacts, overlay: Path, port: int, serial: Path)
     ]
 
 
-async def wait_healthy(guest: Guest, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
+async def wait_healthy(guest: Guest, limit: float) -> bool:
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline and guest.process.returncode is None:
         with contextlib.suppress(OSError):
             status, _ = await asyncio.to_thread(guest.get, "/health")
@@ -89,8 +93,8 @@ async def booted_guest(
     try:
         for attempt in range(2):
             overlay, serial = work / f"overlay{attempt}.qcow2", work / f"serial{attempt}.log"
-            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-                            str(base), str(overlay)], check=True)
+            await asyncio.to_thread(subprocess.run, ["qemu-img", "create", "-q", "-f", "qcow2",
+                                    "-F", "qcow2", "-b", str(base), str(overlay)], check=True)
             port = free_port()
             t0 = time.monotonic()
             process = await asyncio.create_subprocess_exec(
@@ -181,7 +185,8 @@ def test_python_runtime_runs_without_libc_or_python(busybox_chroot: Path) -> Non
             " hashlib, http.server, aenv_envd; print(sys.prefix, sys.version_info[:2],"
             " ssl.OPENSSL_VERSION.split()[0])")
     result = subprocess.run(
-        [shutil.which("chroot") or "/usr/sbin/chroot", str(busybox_chroot), *python_command(), "-c", code],
+        [shutil.which("chroot") or "/usr/sbin/chroot", str(busybox_chroot), *python_command(),
+         "-c", code],
         env={"PYTHONHOME": "/opt/aenv", "PATH": "/bin"}, capture_output=True, text=True,
         timeout=60,
     )

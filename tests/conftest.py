@@ -1,5 +1,5 @@
-"""A whole single-node platform (etcd, scheduler, snapstore, node agent, gateway), started exactly
-as `aenv up` starts it, with a temporary home and free ports, shared by the end-to-end tests."""
+"""Fixtures of the cross-service tests: a whole single-node platform (etcd, scheduler, snapstore,
+node agent, gateway), started as `aenv up` starts it, with a temporary home and free ports, shared by the end-to-end tests."""
 
 from __future__ import annotations
 
