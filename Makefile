@@ -40,7 +40,7 @@ gen: setup-python
 lint: setup-python setup-node
 	node_modules/.bin/buf lint
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy common services cli tests bench
+	bash scripts/typecheck.sh
 
 test-unit:
 	$(PYTEST) -m "$(UNIT)" -q

@@ -1,5 +1,5 @@
 """Fixtures of the cross-service tests: a whole single-node platform (etcd, scheduler, snapstore,
-node agent, gateway), started as `aenv up` starts it, with a temporary home and free ports, shared by the end-to-end tests."""
+node agent, gateway), started as `aenv up` starts it, with a temporary home and free ports."""
 
 from __future__ import annotations
 
@@ -11,15 +11,20 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
+from aenv_nodeagent.config import NodeAgentSettings
+
+# Host-based routing (`<port>-<id>.<domain>`) is on for the shared platform; the SDKs still
+# reach envd through E2B_SANDBOX_URL, which takes precedence over the returned domain.
+GATEWAY_DOMAIN = "sbx.aenv.test"
 
 
 def shared_cache_dir() -> Path:
     """Guest artifacts and template snapshots are keyed by their inputs: every run may share
-    them (`make setup` builds them here)."""
-    home = Path(os.environ.get("AENV_HOME", Path.home() / ".aenv"))
-    return Path(os.environ.get("AENV_NODEAGENT_CACHE_DIR", home / "cache"))
+    them (`make setup` builds them where the node agent looks by default)."""
+    return NodeAgentSettings().resolved_cache_dir()
 
 
 def netns_names(prefix: str) -> list[str]:
@@ -57,6 +62,7 @@ async def platform(
             "AENV_NODEAGENT_NET_PREFIX": net_prefix,
             "AENV_NODEAGENT_NET_POOL_CIDR": "10.213.0.0/20",
             "AENV_NODEAGENT_NODE_ID": "e2e-node",
+            "AENV_GATEWAY_DOMAIN": GATEWAY_DOMAIN,
         }
     )
     plat = Platform(home, PlatformPorts.free(), base_env=env)

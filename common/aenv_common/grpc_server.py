@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 Registrar = Callable[[Any, grpc.aio.Server], None]
 
 
-class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
+class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Turns typed `AenvError`s raised by servicers into gRPC statuses, so servicers never deal
     with status codes themselves."""
 

@@ -69,10 +69,10 @@ def _instrument_grpc() -> None:
         GrpcAioInstrumentorServer,
     )
 
-    client = GrpcAioInstrumentorClient()
+    client = GrpcAioInstrumentorClient()  # type: ignore[no-untyped-call]
     if not client.is_instrumented_by_opentelemetry:
         client.instrument()
-    server = GrpcAioInstrumentorServer()
+    server = GrpcAioInstrumentorServer()  # type: ignore[no-untyped-call]
     if not server.is_instrumented_by_opentelemetry:
         server.instrument()
 

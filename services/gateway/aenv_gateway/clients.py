@@ -98,3 +98,21 @@ class NodeAgentClients:
             lambda: stub.SetSandboxTimeout(request, timeout=self._deadline)
         )
         return response.sandbox
+
+    async def metrics(self, address: str, sandbox_id: str) -> list[nodeagent_pb2.SandboxMetric]:
+        request = nodeagent_pb2.GetSandboxMetricsRequest(sandbox_id=sandbox_id)
+        stub = self._stub(address)
+        response: nodeagent_pb2.GetSandboxMetricsResponse = await call(
+            lambda: stub.GetSandboxMetrics(request, timeout=self._deadline)
+        )
+        return list(response.metrics)
+
+    async def update_network(
+        self, address: str, sandbox_id: str, network: cluster_pb2.NetworkPolicy
+    ) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.UpdateSandboxNetworkRequest(sandbox_id=sandbox_id, network=network)
+        stub = self._stub(address)
+        response: nodeagent_pb2.UpdateSandboxNetworkResponse = await call(
+            lambda: stub.UpdateSandboxNetwork(request, timeout=self._deadline)
+        )
+        return response.sandbox

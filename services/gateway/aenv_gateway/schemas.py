@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, unquote
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.service import PAUSED, RUNNING, VISIBLE_STATES, CreateRequest, ListQuery
 
@@ -88,8 +89,19 @@ def parse_new_sandbox(
 
 
 def _network_policy(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
-    allow_internet = _field(body, "allow_internet_access", bool)
-    network = _field(body, "network", dict) or {}
+    return _egress_policy(
+        _field(body, "allow_internet_access", bool), _field(body, "network", dict) or {}
+    )
+
+
+def parse_network_update(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
+    """SandboxNetworkUpdateConfig: a full replacement, omitted fields are cleared."""
+    return _egress_policy(_field(body, "allow_internet_access", bool), body)
+
+
+def _egress_policy(
+    allow_internet: bool | None, network: Mapping[str, Any]
+) -> cluster_pb2.NetworkPolicy:
     # The other SandboxNetworkConfig fields are accepted (SDKs send them) but not enforced yet.
     policy = cluster_pb2.NetworkPolicy(
         allow_internet_access=allow_internet is not False,
@@ -185,6 +197,21 @@ def _datetime_param(params: Mapping[str, str], name: str) -> datetime | None:
 def rfc3339(ts: Timestamp) -> str:
     moment: datetime = ts.ToDatetime(tzinfo=UTC)
     return moment.isoformat().replace("+00:00", "Z")
+
+
+def present_metric(metric: nodeagent_pb2.SandboxMetric) -> dict[str, Any]:
+    """SandboxMetric (every field required by the SDKs)."""
+    return {
+        "timestamp": rfc3339(metric.timestamp),
+        "timestampUnix": metric.timestamp.seconds,
+        "cpuCount": metric.cpu_count,
+        "cpuUsedPct": metric.cpu_used_pct,
+        "memUsed": metric.mem_used,
+        "memTotal": metric.mem_total,
+        "memCache": metric.mem_cache,
+        "diskUsed": metric.disk_used,
+        "diskTotal": metric.disk_total,
+    }
 
 
 class Presenter:

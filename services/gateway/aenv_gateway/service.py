@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
@@ -154,6 +155,26 @@ class SandboxService:
         return await self._nodeagents.set_timeout(
             located.owner.nodeagent_address, sandbox_id, timeout_s
         )
+
+    async def metrics(self, sandbox_id: str) -> list[nodeagent_pb2.SandboxMetric]:
+        """The guest's current CPU, memory and disk figures (measured by envd in the VM)."""
+        located = self._running(sandbox_id)
+        return await self._nodeagents.metrics(located.owner.nodeagent_address, sandbox_id)
+
+    async def update_network(
+        self, sandbox_id: str, network: cluster_pb2.NetworkPolicy
+    ) -> cluster_pb2.SandboxRecord:
+        """Replaces the sandbox's egress policy as a whole."""
+        located = self._running(sandbox_id)
+        return await self._nodeagents.update_network(
+            located.owner.nodeagent_address, sandbox_id, network
+        )
+
+    def _running(self, sandbox_id: str) -> Located:
+        located = self._directory.locate(sandbox_id)
+        if located.record.state != RUNNING:
+            raise Conflict(f'sandbox "{sandbox_id}" is not running')
+        return located
 
     async def connect(self, sandbox_id: str, timeout_s: int | None) -> Connected:
         """Makes the sandbox usable: running ones only get their TTL raised (never lowered),

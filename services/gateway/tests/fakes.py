@@ -94,3 +94,23 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         record = self._record(request.sandbox_id)
         record.end_at.CopyFrom(_timestamp(time.time() + request.timeout_seconds))
         return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=record)
+
+    async def GetSandboxMetrics(
+        self, request: nodeagent_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.GetSandboxMetricsResponse:
+        self._record(request.sandbox_id)
+        metric = nodeagent_pb2.SandboxMetric(
+            timestamp=_timestamp(time.time()), cpu_count=2, cpu_used_pct=12.5,
+            mem_used=100 << 20, mem_total=512 << 20, mem_cache=10 << 20,
+            disk_used=300 << 20, disk_total=1 << 30,
+        )
+        return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[metric])
+
+    async def UpdateSandboxNetwork(
+        self,
+        request: nodeagent_pb2.UpdateSandboxNetworkRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> nodeagent_pb2.UpdateSandboxNetworkResponse:
+        record = self._record(request.sandbox_id)
+        record.network.CopyFrom(request.network)
+        return nodeagent_pb2.UpdateSandboxNetworkResponse(sandbox=record)

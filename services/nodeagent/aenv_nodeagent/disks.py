@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 from pathlib import Path
 
 from aenv_common.errors import Internal
 
+_QCOW2_MAGIC = b"QFI\xfb"
+
 
 async def create_overlay(backing: Path, path: Path) -> None:
-    """A new empty qcow2 layer at `path` whose reads fall through to `backing`."""
+    """A new empty qcow2 layer at `path` whose reads fall through to `backing`.
+
+    The size is read from the backing's header, so qemu-img never opens the backing: it may be
+    held by a running QEMU (whose write lock would refuse even a read-only open)."""
+    backing_format = _format_of(backing)
+    size = qcow2_virtual_size(backing) if backing_format == "qcow2" else backing.stat().st_size
     proc = await asyncio.create_subprocess_exec(
-        "qemu-img", "create", "-q", "-f", "qcow2", "-F", _format_of(backing),
-        "-b", str(backing), str(path),
+        "qemu-img", "create", "-q", "-f", "qcow2", "-F", backing_format,
+        "-b", str(backing), "-u", str(path), str(size),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
     _, err = await proc.communicate()
@@ -20,6 +28,19 @@ async def create_overlay(backing: Path, path: Path) -> None:
         raise Internal(f"qemu-img create overlay failed: {err.decode(errors='replace').strip()}")
 
 
-def _format_of(image: Path) -> str:
+def qcow2_virtual_size(image: Path) -> int:
+    """The guest-visible size recorded in a qcow2 header (bytes 24-31, big-endian)."""
     with image.open("rb") as fh:
-        return "qcow2" if fh.read(4) == b"QFI\xfb" else "raw"
+        header = fh.read(32)
+    if len(header) < 32 or header[:4] != _QCOW2_MAGIC:
+        raise Internal(f"{image} is not a qcow2 image")
+    size: int = struct.unpack(">Q", header[24:32])[0]
+    return size
+
+
+def _format_of(image: Path) -> str:
+    try:
+        with image.open("rb") as fh:
+            return "qcow2" if fh.read(4) == _QCOW2_MAGIC else "raw"
+    except OSError as err:
+        raise Internal(f"disk layer {image} is unreadable: {err}") from err

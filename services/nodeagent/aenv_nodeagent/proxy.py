@@ -6,6 +6,8 @@ ports are reachable at its netns address through the DNAT rules of its slot.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -26,11 +28,10 @@ def _bad_gateway(sandbox_id: str, message: str) -> JSONResponse:
     return JSONResponse({"sandboxId": sandbox_id, "message": message, "code": 502}, status_code=502)
 
 
-def _target(headers: dict[str, str] | object, manager: SandboxManager) -> tuple[str, str, int]:
-    get = headers.get  # type: ignore[attr-defined]
-    sandbox_id = get(SANDBOX_ID_HEADER) or ""
+def _target(headers: Mapping[str, str], manager: SandboxManager) -> tuple[str, str, int]:
+    sandbox_id = headers.get(SANDBOX_ID_HEADER) or ""
     try:
-        port = int(get(SANDBOX_PORT_HEADER) or ENVD_PORT)
+        port = int(headers.get(SANDBOX_PORT_HEADER) or ENVD_PORT)
     except ValueError:
         port = -1
     sandbox = manager.find(sandbox_id)

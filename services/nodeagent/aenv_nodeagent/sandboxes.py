@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import trace
@@ -30,6 +30,7 @@ from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager, netns_
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore, vm_spec
 from aenv_nodeagent.vmm import QemuVm
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
 
@@ -326,7 +327,7 @@ class _Undo:
                 log.exception("cleanup step failed")
 
 
-async def _timed(timings: dict[str, float], phase: str, awaitable: Awaitable[object]) -> object:
+async def _timed(timings: dict[str, float], phase: str, awaitable: Awaitable[T]) -> T:
     started = time.perf_counter()
     with tracer.start_as_current_span(f"sandbox.{phase}"):
         result = await awaitable

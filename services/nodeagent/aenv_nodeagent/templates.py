@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 ROOT_DISK_ID = "root"
 TOOLS_DISK_ID = "tools"
 _META = "template.json"
+# QEMU 7.2 punches holes into a memory file on free-page reports even when the guest maps it
+# share=off: a sandbox restored copy-on-write from a frozen file would zero pages that its
+# siblings and later restores still use. Off until the memory file can be sealed.
+FREE_PAGE_REPORTING = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class TemplateInputs:
             .add("accel", str(self.accel.accel))
             .add("kernel_override", str(self.accel.kernel_override or ""))
             .add("size", f"{self.vcpus}/{self.memory_mib}")
+            .add("free_page_reporting", str(FREE_PAGE_REPORTING))
             .hexdigest()[:24]
         )
 
@@ -102,6 +107,7 @@ def vm_spec(
         mem_shared=mem_shared,
         accel=inputs.accel,
         tcg_tb_mib=inputs.tcg_tb_mib,
+        free_page_reporting=FREE_PAGE_REPORTING,
     )
 
 

@@ -14,8 +14,10 @@ from aenv_gateway.schemas import (
     Presenter,
     parse_json_object,
     parse_list_query,
+    parse_network_update,
     parse_new_sandbox,
     parse_timeout,
+    present_metric,
 )
 from aenv_gateway.service import SandboxService
 
@@ -92,6 +94,17 @@ class SandboxRoutes:
         connected = await self._service.resume(request.path_params["sandbox_id"], timeout)
         return JSONResponse(self._present.sandbox(connected.record), status_code=201)
 
+    async def metrics(self, request: Request) -> Response:
+        # `start`/`end` select a window of history; we keep none, so the answer is the current
+        # sample whatever the window.
+        metrics = await self._service.metrics(request.path_params["sandbox_id"])
+        return JSONResponse([present_metric(m) for m in metrics])
+
+    async def update_network(self, request: Request) -> Response:
+        network = parse_network_update(parse_json_object(await request.body()))
+        await self._service.update_network(request.path_params["sandbox_id"], network)
+        return Response(status_code=204)
+
     def routes(self, auth: ApiKeyAuth) -> list[Route]:
         def route(path: str, endpoint: Endpoint, method: str) -> Route:
             return Route(path, authenticated(auth, endpoint), methods=[method])
@@ -113,8 +126,8 @@ class SandboxRoutes:
             route(f"{sid}/pause", later("pause"), "POST"),
             route(f"{sid}/snapshots", later("snapshots"), "POST"),
             route(f"{sid}/fork", later("fork"), "POST"),
-            route(f"{sid}/network", later("network updates"), "PUT"),
-            route(f"{sid}/metrics", later("sandbox metrics"), "GET"),
+            route(f"{sid}/network", self.update_network, "PUT"),
+            route(f"{sid}/metrics", self.metrics, "GET"),
             route(f"{sid}/refreshes", later("refreshes"), "POST"),
             route(f"{sid}/logs", later("sandbox logs"), "GET"),
             route(f"/v2{sid}/logs", later("sandbox logs"), "GET"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,10 @@ _CPU_MODEL = {
 }
 
 
+UNIX_PATH_MAX = 107
+SOCKET_DIR = Path("/run/aenv/qmp")
+
+
 @dataclass(frozen=True)
 class VmFiles:
     """The per-VM files QEMU creates in its work directory."""
@@ -38,7 +43,13 @@ class VmFiles:
 
     @classmethod
     def in_dir(cls, workdir: Path) -> VmFiles:
-        return cls(workdir / "qmp.sock", workdir / "qemu.pid", workdir / "qemu.stderr")
+        """Files in `workdir`, but the QMP socket where its path fits a unix socket address
+        (107 bytes): a deep work directory gets one under SOCKET_DIR, named by its hash."""
+        socket = workdir / "qmp.sock"
+        if len(str(socket)) > UNIX_PATH_MAX:
+            digest = hashlib.sha256(str(workdir).encode()).hexdigest()[:24]
+            socket = SOCKET_DIR / f"{digest}.sock"
+        return cls(socket, workdir / "qemu.pid", workdir / "qemu.stderr")
 
     def all(self) -> tuple[Path, ...]:
         return (self.qmp_socket, self.pidfile, self.stderr_log)

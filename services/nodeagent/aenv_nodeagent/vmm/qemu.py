@@ -31,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_UNIX_PATH_MAX = 107
 _QMP_POLL_S = 0.002
 _FINAL_MIGRATION_STATES = frozenset({"completed", "failed", "cancelled"})
 _TRANSIENT_MIGRATION_RUNSTATES = frozenset({"finish-migrate", "inmigrate"})
@@ -164,6 +163,22 @@ class QemuVm:
         with clock.measure("cont"):
             await self.execute("cont")
         return self._record(clock)
+
+    async def switch_disk_to_overlay(self, top_node: str, new_node: str, overlay: Path) -> None:
+        """Make `overlay` (a qcow2 file whose backing is the current top layer) the disk's new top
+        layer: the VM writes there from now on and the old layer is frozen (external snapshot).
+        Call while stopped so no write is in flight."""
+        await self.execute("blockdev-add", {
+            "driver": "qcow2", "node-name": new_node, "discard": "unmap",
+            "file": {"driver": "file", "filename": str(overlay)},
+            # The backing is the node already open (attached by blockdev-snapshot), not a reopen.
+            "backing": None,
+        })
+        try:
+            await self.execute("blockdev-snapshot", {"node": top_node, "overlay": new_node})
+        except Internal:
+            await self.execute("blockdev-del", {"node-name": new_node})
+            raise
 
     async def shutdown(self, grace: float = 2.0) -> None:
         """Quit QEMU (QMP quit, then SIGTERM, then SIGKILL), reap it and remove its files.
@@ -305,9 +320,8 @@ def _discard_partial_state(state_path: Path) -> None:
 
 def _prepare_workdir(workdir: Path) -> VmFiles:
     files = VmFiles.in_dir(workdir)
-    if len(str(files.qmp_socket)) > _UNIX_PATH_MAX:
-        raise InvalidArgument(f"workdir {workdir} is too long for a unix socket path")
     workdir.mkdir(parents=True, exist_ok=True)
+    files.qmp_socket.parent.mkdir(parents=True, exist_ok=True)
     _remove_files(files)  # stale files of an earlier QEMU in this workdir
     return files
 

@@ -13,8 +13,11 @@ import pytest
 
 from aenv_nodeagent.artifacts import GuestArtifactsBuild, build_guest_artifacts
 from aenv_nodeagent.artifacts.rootfs import RootfsBuild, ensure_base_rootfs_build
+from aenv_nodeagent.config import NodeAgentSettings
 
-TEST_CACHE = Path("/tmp/aenv-test-cache")
+# The node agent's own cache: artifacts are keyed by their inputs, so tests share what
+# `make setup` built (only the stand-in envd tools disk is extra).
+TEST_CACHE = NodeAgentSettings().resolved_cache_dir()
 STANDIN_ENVD = Path(__file__).parent / "standin_envd"
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from aenv_nodeagent.artifacts import GuestArtifacts, kernel_cmdline
 from aenv_nodeagent.artifacts.toolsdisk import python_command
+from aenv_nodeagent.vmm import detect_accelerator
 
 from .conftest import BuiltArtifacts
 
@@ -56,12 +57,19 @@ class Guest:
             return int(response.status), bytes(response.read())
 
 
+def boot_options() -> tuple[str, ...]:
+    """The guest TSC rate, as the node agent passes it under TCG: without it a guest on a loaded
+    host fails to calibrate against the PIT and hangs early in boot."""
+    khz = detect_accelerator(None).guest_tsc_khz
+    return (f"tsc_early_khz={khz}",) if khz else ()
+
+
 def qemu_argv(artifacts: GuestArtifacts, overlay: Path, port: int, serial: Path) -> list[str]:
     return [
         "qemu-system-x86_64", "-M", "microvm,acpi=on", "-accel", "tcg", "-nodefaults",
         "-no-user-config", "-nographic", "-no-reboot", "-m", "512", "-smp", "1",
         "-kernel", str(artifacts.kernel), "-initrd", str(artifacts.initrd),
-        "-append", kernel_cmdline(verbose=VERBOSE_BOOT, extra=SLIRP_NET),
+        "-append", kernel_cmdline(verbose=VERBOSE_BOOT, extra=(*SLIRP_NET, *boot_options())),
         "-serial", f"file:{serial}",
         "-drive", f"id=root,file={overlay},format=qcow2,if=none",
         "-device", "virtio-blk-device,drive=root",

@@ -42,20 +42,18 @@ class MemoryRecords:
         self.records.pop(sandbox_id, None)
 
 
-def _cache_dir() -> Path:
-    home = Path(os.environ.get("AENV_HOME", Path.home() / ".aenv"))
-    return Path(os.environ.get("AENV_NODEAGENT_CACHE_DIR", home / "cache"))
-
-
 def _netns(prefix: str) -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
 
 
+Env = tuple[SandboxManager, MemoryRecords, str, TemplateStore]
+
+
 @pytest_asyncio.fixture
-async def env(tmp_path: Path) -> AsyncIterator[tuple[SandboxManager, MemoryRecords, str, TemplateStore]]:
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
     prefix = "ast" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
-    settings = NodeAgentSettings(cache_dir=_cache_dir(), state_dir=tmp_path / "state")
+    settings = NodeAgentSettings(state_dir=tmp_path / "state")
     network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr="10.216.0.0/24"))
     async with aiohttp.ClientSession() as session:
         envd = EnvdClient(session)
@@ -81,7 +79,7 @@ def _spec(**kw: object) -> cluster_pb2.SandboxSpec:
     return spec
 
 
-async def test_create_restores_and_kill_removes_everything(env: tuple) -> None:  # type: ignore[type-arg]
+async def test_create_restores_and_kill_removes_everything(env: Env) -> None:
     manager, records, prefix, _ = env
     spec = _spec()
     spec.env_vars["FOO"] = "bar"
@@ -106,7 +104,7 @@ async def test_create_restores_and_kill_removes_everything(env: tuple) -> None: 
         await manager.kill(spec.sandbox_id)
 
 
-async def test_failed_restore_leaks_nothing(env: tuple, tmp_path: Path) -> None:  # type: ignore[type-arg]
+async def test_failed_restore_leaks_nothing(env: Env, tmp_path: Path) -> None:
     manager, records, prefix, templates = env
     good = await templates.get(BASE_TEMPLATE)
     broken_dir = tmp_path / "broken-template"
@@ -123,7 +121,7 @@ async def test_failed_restore_leaks_nothing(env: tuple, tmp_path: Path) -> None:
     assert not (manager._dir / spec.sandbox_id).exists()
 
 
-async def test_bad_specs_are_rejected_before_any_work(env: tuple) -> None:  # type: ignore[type-arg]
+async def test_bad_specs_are_rejected_before_any_work(env: Env) -> None:
     manager, _, prefix, _ = env
     with pytest.raises(InvalidArgument):
         await manager.create(_spec(sandbox_id="Bad-Id"))
@@ -132,7 +130,7 @@ async def test_bad_specs_are_rejected_before_any_work(env: tuple) -> None:  # ty
     assert _netns(prefix) == []
 
 
-async def test_expired_sandboxes_are_killed(env: tuple) -> None:  # type: ignore[type-arg]
+async def test_expired_sandboxes_are_killed(env: Env) -> None:
     manager, records, _, _ = env
     spec = _spec(timeout_seconds=1)
     await manager.create(spec)

@@ -130,3 +130,11 @@ def test_free_page_reporting_can_be_turned_off_for_fork_templates() -> None:
     argv = build_argv(make_spec(free_page_reporting=False), FILES, incoming=False,
                       console_log=None)
     assert "virtio-balloon-device,id=balloon0,free-page-reporting=off" in option(argv, "-device")
+
+
+def test_deep_workdir_gets_a_short_socket_path() -> None:
+    deep = Path("/tmp/" + "d" * 120)
+    files = VmFiles.in_dir(deep)
+    assert len(str(files.qmp_socket)) <= 107
+    assert files.qmp_socket != VmFiles.in_dir(Path("/tmp/" + "e" * 120)).qmp_socket
+    assert files.pidfile.parent == deep
