@@ -15,7 +15,7 @@ run: setup
 	$(VENV)/bin/aenv up --home "$(AENV_HOME)"
 
 test: setup lint
-	$(PYTEST) -p no:cacheprovider --timeout 1800
+	bash scripts/run-tests.sh --timeout 1800
 
 setup: setup-host setup-python setup-node artifacts
 
@@ -43,10 +43,10 @@ lint: setup-python setup-node
 	bash scripts/typecheck.sh
 
 test-unit:
-	$(PYTEST) -m "$(UNIT)" -q
+	bash scripts/run-tests.sh -m "$(UNIT)" -q
 
 test-vm:
-	$(PYTEST) -m vm -q
+	bash scripts/run-tests.sh -m vm -q
 
 bench: setup
 	$(PY) bench/create_latency.py

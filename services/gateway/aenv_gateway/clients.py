@@ -116,3 +116,44 @@ class NodeAgentClients:
             lambda: stub.UpdateSandboxNetwork(request, timeout=self._deadline)
         )
         return response.sandbox
+
+    async def pause(self, address: str, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, keep_memory=True)
+        stub = self._stub(address)
+        response: nodeagent_pb2.PauseSandboxResponse = await call(
+            lambda: stub.PauseSandbox(request, timeout=self._create_deadline)
+        )
+        return response.sandbox
+
+    async def resume(
+        self, address: str, sandbox_id: str, timeout_s: int
+    ) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.ResumeSandboxRequest(
+            sandbox_id=sandbox_id, timeout_seconds=timeout_s
+        )
+        stub = self._stub(address)
+        response: nodeagent_pb2.ResumeSandboxResponse = await call(
+            lambda: stub.ResumeSandbox(request, timeout=self._create_deadline)
+        )
+        return response.sandbox
+
+    async def create_snapshot(
+        self, address: str, sandbox_id: str, name: str
+    ) -> nodeagent_pb2.SnapshotInfo:
+        request = nodeagent_pb2.CreateSnapshotRequest(
+            sandbox_id=sandbox_id, name=name, keep_memory=True
+        )
+        stub = self._stub(address)
+        response: nodeagent_pb2.CreateSnapshotResponse = await call(
+            lambda: stub.CreateSnapshot(request, timeout=self._create_deadline)
+        )
+        return response.snapshot
+
+    async def fork(
+        self, address: str, request: nodeagent_pb2.ForkSandboxRequest
+    ) -> list[nodeagent_pb2.ForkResult]:
+        stub = self._stub(address)
+        response: nodeagent_pb2.ForkSandboxResponse = await call(
+            lambda: stub.ForkSandbox(request, timeout=self._create_deadline)
+        )
+        return list(response.results)

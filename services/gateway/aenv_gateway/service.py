@@ -10,7 +10,7 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,6 +28,7 @@ RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
 PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
 # States a client may see; the others are transitional or terminal and stay internal.
 VISIBLE_STATES = frozenset({RUNNING, PAUSED})
+MAX_FORK_CHILDREN = 100
 
 
 @dataclass(frozen=True)
@@ -200,10 +201,45 @@ class SandboxService:
         return await self._resume(located, timeout_s)
 
     async def _resume(self, located: Located, timeout_s: int | None) -> Connected:
-        # Pause/resume arrives with the node agent's Resume RPC; this is where it plugs in.
-        raise Conflict(
-            f'sandbox "{located.record.sandbox_id}" is paused: resuming is not supported yet'
+        record = await self._nodeagents.resume(
+            located.owner.nodeagent_address, located.record.sandbox_id, timeout_s or 0
         )
+        self._directory.remember(record, located.owner)
+        return Connected(record, resumed=True)
+
+    async def pause(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        """Conflict when already paused (the SDK's pause() then returns False)."""
+        located = self._directory.locate(sandbox_id)
+        if located.record.state == PAUSED:
+            raise Conflict(f'sandbox "{sandbox_id}" is already paused')
+        record = await self._nodeagents.pause(located.owner.nodeagent_address, sandbox_id)
+        self._directory.remember(record, located.owner)
+        return record
+
+    async def create_snapshot(self, sandbox_id: str, name: str) -> nodeagent_pb2.SnapshotInfo:
+        located = self._running(sandbox_id)
+        return await self._nodeagents.create_snapshot(
+            located.owner.nodeagent_address, sandbox_id, name
+        )
+
+    async def fork(
+        self, sandbox_id: str, count: int, timeout_s: int
+    ) -> Sequence[nodeagent_pb2.ForkResult]:
+        """`count` children on the parent's node; one result (sandbox or error) per child."""
+        if not 1 <= count <= MAX_FORK_CHILDREN:
+            raise InvalidArgument(f"count must be between 1 and {MAX_FORK_CHILDREN}")
+        self.check_timeout(timeout_s)
+        located = self._running(sandbox_id)
+        request = nodeagent_pb2.ForkSandboxRequest(
+            sandbox_id=sandbox_id, count=count, timeout_seconds=timeout_s,
+            child_ids=[new_sandbox_id() for _ in range(count)],
+            child_tokens=[new_secret() for _ in range(count)],
+        )
+        results = await self._nodeagents.fork(located.owner.nodeagent_address, request)
+        for result in results:
+            if result.HasField("sandbox"):
+                self._directory.remember(result.sandbox, located.owner)
+        return results
 
     def check_timeout(self, timeout_s: int) -> None:
         if not 0 < timeout_s <= self._max_timeout:

@@ -114,3 +114,41 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         record = self._record(request.sandbox_id)
         record.network.CopyFrom(request.network)
         return nodeagent_pb2.UpdateSandboxNetworkResponse(sandbox=record)
+
+    async def PauseSandbox(
+        self, request: nodeagent_pb2.PauseSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.PauseSandboxResponse:
+        record = self._record(request.sandbox_id)
+        record.state = cluster_pb2.SANDBOX_STATE_PAUSED
+        return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
+
+    async def ResumeSandbox(
+        self, request: nodeagent_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ResumeSandboxResponse:
+        record = self._record(request.sandbox_id)
+        record.state = cluster_pb2.SANDBOX_STATE_RUNNING
+        return nodeagent_pb2.ResumeSandboxResponse(sandbox=record)
+
+    async def CreateSnapshot(
+        self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.CreateSnapshotResponse:
+        self._record(request.sandbox_id)
+        return nodeagent_pb2.CreateSnapshotResponse(snapshot=nodeagent_pb2.SnapshotInfo(
+            snapshot_id="snap-1", sandbox_id=request.sandbox_id, name=request.name))
+
+    async def ForkSandbox(
+        self, request: nodeagent_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ForkSandboxResponse:
+        parent = self._record(request.sandbox_id)
+        results = []
+        for child_id, token in zip(request.child_ids, request.child_tokens, strict=True):
+            if len(results) == 1:  # the second child fails, as a child may on a real node
+                results.append(nodeagent_pb2.ForkResult(
+                    error=nodeagent_pb2.ForkError(code=503, message="no room")))
+                continue
+            child = cluster_pb2.SandboxRecord()
+            child.CopyFrom(parent)
+            child.sandbox_id, child.envd_access_token = child_id, token
+            self.view.sandbox_records[child_id] = child
+            results.append(nodeagent_pb2.ForkResult(sandbox=child))
+        return nodeagent_pb2.ForkSandboxResponse(results=results)

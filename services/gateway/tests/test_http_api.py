@@ -99,7 +99,7 @@ async def test_error_bodies(stack: Stack) -> None:
             (http.get("/v2/sandboxes?nextToken=%%%", headers=AUTH), 400),
             (http.get("/nowhere"), 404),
             (http.put("/v2/sandboxes", headers=AUTH), 405),
-            (http.post("/sandboxes/x/pause", headers=AUTH, json={}), 501),
+            (http.post("/sandboxes/x/pause", headers=AUTH, json={}), 404),
         ]
         for request, status in cases:
             response = await request
@@ -107,7 +107,7 @@ async def test_error_bodies(stack: Stack) -> None:
             body = response.json()
             assert body["code"] == status and isinstance(body["message"], str)
         assert (await http.get("/health")).json() == {"status": "ok"}
-        unimplemented = await http.post("/sandboxes/x/fork", headers=AUTH, json={})
+        unimplemented = await http.post("/sandboxes/x/refreshes", headers=AUTH, json={})
         assert unimplemented.headers["should-retry"] == "false"
 
 
@@ -178,9 +178,31 @@ async def test_connect_running_extends_only(stack: Stack) -> None:
         assert v1_missing_timeout.status_code == 400
         not_paused = await http.post(f"/sandboxes/{sid}/resume", headers=AUTH, json={})
         assert not_paused.status_code == 409
-        stack.view.sandbox_records[sid].state = 3  # paused
-        paused = await http.post(f"/v2/sandboxes/{sid}/connect", headers=AUTH, json={})
-        assert paused.status_code == 409 and "not supported yet" in paused.json()["message"]
+        paused = await http.post(f"/sandboxes/{sid}/pause", headers=AUTH, json={})
+        assert paused.status_code == 204
+        assert stack.view.sandbox_records[sid].state == 3  # paused
+        again = await http.post(f"/sandboxes/{sid}/pause", headers=AUTH, json={})
+        assert again.status_code == 409  # the SDK's pause() returns False
+        resumed = await http.post(f"/v2/sandboxes/{sid}/connect", headers=AUTH, json={})
+        assert resumed.status_code == 201 and resumed.json()["sandboxID"] == sid
+        assert stack.view.sandbox_records[sid].state == 2  # running
+
+
+async def test_snapshot_and_fork(stack: Stack) -> None:
+    async with await _client(stack) as http:
+        sid = (await http.post("/v2/sandboxes", headers=AUTH, json={"templateID": "base"})
+               ).json()["sandboxID"]
+        snap = await http.post(f"/sandboxes/{sid}/snapshots", headers=AUTH, json={"name": "n1"})
+        assert snap.status_code == 201 and snap.json() == {"snapshotID": "snap-1", "names": ["n1"]}
+        forked = await http.post(f"/sandboxes/{sid}/fork", headers=AUTH, json={"count": 3})
+        assert forked.status_code == 201
+        body = forked.json()
+        assert [sorted(entry) for entry in body] == [["sandbox"], ["error"], ["sandbox"]]
+        assert body[1]["error"] == {"code": 503, "message": "no room"}
+        child_ids = {body[0]["sandbox"]["sandboxID"], body[2]["sandbox"]["sandboxID"]}
+        assert len(child_ids | {sid}) == 3
+        too_many = await http.post(f"/sandboxes/{sid}/fork", headers=AUTH, json={"count": 101})
+        assert too_many.status_code == 400
 
 
 async def test_openapi_lists_every_route(stack: Stack) -> None:

@@ -22,6 +22,7 @@ from aenv_common.grpc_server import start_grpc_server
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.proxy import build_proxy_app
 from aenv_nodeagent.recovery import recover
@@ -74,6 +75,7 @@ class NodeAgent:
         self._tasks: list[asyncio.Task[object]] = []
         self._registration: NodeRegistration | None = None
         self.manager: SandboxManager | None = None
+        self.lifecycle: SandboxLifecycle | None = None
         self.templates: TemplateStore | None = None
         self.grpc_port = 0
 
@@ -92,7 +94,12 @@ class NodeAgent:
             s.node_id, s.resolved_state_dir(), self.templates, network, envd, store,
             ready_timeout_s=s.restore_ready_timeout_s,
         )
-        servicer = NodeAgentServicer(self.manager, self.node_record)
+        self.lifecycle = SandboxLifecycle(
+            self.manager, self.templates, network, envd, store, s.resolved_state_dir(),
+            ready_timeout_s=s.restore_ready_timeout_s,
+        )
+        paused = self.lifecycle.load()
+        servicer = NodeAgentServicer(self.manager, self.lifecycle, self.node_record)
         self._grpc, self.grpc_port = await start_grpc_server(
             s.listen,
             [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer,
@@ -106,7 +113,8 @@ class NodeAgent:
         log.info(
             "node agent ready",
             extra={"node_id": s.node_id, "accelerator": str(self.accel.accel),
-                   "reason": self.accel.reason, "grpc": s.listen, "proxy": s.proxy_listen},
+                   "reason": self.accel.reason, "grpc": s.listen, "proxy": s.proxy_listen,
+                   "paused_sandboxes": len(paused)},
         )
 
     async def _prepare_templates(self, network: NetworkManager, envd: EnvdClient) -> TemplateStore:
@@ -164,7 +172,8 @@ class NodeAgent:
         )
 
     async def stop(self) -> None:
-        """Kills every sandbox (nothing survives a stop yet), then closes the servers."""
+        """Kills the running sandboxes (paused ones and snapshots stay on disk for the next
+        start), then closes the servers."""
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         if self.manager is not None:

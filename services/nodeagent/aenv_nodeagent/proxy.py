@@ -15,52 +15,55 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from aenv_common.errors import InvalidArgument
 from aenv_common.httpproxy import StreamingProxy, UpstreamRefused, UpstreamUnavailable
-from aenv_nodeagent.envd_client import ENVD_PORT
+from aenv_common.sandbox_routing import (
+    bad_gateway,
+    port_not_open,
+    sandbox_not_found,
+    target_from_headers,
+)
 from aenv_nodeagent.sandboxes import SandboxManager
 
-SANDBOX_ID_HEADER = "e2b-sandbox-id"
-SANDBOX_PORT_HEADER = "e2b-sandbox-port"
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-def _bad_gateway(sandbox_id: str, message: str) -> JSONResponse:
-    return JSONResponse({"sandboxId": sandbox_id, "message": message, "code": 502}, status_code=502)
-
-
-def _target(headers: Mapping[str, str], manager: SandboxManager) -> tuple[str, str, int]:
-    sandbox_id = headers.get(SANDBOX_ID_HEADER) or ""
-    try:
-        port = int(headers.get(SANDBOX_PORT_HEADER) or ENVD_PORT)
-    except ValueError:
-        port = -1
-    sandbox = manager.find(sandbox_id)
-    return sandbox_id, (sandbox.host if sandbox else ""), port
 
 
 def build_proxy_app(manager: SandboxManager, session: aiohttp.ClientSession) -> Starlette:
     proxy = StreamingProxy(session)
 
+    def upstream(headers: Mapping[str, str]) -> tuple[str, str | None]:
+        """(sandbox id, guest base URL or None when the sandbox is not running here)."""
+        target = target_from_headers(headers)
+        if target is None:
+            return "", None
+        sandbox = manager.find(target.sandbox_id)
+        base = f"http://{sandbox.host}:{target.port}" if sandbox else None
+        return target.sandbox_id, base
+
     async def forward(request: Request) -> Response:
-        sandbox_id, host, port = _target(request.headers, manager)
-        if not host:
-            return _bad_gateway(sandbox_id, "The sandbox was not found")
-        if not 0 < port < 65536:
-            return JSONResponse({"code": 400, "message": "invalid E2b-Sandbox-Port"}, 400)
         try:
-            return await proxy.forward(request, f"http://{host}:{port}")
+            sandbox_id, base = upstream(request.headers)
+        except InvalidArgument as err:
+            return JSONResponse({"code": 400, "message": err.message}, 400)
+        if base is None:
+            return sandbox_not_found(sandbox_id)
+        try:
+            return await proxy.forward(request, base)
         except UpstreamRefused:
-            return _bad_gateway(sandbox_id, "The sandbox is running but port is not open")
+            return port_not_open(sandbox_id)
         except UpstreamUnavailable as err:
-            return _bad_gateway(sandbox_id, f"The sandbox is unreachable: {err.message}")
+            return bad_gateway(sandbox_id, f"The sandbox is unreachable: {err.message}")
 
     async def forward_ws(websocket: WebSocket) -> None:
-        _, host, port = _target(websocket.headers, manager)
-        if not host or not 0 < port < 65536:
+        try:
+            _, base = upstream(websocket.headers)
+        except InvalidArgument:
+            base = None
+        if base is None:
             await websocket.close(code=1011, reason="The sandbox was not found")
             return
         try:
-            await proxy.forward_websocket(websocket, f"http://{host}:{port}")
+            await proxy.forward_websocket(websocket, base)
         except (UpstreamRefused, UpstreamUnavailable):
             await websocket.close(code=1011, reason="The sandbox is running but port is not open")
 

@@ -1,7 +1,9 @@
-"""Start-up clean-up after a crash or kill: QEMU processes, network slots and sandbox directories
-left by an earlier run of this node agent are removed, and their records marked lost.
+"""Start-up clean-up after a crash or restart of the node agent.
 
-(Re-adopting running VMs instead is the job of a later step; until then nothing may leak.)
+Paused sandboxes (a directory with `sandbox.json`: overlay + state file, no process) are kept;
+`SandboxLifecycle.load` takes them over with the snapshots. VMs that were running are not
+re-adopted: their QEMU is killed, their network slot and directory removed, and their records
+marked lost, so clients get a clear answer and nothing leaks.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from aenv_nodeagent.sandboxes import SandboxRecords
 
 log = logging.getLogger(__name__)
 
+PAUSED_MARKER = "sandbox.json"
+
 
 def kill_stale_qemus(sandboxes_dir: Path) -> list[int]:
     """SIGKILL the QEMU of every sandbox directory whose pidfile names a live QEMU process."""
@@ -34,23 +38,40 @@ def kill_stale_qemus(sandboxes_dir: Path) -> list[int]:
     return killed
 
 
+def remove_unpaused_dirs(sandboxes_dir: Path) -> set[str]:
+    """Remove the directories of sandboxes that were running; return the paused sandboxes' ids."""
+    paused: set[str] = set()
+    if not sandboxes_dir.is_dir():
+        return paused
+    for directory in sandboxes_dir.iterdir():
+        if (directory / PAUSED_MARKER).is_file():
+            shutil.rmtree(directory / "vm", ignore_errors=True)
+            paused.add(directory.name)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+    return paused
+
+
 async def recover(
     node_id: str,
     sandboxes_dir: Path,
     network: NetworkManager,
     records: SandboxRecords,
     previous: list[cluster_pb2.SandboxRecord],
-) -> None:
+) -> set[str]:
+    """Returns the ids of the paused sandboxes kept."""
     killed = kill_stale_qemus(sandboxes_dir)
     removed = await network.destroy_orphans(keep=set())
-    shutil.rmtree(sandboxes_dir, ignore_errors=True)
-    lost = [rec for rec in previous if rec.node_id == node_id]
+    paused = remove_unpaused_dirs(sandboxes_dir)
+    lost = [rec for rec in previous if rec.node_id == node_id and rec.sandbox_id not in paused]
     for rec in lost:
         rec.state = cluster_pb2.SANDBOX_STATE_LOST
         await records.put_sandbox(rec)
-    if killed or removed or lost:
+    if killed or removed or lost or paused:
         log.warning(
-            "cleaned up after an earlier run",
+            "recovered after an earlier run",
             extra={"qemu_killed": len(killed), "netns_removed": len(removed),
-                   "sandboxes_lost": [rec.sandbox_id for rec in lost]},
+                   "sandboxes_lost": [rec.sandbox_id for rec in lost],
+                   "sandboxes_paused_kept": sorted(paused)},
         )
+    return paused

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -27,7 +27,7 @@ from aenv_common.ids import is_valid_sandbox_id
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager, netns_exec_prefix
-from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore, vm_spec
+from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore, vm_spec
 from aenv_nodeagent.vmm import QemuVm
 
 T = TypeVar("T")
@@ -59,7 +59,7 @@ class Sandbox:
         return self.slot.ns_ip
 
 
-def _timestamp(seconds: float) -> Timestamp:
+def timestamp(seconds: float) -> Timestamp:
     ts = Timestamp()
     ts.FromNanoseconds(int(seconds * 1e9))
     return ts
@@ -97,6 +97,8 @@ class SandboxManager:
         # Called after this node's allocation changed (the node record carries it to the
         # scheduler, whose reservations end once the node reports the sandbox).
         self.on_allocation_change: Callable[[], Awaitable[None]] | None = None
+        # What an expired sandbox gets instead of a kill (auto-pause), when set.
+        self.on_expired: Callable[[str], Awaitable[object]] | None = None
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -123,7 +125,7 @@ class SandboxManager:
     # --- create --------------------------------------------------------------------------------
 
     async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
-        _validate(spec)
+        validate_spec(spec)
         if spec.sandbox_id in self._sandboxes or spec.sandbox_id in self._busy:
             raise Conflict(f"sandbox \"{spec.sandbox_id}\" already exists")
         self._busy.add(spec.sandbox_id)
@@ -137,58 +139,52 @@ class SandboxManager:
 
     async def _create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
         timings: dict[str, float] = {}
-        template = await _timed(timings, "template", self._templates.get(spec.template_id))
+        template = await timed(timings, "template", self._templates.get(spec.template_id))
         _check_resources(spec, template)
         directory = self._dir / spec.sandbox_id
-        cleanup = _Undo()
+        cleanup = Undo()
         try:
             directory.mkdir(parents=True, exist_ok=False)
             cleanup.push(lambda: _rmtree(directory))
             slot, _ = await asyncio.gather(
-                _timed(timings, "network", self._network.create_slot(egress_policy(spec.network))),
-                _timed(timings, "overlay", create_overlay(template.disk, directory / "disk.qcow2")),
+                timed(timings, "network", self._network.create_slot(egress_policy(spec.network))),
+                timed(timings, "overlay", create_overlay(template.disk, directory / "disk.qcow2")),
             )
             cleanup.push(lambda: self._network.destroy_slot(slot))
-            vm = await _timed(timings, "launch", self._launch(template, directory, slot))
+            vm = await timed(timings, "launch", self._launch(template, directory, slot))
             cleanup.push(vm.shutdown)
-            await _timed(timings, "restore", vm.restore(template.state))
-            await _timed(
+            await timed(timings, "restore", vm.restore(template.state))
+            await timed(
                 timings, "envd_ready", self._envd.wait_healthy(slot.ns_ip, self._ready_timeout_s)
             )
-            version = await _timed(
+            version = await timed(
                 timings,
                 "envd_init",
                 self._envd.init(
                     slot.ns_ip, env_vars=spec.env_vars, access_token=spec.envd_access_token
                 ),
             )
-            record = self._record(spec, template, version)
+            record = self.new_record(spec, template, version)
             sandbox = Sandbox(record, slot, vm, directory, timings)
             self._sandboxes[spec.sandbox_id] = sandbox
             cleanup.push(lambda: self._forget(spec.sandbox_id))
-            await _timed(timings, "publish", self._records.put_sandbox(record))
+            await timed(timings, "publish", self._records.put_sandbox(record))
         except BaseException:
             await cleanup.run()
             raise
         await self._allocation_changed()
         log.info(
             "sandbox created",
-            extra={"sandbox_id": spec.sandbox_id, "template": spec.template_id, **_ms(timings)},
+            extra={"sandbox_id": spec.sandbox_id, "template": spec.template_id,
+                   **ms_fields(timings)},
         )
         return sandbox
 
     async def _launch(self, template: TemplateSnapshot, directory: Path, slot: NetSlot) -> QemuVm:
         inputs = self._templates.inputs(template.template_id)
-        spec = vm_spec(inputs, directory / "disk.qcow2", template.memory, mem_shared=False)
-        return await QemuVm.launch(
-            spec,
-            directory / "vm",
-            incoming=True,
-            argv_prefix=netns_exec_prefix(slot),
-            console_log=directory / "console.log",
-        )
+        return await launch_restore_target(inputs, directory, template.memory, slot)
 
-    def _record(
+    def new_record(
         self, spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot, envd_version: str
     ) -> cluster_pb2.SandboxRecord:
         now = time.time()
@@ -202,8 +198,8 @@ class SandboxManager:
                 vcpus=template.vcpus, memory_mib=template.memory_mib, disk_mib=template.disk_mib
             ),
             metadata=dict(spec.metadata),
-            started_at=_timestamp(now),
-            end_at=_timestamp(now + timeout),
+            started_at=timestamp(now),
+            end_at=timestamp(now + timeout),
             envd_access_token=spec.envd_access_token,
             envd_version=envd_version,
             alias=spec.template_id,
@@ -212,13 +208,38 @@ class SandboxManager:
             env_vars=dict(spec.env_vars),
         )
 
+    # --- hand-over to pause/resume/fork (aenv_nodeagent.lifecycle) ------------------------------
+
+    async def register(self, sandbox: Sandbox) -> None:
+        """Track a sandbox restored elsewhere (resume, fork, snapshot) and publish its record."""
+        self._sandboxes[sandbox.record.sandbox_id] = sandbox
+        await self._records.put_sandbox(sandbox.record)
+        await self._allocation_changed()
+
+    async def detach(self, sandbox_id: str) -> Sandbox:
+        """Stop tracking a sandbox whose VM is gone (paused) without touching its files."""
+        sandbox = self._sandboxes.pop(sandbox_id)
+        await self._allocation_changed()
+        return sandbox
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, sandbox_id: str) -> AsyncIterator[None]:
+        """One operation at a time per sandbox: a second one is refused, never queued."""
+        if sandbox_id in self._busy:
+            raise Conflict(f"sandbox \"{sandbox_id}\" is busy")
+        self._busy.add(sandbox_id)
+        try:
+            yield
+        finally:
+            self._busy.discard(sandbox_id)
+
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> cluster_pb2.SandboxRecord:
         if not 0 <= timeout_s <= MAX_TIMEOUT_S:
             raise InvalidArgument(f"timeout must be between 0 and {MAX_TIMEOUT_S} seconds")
         sandbox = self.get(sandbox_id)
-        sandbox.record.end_at.CopyFrom(_timestamp(time.time() + timeout_s))
+        sandbox.record.end_at.CopyFrom(timestamp(time.time() + timeout_s))
         await self._records.put_sandbox(sandbox.record)
         return sandbox.record
 
@@ -234,7 +255,7 @@ class SandboxManager:
             disk_used=int(data.get("disk_used", 0)),
             disk_total=int(data.get("disk_total", 0)),
         )
-        metric.timestamp.CopyFrom(_timestamp(float(data.get("ts", time.time()))))
+        metric.timestamp.CopyFrom(timestamp(float(data.get("ts", time.time()))))
         return metric
 
     async def update_network(
@@ -288,7 +309,7 @@ class SandboxManager:
         ]
         for sid in expired:
             with contextlib.suppress(NotFound):
-                await self.kill(sid)
+                await (self.on_expired or self.kill)(sid)
         return expired
 
     async def run_expiry(self, interval_s: float = 1.0) -> None:
@@ -308,7 +329,22 @@ class SandboxManager:
                 log.error("kill on shutdown failed", extra={"error": repr(result)})
 
 
-class _Undo:
+async def launch_restore_target(
+    inputs: TemplateInputs, directory: Path, memory: Path, slot: NetSlot, disk: str = "disk.qcow2"
+) -> QemuVm:
+    """A QEMU waiting for an incoming state in the sandbox's netns, its RAM mapped copy-on-write
+    from `memory`, its root disk `directory/disk`."""
+    spec = vm_spec(inputs, directory / disk, memory, mem_shared=False)
+    return await QemuVm.launch(
+        spec,
+        directory / "vm",
+        incoming=True,
+        argv_prefix=netns_exec_prefix(slot),
+        console_log=directory / "console.log",
+    )
+
+
+class Undo:
     """Undo steps of a multi-step operation, run newest first when it fails."""
 
     def __init__(self) -> None:
@@ -327,7 +363,7 @@ class _Undo:
                 log.exception("cleanup step failed")
 
 
-async def _timed(timings: dict[str, float], phase: str, awaitable: Awaitable[T]) -> T:
+async def timed(timings: dict[str, float], phase: str, awaitable: Awaitable[T]) -> T:
     started = time.perf_counter()
     with tracer.start_as_current_span(f"sandbox.{phase}"):
         result = await awaitable
@@ -335,7 +371,7 @@ async def _timed(timings: dict[str, float], phase: str, awaitable: Awaitable[T])
     return result
 
 
-def _ms(timings: dict[str, float]) -> dict[str, float]:
+def ms_fields(timings: dict[str, float]) -> dict[str, float]:
     return {f"{phase}_ms": round(ms, 2) for phase, ms in timings.items()}
 
 
@@ -343,7 +379,7 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _validate(spec: cluster_pb2.SandboxSpec) -> None:
+def validate_spec(spec: cluster_pb2.SandboxSpec) -> None:
     if not is_valid_sandbox_id(spec.sandbox_id):
         raise InvalidArgument(f"invalid sandbox id {spec.sandbox_id!r}")
     if not spec.template_id:

@@ -1,4 +1,5 @@
-"""gRPC edge of the node agent (`aenv.nodeagent.v1.NodeAgentService`): thin over SandboxManager.
+"""gRPC edge of the node agent (`aenv.nodeagent.v1.NodeAgentService`): thin over SandboxManager
+and SandboxLifecycle (pause/resume, snapshots, fork, reset).
 Typed errors become gRPC statuses in the shared interceptor."""
 
 from __future__ import annotations
@@ -9,40 +10,46 @@ import grpc
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.snapshots import SnapshotMeta
 
 
 class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     def __init__(
-        self, manager: SandboxManager, node_record: Callable[[], cluster_pb2.NodeRecord]
+        self,
+        manager: SandboxManager,
+        lifecycle: SandboxLifecycle,
+        node_record: Callable[[], cluster_pb2.NodeRecord],
     ) -> None:
         self._manager = manager
+        self._lifecycle = lifecycle
         self._node_record = node_record
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSandboxResponse:
-        sandbox = await self._manager.create(request.spec)
+        sandbox = await self._lifecycle.create(request.spec)
         return nodeagent_pb2.CreateSandboxResponse(sandbox=sandbox.record)
 
     async def KillSandbox(
         self, request: nodeagent_pb2.KillSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.KillSandboxResponse:
-        await self._manager.kill(request.sandbox_id)
+        await self._lifecycle.kill(request.sandbox_id)
         return nodeagent_pb2.KillSandboxResponse()
 
     async def GetSandbox(
         self, request: nodeagent_pb2.GetSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxResponse:
         return nodeagent_pb2.GetSandboxResponse(
-            sandbox=self._manager.get(request.sandbox_id).record
+            sandbox=self._lifecycle.record(request.sandbox_id)
         )
 
     async def ListSandboxes(
         self, request: nodeagent_pb2.ListSandboxesRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ListSandboxesResponse:
         return nodeagent_pb2.ListSandboxesResponse(
-            sandboxes=[sbx.record for sbx in self._manager.all()]
+            sandboxes=self._lifecycle.records()
         )
 
     async def SetSandboxTimeout(
@@ -69,3 +76,58 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.UpdateSandboxNetworkResponse:
         record = await self._manager.update_network(request.sandbox_id, request.network)
         return nodeagent_pb2.UpdateSandboxNetworkResponse(sandbox=record)
+
+    async def PauseSandbox(
+        self, request: nodeagent_pb2.PauseSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.PauseSandboxResponse:
+        record = await self._lifecycle.pause(request.sandbox_id)
+        return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
+
+    async def ResumeSandbox(
+        self, request: nodeagent_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ResumeSandboxResponse:
+        sandbox = await self._lifecycle.resume(request.sandbox_id, request.timeout_seconds)
+        return nodeagent_pb2.ResumeSandboxResponse(sandbox=sandbox.record)
+
+    async def CreateSnapshot(
+        self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.CreateSnapshotResponse:
+        meta = await self._lifecycle.create_snapshot(request.sandbox_id, request.name)
+        return nodeagent_pb2.CreateSnapshotResponse(snapshot=snapshot_info(meta))
+
+    async def ListSnapshots(
+        self, request: nodeagent_pb2.ListSnapshotsRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ListSnapshotsResponse:
+        return nodeagent_pb2.ListSnapshotsResponse(snapshots=[
+            snapshot_info(meta) for meta in self._lifecycle.snapshots.listed(request.sandbox_id)
+        ])
+
+    async def DeleteSnapshot(
+        self, request: nodeagent_pb2.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.DeleteSnapshotResponse:
+        self._lifecycle.delete_snapshot(request.snapshot_id)
+        return nodeagent_pb2.DeleteSnapshotResponse()
+
+    async def ForkSandbox(
+        self, request: nodeagent_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ForkSandboxResponse:
+        results = await self._lifecycle.fork(
+            request.sandbox_id, request.count or 1, request.timeout_seconds,
+            request.child_ids, request.child_tokens,
+        )
+        return nodeagent_pb2.ForkSandboxResponse(results=results)
+
+    async def ResetSandbox(
+        self, request: nodeagent_pb2.ResetSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ResetSandboxResponse:
+        record = await self._lifecycle.reset(request.sandbox_id, request.snapshot_id)
+        return nodeagent_pb2.ResetSandboxResponse(sandbox=record)
+
+
+def snapshot_info(meta: SnapshotMeta) -> nodeagent_pb2.SnapshotInfo:
+    info = nodeagent_pb2.SnapshotInfo(
+        snapshot_id=meta.snapshot_id, sandbox_id=meta.sandbox_id, name=meta.name,
+        has_memory=meta.has_memory, template_id=meta.template_id,
+    )
+    info.created_at.FromNanoseconds(int(meta.created_at * 1e9))
+    return info

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from aenv.nodeagent.v1 import nodeagent_pb2
+from aenv_common.errors import InvalidArgument
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.http_errors import Endpoint, NotImplementedYet, json_errors
 from aenv_gateway.schemas import (
@@ -20,6 +23,9 @@ from aenv_gateway.schemas import (
     present_metric,
 )
 from aenv_gateway.service import SandboxService
+
+# SDK default for a fork's children time to live (SandboxForkRequest.timeout).
+FORK_DEFAULT_TIMEOUT_S = 15
 
 
 def authenticated(auth: ApiKeyAuth, endpoint: Endpoint) -> Endpoint:
@@ -94,6 +100,33 @@ class SandboxRoutes:
         connected = await self._service.resume(request.path_params["sandbox_id"], timeout)
         return JSONResponse(self._present.sandbox(connected.record), status_code=201)
 
+    async def pause(self, request: Request) -> Response:
+        parse_json_object(await request.body())
+        await self._service.pause(request.path_params["sandbox_id"])
+        return Response(status_code=204)
+
+    async def create_snapshot(self, request: Request) -> Response:
+        body = parse_json_object(await request.body())
+        name = body.get("name")
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgument("name must be a string")
+        info = await self._service.create_snapshot(request.path_params["sandbox_id"], name or "")
+        names = [info.name] if info.name else [info.snapshot_id]
+        return JSONResponse({"snapshotID": info.snapshot_id, "names": names}, status_code=201)
+
+    async def fork(self, request: Request) -> Response:
+        body = parse_json_object(await request.body())
+        count, timeout = body.get("count", 1), body.get("timeout", FORK_DEFAULT_TIMEOUT_S)
+        if not isinstance(count, int) or not isinstance(timeout, int):
+            raise InvalidArgument("count and timeout must be integers")
+        results = await self._service.fork(request.path_params["sandbox_id"], count, timeout)
+        return JSONResponse([self._fork_entry(r) for r in results], status_code=201)
+
+    def _fork_entry(self, result: nodeagent_pb2.ForkResult) -> dict[str, Any]:
+        if result.HasField("sandbox"):
+            return {"sandbox": self._present.sandbox(result.sandbox)}
+        return {"error": {"code": result.error.code, "message": result.error.message}}
+
     async def metrics(self, request: Request) -> Response:
         # `start`/`end` select a window of history; we keep none, so the answer is the current
         # sample whatever the window.
@@ -123,9 +156,9 @@ class SandboxRoutes:
             route(f"/v2{sid}/connect", self.connect_v2, "POST"),
             route(f"{sid}/connect", self.connect_v1, "POST"),
             route(f"{sid}/resume", self.resume, "POST"),
-            route(f"{sid}/pause", later("pause"), "POST"),
-            route(f"{sid}/snapshots", later("snapshots"), "POST"),
-            route(f"{sid}/fork", later("fork"), "POST"),
+            route(f"{sid}/pause", self.pause, "POST"),
+            route(f"{sid}/snapshots", self.create_snapshot, "POST"),
+            route(f"{sid}/fork", self.fork, "POST"),
             route(f"{sid}/network", self.update_network, "PUT"),
             route(f"{sid}/metrics", self.metrics, "GET"),
             route(f"{sid}/refreshes", later("refreshes"), "POST"),

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 
 from .helpers import remove_everything_named

@@ -11,6 +11,8 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 
+from pyroute2 import IPRoute
+
 from aenv_nodeagent.network import NetSlot, netlink
 from aenv_nodeagent.network.namespaces import (
     create_and_enter_netns,
@@ -20,7 +22,6 @@ from aenv_nodeagent.network.namespaces import (
     run_in_fresh_thread,
 )
 from aenv_nodeagent.network.slots import GATEWAY_IP, GUEST_MAC, TAP_MAC, TAP_NAME
-from pyroute2 import IPRoute
 
 INTERNET_NS_IP = "198.18.0.1"  # slot-netns side of the fake internet link
 INTERNET_SERVER_IP = "198.18.0.2"  # benchmarking range: not private, so policy treats it as public

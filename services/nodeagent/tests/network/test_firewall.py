@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from aenv_common.errors import InvalidArgument
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig
 from aenv_nodeagent.network.firewall import (

@@ -7,6 +7,8 @@ import os
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from pyroute2 import IPRoute
+
 from aenv_common.errors import Internal, ResourceExhausted
 from aenv_nodeagent.network import (
     EgressPolicy,
@@ -19,7 +21,6 @@ from aenv_nodeagent.network import (
 from aenv_nodeagent.network.namespaces import list_netns, run_in_fresh_thread
 from aenv_nodeagent.network.nft import run_nft
 from aenv_nodeagent.network.slots import GATEWAY_IP, TAP_MAC, TAP_NAME
-from pyroute2 import IPRoute
 
 from .helpers import (
     INTERNET_SERVER_IP,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from aenv_common.errors import InvalidArgument
 from aenv_nodeagent.network import NetworkConfig, netns_exec_prefix
 from aenv_nodeagent.network.slots import (

@@ -1,0 +1,531 @@
+"""Pause/resume, snapshots, fork and reset of this node's sandboxes.
+
+Memory: a sandbox maps its template's frozen RAM copy-on-write (share=off), so a capture writes the
+guest's whole RAM (zero pages skipped) plus device state into one state file; a restore maps the
+template RAM again and loads that file over it. Disk: a snapshot freezes the sandbox's active qcow2
+overlay into `layers/` and the VM continues on a new overlay (external snapshot, taken while the
+VM is stopped); everything restored from the snapshot gets its own overlay over that layer.
+
+Pause = capture + QEMU exits + the network slot is released; the sandbox's directory (overlay,
+state file, `sandbox.json`) survives node agent restarts. Resume = restore into a new QEMU and
+netns, then envd `/init` (clock, RNG reseed, the sandbox's own token). The sandbox id never changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2
+from aenv_common.errors import AenvError, Conflict, Internal, InvalidArgument
+from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_nodeagent.disks import create_overlay
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.network import NetSlot, NetworkManager
+from aenv_nodeagent.recovery import PAUSED_MARKER
+from aenv_nodeagent.sandboxes import (
+    DEFAULT_TIMEOUT_S,
+    Sandbox,
+    SandboxManager,
+    SandboxRecords,
+    Undo,
+    egress_policy,
+    launch_restore_target,
+    ms_fields,
+    timed,
+    timestamp,
+    validate_spec,
+)
+from aenv_nodeagent.snapshots import (
+    LayerStore,
+    SnapshotMeta,
+    SnapshotStore,
+    new_layer_id,
+    new_snapshot_id,
+    write_private_json,
+)
+from aenv_nodeagent.templates import TemplateInputs, TemplateStore
+from aenv_nodeagent.vmm import QemuVm
+from aenv_nodeagent.vmm.argv import block_node_name
+from aenv_nodeagent.vmm.spec import DiskSpec
+
+log = logging.getLogger(__name__)
+
+MAX_FORK_CHILDREN = 100
+_PAUSED_STATE = "paused.state"
+_DISK = "disk.qcow2"
+# The root disk's block node name in a freshly launched QEMU (overlays added later get others).
+_ROOT_NODE = block_node_name(DiskSpec("root", Path("disk.qcow2"), "qcow2", readonly=False))
+
+
+@dataclass
+class Chain:
+    """What a sandbox's disk and RAM stand on: its template, the frozen layers under its overlay
+    (newest first), and the block node QEMU currently writes to."""
+
+    template_id: str
+    layers: list[str]
+    # The overlay the VM writes to, a file in the sandbox's directory.
+    active: str = _DISK
+    top_node: str = _ROOT_NODE
+    overlays_added: int = 0
+
+
+@dataclass
+class Paused:
+    record: cluster_pb2.SandboxRecord
+    directory: Path
+    chain: Chain
+
+
+@dataclass(frozen=True)
+class RestoreImage:
+    inputs: TemplateInputs
+    memory: Path
+    state: Path
+    # The token the captured envd enforces: /init must present it to hand over a new one.
+    guest_token: str
+
+
+class SandboxLifecycle:
+    def __init__(
+        self,
+        manager: SandboxManager,
+        templates: TemplateStore,
+        network: NetworkManager,
+        envd: EnvdClient,
+        records: SandboxRecords,
+        state_dir: Path,
+        *,
+        ready_timeout_s: float,
+    ) -> None:
+        self._manager = manager
+        self._templates = templates
+        self._network = network
+        self._envd = envd
+        self._records = records
+        self._sandboxes_dir = state_dir / "sandboxes"
+        self._ready_timeout_s = ready_timeout_s
+        self.snapshots = SnapshotStore(state_dir / "snapshots")
+        self.layers = LayerStore(state_dir / "layers")
+        self._paused: dict[str, Paused] = {}
+        self._chains: dict[str, Chain] = {}
+        manager.on_expired = self.expire
+
+    # --- queries -------------------------------------------------------------------------------
+
+    def record(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        if paused := self._paused.get(sandbox_id):
+            return paused.record
+        return self._manager.get(sandbox_id).record
+
+    def records(self) -> list[cluster_pb2.SandboxRecord]:
+        running = [sbx.record for sbx in self._manager.all()]
+        return running + [p.record for p in self._paused.values()]
+
+    def paused_ids(self) -> list[str]:
+        return list(self._paused)
+
+    # --- create / kill -------------------------------------------------------------------------
+
+    async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
+        """From a template, or from a snapshot when `template_id` names one."""
+        snapshot = self.snapshots.find(spec.template_id)
+        if snapshot is None:
+            sandbox = await self._manager.create(spec)
+            self._chains[spec.sandbox_id] = Chain(spec.template_id, [])
+            return sandbox
+        async with self._manager.exclusive(spec.sandbox_id):
+            return await self._create_from(self.snapshots.get(spec.template_id), spec)
+
+    async def kill(self, sandbox_id: str) -> None:
+        if paused := self._paused.get(sandbox_id):
+            async with self._manager.exclusive(sandbox_id):
+                self._paused.pop(sandbox_id, None)
+                shutil.rmtree(paused.directory, ignore_errors=True)
+                await self._records.delete_sandbox(sandbox_id)
+        else:
+            await self._manager.kill(sandbox_id)
+        self._chains.pop(sandbox_id, None)
+        self.collect_layers()
+        log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
+
+    async def expire(self, sandbox_id: str) -> None:
+        """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause), else kill."""
+        sandbox = self._manager.find(sandbox_id)
+        if sandbox is not None and sandbox.record.lifecycle.auto_pause:
+            await self.pause(sandbox_id)
+        else:
+            await self.kill(sandbox_id)
+
+    async def destroy_all(self) -> None:
+        """Everything on this node: running and paused sandboxes, snapshots, layers."""
+        await self._manager.kill_all()
+        for sandbox_id in list(self._paused):
+            await self.kill(sandbox_id)
+        for meta in list(self.snapshots.listed()):
+            self.snapshots.remove(meta.snapshot_id)
+        self._chains.clear()
+        self.collect_layers()
+
+    # --- pause / resume ------------------------------------------------------------------------
+
+    async def pause(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        if sandbox_id in self._paused:
+            raise Conflict(f"sandbox \"{sandbox_id}\" is already paused")
+        sandbox = self._manager.get(sandbox_id)
+        async with self._manager.exclusive(sandbox_id):
+            timings: dict[str, float] = {}
+            try:
+                state = sandbox.directory / _PAUSED_STATE
+                await timed(timings, "capture", sandbox.vm.capture(state))
+            except BaseException:
+                await _keep_running(sandbox.vm)
+                raise
+            await timed(timings, "quit", sandbox.vm.shutdown())
+            await timed(timings, "network", self._network.destroy_slot(sandbox.slot))
+            await self._manager.detach(sandbox_id)
+            record = sandbox.record
+            record.state = cluster_pb2.SANDBOX_STATE_PAUSED
+            paused = Paused(record, sandbox.directory, self._chain(sandbox_id))
+            self._save(paused)
+            self._paused[sandbox_id] = paused
+            await timed(timings, "publish", self._records.put_sandbox(record))
+        log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
+        return record
+
+    async def resume(self, sandbox_id: str, timeout_s: int = 0) -> Sandbox:
+        """Restore a paused sandbox under the same id. On failure it stays paused, intact."""
+        paused = self._paused.get(sandbox_id)
+        if paused is None:
+            self._manager.get(sandbox_id)  # NotFound for unknown ids
+            raise Conflict(f"sandbox \"{sandbox_id}\" is not paused")
+        async with self._manager.exclusive(sandbox_id):
+            record = cluster_pb2.SandboxRecord()
+            record.CopyFrom(paused.record)
+            image = RestoreImage(
+                self._templates.inputs(paused.chain.template_id),
+                (await self._templates.get(paused.chain.template_id)).memory,
+                paused.directory / _PAUSED_STATE,
+                record.envd_access_token,
+            )
+            timings: dict[str, float] = {}
+            slot = await timed(timings, "network",
+                               self._network.create_slot(egress_policy(record.network)))
+            try:
+                vm = await self._restore(paused.directory, slot, image, record, timings,
+                                         paused.chain.active)
+            except BaseException as err:
+                await self._network.destroy_slot(slot)
+                if isinstance(err, AenvError):
+                    raise type(err)(f"resume of \"{sandbox_id}\" failed, it stays paused: "
+                                    f"{err.message}") from err
+                raise
+            record.state = cluster_pb2.SANDBOX_STATE_RUNNING
+            record.end_at.CopyFrom(timestamp(time.time() + (timeout_s or DEFAULT_TIMEOUT_S)))
+            sandbox = Sandbox(record, slot, vm, paused.directory, timings)
+            del self._paused[sandbox_id]
+            self._chains[sandbox_id] = Chain(paused.chain.template_id, paused.chain.layers,
+                                             paused.chain.active)
+            (paused.directory / PAUSED_MARKER).unlink(missing_ok=True)
+            (paused.directory / _PAUSED_STATE).unlink(missing_ok=True)
+            await timed(timings, "publish", self._manager.register(sandbox))
+        log.info("sandbox resumed", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
+        return sandbox
+
+    # --- snapshots -----------------------------------------------------------------------------
+
+    async def create_snapshot(
+        self, sandbox_id: str, name: str = "", *, hidden: bool = False
+    ) -> SnapshotMeta:
+        """Capture a running sandbox; it is stopped only for the capture, then continues on a new
+        disk overlay."""
+        sandbox = self._manager.get(sandbox_id)
+        async with self._manager.exclusive(sandbox_id):
+            return await self._capture(sandbox, name, hidden)
+
+    async def _capture(self, sandbox: Sandbox, name: str, hidden: bool) -> SnapshotMeta:
+        sandbox_id = sandbox.record.sandbox_id
+        chain = self._chain(sandbox_id)
+        template = await self._templates.get(chain.template_id)
+        snapshot_id = new_snapshot_id()
+        directory = self.snapshots.new_directory(snapshot_id)
+        timings: dict[str, float] = {}
+        try:
+            await timed(timings, "stop", sandbox.vm.pause())
+            try:
+                await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
+                await timed(timings, "disk", self._freeze_disk(sandbox, chain))
+            finally:
+                await timed(timings, "cont", _keep_running(sandbox.vm))
+        except BaseException:
+            self.snapshots.discard_directory(directory)
+            raise
+        meta = SnapshotMeta(
+            snapshot_id=snapshot_id, sandbox_id=sandbox_id, name=name,
+            template_id=chain.template_id, template_key=self._templates.inputs(
+                chain.template_id).key(),
+            accelerator=template.accelerator, kernel_version=template.kernel_version,
+            artifacts_digest=template.artifacts_digest, layers=list(chain.layers),
+            guest_token=sandbox.record.envd_access_token,
+            envd_version=sandbox.record.envd_version, created_at=time.time(), hidden=hidden,
+            directory=directory,
+        )
+        self.snapshots.add(meta)
+        log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
+                                          **ms_fields(timings)})
+        return meta
+
+    async def _freeze_disk(self, sandbox: Sandbox, chain: Chain) -> None:
+        """Freeze the active overlay as a new layer; the VM (stopped) continues on a fresh one.
+
+        The frozen file is hard-linked into `layers/`, never renamed: QEMU reopens a node by its
+        file name when it reactivates disks after a migration, and must find the same inode."""
+        layer = new_layer_id()
+        frozen = self.layers.path(layer)
+        active = f"{layer}.active.qcow2"
+        os.link(sandbox.directory / chain.active, frozen)
+        try:
+            await create_overlay(frozen, sandbox.directory / active)
+            new_node = f"ovl{chain.overlays_added + 1}"
+            await sandbox.vm.switch_disk_to_overlay(
+                chain.top_node, new_node, sandbox.directory / active)
+        except BaseException:
+            (sandbox.directory / active).unlink(missing_ok=True)
+            frozen.unlink(missing_ok=True)
+            raise
+        chain.overlays_added += 1
+        chain.top_node = new_node
+        chain.active = active
+        chain.layers.insert(0, layer)
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes the snapshot at once; its disk layer stays while sandboxes still use it."""
+        self.snapshots.remove(snapshot_id)
+        self.collect_layers()
+        log.info("snapshot deleted", extra={"snapshot_id": snapshot_id})
+
+    def collect_layers(self) -> list[str]:
+        in_use = self.snapshots.layers_in_use()
+        live = {sbx.record.sandbox_id for sbx in self._manager.all()}
+        for sandbox_id in list(self._chains):
+            if sandbox_id not in live:
+                del self._chains[sandbox_id]
+        for chain in [*self._chains.values(), *(p.chain for p in self._paused.values())]:
+            in_use.update(chain.layers)
+        return self.layers.collect(in_use)
+
+    # --- fork / reset --------------------------------------------------------------------------
+
+    async def fork(
+        self,
+        sandbox_id: str,
+        count: int,
+        timeout_s: int = 0,
+        child_ids: Sequence[str] = (),
+        child_tokens: Sequence[str] = (),
+    ) -> list[nodeagent_pb2.ForkResult]:
+        """One capture of the parent (which then continues), then `count` children restored from
+        it on this node. A child that fails gets an error entry; the others live."""
+        ids, tokens = _child_identities(count, child_ids, child_tokens)
+        parent = self._manager.get(sandbox_id).record
+        snapshot = await self.create_snapshot(sandbox_id, hidden=True)
+        try:
+            outcomes = await asyncio.gather(
+                *(self._create_from(snapshot, _child_spec(parent, cid, token, timeout_s))
+                  for cid, token in zip(ids, tokens, strict=True)),
+                return_exceptions=True,
+            )
+        finally:
+            self.delete_snapshot(snapshot.snapshot_id)
+        return [_fork_result(outcome) for outcome in outcomes]
+
+    async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
+        """Rewind a running sandbox to one of the snapshots in place: same id, token, network.
+        If the restore fails the sandbox is gone (its old state was already discarded)."""
+        sandbox = self._manager.get(sandbox_id)
+        snapshot = self._check(self.snapshots.get(snapshot_id))
+        async with self._manager.exclusive(sandbox_id):
+            timings: dict[str, float] = {}
+            try:
+                await timed(timings, "quit", sandbox.vm.shutdown())
+                for old in sandbox.directory.glob("*.qcow2"):
+                    old.unlink()  # this sandbox's overlays; frozen layers live on in layers/
+                await timed(timings, "overlay", create_overlay(
+                    self.layers.path(snapshot.layers[0]), sandbox.directory / _DISK))
+                image = await self._image(snapshot)
+                sandbox.vm = await self._restore(
+                    sandbox.directory, sandbox.slot, image, sandbox.record, timings)
+            except BaseException:
+                await self._discard(sandbox)
+                raise
+            self._chains[sandbox_id] = Chain(snapshot.template_id, list(snapshot.layers))
+        log.info("sandbox reset", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
+                                         **ms_fields(timings)})
+        return sandbox.record
+
+    async def _discard(self, sandbox: Sandbox) -> None:
+        """Remove a sandbox whose VM is already gone (a reset that failed half-way)."""
+        sandbox_id = sandbox.record.sandbox_id
+        await self._manager.detach(sandbox_id)
+        await self._network.destroy_slot(sandbox.slot)
+        shutil.rmtree(sandbox.directory, ignore_errors=True)
+        await self._records.delete_sandbox(sandbox_id)
+        self._chains.pop(sandbox_id, None)
+        self.collect_layers()
+
+    # --- restore paths -------------------------------------------------------------------------
+
+    async def _create_from(self, snapshot: SnapshotMeta, spec: cluster_pb2.SandboxSpec) -> Sandbox:
+        validate_spec(spec)
+        self._check(snapshot)
+        if self._manager.find(spec.sandbox_id) or spec.sandbox_id in self._paused:
+            raise Conflict(f"sandbox \"{spec.sandbox_id}\" already exists")
+        template = await self._templates.get(snapshot.template_id)
+        directory = self._sandboxes_dir / spec.sandbox_id
+        timings: dict[str, float] = {}
+        cleanup = Undo()
+        try:
+            directory.mkdir(parents=True, exist_ok=False)
+            cleanup.push(lambda: shutil.rmtree(directory, ignore_errors=True))
+            slot, _ = await asyncio.gather(
+                timed(timings, "network", self._network.create_slot(egress_policy(spec.network))),
+                timed(timings, "overlay", create_overlay(
+                    self.layers.path(snapshot.layers[0]), directory / _DISK)),
+            )
+            cleanup.push(lambda: self._network.destroy_slot(slot))
+            record = self._manager.new_record(spec, template, snapshot.envd_version)
+            vm = await self._restore(directory, slot, await self._image(snapshot), record, timings)
+            cleanup.push(vm.shutdown)
+            sandbox = Sandbox(record, slot, vm, directory, timings)
+            self._chains[spec.sandbox_id] = Chain(snapshot.template_id, list(snapshot.layers))
+            await timed(timings, "publish", self._manager.register(sandbox))
+        except BaseException:
+            self._chains.pop(spec.sandbox_id, None)
+            await cleanup.run()
+            raise
+        log.info("sandbox restored from snapshot",
+                 extra={"sandbox_id": spec.sandbox_id, "snapshot_id": snapshot.snapshot_id,
+                        **ms_fields(timings)})
+        return sandbox
+
+    async def _image(self, snapshot: SnapshotMeta) -> RestoreImage:
+        template = await self._templates.get(snapshot.template_id)
+        return RestoreImage(self._templates.inputs(snapshot.template_id), template.memory,
+                            snapshot.state, snapshot.guest_token)
+
+    async def _restore(
+        self, directory: Path, slot: NetSlot, image: RestoreImage,
+        record: cluster_pb2.SandboxRecord, timings: dict[str, float], disk: str = _DISK,
+    ) -> QemuVm:
+        """Launch, load the state, wait for envd and give it this sandbox's identity."""
+        vm = await timed(timings, "launch", launch_restore_target(
+            image.inputs, directory, image.memory, slot, disk))
+        try:
+            await timed(timings, "restore", vm.restore(image.state))
+            await timed(timings, "envd_ready",
+                        self._envd.wait_healthy(slot.ns_ip, self._ready_timeout_s))
+            record.envd_version = await timed(timings, "envd_init", self._envd.init(
+                slot.ns_ip, env_vars=record.env_vars, access_token=record.envd_access_token,
+                current_token=image.guest_token or None,
+            ))
+        except BaseException:
+            await vm.shutdown()
+            raise
+        return vm
+
+    def _check(self, snapshot: SnapshotMeta) -> SnapshotMeta:
+        """Refuse a snapshot taken under another accelerator, kernel or template build."""
+        inputs = self._templates.inputs(snapshot.template_id)
+        if inputs.key() != snapshot.template_key:
+            raise Conflict(
+                f"snapshot \"{snapshot.snapshot_id}\" was taken with accelerator "
+                f"{snapshot.accelerator}, kernel {snapshot.kernel_version} (artifacts "
+                f"{snapshot.artifacts_digest[:12]}); this node runs {inputs.accel.accel}, kernel "
+                f"{inputs.artifacts.kernel_version} (artifacts {inputs.artifacts.digest[:12]})"
+            )
+        if not all(self.layers.path(layer).is_file() for layer in snapshot.layers):
+            raise Internal(f"snapshot \"{snapshot.snapshot_id}\" is missing disk layers")
+        return snapshot
+
+    def _chain(self, sandbox_id: str) -> Chain:
+        chain = self._chains.get(sandbox_id)
+        if chain is None:
+            chain = self._chains[sandbox_id] = Chain(
+                self._manager.get(sandbox_id).record.template_id, [])
+        return chain
+
+    # --- persistence across node agent restarts ------------------------------------------------
+
+    def _save(self, paused: Paused) -> None:
+        write_private_json(paused.directory / PAUSED_MARKER, {
+            "record": paused.record.SerializeToString().hex(),
+            "template_id": paused.chain.template_id,
+            "layers": paused.chain.layers,
+            "active": paused.chain.active,
+        })
+
+    def load(self) -> list[str]:
+        """Paused sandboxes and snapshots left by an earlier run (call before anything else).
+        Returns the ids of the paused sandboxes found."""
+        self.snapshots.load()
+        for meta_file in self._sandboxes_dir.glob(f"*/{PAUSED_MARKER}"):
+            try:
+                data = json.loads(meta_file.read_text())
+                record = cluster_pb2.SandboxRecord.FromString(bytes.fromhex(data["record"]))
+            except (OSError, ValueError, KeyError) as err:
+                log.error("unreadable paused sandbox", extra={"path": str(meta_file),
+                                                              "error": str(err)})
+                continue
+            chain = Chain(str(data["template_id"]), [str(x) for x in data["layers"]],
+                          str(data["active"]))
+            self._paused[record.sandbox_id] = Paused(record, meta_file.parent, chain)
+        self.collect_layers()
+        return list(self._paused)
+
+
+async def _keep_running(vm: QemuVm) -> None:
+    """Let a VM run again after a capture (or a failed one), whatever state it was left in."""
+    if await vm.status() != "running":
+        await vm.resume()
+
+
+def _child_identities(
+    count: int, ids: Sequence[str], tokens: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    if not 1 <= count <= MAX_FORK_CHILDREN:
+        raise InvalidArgument(f"count must be between 1 and {MAX_FORK_CHILDREN}")
+    if (ids and len(ids) != count) or (tokens and len(tokens) != count):
+        raise InvalidArgument("child_ids and child_tokens must have one entry per child")
+    return (list(ids) or [new_sandbox_id() for _ in range(count)],
+            list(tokens) or [new_secret() for _ in range(count)])
+
+
+def _child_spec(
+    parent: cluster_pb2.SandboxRecord, sandbox_id: str, token: str, timeout_s: int
+) -> cluster_pb2.SandboxSpec:
+    return cluster_pb2.SandboxSpec(
+        sandbox_id=sandbox_id, template_id=parent.template_id, envd_access_token=token,
+        env_vars=parent.env_vars, metadata=parent.metadata, timeout_seconds=timeout_s,
+        network=parent.network, lifecycle=parent.lifecycle, resources=parent.resources,
+    )
+
+
+def _fork_result(outcome: Sandbox | BaseException) -> nodeagent_pb2.ForkResult:
+    if isinstance(outcome, Sandbox):
+        return nodeagent_pb2.ForkResult(sandbox=outcome.record)
+    if not isinstance(outcome, Exception):
+        raise outcome
+    code = outcome.http_status if isinstance(outcome, AenvError) else 500
+    message = outcome.message if isinstance(outcome, AenvError) else "internal error"
+    if not isinstance(outcome, AenvError):
+        log.error("fork child failed", exc_info=outcome)
+    return nodeagent_pb2.ForkResult(error=nodeagent_pb2.ForkError(code=code, message=message))

@@ -1,0 +1,163 @@
+"""Captured sandbox states on this node: snapshot metadata and the frozen disk layers they use.
+
+A snapshot is a directory `snapshots/<id>/` holding `snapshot.json` and `state` (device state
+plus guest RAM). Its disk is a frozen qcow2 layer in `layers/`, shared with the sandbox it was
+taken from and with every sandbox created from it. Layers are reference-counted by chains: a
+layer file is removed only when no snapshot and no sandbox (running or paused) has it in its
+chain, so deleting a snapshot that live sandboxes still use is safe (the disk stays until they
+are gone).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from aenv_common.errors import Conflict, NotFound
+
+log = logging.getLogger(__name__)
+
+_META = "snapshot.json"
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def new_snapshot_id() -> str:
+    return "snap-" + "".join(secrets.choice(_ALPHABET) for _ in range(16))
+
+
+def new_layer_id() -> str:
+    return "layer-" + "".join(secrets.choice(_ALPHABET) for _ in range(16))
+
+
+@dataclass
+class SnapshotMeta:
+    snapshot_id: str
+    sandbox_id: str
+    name: str
+    # The template the captured guest was restored from, and the exact inputs it was built with
+    # (accelerator, kernel, artifacts, size): a restore elsewhere would not boot the same guest.
+    template_id: str
+    template_key: str
+    accelerator: str
+    kernel_version: str
+    artifacts_digest: str
+    # Frozen disk layers, newest first; the first is this snapshot's own.
+    layers: list[str]
+    # The access token the captured envd enforces (a secret: the file is 0600, never logged).
+    guest_token: str
+    envd_version: str
+    created_at: float
+    has_memory: bool = True
+    # Internal snapshots (a fork's capture) are not listed and go away with their operation.
+    hidden: bool = False
+    directory: Path = field(default=Path("."), compare=False)
+
+    @property
+    def state(self) -> Path:
+        return self.directory / "state"
+
+    @property
+    def names(self) -> list[str]:
+        return [self.name] if self.name else [self.snapshot_id]
+
+
+class LayerStore:
+    """Frozen qcow2 layers, named by id; removed when no chain references them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, layer_id: str) -> Path:
+        return self.root / f"{layer_id}.qcow2"
+
+    def collect(self, in_use: Iterable[str]) -> list[str]:
+        keep = set(in_use)
+        removed = []
+        for layer in self.root.glob("*.qcow2"):
+            if layer.stem not in keep:
+                layer.unlink(missing_ok=True)
+                removed.append(layer.stem)
+        if removed:
+            log.info("unused disk layers removed", extra={"layers": removed})
+        return removed
+
+
+class SnapshotStore:
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self._snapshots: dict[str, SnapshotMeta] = {}
+
+    def new_directory(self, snapshot_id: str) -> Path:
+        directory = self._root / snapshot_id
+        directory.mkdir(mode=0o700)
+        return directory
+
+    def add(self, meta: SnapshotMeta) -> None:
+        _write_private(meta.directory / _META, json.dumps(asdict(meta), default=str))
+        self._snapshots[meta.snapshot_id] = meta
+
+    def find(self, snapshot_id: str) -> SnapshotMeta | None:
+        return self._snapshots.get(snapshot_id)
+
+    def get(self, snapshot_id: str) -> SnapshotMeta:
+        meta = self._snapshots.get(snapshot_id)
+        if meta is None:
+            raise NotFound(f"snapshot \"{snapshot_id}\" not found")
+        if not meta.has_memory or not meta.state.is_file():
+            raise Conflict(f"snapshot \"{snapshot_id}\" has no memory state file")
+        return meta
+
+    def listed(self, sandbox_id: str = "") -> list[SnapshotMeta]:
+        return sorted(
+            (m for m in self._snapshots.values()
+             if not m.hidden and (not sandbox_id or m.sandbox_id == sandbox_id)),
+            key=lambda m: m.created_at,
+        )
+
+    def layers_in_use(self) -> set[str]:
+        return {layer for meta in self._snapshots.values() for layer in meta.layers}
+
+    def remove(self, snapshot_id: str) -> None:
+        meta = self._snapshots.pop(snapshot_id, None)
+        if meta is None:
+            raise NotFound(f"snapshot \"{snapshot_id}\" not found")
+        shutil.rmtree(meta.directory, ignore_errors=True)
+
+    def discard_directory(self, directory: Path) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def load(self) -> list[SnapshotMeta]:
+        """Snapshots left by an earlier run; hidden ones (an interrupted fork) are removed."""
+        for meta_file in self._root.glob(f"*/{_META}"):
+            data = json.loads(meta_file.read_text())
+            data["directory"] = meta_file.parent
+            meta = SnapshotMeta(**data)
+            if meta.hidden:
+                shutil.rmtree(meta.directory, ignore_errors=True)
+            else:
+                self._snapshots[meta.snapshot_id] = meta
+        for leftover in self._root.iterdir():
+            if leftover.is_dir() and not (leftover / _META).is_file():
+                shutil.rmtree(leftover, ignore_errors=True)  # a capture cut short
+        return list(self._snapshots.values())
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write atomically (a crash leaves the old or the new file) and readable by root only."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    tmp.replace(path)
+
+
+def write_private_json(path: Path, data: object) -> None:
+    _write_private(path, json.dumps(data, default=str))

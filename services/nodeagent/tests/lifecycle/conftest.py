@@ -1,0 +1,125 @@
+"""A node's lifecycle machinery against real parts: QEMU restores of the real `base` template,
+real netns slots and the real envd in the guest. State lives in a short /tmp directory (QMP socket
+paths are limited to 107 bytes). Every test ends with nothing left: no QEMU, netns or files."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest_asyncio
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.lifecycle import SandboxLifecycle
+from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
+from aenv_nodeagent.recovery import recover
+from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.vmm import detect_accelerator
+
+
+class MemoryRecords:
+    def __init__(self) -> None:
+        self.records: dict[str, cluster_pb2.SandboxRecord] = {}
+
+    async def put_sandbox(self, rec: cluster_pb2.SandboxRecord) -> int:
+        self.records[rec.sandbox_id] = cluster_pb2.SandboxRecord.FromString(rec.SerializeToString())
+        return len(self.records)
+
+    async def delete_sandbox(self, sandbox_id: str) -> None:
+        self.records.pop(sandbox_id, None)
+
+
+@dataclass
+class Node:
+    """One node agent's worth of parts over a state directory (re-creatable: a restart)."""
+
+    lifecycle: SandboxLifecycle
+    manager: SandboxManager
+    records: MemoryRecords
+    network: NetworkManager
+    session: aiohttp.ClientSession
+    state_dir: Path
+    prefix: str
+    successor: Node | None = None
+
+    def latest(self) -> Node:
+        return self.successor.latest() if self.successor else self
+
+    async def restart(self) -> Node:
+        """A new node agent over the same state dir, after this one died without cleaning up."""
+        network = NetworkManager(self.network.config)
+        await recover("test-node", self.state_dir / "sandboxes", network, self.records,
+                      list(self.records.records.values()))
+        node = await build_node(self.state_dir, self.prefix, self.session, self.records, network)
+        node.lifecycle.load()
+        self.successor = node
+        return node
+
+
+async def build_node(
+    state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
+    network: NetworkManager | None = None,
+) -> Node:
+    settings = NodeAgentSettings(state_dir=state_dir)
+    network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr="10.217.0.0/24"))
+    envd = EnvdClient(session)
+    templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+                              boot_timeout_s=90, boot_attempts=3)
+    templates.register(await base_template_inputs(settings, detect_accelerator(None)))
+    manager = SandboxManager("test-node", state_dir, templates, network, envd, records,
+                             ready_timeout_s=60)
+    lifecycle = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
+                                 ready_timeout_s=60)
+    return Node(lifecycle, manager, records, network, session, state_dir, prefix)
+
+
+def netns_with(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
+
+
+def qemus_under(directory: Path) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", "qemu-system"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(directory) in line]
+
+
+@pytest_asyncio.fixture
+async def node() -> AsyncIterator[Node]:
+    prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
+    state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
+    try:
+        async with aiohttp.ClientSession() as session:
+            first = await build_node(state_dir, prefix, session, MemoryRecords())
+            try:
+                yield first
+            finally:
+                # A test may have restarted the node: clean up through the newest one.
+                current = first.latest()
+                await current.lifecycle.destroy_all()
+                await current.network.destroy_orphans(keep=set())
+        assert qemus_under(state_dir) == []
+        assert netns_with(prefix) == []
+        assert list((state_dir / "layers").glob("*")) == []
+    finally:
+        for line in qemus_under(state_dir):
+            os.kill(int(line.split()[0]), signal.SIGKILL)  # QEMUs under our own state dir
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def spec(**fields: object) -> cluster_pb2.SandboxSpec:
+    defaults: dict[str, object] = {"sandbox_id": new_sandbox_id(), "template_id": BASE_TEMPLATE,
+                                   "envd_access_token": new_secret()}
+    return cluster_pb2.SandboxSpec(**{**defaults, **fields})  # type: ignore[arg-type]

@@ -1,0 +1,98 @@
+"""Pause/resume with real VMs: processes, their memory, files and the id survive; clock is set."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+
+import pytest
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import AenvError, Conflict
+
+from .conftest import Node, netns_with, qemus_under, spec
+from .guest import counter, sh, start_counter
+
+pytestmark = [pytest.mark.vm, pytest.mark.netns]
+
+
+async def test_process_memory_files_and_id_survive_pause_resume_cycles(node: Node) -> None:
+    s = spec()
+    sandbox = await node.lifecycle.create(s)
+    token = s.envd_access_token
+    await start_counter(node.session, sandbox.host, token)
+    await sh(node.session, sandbox.host, token, "echo kept > /root/file")
+    for _ in range(2):
+        pid, before = await counter(node.session, sandbox.host, token)
+        record = await node.lifecycle.pause(s.sandbox_id)
+        assert record.state == cluster_pb2.SANDBOX_STATE_PAUSED
+        assert node.records.records[s.sandbox_id].state == cluster_pb2.SANDBOX_STATE_PAUSED
+        assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+        with pytest.raises(Conflict):
+            await node.lifecycle.pause(s.sandbox_id)
+        await asyncio.sleep(1.5)  # the guest clock must not lose the paused time
+        sandbox = await node.lifecycle.resume(s.sandbox_id, timeout_s=60)
+        assert sandbox.record.sandbox_id == s.sandbox_id
+        assert node.records.records[s.sandbox_id].state == cluster_pb2.SANDBOX_STATE_RUNNING
+        assert await sh(node.session, sandbox.host, token, "cat /root/file") == "kept\n"
+        asked = time.time()
+        guest_now = float(await sh(node.session, sandbox.host, token, "date +%s.%N"))
+        assert asked - 1 < guest_now < time.time() + 1  # within the command's round trip
+        await asyncio.sleep(0.5)
+        after_pid, after = await counter(node.session, sandbox.host, token)
+        assert after_pid == pid and after > before  # the same process kept counting
+
+
+async def test_corrupt_or_missing_state_keeps_the_sandbox_paused(node: Node) -> None:
+    s = spec()
+    sandbox = await node.lifecycle.create(s)
+    await sh(node.session, sandbox.host, s.envd_access_token, "echo kept > /root/file")
+    await node.lifecycle.pause(s.sandbox_id)
+    state = sandbox.directory / "paused.state"
+    good = state.with_suffix(".good")
+    shutil.copyfile(state, good)
+    with state.open("r+b") as fh:
+        fh.seek(64)
+        fh.write(b"\xff" * 4096)
+    with pytest.raises(AenvError, match="stays paused"):
+        await node.lifecycle.resume(s.sandbox_id)
+    state.unlink()
+    with pytest.raises(AenvError, match="stays paused"):
+        await node.lifecycle.resume(s.sandbox_id)
+    assert node.lifecycle.record(s.sandbox_id).state == cluster_pb2.SANDBOX_STATE_PAUSED
+    assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+    good.rename(state)
+    sandbox = await node.lifecycle.resume(s.sandbox_id)
+    assert await sh(node.session, sandbox.host, s.envd_access_token, "cat /root/file") == "kept\n"
+
+
+async def test_timeout_pauses_when_asked(node: Node) -> None:
+    s = spec(timeout_seconds=1, lifecycle=cluster_pb2.Lifecycle(auto_pause=True))
+    await node.lifecycle.create(s)
+    end = node.records.records[s.sandbox_id].end_at.ToNanoseconds() / 1e9
+    assert await node.manager.kill_expired(now=end + 0.1) == [s.sandbox_id]
+    assert node.lifecycle.record(s.sandbox_id).state == cluster_pb2.SANDBOX_STATE_PAUSED
+
+
+async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
+    paused_spec, running_spec = spec(), spec()
+    sandbox = await node.lifecycle.create(paused_spec)
+    await sh(node.session, sandbox.host, paused_spec.envd_access_token, "echo kept > /root/f")
+    snapshot = await node.lifecycle.create_snapshot(paused_spec.sandbox_id, "s1")
+    await node.lifecycle.pause(paused_spec.sandbox_id)
+    await node.lifecycle.create(running_spec)
+    # The agent dies: its VMs keep running, nothing is cleaned up. A new one starts.
+    restarted = await node.restart()
+    assert node.records.records[running_spec.sandbox_id].state == cluster_pb2.SANDBOX_STATE_LOST
+    assert restarted.lifecycle.paused_ids() == [paused_spec.sandbox_id]
+    assert [m.snapshot_id for m in restarted.lifecycle.snapshots.listed()] == [
+        snapshot.snapshot_id]
+    assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+    resumed = await restarted.lifecycle.resume(paused_spec.sandbox_id)
+    token = paused_spec.envd_access_token
+    assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"
+    child = spec()
+    child.template_id = snapshot.snapshot_id
+    restored = await restarted.lifecycle.create(child)
+    assert await sh(node.session, restored.host, child.envd_access_token, "cat /root/f") == "kept\n"
