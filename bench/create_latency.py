@@ -22,6 +22,7 @@ from pathlib import Path
 import aiohttp
 import httpx
 from _stats import emit, summary_ms
+
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
 from aenv_nodeagent.config import NodeAgentSettings
@@ -94,8 +95,12 @@ async def raw_qemu_restores(cache_dir: Path) -> dict[str, object]:
                     wake.append(t3 - t2)
     finally:
         await network.destroy_slot(slot)
-    return {"exec_to_ready": summary_ms(totals), "exec_to_qmp": summary_ms(exec_qmp),
-            "migrate_incoming_and_cont": summary_ms(restore), "guest_wakeup_to_health": summary_ms(wake)}
+    return {
+        "exec_to_ready": summary_ms(totals),
+        "exec_to_qmp": summary_ms(exec_qmp),
+        "migrate_incoming_and_cont": summary_ms(restore),
+        "guest_wakeup_to_health": summary_ms(wake),
+    }
 
 
 async def main() -> None:

@@ -54,7 +54,8 @@ def setup_logging(service: str, level: str = "INFO", as_json: bool = True) -> No
     if as_json:
         handler.setFormatter(JsonFormatter(service))
     else:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s"))
+        text_format = f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s"
+        handler.setFormatter(logging.Formatter(text_format))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -11,16 +11,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from aenv_cli.platform import Platform
 from aenv_common.telemetry import read_trace_files
 
-pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
-              pytest.mark.asyncio(loop_scope="session")]
+# Plain (sync) tests: they drive the platform the way a user's program does, from outside.
+pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
 PROGRAM = Path(__file__).parent / "programs" / "issue2_program.py"
 
 
-async def test_issue_program_runs_unmodified(platform: Platform, e2b_env: dict[str, str]) -> None:
+def test_issue_program_runs_unmodified(platform: Platform, e2b_env: dict[str, str]) -> None:
     done = subprocess.run(
         [sys.executable, str(PROGRAM)], env=e2b_env, capture_output=True, text=True, timeout=300
     )
@@ -35,13 +36,13 @@ def _api(platform: Platform) -> httpx.Client:
                         timeout=120)
 
 
-async def test_health_needs_no_key(platform: Platform) -> None:
+def test_health_needs_no_key(platform: Platform) -> None:
     resp = httpx.get(f"{platform.api_url}/health")
     assert resp.status_code == 200
 
 
 @pytest.mark.parametrize("key", [None, "e2b_" + "0" * 40])
-async def test_missing_or_wrong_key_is_401_json(platform: Platform, key: str | None) -> None:
+def test_missing_or_wrong_key_is_401_json(platform: Platform, key: str | None) -> None:
     headers = {"X-API-Key": key} if key else {}
     resp = httpx.post(f"{platform.api_url}/v2/sandboxes", json={"templateID": "base"},
                       headers=headers)
@@ -50,7 +51,7 @@ async def test_missing_or_wrong_key_is_401_json(platform: Platform, key: str | N
     assert body["code"] == 401 and isinstance(body["message"], str)
 
 
-async def test_unknown_template_is_404_json(platform: Platform) -> None:
+def test_unknown_template_is_404_json(platform: Platform) -> None:
     with _api(platform) as api:
         resp = api.post("/v2/sandboxes", json={"templateID": "no-such-template"})
     assert resp.status_code == 404
@@ -58,7 +59,7 @@ async def test_unknown_template_is_404_json(platform: Platform) -> None:
     assert "no-such-template" in resp.json()["message"]
 
 
-async def test_malformed_json_is_400(platform: Platform) -> None:
+def test_malformed_json_is_400(platform: Platform) -> None:
     with _api(platform) as api:
         resp = api.post("/v2/sandboxes", content=b"{not json",
                         headers={"Content-Type": "application/json"})
@@ -66,14 +67,14 @@ async def test_malformed_json_is_400(platform: Platform) -> None:
     assert resp.json()["code"] == 400
 
 
-async def test_unknown_sandbox_on_data_plane_is_502(platform: Platform) -> None:
+def test_unknown_sandbox_on_data_plane_is_502(platform: Platform) -> None:
     resp = httpx.get(f"{platform.sandbox_url}/health",
                      headers={"E2b-Sandbox-Id": "nosuchsandbox", "E2b-Sandbox-Port": "49983"})
     assert resp.status_code == 502
     assert "was not found" in resp.json()["message"]
 
 
-async def test_closed_guest_port_is_502_port_not_open(platform: Platform) -> None:
+def test_closed_guest_port_is_502_port_not_open(platform: Platform) -> None:
     with _api(platform) as api:
         created = api.post("/v2/sandboxes", json={"templateID": "base"})
         assert created.status_code == 201, created.text
@@ -88,7 +89,7 @@ async def test_closed_guest_port_is_502_port_not_open(platform: Platform) -> Non
         assert api.get(f"/sandboxes/{sid}").status_code == 404
 
 
-async def test_envd_access_token_is_enforced(platform: Platform) -> None:
+def test_envd_access_token_is_enforced(platform: Platform) -> None:
     with _api(platform) as api:
         created = api.post("/v2/sandboxes", json={"templateID": "base"}).json()
         sid, token = created["sandboxID"], created["envdAccessToken"]
@@ -106,7 +107,7 @@ async def test_envd_access_token_is_enforced(platform: Platform) -> None:
             api.delete(f"/sandboxes/{sid}")
 
 
-async def test_create_is_one_trace_across_services(platform: Platform) -> None:
+def test_create_is_one_trace_across_services(platform: Platform) -> None:
     with _api(platform) as api:
         sid = api.post("/v2/sandboxes", json={"templateID": "base"}).json()["sandboxID"]
         api.delete(f"/sandboxes/{sid}")

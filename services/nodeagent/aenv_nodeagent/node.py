@@ -18,6 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2_grpc
 from aenv_common.cluster import ClusterStore, NodeRegistration
+from aenv_common.errors import Unavailable
 from aenv_common.grpc_server import start_grpc_server
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.config import NodeAgentSettings
@@ -28,6 +29,7 @@ from aenv_nodeagent.proxy import build_proxy_app
 from aenv_nodeagent.recovery import recover
 from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.servicer import NodeAgentServicer
+from aenv_nodeagent.snapshot_records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.vmm import AcceleratorChoice, detect_accelerator
 
@@ -99,7 +101,10 @@ class NodeAgent:
             ready_timeout_s=s.restore_ready_timeout_s,
         )
         paused = self.lifecycle.load()
-        servicer = NodeAgentServicer(self.manager, self.lifecycle, self.node_record)
+        snapshot_records = SnapshotPublisher(store, s.node_id)
+        await snapshot_records.sync(self.lifecycle.snapshots.listed())
+        servicer = NodeAgentServicer(
+            self.manager, self.lifecycle, self.node_record, snapshot_records)
         self._grpc, self.grpc_port = await start_grpc_server(
             s.listen,
             [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer,
@@ -148,8 +153,11 @@ class NodeAgent:
             log_config=None, access_log=False, lifespan="off", timeout_keep_alive=75,
         )
         self._proxy = uvicorn.Server(config)
-        self._tasks.append(asyncio.create_task(self._proxy.serve()))
-        while not self._proxy.started:  # noqa: ASYNC110 - uvicorn offers no start event
+        serving = asyncio.create_task(self._proxy.serve())
+        self._tasks.append(serving)
+        while not self._proxy.started:
+            if serving.done():
+                raise Unavailable(f"data-plane proxy cannot listen on {self.settings.proxy_listen}")
             await asyncio.sleep(0.01)
 
     def node_record(self) -> cluster_pb2.NodeRecord:

@@ -14,6 +14,7 @@ from aenv.scheduler.v1 import scheduler_pb2_grpc
 from aenv_common.cluster import (
     NODES,
     SANDBOXES,
+    SNAPSHOTS,
     TEMPLATES,
     ClusterStore,
     LeaderElection,
@@ -50,17 +51,19 @@ class SchedulerApp:
             nodes = RecordCache(store, NODES, cluster_pb2.NodeRecord)
             templates = RecordCache(store, TEMPLATES, cluster_pb2.TemplateRecord)
             sandboxes = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
+            snapshots = RecordCache(store, SNAPSHOTS, cluster_pb2.SnapshotRecord)
             self.scheduler = scheduler = Scheduler(
                 nodes,
                 templates,
                 Reservations(s.reservation_ttl_seconds),
                 cluster_pb2.Resources(vcpus=s.default_vcpus, memory_mib=s.default_memory_mib),
                 s.max_queued,
+                snapshots,
             )
             nodes.add_listener(scheduler.on_node_change)
             templates.add_listener(scheduler.on_template_change)
             sandboxes.add_listener(scheduler.on_sandbox_change)
-            for cache in (nodes, templates, sandboxes):
+            for cache in (nodes, templates, sandboxes, snapshots):
                 self._caches.append(cache)
                 await cache.start()
             self._ticker = asyncio.create_task(self._expire_reservations(scheduler))

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 NodeRecord = cluster_pb2.NodeRecord
 TemplateRecord = cluster_pb2.TemplateRecord
 SandboxRecord = cluster_pb2.SandboxRecord
+SnapshotRecord = cluster_pb2.SnapshotRecord
 Placement = scheduler_pb2.Placement
 
 
@@ -30,9 +31,11 @@ class Scheduler:
         reservations: Reservations,
         fallback: cluster_pb2.Resources,
         max_queued: int,
+        snapshots: RecordCache[SnapshotRecord] | None = None,
     ) -> None:
         self._nodes = nodes
         self._templates = templates
+        self._snapshots = snapshots
         self._reservations = reservations
         self._fallback = fallback
         self.queue: AdmissionQueue[cluster_pb2.SandboxSpec, Placement] = AdmissionQueue(
@@ -46,6 +49,9 @@ class Scheduler:
 
     def live_nodes(self) -> list[NodeRecord]:
         return self._nodes.values()
+
+    def snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
+        return self._snapshots.get(snapshot_id) if self._snapshots is not None else None
 
     async def schedule(self, spec: cluster_pb2.SandboxSpec, wait_seconds: float) -> Placement:
         if not spec.template_id:
@@ -76,10 +82,8 @@ class Scheduler:
     # Placement ----------------------------------------------------------------------------
 
     def _try_place(self, spec: cluster_pb2.SandboxSpec) -> Placement | None:
-        template_id, template = self._resolve_template(spec.template_id)
-        default = template.default_resources if template is not None else None
+        template_id, default, nodes = self._candidates(spec.template_id)
         need = resolve_demand(spec.resources, default, self._fallback)
-        nodes = self._nodes.values()
         node = choose_node(nodes, need, template_id, self._reservations.held)
         if node is None:
             if not any(fits_when_empty(n, need) for n in nodes):
@@ -96,6 +100,26 @@ class Scheduler:
             nodeagent_address=node.nodeagent_address,
             proxy_address=node.proxy_address,
         )
+
+    def _candidates(
+        self, name: str
+    ) -> tuple[str, cluster_pb2.Resources | None, list[NodeRecord]]:
+        """The template to place by, its default resources, and the nodes that may take it:
+        a snapshot's files live on one node, so a sandbox created from it can only go there."""
+        snapshot = self.snapshot(name)
+        if snapshot is None:
+            template_id, template = self._resolve_template(name)
+            default = template.default_resources if template is not None else None
+            return template_id, default, self._nodes.values()
+        holder = self._nodes.get(snapshot.node_id)
+        if holder is None:
+            raise errors.Unavailable(
+                f"node '{snapshot.node_id}' holding snapshot '{name}' is not available"
+            )
+        default = snapshot.resources if snapshot.HasField("resources") else None
+        if default is None and (template := self._templates.get(snapshot.template_id)):
+            default = template.default_resources
+        return snapshot.template_id, default, [holder]
 
     def _resolve_template(self, name: str) -> tuple[str, TemplateRecord | None]:
         """The template's canonical id and record (by id, then alias). A template only known

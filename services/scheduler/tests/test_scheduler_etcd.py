@@ -12,7 +12,7 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from aenv_common.cluster import ClusterStore, NodeRegistration
+from aenv_common.cluster import SNAPSHOTS, ClusterStore, NodeRegistration
 from aenv_common.config import CommonSettings
 from aenv_scheduler.app import SchedulerApp
 from aenv_scheduler.config import SchedulerSettings
@@ -243,3 +243,34 @@ async def test_leader_marks_sandboxes_of_a_dead_node_lost(
     assert record is not None and record.state == cluster_pb2.SANDBOX_STATE_LOST
     survivor = await store.get_sandbox("s-alive")
     assert survivor is not None and survivor.state == cluster_pb2.SANDBOX_STATE_RUNNING
+
+
+async def test_snapshot_places_on_its_node_only(
+    app: SchedulerApp,
+    stub: scheduler_pb2_grpc.SchedulerServiceStub,
+    make_node: NodeFactory,
+    store: ClusterStore,
+) -> None:
+    """A snapshot's files live on one node: creating from it goes there even when another node
+    is idler, and fails as UNAVAILABLE while that node is gone."""
+    busy = await make_node("busy", 8, ["base"])
+    await busy.set(allocated=4)
+    await make_node("idle", 8, ["base"])
+    await until(lambda: len(core(app).live_nodes()) == 2)
+    snapshot = cluster_pb2.SnapshotRecord(
+        snapshot_id="snap-1", node_id="busy", template_id="base",
+        resources=R(vcpus=1, memory_mib=512),
+    )
+    await store.put_record(SNAPSHOTS, "snap-1", snapshot)
+    await until(lambda: core(app).snapshot("snap-1") is not None)
+    for n in range(3):
+        placed = (await stub.Schedule(request("snap-1", f"s{n}"), timeout=5)).placement
+        assert placed.node_id == "busy"
+
+    await store.put_record(SNAPSHOTS, "snap-2", cluster_pb2.SnapshotRecord(
+        snapshot_id="snap-2", node_id="gone", template_id="base"))
+    await until(lambda: core(app).snapshot("snap-2") is not None)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Schedule(request("snap-2"), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "snap-2" in (caught.value.details() or "")
