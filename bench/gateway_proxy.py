@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -51,7 +51,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def nginx(upstream_port: int) -> AsyncIterator[int] | object:
+def nginx(upstream_port: int) -> Iterator[int]:
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +104,7 @@ def _throughput(url: str, headers: dict[str, str], n: int, concurrency: int) -> 
         args = [wrk, "-t1", f"-c{concurrency}", "-d5s", "--latency"]
         for k, v in headers.items():
             args += ["-H", f"{k}: {v}"]
-        out = subprocess.run(args + [url], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([*args, url], capture_output=True, text=True, check=True).stdout
         line = next(x for x in out.splitlines() if x.startswith("Requests/sec:"))
         return float(line.split()[1])
     code = (
@@ -152,24 +152,24 @@ async def run(requests: int, concurrency: int) -> dict[str, object]:
             GatewaySettings(listen="127.0.0.1:0", grpc_listen="127.0.0.1:0"), view, "e2b_bench"
         )
         stack.push_async_callback(gateway.stop)
-        nginx_port = stack.enter_context(nginx(upstream_port))  # type: ignore[arg-type]
+        nginx_port = stack.enter_context(nginx(upstream_port))
         routed = {"E2b-Sandbox-Id": SANDBOX, "E2b-Sandbox-Port": str(upstream_port)}
         targets = {
             "direct": (f"http://127.0.0.1:{upstream_port}/hello", {}),
             "nginx": (f"http://127.0.0.1:{nginx_port}/hello", {}),
             "gateway": (f"http://127.0.0.1:{gateway.http_port}/hello", routed),
         }
-        result: dict[str, object] = {"requests": requests, "concurrency": concurrency}
+        measured: dict[str, dict[str, float]] = {}
         for name, (url, headers) in targets.items():
             p50 = await _latency_p50(url, headers, requests)
             rps = await asyncio.to_thread(_throughput, url, headers, requests * 2, concurrency)
-            result[name] = {"p50_ms": round(p50, 3), "rps": round(rps, 1)}
-        direct = result["direct"]["p50_ms"]  # type: ignore[index]
-        result["gateway_overhead_p50_ms"] = round(result["gateway"]["p50_ms"] - direct, 3)  # type: ignore[index]
-        result["nginx_overhead_p50_ms"] = round(result["nginx"]["p50_ms"] - direct, 3)  # type: ignore[index]
+            measured[name] = {"p50_ms": round(p50, 3), "rps": round(rps, 1)}
+        direct = measured["direct"]["p50_ms"]
+        result: dict[str, object] = {"requests": requests, "concurrency": concurrency, **measured}
+        result["gateway_overhead_p50_ms"] = round(measured["gateway"]["p50_ms"] - direct, 3)
+        result["nginx_overhead_p50_ms"] = round(measured["nginx"]["p50_ms"] - direct, 3)
         result["gateway_vs_nginx_throughput"] = round(
-            result["gateway"]["rps"] / result["nginx"]["rps"],
-            3,  # type: ignore[index]
+            measured["gateway"]["rps"] / measured["nginx"]["rps"], 3
         )
         return result
 

@@ -99,6 +99,67 @@ class GatewayClient:
         request = gateway_pb2.KillSandboxRequest(sandbox_id=sandbox_id)
         await self._call(self._stub.KillSandbox, request)
 
+    async def pause_sandbox(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+        request = gateway_pb2.PauseSandboxRequest(sandbox_id=sandbox_id)
+        reply: gateway_pb2.PauseSandboxResponse = await self._call(
+            self._stub.PauseSandbox, request
+        )
+        return reply.sandbox
+
+    async def resume_sandbox(
+        self, sandbox_id: str, *, timeout_seconds: int = 0
+    ) -> gateway_pb2.ResumeSandboxResponse:
+        """`resumed` in the reply is False when the sandbox was already running."""
+        request = gateway_pb2.ResumeSandboxRequest(
+            sandbox_id=sandbox_id, timeout_seconds=timeout_seconds
+        )
+        reply: gateway_pb2.ResumeSandboxResponse = await self._call(
+            self._stub.ResumeSandbox, request
+        )
+        return reply
+
+    async def create_snapshot(
+        self, sandbox_id: str, name: str = ""
+    ) -> cluster_pb2.SnapshotRecord:
+        request = gateway_pb2.CreateSnapshotRequest(sandbox_id=sandbox_id, name=name)
+        reply: gateway_pb2.CreateSnapshotResponse = await self._call(
+            self._stub.CreateSnapshot, request
+        )
+        return reply.snapshot
+
+    async def list_snapshots(
+        self, *, sandbox_id: str = "", name: str = "", limit: int = 0, page_token: str = ""
+    ) -> gateway_pb2.ListSnapshotsResponse:
+        request = gateway_pb2.ListSnapshotsRequest(
+            sandbox_id=sandbox_id, name=name, limit=limit, page_token=page_token
+        )
+        reply: gateway_pb2.ListSnapshotsResponse = await self._call(
+            self._stub.ListSnapshots, request
+        )
+        return reply
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        request = gateway_pb2.DeleteSnapshotRequest(snapshot_id=snapshot_id)
+        await self._call(self._stub.DeleteSnapshot, request)
+
+    async def fork_sandbox(
+        self, sandbox_id: str, count: int = 1, *, timeout_seconds: int = 0
+    ) -> list[gateway_pb2.ForkResult]:
+        request = gateway_pb2.ForkSandboxRequest(
+            sandbox_id=sandbox_id, count=count, timeout_seconds=timeout_seconds
+        )
+        reply: gateway_pb2.ForkSandboxResponse = await self._call(
+            self._stub.ForkSandbox, request
+        )
+        return list(reply.results)
+
+    async def reset_sandbox(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
+        request = gateway_pb2.ResetSandboxRequest(sandbox_id=sandbox_id, snapshot_id=snapshot_id)
+        reply: gateway_pb2.ResetSandboxResponse = await self._call(
+            self._stub.ResetSandbox, request
+        )
+        return reply.sandbox
+
     async def _call(self, method: Callable[..., Awaitable[Reply]], request: object) -> Reply:
         try:
             return await method(request, metadata=self._metadata, timeout=self._timeout_s)

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
-from aenv_cli.platform import Platform
 from e2b import AsyncSandbox, Sandbox
+
+from aenv_cli.platform import Platform
 
 
 @pytest.fixture(scope="session")
@@ -34,18 +35,14 @@ def e2b_vars(platform: Platform) -> Iterator[dict[str, str]]:
                 os.environ[name] = value
 
 
-def kill_quietly(sandbox: Sandbox) -> None:
-    # The test may have killed it already: a second kill answers False, not an error.
-    sandbox.kill()
-
-
 @pytest.fixture(scope="module")
 def sbx(e2b_vars: dict[str, str]) -> Iterator[Sandbox]:
     sandbox = Sandbox.create(timeout=600)
     try:
         yield sandbox
     finally:
-        kill_quietly(sandbox)
+        # A test may have killed it already: a second kill answers False, not an error.
+        sandbox.kill()
 
 
 @pytest.fixture
@@ -55,7 +52,8 @@ def fresh_sbx(e2b_vars: dict[str, str]) -> Iterator[Sandbox]:
     try:
         yield sandbox
     finally:
-        kill_quietly(sandbox)
+        # A test may have killed it already: a second kill answers False, not an error.
+        sandbox.kill()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

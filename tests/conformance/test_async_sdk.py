@@ -88,7 +88,7 @@ async def test_files_and_watch_dir_stream(async_sbx: AsyncSandbox) -> None:
             await asyncio.sleep(0.2)
         assert wanted <= {(e.name, e.type) for e in events}, events
     finally:
-        await watcher.stop()
+        await watcher.stop()  # type: ignore[no-untyped-call]
     await async_sbx.files.write(f"{root}/x.bin", b"\x00\x01")
     assert await async_sbx.files.read(f"{root}/x.bin", format="bytes") == b"\x00\x01"
     assert [e.name for e in await async_sbx.files.list(root)] == ["sub", "x.bin"]

@@ -41,7 +41,7 @@ def test_envs_cwd_and_users(sbx: Sandbox) -> None:
     with pytest.raises(InvalidArgumentException):
         sbx.commands.run("true", cwd="/no/such/dir")
     with pytest.raises(AuthenticationException):
-        sbx.commands.run("true", user="nosuchuser")  # type: ignore[arg-type]
+        sbx.commands.run("true", user="nosuchuser")
 
 
 def test_background_stdin_send_close_and_wait(sbx: Sandbox) -> None:
@@ -125,9 +125,10 @@ def test_heavy_output_is_complete(sbx: Sandbox) -> None:
 def test_output_rate_above_10_mb_per_s_is_not_dropped(sbx: Sandbox) -> None:
     """A producer faster than 10 MB/s (yes | head, 64 MiB): the stream carries it all."""
     size = 64 * 2**20
-    digest = sbx.commands.run(f"yes abcdefghijklmnop | head -c {size} | sha256sum").stdout.split()[0]
+    producer = f"yes abcdefghijklmnop | head -c {size}"
+    digest = sbx.commands.run(f"{producer} | sha256sum").stdout.split()[0]
     started = time.monotonic()
-    result = sbx.commands.run(f"yes abcdefghijklmnop | head -c {size}", timeout=300)
+    result = sbx.commands.run(producer, timeout=300)
     elapsed = time.monotonic() - started
     assert len(result.stdout) == size
     assert hashlib.sha256(result.stdout.encode()).hexdigest() == digest

@@ -12,8 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from aenv_cli.platform import Platform
 from e2b import Sandbox
+
+from aenv_cli.platform import Platform
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 

@@ -13,13 +13,13 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import websockets
-from aenv_cli.platform import Platform
 from e2b import Sandbox
+
+from aenv_cli.platform import Platform
 
 from ..conftest import GATEWAY_DOMAIN
 
-pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
-              pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
 APP_PORT = 8080
 SERVER = Path(__file__).parent / "guest" / "app_server.py"
@@ -46,7 +46,7 @@ def _by_header(sandbox_id: str) -> dict[str, str]:
 
 
 def _get(platform: Platform, sandbox_id: str) -> httpx.Response:
-    return httpx.get(platform.sandbox_url, headers=_by_header(sandbox_id), timeout=30)
+    return httpx.get(platform.sandbox_url, headers=_by_header(sandbox_id), timeout=120)
 
 
 def _gateway_socket(platform: Platform) -> socket.socket:
@@ -63,7 +63,7 @@ def test_get_host_names_the_port_under_our_domain(app: Sandbox) -> None:
 def test_plain_http(app: Sandbox, platform: Platform, routing: str) -> None:
     host = app.get_host(APP_PORT)
     headers = _by_header(app.sandbox_id) if routing == "header" else {"Host": host}
-    response = httpx.get(f"{platform.sandbox_url}/hello?x=1", headers=headers, timeout=30)
+    response = httpx.get(f"{platform.sandbox_url}/hello?x=1", headers=headers, timeout=120)
     assert response.status_code == 200
     assert response.text.startswith("hello from guest /hello?x=1")
 
@@ -79,7 +79,7 @@ def test_streamed_response_arrives_as_produced(
     arrivals: list[float] = []
     lines: list[str] = []
     with httpx.stream("GET", f"{platform.sandbox_url}/stream", headers=headers,
-                      timeout=30) as response:
+                      timeout=120) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
             arrivals.append(time.monotonic())
@@ -89,6 +89,7 @@ def test_streamed_response_arrives_as_produced(
     assert arrivals[-1] - arrivals[0] > 1.5
 
 
+@pytest.mark.asyncio(loop_scope="session")
 @pytest.mark.parametrize("routing", ["header", "host"])
 async def test_websocket_echo(app: Sandbox, platform: Platform, routing: str) -> None:
     if routing == "header":
@@ -107,7 +108,7 @@ async def test_websocket_echo(app: Sandbox, platform: Platform, routing: str) ->
 
 def test_closed_port_and_unknown_sandbox_by_host(app: Sandbox, platform: Platform) -> None:
     closed = httpx.get(platform.sandbox_url,
-                       headers={"Host": f"9999-{app.sandbox_id}.{GATEWAY_DOMAIN}"}, timeout=30)
+                       headers={"Host": f"9999-{app.sandbox_id}.{GATEWAY_DOMAIN}"}, timeout=120)
     assert closed.status_code == 502 and "port is not open" in closed.json()["message"]
     unknown = httpx.get(platform.sandbox_url,
                         headers={"Host": f"{APP_PORT}-nosuchsandbox00000.{GATEWAY_DOMAIN}"})

@@ -33,7 +33,7 @@ def pty_reader(
     def pump() -> None:
         try:
             results.append(handle.wait(on_pty=output.extend))
-        except BaseException as err:  # noqa: BLE001 - handed to the test
+        except BaseException as err:
             errors.append(err)
 
     thread = threading.Thread(target=pump, daemon=True)

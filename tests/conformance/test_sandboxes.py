@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from aenv_cli.platform import Platform
 from e2b import Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import SandboxException, SandboxNotFoundException
+
+from aenv_cli.platform import Platform
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 

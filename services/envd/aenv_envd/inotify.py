@@ -143,7 +143,30 @@ class DirectoryWatcher:
         if directory is None or not name:
             return []
         path = os.path.join(directory, name)
+        relative = os.path.relpath(path, self.root)
+        events = [FsEvent(relative, path, kind) for kind in event_kinds(mask)]
         if self.recursive and mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
             self._add_tree(path)
-        relative = os.path.relpath(path, self.root)
-        return [FsEvent(relative, path, kind) for kind in event_kinds(mask)]
+            events.extend(self._already_inside(path))
+        return events
+
+    def _already_inside(self, directory: str) -> list[FsEvent]:
+        """What appeared in a new directory before its watch existed (`mkdir -p a/b && echo >
+        a/b/f` races the watch on `a`): reported as created (and written, when not empty), so a
+        recursive watch loses nothing."""
+        events: list[FsEvent] = []
+        for parent, subdirs, files in os.walk(directory):
+            for entry in [*subdirs, *files]:
+                path = os.path.join(parent, entry)
+                relative = os.path.relpath(path, self.root)
+                events.append(FsEvent(relative, path, "CREATE"))
+                if entry in files and _non_empty(path):
+                    events.append(FsEvent(relative, path, "WRITE"))
+        return events
+
+
+def _non_empty(path: str) -> bool:
+    try:
+        return os.lstat(path).st_size > 0
+    except OSError:
+        return False

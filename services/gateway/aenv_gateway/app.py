@@ -15,12 +15,15 @@ from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.dataplane import DataPlane, deny_websocket
 from aenv_gateway.dispatch import sandbox_target
 from aenv_gateway.http_errors import error_response, typed_error_response
-from aenv_gateway.routes import health, templates
+from aenv_gateway.routes import health
 from aenv_gateway.routes.sandboxes import SandboxRoutes
+from aenv_gateway.routes.templates import SnapshotRoutes
 
 
-def control_routes(sandboxes: SandboxRoutes, auth: ApiKeyAuth) -> list[BaseRoute]:
-    return [*health.routes(), *sandboxes.routes(auth), *templates.routes(auth)]
+def control_routes(
+    sandboxes: SandboxRoutes, snapshots: SnapshotRoutes, auth: ApiKeyAuth
+) -> list[BaseRoute]:
+    return [*health.routes(), *sandboxes.routes(auth), *snapshots.routes(auth)]
 
 
 AMBIGUOUS_PATHS = frozenset({"/health", "/metrics"})

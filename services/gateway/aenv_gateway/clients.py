@@ -149,6 +149,21 @@ class NodeAgentClients:
         )
         return response.snapshot
 
+    async def delete_snapshot(self, address: str, snapshot_id: str) -> None:
+        request = nodeagent_pb2.DeleteSnapshotRequest(snapshot_id=snapshot_id)
+        stub = self._stub(address)
+        await call(lambda: stub.DeleteSnapshot(request, timeout=self._deadline))
+
+    async def reset(
+        self, address: str, sandbox_id: str, snapshot_id: str
+    ) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.ResetSandboxRequest(sandbox_id=sandbox_id, snapshot_id=snapshot_id)
+        stub = self._stub(address)
+        response: nodeagent_pb2.ResetSandboxResponse = await call(
+            lambda: stub.ResetSandbox(request, timeout=self._create_deadline)
+        )
+        return response.sandbox
+
     async def fork(
         self, address: str, request: nodeagent_pb2.ForkSandboxRequest
     ) -> list[nodeagent_pb2.ForkResult]:

@@ -33,6 +33,9 @@ class GatewaySettings(BaseSettings):
     rpc_deadline_s: float = 30.0
     # Returned when a record carries no envd version (SDKs refuse anything below 0.1.0).
     fallback_envd_version: str = "0.5.7"
+    # On stop, open streams (process output may flow for hours) get this long to finish before
+    # their connections are closed.
+    shutdown_grace_s: int = 3
 
     def resolved_api_key_file(self) -> Path:
         return self.api_key_file or self.common.home / "api-key"

@@ -1,4 +1,5 @@
-"""Sandbox traffic: resolve the owner from the directory and stream to its node's proxy.
+"""Sandbox traffic: resolve the owner from the directory and stream to its node's proxy; a paused
+sandbox created with auto-resume is resumed first.
 
 The node proxy routes by the `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers (set here also for
 Host-routed requests) and itself answers 502 "port is not open" for closed guest ports; that
@@ -8,6 +9,7 @@ answer passes through unchanged. `X-Access-Token` passes through untouched: envd
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -16,9 +18,13 @@ from starlette.websockets import WebSocket
 
 from aenv_common.errors import AenvError
 from aenv_common.httpproxy import StreamingProxy
-from aenv_gateway.directory import Located, SandboxDirectory
-from aenv_gateway.dispatch import ENVD_PORT, SandboxTarget
-from aenv_gateway.service import RUNNING
+from aenv_common.sandbox_routing import (
+    ENVD_PORT,
+    SandboxTarget,
+    bad_gateway,
+    sandbox_not_found,
+)
+from aenv_gateway.directory import Located
 
 log = logging.getLogger(__name__)
 
@@ -31,24 +37,25 @@ def envd_path_is_public(path: str) -> bool:
     return path in _ENVD_PUBLIC_PATHS or path.startswith(_ENVD_PUBLIC_PREFIXES)
 
 
-def sandbox_not_found(sandbox_id: str) -> JSONResponse:
-    # The SDK keys on "was not found" -> SandboxNotRunningException.
-    body = {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
-    return JSONResponse(body, status_code=502)
-
-
 def node_unreachable(sandbox_id: str) -> JSONResponse:
-    body = {"sandboxId": sandbox_id, "message": "The sandbox node is unreachable", "code": 502}
-    return JSONResponse(body, status_code=502)
+    return bad_gateway(sandbox_id, "The sandbox node is unreachable")
+
+
+def resume_failed(sandbox_id: str, reason: str) -> JSONResponse:
+    return bad_gateway(sandbox_id, f"The sandbox could not be resumed: {reason}")
 
 
 def forbidden(path: str) -> JSONResponse:
     return JSONResponse({"code": 403, "message": f"{path} is not reachable from outside"}, 403)
 
 
+# The running sandbox to forward to (paused ones with auto-resume are resumed), or None.
+Waker = Callable[[str], Awaitable[Located | None]]
+
+
 class DataPlane:
-    def __init__(self, directory: SandboxDirectory, proxy: StreamingProxy) -> None:
-        self._directory = directory
+    def __init__(self, wake: Waker, proxy: StreamingProxy) -> None:
+        self._wake = wake
         self._proxy = proxy
 
     async def __call__(
@@ -60,21 +67,28 @@ class DataPlane:
         response = await self._http(Request(scope, receive), target)
         await response(scope, receive, send)
 
-    def _refusal(self, path: str, target: SandboxTarget) -> tuple[Located | None, Response | None]:
+    async def _refusal(
+        self, path: str, target: SandboxTarget
+    ) -> tuple[Located | None, Response | None]:
         if target.port == ENVD_PORT and not envd_path_is_public(path):
             return None, forbidden(path)
-        located = self._directory.find(target.sandbox_id)
-        # Paused sandboxes answer "not found" until auto-resume exists.
-        if located is None or located.record.state != RUNNING:
+        try:
+            located = await self._wake(target.sandbox_id)
+        except AenvError as err:
+            log.warning("auto-resume failed",
+                        extra={"sandbox_id": target.sandbox_id, "error": err.message})
+            return None, resume_failed(target.sandbox_id, err.message)
+        # Paused sandboxes without auto-resume answer "not found", like unknown ones.
+        if located is None:
             return None, sandbox_not_found(target.sandbox_id)
         return located, None
 
     async def _http(self, request: Request, target: SandboxTarget) -> Response:
-        located, refusal = self._refusal(request.url.path, target)
+        located, refusal = await self._refusal(request.url.path, target)
         if refusal is not None or located is None:
             return refusal or sandbox_not_found(target.sandbox_id)
         try:
-            return await self._proxy.forward(request, _base(located), _routing_headers(target))
+            return await self._proxy.forward(request, _base(located), target.headers())
         except AenvError as err:
             log.warning(
                 "node proxy unreachable",
@@ -83,11 +97,11 @@ class DataPlane:
             return node_unreachable(target.sandbox_id)
 
     async def _websocket(self, websocket: WebSocket, target: SandboxTarget) -> None:
-        located, refusal = self._refusal(websocket.url.path, target)
+        located, refusal = await self._refusal(websocket.url.path, target)
         if refusal is None and located is not None:
             try:
                 await self._proxy.forward_websocket(
-                    websocket, _base(located), _routing_headers(target)
+                    websocket, _base(located), target.headers()
                 )
                 return
             except AenvError as err:
@@ -110,6 +124,3 @@ async def deny_websocket(websocket: WebSocket, response: Response) -> None:
 def _base(located: Located) -> str:
     return f"http://{located.owner.proxy_address}"
 
-
-def _routing_headers(target: SandboxTarget) -> dict[str, str]:
-    return {"E2b-Sandbox-Id": target.sandbox_id, "E2b-Sandbox-Port": str(target.port)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import NotFound
@@ -26,6 +26,10 @@ class ClusterView(Protocol):
     def sandboxes(self) -> Iterable[cluster_pb2.SandboxRecord]: ...
 
     def node(self, node_id: str) -> cluster_pb2.NodeRecord | None: ...
+
+    def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None: ...
+
+    def snapshots(self) -> Iterable[cluster_pb2.SnapshotRecord]: ...
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,60 @@ class Located:
     owner: Owner
 
 
+T = TypeVar("T")
+
+
 @dataclass
-class _Fresh:
-    record: cluster_pb2.SandboxRecord | None  # None = killed
-    owner: Owner | None
+class _Fresh(Generic[T]):
+    value: T | None  # None = gone
+    written: float
     expires: float
+
+
+class RecentWrites(Generic[T]):
+    """What the gateway itself just learned from RPC answers, kept for `ttl_s` seconds: long
+    enough for the etcd watch to catch up. `None` marks a record as gone."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float]) -> None:
+        self._ttl = ttl_s
+        self._clock = clock
+        self._entries: dict[str, _Fresh[T]] = {}
+
+    def put(self, key: str, value: T | None) -> None:
+        now = self._clock()
+        self._entries[key] = _Fresh(value, now, now + self._ttl)
+
+    def get(self, key: str) -> _Fresh[T] | None:
+        self.expire()
+        return self._entries.get(key)
+
+    def items(self) -> list[tuple[str, T | None]]:
+        self.expire()
+        return [(key, entry.value) for key, entry in self._entries.items()]
+
+    def age(self, entry: _Fresh[T]) -> float:
+        return self._clock() - entry.written
+
+    def expire(self) -> None:
+        now = self._clock()
+        for key in [k for k, v in self._entries.items() if v.expires <= now]:
+            del self._entries[key]
+
+
+R = TypeVar("R")
+
+
+def merged(
+    mirrored: Iterable[R], recent: Iterable[tuple[str, R | None]], key: Callable[[R], str]
+) -> list[R]:
+    """The mirror, plus just-written records it lacks, minus just-deleted ones."""
+    by_id = {key(r): r for r in mirrored}
+    for record_id, record in recent:
+        if record is None:
+            by_id.pop(record_id, None)
+        else:
+            by_id.setdefault(record_id, record)
+    return list(by_id.values())
 
 
 class SandboxDirectory:
@@ -54,33 +107,42 @@ class SandboxDirectory:
         view: ClusterView,
         overlay_ttl_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        settle_s: float = 2.0,
     ) -> None:
         self._view = view
-        self._ttl = overlay_ttl_s
-        self._clock = clock
-        self._fresh: dict[str, _Fresh] = {}
+        # For this long an RPC answer beats the mirror, which may still show the state before
+        # (e.g. "paused" right after a resume).
+        self._settle_s = settle_s
+        self._fresh: RecentWrites[Located | cluster_pb2.SandboxRecord] = RecentWrites(
+            overlay_ttl_s, clock
+        )
+        self._fresh_snapshots: RecentWrites[cluster_pb2.SnapshotRecord] = RecentWrites(
+            overlay_ttl_s, clock
+        )
 
     def remember(self, record: cluster_pb2.SandboxRecord, owner: Owner | None = None) -> None:
         """Records what an RPC just returned, so it is visible before the watch delivers it."""
-        self._fresh[record.sandbox_id] = _Fresh(record, owner, self._clock() + self._ttl)
+        self._fresh.put(record.sandbox_id, Located(record, owner) if owner else record)
 
     def forget(self, sandbox_id: str) -> None:
         """Marks a sandbox as killed, even if the mirror still shows it for a moment."""
-        self._fresh[sandbox_id] = _Fresh(None, None, self._clock() + self._ttl)
+        self._fresh.put(sandbox_id, None)
 
     def find(self, sandbox_id: str) -> Located | None:
-        fresh = self._fresh_entry(sandbox_id)
-        if fresh is not None and fresh.record is None:
+        fresh = self._fresh.get(sandbox_id)
+        known = fresh.value if fresh is not None else None
+        if fresh is not None and known is None:
             return None
-        # The mirror wins when it has the record: it carries the node agent's latest write.
-        record = self._view.sandbox(sandbox_id)
-        if record is not None:
-            owner = self._owner_of(record.node_id)
-        elif fresh is not None and fresh.record is not None:
-            record = fresh.record
-            owner = fresh.owner or self._owner_of(record.node_id)
-        else:
+        if isinstance(known, Located) and fresh and self._fresh.age(fresh) < self._settle_s:
+            return known
+        # Else the mirror wins when it has the record: it carries the node agent's latest write.
+        mirrored = self._view.sandbox(sandbox_id)
+        if mirrored is None and isinstance(known, Located):
+            return known
+        record = mirrored if mirrored is not None else known
+        if not isinstance(record, cluster_pb2.SandboxRecord):
             return None
+        owner = self.owner_of(record.node_id)
         return Located(record, owner) if owner else None
 
     def locate(self, sandbox_id: str) -> Located:
@@ -91,34 +153,36 @@ class SandboxDirectory:
 
     def records(self) -> list[cluster_pb2.SandboxRecord]:
         """Every known record: the mirror, plus just-created ones, minus just-killed ones."""
-        self._expire()
-        merged = {r.sandbox_id: r for r in self._view.sandboxes()}
-        for sandbox_id, fresh in self._fresh.items():
-            if fresh.record is None:
-                merged.pop(sandbox_id, None)
-            else:
-                merged.setdefault(sandbox_id, fresh.record)
-        return list(merged.values())
+        recent = [
+            (sandbox_id, fresh.record if isinstance(fresh, Located) else fresh)
+            for sandbox_id, fresh in self._fresh.items()
+        ]
+        return merged(self._view.sandboxes(), recent, lambda r: r.sandbox_id)
 
-    def _owner_of(self, node_id: str) -> Owner | None:
+    def owner_of(self, node_id: str) -> Owner | None:
         node = self._view.node(node_id)
         if node is None:
             return None
         return Owner(node.node_id, node.nodeagent_address, node.proxy_address)
 
-    def _fresh_entry(self, sandbox_id: str) -> _Fresh | None:
-        fresh = self._fresh.get(sandbox_id)
-        if fresh is None:
-            return None
-        if fresh.expires <= self._clock():
-            del self._fresh[sandbox_id]
-            return None
-        return fresh
+    # Snapshots (records written by the node agent that holds the snapshot's files) ----------
 
-    def _expire(self) -> None:
-        now = self._clock()
-        for sandbox_id in [k for k, v in self._fresh.items() if v.expires <= now]:
-            del self._fresh[sandbox_id]
+    def remember_snapshot(self, record: cluster_pb2.SnapshotRecord) -> None:
+        self._fresh_snapshots.put(record.snapshot_id, record)
+
+    def forget_snapshot(self, snapshot_id: str) -> None:
+        self._fresh_snapshots.put(snapshot_id, None)
+
+    def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None:
+        fresh = self._fresh_snapshots.get(snapshot_id)
+        if fresh is not None:
+            return fresh.value
+        return self._view.snapshot(snapshot_id)
+
+    def snapshots(self) -> list[cluster_pb2.SnapshotRecord]:
+        return merged(
+            self._view.snapshots(), self._fresh_snapshots.items(), lambda r: r.snapshot_id
+        )
 
 
 class InMemoryClusterView:
@@ -127,6 +191,7 @@ class InMemoryClusterView:
     def __init__(self) -> None:
         self.sandbox_records: dict[str, cluster_pb2.SandboxRecord] = {}
         self.node_records: dict[str, cluster_pb2.NodeRecord] = {}
+        self.snapshot_records: dict[str, cluster_pb2.SnapshotRecord] = {}
 
     def sandbox(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
         return self.sandbox_records.get(sandbox_id)
@@ -136,3 +201,9 @@ class InMemoryClusterView:
 
     def node(self, node_id: str) -> cluster_pb2.NodeRecord | None:
         return self.node_records.get(node_id)
+
+    def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None:
+        return self.snapshot_records.get(snapshot_id)
+
+    def snapshots(self) -> Iterable[cluster_pb2.SnapshotRecord]:
+        return list(self.snapshot_records.values())

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.config import CommonSettings
-from aenv_common.etcd import NODES, SANDBOXES, ClusterStore, RecordCache
+from aenv_common.etcd import NODES, SANDBOXES, SNAPSHOTS, ClusterStore, RecordCache
 
 
 class EtcdClusterView:
@@ -14,6 +14,7 @@ class EtcdClusterView:
         self._store = store
         self._sandboxes = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
         self._nodes = RecordCache(store, NODES, cluster_pb2.NodeRecord)
+        self._snapshots = RecordCache(store, SNAPSHOTS, cluster_pb2.SnapshotRecord)
 
     @classmethod
     async def open(cls, settings: CommonSettings) -> EtcdClusterView:
@@ -21,6 +22,7 @@ class EtcdClusterView:
         try:
             await view._sandboxes.start()
             await view._nodes.start()
+            await view._snapshots.start()
         except BaseException:
             await view.close()
             raise
@@ -29,6 +31,7 @@ class EtcdClusterView:
     async def close(self) -> None:
         await self._sandboxes.stop()
         await self._nodes.stop()
+        await self._snapshots.stop()
         await self._store.close()
 
     def sandbox(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
@@ -39,3 +42,9 @@ class EtcdClusterView:
 
     def node(self, node_id: str) -> cluster_pb2.NodeRecord | None:
         return self._nodes.get(node_id)
+
+    def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None:
+        return self._snapshots.get(snapshot_id)
+
+    def snapshots(self) -> Iterable[cluster_pb2.SnapshotRecord]:
+        return self._snapshots.values()

@@ -7,8 +7,13 @@ import grpc
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.service import CreateRequest, ListQuery, SandboxService
+from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
+
+# Children's time to live when the request leaves it 0 (the E2B SDK's default too).
+FORK_DEFAULT_TIMEOUT_S = 15
 
 SERVICE_NAME = "aenv.gateway.v1.GatewayService"
 
@@ -21,8 +26,15 @@ def _api_key(context: grpc.aio.ServicerContext) -> str | None:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
-    def __init__(self, service: SandboxService, auth: ApiKeyAuth, default_timeout_s: int) -> None:
+    def __init__(
+        self,
+        service: SandboxService,
+        snapshots: SnapshotService,
+        auth: ApiKeyAuth,
+        default_timeout_s: int,
+    ) -> None:
         self._service = service
+        self._snapshots = snapshots
         self._auth = auth
         self._default_timeout = default_timeout_s
 
@@ -62,3 +74,73 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._auth.check(_api_key(context))
         await self._service.kill(request.sandbox_id)
         return gateway_pb2.KillSandboxResponse()
+
+    async def PauseSandbox(
+        self, request: gateway_pb2.PauseSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.PauseSandboxResponse:
+        self._auth.check(_api_key(context))
+        return gateway_pb2.PauseSandboxResponse(
+            sandbox=await self._service.pause(request.sandbox_id)
+        )
+
+    async def ResumeSandbox(
+        self, request: gateway_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ResumeSandboxResponse:
+        self._auth.check(_api_key(context))
+        connected = await self._service.connect(
+            request.sandbox_id, request.timeout_seconds or None
+        )
+        return gateway_pb2.ResumeSandboxResponse(
+            sandbox=connected.record, resumed=connected.resumed
+        )
+
+    async def CreateSnapshot(
+        self, request: gateway_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.CreateSnapshotResponse:
+        self._auth.check(_api_key(context))
+        record = await self._snapshots.create(request.sandbox_id, request.name)
+        return gateway_pb2.CreateSnapshotResponse(snapshot=record)
+
+    async def ListSnapshots(
+        self, request: gateway_pb2.ListSnapshotsRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ListSnapshotsResponse:
+        self._auth.check(_api_key(context))
+        page = self._snapshots.list(SnapshotQuery(
+            sandbox_id=request.sandbox_id or None, name=request.name or None,
+            limit=request.limit or None, cursor=request.page_token or None,
+        ))
+        return gateway_pb2.ListSnapshotsResponse(
+            snapshots=page.items, next_page_token=page.next_cursor or ""
+        )
+
+    async def DeleteSnapshot(
+        self, request: gateway_pb2.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.DeleteSnapshotResponse:
+        self._auth.check(_api_key(context))
+        await self._snapshots.delete(request.snapshot_id)
+        return gateway_pb2.DeleteSnapshotResponse()
+
+    async def ForkSandbox(
+        self, request: gateway_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ForkSandboxResponse:
+        self._auth.check(_api_key(context))
+        results = await self._service.fork(
+            request.sandbox_id, request.count or 1,
+            request.timeout_seconds or FORK_DEFAULT_TIMEOUT_S,
+        )
+        return gateway_pb2.ForkSandboxResponse(results=[_fork_result(r) for r in results])
+
+    async def ResetSandbox(
+        self, request: gateway_pb2.ResetSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ResetSandboxResponse:
+        self._auth.check(_api_key(context))
+        record = await self._service.reset(request.sandbox_id, request.snapshot_id)
+        return gateway_pb2.ResetSandboxResponse(sandbox=record)
+
+
+def _fork_result(result: nodeagent_pb2.ForkResult) -> gateway_pb2.ForkResult:
+    if result.HasField("sandbox"):
+        return gateway_pb2.ForkResult(sandbox=result.sandbox)
+    return gateway_pb2.ForkResult(
+        error=gateway_pb2.ForkError(code=result.error.code, message=result.error.message)
+    )

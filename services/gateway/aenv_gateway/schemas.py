@@ -19,6 +19,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.service import PAUSED, RUNNING, VISIBLE_STATES, CreateRequest, ListQuery
+from aenv_gateway.snapshots import SnapshotQuery
 
 T = TypeVar("T")
 MAX_PAGE = 100
@@ -134,12 +135,27 @@ def parse_timeout(body: Mapping[str, Any], required: bool) -> int | None:
     return _field(body, "timeout", int, required=required)
 
 
-def parse_list_query(params: Mapping[str, str], paginated: bool) -> ListQuery:
-    limit = _int_param(params, "limit") if paginated else None
-    if paginated and limit is None:
-        limit = MAX_PAGE
-    if limit is not None and not 1 <= limit <= MAX_PAGE:
+def parse_limit(params: Mapping[str, str]) -> int:
+    limit = _int_param(params, "limit")
+    if limit is None:
+        return MAX_PAGE
+    if not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit must be between 1 and {MAX_PAGE}")
+    return limit
+
+
+def parse_snapshot_query(params: Mapping[str, str]) -> SnapshotQuery:
+    """`GET /snapshots?sandboxID=&name=&limit=&nextToken=`."""
+    return SnapshotQuery(
+        sandbox_id=params.get("sandboxID") or None,
+        name=params.get("name") or None,
+        limit=parse_limit(params),
+        cursor=params.get("nextToken") or None,
+    )
+
+
+def parse_list_query(params: Mapping[str, str], paginated: bool) -> ListQuery:
+    limit = parse_limit(params) if paginated else None
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidArgument("order must be asc or desc")
@@ -273,3 +289,8 @@ class Presenter:
         if record.alias:
             body["alias"] = record.alias
         return body
+
+
+def present_snapshot(record: cluster_pb2.SnapshotRecord) -> dict[str, Any]:
+    """SnapshotInfo (spec §2.2)."""
+    return {"snapshotID": record.snapshot_id, "names": list(record.names)}

@@ -28,8 +28,10 @@ from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
 from aenv_gateway.routes.sandboxes import SandboxRoutes
+from aenv_gateway.routes.templates import SnapshotRoutes
 from aenv_gateway.schemas import Presenter
 from aenv_gateway.service import SandboxService
+from aenv_gateway.snapshots import SnapshotService
 
 log = logging.getLogger(__name__)
 
@@ -84,26 +86,29 @@ async def start_gateway(
     """Starts both edges; call `stop()` on the result to shut them down."""
     pool = ChannelPool()
     directory = SandboxDirectory(view)
+    nodeagents = NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s)
     service = SandboxService(
         directory,
         SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s),
-        NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s),
+        nodeagents,
         max_timeout_s=settings.max_timeout_s,
         idempotency_ttl_s=settings.idempotency_ttl_s,
     )
+    snapshots = SnapshotService(service, directory, nodeagents)
     auth = ApiKeyAuth(api_key)
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, force_close=False), auto_decompress=False
     )
     sandbox_routes = SandboxRoutes(
         service,
+        snapshots,
         Presenter(settings.domain, settings.fallback_envd_version),
         settings.default_timeout_s,
     )
-    routes = control_routes(sandbox_routes, auth)
+    routes = control_routes(sandbox_routes, SnapshotRoutes(snapshots), auth)
     app = GatewayApp(
         routes,
-        DataPlane(directory, StreamingProxy(session)),
+        DataPlane(service.wake, StreamingProxy(session)),
         settings.domain,
     )
     grpc_server, grpc_port = await start_grpc_server(
@@ -111,7 +116,7 @@ async def start_gateway(
         [
             (
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
-                GatewayServicer(service, auth, settings.default_timeout_s),
+                GatewayServicer(service, snapshots, auth, settings.default_timeout_s),
                 SERVICE_NAME,
             )
         ],
@@ -127,6 +132,7 @@ async def start_gateway(
         # Streams stay open for hours; only idle keep-alive connections between requests expire.
         timeout_keep_alive=75,
         ws_ping_interval=None,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
     server = _EmbeddedUvicorn(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

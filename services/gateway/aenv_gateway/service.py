@@ -6,8 +6,7 @@ Everything else goes to the node agent that owns the sandbox, found through the 
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
 from aenv_gateway.idempotency import IdempotencyCache
+from aenv_gateway.paging import paginate
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class SandboxService:
         self._idempotent: IdempotencyCache[cluster_pb2.SandboxRecord] = IdempotencyCache(
             idempotency_ttl_s
         )
+        self._waking: dict[str, asyncio.Future[Connected]] = {}
 
     async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
         self.check_timeout(request.timeout_s)
@@ -127,18 +128,11 @@ class SandboxService:
 
     def list(self, query: ListQuery) -> Page:
         matching = [r for r in self._directory.records() if _matches(r, query)]
-        matching.sort(key=_order_key, reverse=query.newest_first)
-        if query.cursor is not None:
-            after = _decode_cursor(query.cursor)
-            matching = [
-                r
-                for r in matching
-                if (_order_key(r) < after if query.newest_first else _order_key(r) > after)
-            ]
-        if query.limit is None or len(matching) <= query.limit:
-            return Page(matching, None)
-        items = matching[: query.limit]
-        return Page(items, _encode_cursor(_order_key(items[-1])))
+        items, next_cursor = paginate(
+            matching, _order_key, newest_first=query.newest_first, limit=query.limit,
+            cursor=query.cursor,
+        )
+        return Page(items, next_cursor)
 
     async def kill(self, sandbox_id: str) -> None:
         located = self._directory.locate(sandbox_id)
@@ -157,21 +151,21 @@ class SandboxService:
             located.owner.nodeagent_address, sandbox_id, timeout_s
         )
 
-    async def metrics(self, sandbox_id: str) -> list[nodeagent_pb2.SandboxMetric]:
+    async def metrics(self, sandbox_id: str) -> Sequence[nodeagent_pb2.SandboxMetric]:
         """The guest's current CPU, memory and disk figures (measured by envd in the VM)."""
-        located = self._running(sandbox_id)
+        located = self.running(sandbox_id)
         return await self._nodeagents.metrics(located.owner.nodeagent_address, sandbox_id)
 
     async def update_network(
         self, sandbox_id: str, network: cluster_pb2.NetworkPolicy
     ) -> cluster_pb2.SandboxRecord:
         """Replaces the sandbox's egress policy as a whole."""
-        located = self._running(sandbox_id)
+        located = self.running(sandbox_id)
         return await self._nodeagents.update_network(
             located.owner.nodeagent_address, sandbox_id, network
         )
 
-    def _running(self, sandbox_id: str) -> Located:
+    def running(self, sandbox_id: str) -> Located:
         located = self._directory.locate(sandbox_id)
         if located.record.state != RUNNING:
             raise Conflict(f'sandbox "{sandbox_id}" is not running')
@@ -216,11 +210,46 @@ class SandboxService:
         self._directory.remember(record, located.owner)
         return record
 
-    async def create_snapshot(self, sandbox_id: str, name: str) -> nodeagent_pb2.SnapshotInfo:
-        located = self._running(sandbox_id)
-        return await self._nodeagents.create_snapshot(
-            located.owner.nodeagent_address, sandbox_id, name
+    async def wake(self, sandbox_id: str) -> Located | None:
+        """Data-plane auto-resume: a paused sandbox created with lifecycle.auto_resume is resumed
+        (once: concurrent requests wait for the same resume). None when there is no running
+        sandbox to forward to."""
+        located = self._directory.find(sandbox_id)
+        if located is None or located.record.state == RUNNING:
+            return located
+        if located.record.state != PAUSED or not located.record.lifecycle.auto_resume:
+            return None
+        waking = self._waking.get(sandbox_id)
+        if waking is None:
+            waking = asyncio.ensure_future(self._resume_for_traffic(located))
+            self._waking[sandbox_id] = waking
+            waking.add_done_callback(lambda _: self._waking.pop(sandbox_id, None))
+        connected = await asyncio.shield(waking)
+        log.info("sandbox resumed by traffic", extra={"sandbox_id": sandbox_id})
+        return Located(connected.record, located.owner)
+
+    async def _resume_for_traffic(self, located: Located) -> Connected:
+        try:
+            return await self._resume(located, None)
+        except Conflict:
+            # Resumed meanwhile through another gateway: forward if it runs now.
+            address, sandbox_id = located.owner.nodeagent_address, located.record.sandbox_id
+            record = await self._nodeagents.get(address, sandbox_id)
+            if record.state != RUNNING:
+                raise
+            return Connected(record, resumed=False)
+
+    async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
+        """Rewinds a running sandbox in place to a snapshot held by its node."""
+        if not snapshot_id:
+            raise InvalidArgument("snapshotID is required")
+        located = self.running(sandbox_id)
+        record = await self._nodeagents.reset(
+            located.owner.nodeagent_address, sandbox_id, snapshot_id
         )
+        self._directory.remember(record, located.owner)
+        log.info("sandbox reset", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id})
+        return record
 
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int
@@ -229,7 +258,7 @@ class SandboxService:
         if not 1 <= count <= MAX_FORK_CHILDREN:
             raise InvalidArgument(f"count must be between 1 and {MAX_FORK_CHILDREN}")
         self.check_timeout(timeout_s)
-        located = self._running(sandbox_id)
+        located = self.running(sandbox_id)
         request = nodeagent_pb2.ForkSandboxRequest(
             sandbox_id=sandbox_id, count=count, timeout_seconds=timeout_s,
             child_ids=[new_sandbox_id() for _ in range(count)],
@@ -269,16 +298,3 @@ def _matches(record: cluster_pb2.SandboxRecord, query: ListQuery) -> bool:
 
 def _order_key(record: cluster_pb2.SandboxRecord) -> tuple[int, str]:
     return (record.started_at.ToNanoseconds(), record.sandbox_id)
-
-
-def _encode_cursor(key: tuple[int, str]) -> str:
-    return base64.urlsafe_b64encode(f"{key[0]}:{key[1]}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(token: str) -> tuple[int, str]:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-        nanos, _, sandbox_id = raw.partition(":")
-        return (int(nanos), sandbox_id)
-    except (binascii.Error, UnicodeDecodeError, ValueError) as err:
-        raise InvalidArgument("invalid nextToken") from err

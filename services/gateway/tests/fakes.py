@@ -3,6 +3,7 @@ with sandbox records kept in an InMemoryClusterView (standing in for the etcd mi
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
@@ -11,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from aenv_common.errors import NotFound
+from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_gateway.directory import InMemoryClusterView
 
 NODE_ID = "node1"
@@ -28,11 +29,15 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServiceServicer):
         self.templates = templates
         self.placement = placement
         self.calls = 0
+        # Template id -> the error scheduling it raises (error-mapping tests).
+        self.failures: dict[str, AenvError] = {}
 
     async def Schedule(
         self, request: scheduler_pb2.ScheduleRequest, context: grpc.aio.ServicerContext
     ) -> scheduler_pb2.ScheduleResponse:
         self.calls += 1
+        if failure := self.failures.get(request.spec.template_id):
+            raise failure
         if request.spec.template_id not in self.templates:
             raise NotFound(f'template "{request.spec.template_id}" not found')
         return scheduler_pb2.ScheduleResponse(placement=self.placement)
@@ -44,6 +49,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     def __init__(self, view: InMemoryClusterView) -> None:
         self.view = view
         self.specs: list[cluster_pb2.SandboxSpec] = []
+        self.resets: list[tuple[str, str]] = []
+        self.resumes = 0
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
@@ -126,21 +133,48 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResumeSandboxResponse:
         record = self._record(request.sandbox_id)
+        if record.state != cluster_pb2.SANDBOX_STATE_PAUSED:
+            raise Conflict(f'sandbox "{request.sandbox_id}" is not paused')
+        self.resumes += 1
+        await asyncio.sleep(0.2)  # concurrent data-plane requests must share this one resume
         record.state = cluster_pb2.SANDBOX_STATE_RUNNING
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=record)
 
     async def CreateSnapshot(
         self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSnapshotResponse:
-        self._record(request.sandbox_id)
-        return nodeagent_pb2.CreateSnapshotResponse(snapshot=nodeagent_pb2.SnapshotInfo(
-            snapshot_id="snap-1", sandbox_id=request.sandbox_id, name=request.name))
+        source = self._record(request.sandbox_id)
+        snapshot_id = f"snap-{len(self.view.snapshot_records) + 1}"
+        info = nodeagent_pb2.SnapshotInfo(
+            snapshot_id=snapshot_id, sandbox_id=request.sandbox_id, name=request.name,
+            has_memory=True, template_id=source.template_id, created_at=_timestamp(time.time()))
+        self.view.snapshot_records[snapshot_id] = cluster_pb2.SnapshotRecord(
+            snapshot_id=snapshot_id, node_id=NODE_ID, sandbox_id=request.sandbox_id,
+            template_id=source.template_id, names=[request.name or snapshot_id],
+            created_at=info.created_at)
+        return nodeagent_pb2.CreateSnapshotResponse(snapshot=info)
+
+    async def DeleteSnapshot(
+        self, request: nodeagent_pb2.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.DeleteSnapshotResponse:
+        if self.view.snapshot_records.pop(request.snapshot_id, None) is None:
+            raise NotFound(f'snapshot "{request.snapshot_id}" not found')
+        return nodeagent_pb2.DeleteSnapshotResponse()
+
+    async def ResetSandbox(
+        self, request: nodeagent_pb2.ResetSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ResetSandboxResponse:
+        record = self._record(request.sandbox_id)
+        if request.snapshot_id not in self.view.snapshot_records:
+            raise NotFound(f'snapshot "{request.snapshot_id}" not found')
+        self.resets.append((request.sandbox_id, request.snapshot_id))
+        return nodeagent_pb2.ResetSandboxResponse(sandbox=record)
 
     async def ForkSandbox(
         self, request: nodeagent_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ForkSandboxResponse:
         parent = self._record(request.sandbox_id)
-        results = []
+        results: list[nodeagent_pb2.ForkResult] = []
         for child_id, token in zip(request.child_ids, request.child_tokens, strict=True):
             if len(results) == 1:  # the second child fails, as a child may on a real node
                 results.append(nodeagent_pb2.ForkResult(

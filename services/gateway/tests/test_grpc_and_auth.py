@@ -16,7 +16,7 @@ from .conftest import API_KEY, Stack
 
 async def test_grpc_create_get_list_kill(stack: Stack) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.gateway.grpc_port}") as channel:
-        stub = gateway_pb2_grpc.GatewayServiceStub(channel)
+        stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
         md = (("x-api-key", API_KEY),)
         created = await stub.CreateSandbox(
             gateway_pb2.CreateSandboxRequest(template_id="base", metadata={"a": "b"}), metadata=md

@@ -47,7 +47,7 @@ async def test_list_with_filters_over_two_pages(e2b_env: Stack) -> None:
 async def test_error_mapping(e2b_env: Stack) -> None:
     with pytest.raises(SandboxException) as unknown:
         await AsyncSandbox.create("no-such-template")
-    assert unknown.value.status_code == 404  # type: ignore[attr-defined]
+    assert unknown.value.status_code == 404
     with pytest.raises(AuthenticationException):
         await AsyncSandbox.create("base", api_key="e2b_" + "f" * 40)
     with pytest.raises(SandboxNotFoundException):

@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from aenv_common.httpproxy import StreamingProxy, UpstreamRefused
@@ -28,21 +28,21 @@ class _Quiet(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serve(app: object) -> AsyncIterator[int]:
+async def serve(app: ASGIApp) -> AsyncIterator[int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         app,
         lifespan="off",
         log_config=None,
-        access_log=False,  # type: ignore[arg-type]
+        access_log=False,
         http="httptools",
         ws="websockets-sansio",
     )
     server = _Quiet(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers no start event
             await asyncio.sleep(0.01)
         yield sock.getsockname()[1]
     finally:

@@ -43,6 +43,9 @@ class NodeAgentSettings(BaseSettings):
     boot_timeout_s: float = 90.0
     boot_attempts: int = 3
     restore_ready_timeout_s: float = 30.0
+    # Warm pool: network slots and per-template disk overlays built ahead (0 and 0 disable it).
+    warm_pool_slots: int = 4
+    warm_pool_overlays: int = 2
     heartbeat_ttl_s: int = 10
 
     def resolved_cache_dir(self) -> Path:

@@ -51,6 +51,7 @@ class EnvdClient:
         default_workdir: str = "/home/user",
         current_token: str | None = None,
         port: int = ENVD_PORT,
+        timeout_s: float = 10.0,
     ) -> str:
         """Hands the guest its identity: env vars, access token, the host's clock (a restored
         guest's clock is behind by the paused time) and fresh entropy (a restored guest's RNG state
@@ -67,7 +68,7 @@ class EnvdClient:
         # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
         headers = {"X-Access-Token": current_token} if current_token else {}
         async with self._session.post(
-            url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+            url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
             if resp.status >= 300:
                 raise Internal(f"envd /init failed: HTTP {resp.status} {await resp.text()}")

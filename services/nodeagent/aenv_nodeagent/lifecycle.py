@@ -1,10 +1,15 @@
 """Pause/resume, snapshots, fork and reset of this node's sandboxes.
 
-Memory: a sandbox maps its template's frozen RAM copy-on-write (share=off), so a capture writes the
-guest's whole RAM (zero pages skipped) plus device state into one state file; a restore maps the
-template RAM again and loads that file over it. Disk: a snapshot freezes the sandbox's active qcow2
-overlay into `layers/` and the VM continues on a new overlay (external snapshot, taken while the
-VM is stopped); everything restored from the snapshot gets its own overlay over that layer.
+Memory: a sandbox maps its base RAM (template or snapshot memory image) copy-on-write
+(share=off), so a capture writes the guest's whole RAM (zero pages skipped) plus device state into
+one stream. A pause keeps that stream and a resume loads it over the template RAM (one private
+copy, one VM). A snapshot's stream is turned into a shared memory image (memimage.py: eagerly in
+the background for a snapshot, before the children for a fork): everything restored from the
+snapshot maps that image copy-on-write and loads only device state, so restores share its pages.
+Disk: a snapshot freezes the sandbox's active qcow2 overlay into `layers/` and the VM continues on
+a new overlay (external snapshot, taken while the VM is stopped); everything restored from the
+snapshot gets its own overlay over that layer. Past `max_layers` frozen layers under a running
+sandbox, they are merged into its overlay in the background (block-stream).
 
 Pause = capture + QEMU exits + the network slot is released; the sandbox's directory (overlay,
 state file, `sandbox.json`) survives node agent restarts. Resume = restore into a new QEMU and
@@ -29,6 +34,7 @@ from aenv_common.errors import AenvError, Conflict, Internal, InvalidArgument
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.memimage import MemoryImage, MemoryImages, capture_stream
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.recovery import PAUSED_MARKER
 from aenv_nodeagent.sandboxes import (
@@ -106,6 +112,7 @@ class SandboxLifecycle:
         state_dir: Path,
         *,
         ready_timeout_s: float,
+        max_layers: int = 8,
     ) -> None:
         self._manager = manager
         self._templates = templates
@@ -116,8 +123,12 @@ class SandboxLifecycle:
         self._ready_timeout_s = ready_timeout_s
         self.snapshots = SnapshotStore(state_dir / "snapshots")
         self.layers = LayerStore(state_dir / "layers")
+        self.memory_images = MemoryImages(network)
         self._paused: dict[str, Paused] = {}
         self._chains: dict[str, Chain] = {}
+        # Past this many frozen layers under a running sandbox, they are merged into its overlay.
+        self.max_layers = max_layers
+        self._compactions: dict[str, asyncio.Task[None]] = {}
         manager.on_expired = self.expire
 
     # --- queries -------------------------------------------------------------------------------
@@ -168,6 +179,10 @@ class SandboxLifecycle:
 
     async def destroy_all(self) -> None:
         """Everything on this node: running and paused sandboxes, snapshots, layers."""
+        await self.memory_images.close()
+        for task in list(self._compactions.values()):
+            task.cancel()
+        await asyncio.gather(*self._compactions.values(), return_exceptions=True)
         await self._manager.kill_all()
         for sandbox_id in list(self._paused):
             await self.kill(sandbox_id)
@@ -182,6 +197,7 @@ class SandboxLifecycle:
         if sandbox_id in self._paused:
             raise Conflict(f"sandbox \"{sandbox_id}\" is already paused")
         sandbox = self._manager.get(sandbox_id)
+        await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
             try:
@@ -219,7 +235,7 @@ class SandboxLifecycle:
             )
             timings: dict[str, float] = {}
             slot = await timed(timings, "network",
-                               self._network.create_slot(egress_policy(record.network)))
+                               self._manager.new_slot(egress_policy(record.network)))
             try:
                 vm = await self._restore(paused.directory, slot, image, record, timings,
                                          paused.chain.active)
@@ -249,8 +265,45 @@ class SandboxLifecycle:
         """Capture a running sandbox; it is stopped only for the capture, then continues on a new
         disk overlay."""
         sandbox = self._manager.get(sandbox_id)
+        await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
-            return await self._capture(sandbox, name, hidden)
+            meta = await self._capture(sandbox, name, hidden)
+        if len(self._chain(sandbox_id).layers) > self.max_layers:
+            self._compact_soon(sandbox)
+        return meta
+
+    def _compact_soon(self, sandbox: Sandbox) -> None:
+        sandbox_id = sandbox.record.sandbox_id
+        if sandbox_id not in self._compactions:
+            task = asyncio.ensure_future(self._compact(sandbox))
+            self._compactions[sandbox_id] = task
+            task.add_done_callback(lambda _: self._compactions.pop(sandbox_id, None))
+
+    async def compacted(self, sandbox_id: str) -> None:
+        """Wait for a layer compaction of this sandbox, if one runs (operations that change its
+        disk chain queue behind it rather than fail)."""
+        if task := self._compactions.get(sandbox_id):
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _compact(self, sandbox: Sandbox) -> None:
+        """Merge the frozen layers under the sandbox's overlay into it (QEMU block-stream, the VM
+        keeps running); the overlay then stands on the template's disk alone. Layers that
+        snapshots still use stay on disk for them; the rest are collected."""
+        sandbox_id = sandbox.record.sandbox_id
+        chain = self._chain(sandbox_id)
+        started = time.perf_counter()
+        try:
+            template = await self._templates.get(chain.template_id)
+            await sandbox.vm.stream_disk(chain.top_node, template.disk)
+        except Exception as err:
+            log.warning("disk layer compaction failed",
+                        extra={"sandbox_id": sandbox_id, "error": str(err)})
+            return
+        merged, chain.layers = chain.layers, []
+        self.collect_layers()
+        log.info("disk layers compacted", extra={
+            "sandbox_id": sandbox_id, "layers": len(merged),
+            "ms": round((time.perf_counter() - started) * 1000, 1)})
 
     async def _capture(self, sandbox: Sandbox, name: str, hidden: bool) -> SnapshotMeta:
         sandbox_id = sandbox.record.sandbox_id
@@ -262,7 +315,7 @@ class SandboxLifecycle:
         try:
             await timed(timings, "stop", sandbox.vm.pause())
             try:
-                await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
+                await timed(timings, "memory", capture_stream(sandbox.vm, directory / "state"))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
@@ -280,6 +333,8 @@ class SandboxLifecycle:
             directory=directory,
         )
         self.snapshots.add(meta)
+        if not hidden:  # restores of it are likely: prepare its memory image off this call
+            self._materialize(meta)
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
         return meta
@@ -309,6 +364,9 @@ class SandboxLifecycle:
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Removes the snapshot at once; its disk layer stays while sandboxes still use it."""
+        meta = self.snapshots.find(snapshot_id)
+        if meta is not None:
+            self.memory_images.cancel_soon(meta.directory)
         self.snapshots.remove(snapshot_id)
         self.collect_layers()
         log.info("snapshot deleted", extra={"snapshot_id": snapshot_id})
@@ -353,6 +411,7 @@ class SandboxLifecycle:
         If the restore fails the sandbox is gone (its old state was already discarded)."""
         sandbox = self._manager.get(sandbox_id)
         snapshot = self._check(self.snapshots.get(snapshot_id))
+        await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
             try:
@@ -397,7 +456,7 @@ class SandboxLifecycle:
             directory.mkdir(parents=True, exist_ok=False)
             cleanup.push(lambda: shutil.rmtree(directory, ignore_errors=True))
             slot, _ = await asyncio.gather(
-                timed(timings, "network", self._network.create_slot(egress_policy(spec.network))),
+                timed(timings, "network", self._manager.new_slot(egress_policy(spec.network))),
                 timed(timings, "overlay", create_overlay(
                     self.layers.path(snapshot.layers[0]), directory / _DISK)),
             )
@@ -418,9 +477,19 @@ class SandboxLifecycle:
         return sandbox
 
     async def _image(self, snapshot: SnapshotMeta) -> RestoreImage:
-        template = await self._templates.get(snapshot.template_id)
-        return RestoreImage(self._templates.inputs(snapshot.template_id), template.memory,
-                            snapshot.state, snapshot.guest_token)
+        """The snapshot's shared memory image, materialized now if it is not yet."""
+        image = await asyncio.shield(self._materialize(snapshot))
+        return RestoreImage(self._templates.inputs(snapshot.template_id), image.memory,
+                            image.device_state, snapshot.guest_token)
+
+    async def memory_image(self, snapshot_id: str) -> MemoryImage:
+        """A snapshot's memory image, waiting for (or starting) its materialization."""
+        return await asyncio.shield(self._materialize(self.snapshots.get(snapshot_id)))
+
+    def _materialize(self, snapshot: SnapshotMeta) -> asyncio.Future[MemoryImage]:
+        return self.memory_images.ensure(
+            self._templates.inputs(snapshot.template_id), snapshot.state,
+            self.layers.path(snapshot.layers[0]), snapshot.directory)
 
     async def _restore(
         self, directory: Path, slot: NetSlot, image: RestoreImage,
@@ -436,6 +505,8 @@ class SandboxLifecycle:
             record.envd_version = await timed(timings, "envd_init", self._envd.init(
                 slot.ns_ip, env_vars=record.env_vars, access_token=record.envd_access_token,
                 current_token=image.guest_token or None,
+                # Many guests woken at once (a fork) share the host's CPUs: as long as /health.
+                timeout_s=self._ready_timeout_s,
             ))
         except BaseException:
             await vm.shutdown()

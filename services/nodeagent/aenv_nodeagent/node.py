@@ -25,6 +25,7 @@ from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import build_proxy_app
 from aenv_nodeagent.recovery import recover
 from aenv_nodeagent.sandboxes import SandboxManager
@@ -79,6 +80,7 @@ class NodeAgent:
         self.manager: SandboxManager | None = None
         self.lifecycle: SandboxLifecycle | None = None
         self.templates: TemplateStore | None = None
+        self.pool: WarmPool | None = None
         self.grpc_port = 0
 
     async def start(self) -> None:
@@ -92,9 +94,12 @@ class NodeAgent:
         await recover(s.node_id, sandboxes_dir, network, store, await store.list_sandboxes())
 
         self.templates = await self._prepare_templates(network, envd)
+        self.pool = WarmPool(network, s.resolved_state_dir() / "pool",
+                             slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays)
+        self.pool.start()
         self.manager = SandboxManager(
             s.node_id, s.resolved_state_dir(), self.templates, network, envd, store,
-            ready_timeout_s=s.restore_ready_timeout_s,
+            ready_timeout_s=s.restore_ready_timeout_s, pool=self.pool,
         )
         self.lifecycle = SandboxLifecycle(
             self.manager, self.templates, network, envd, store, s.resolved_state_dir(),
@@ -151,6 +156,8 @@ class NodeAgent:
         config = uvicorn.Config(
             build_proxy_app(self.manager, self._session), host=host, port=int(port),
             log_config=None, access_log=False, lifespan="off", timeout_keep_alive=75,
+            # Long-lived streams (process output, watches) must not hold up a stop.
+            timeout_graceful_shutdown=3,
         )
         self._proxy = uvicorn.Server(config)
         serving = asyncio.create_task(self._proxy.serve())
@@ -184,8 +191,12 @@ class NodeAgent:
         start), then closes the servers."""
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        if self.lifecycle is not None:
+            await self.lifecycle.memory_images.close()
         if self.manager is not None:
             await self.manager.kill_all()
+        if self.pool is not None:
+            await self.pool.close()
         if self._proxy is not None:
             self._proxy.should_exit = True
         for task in self._tasks:

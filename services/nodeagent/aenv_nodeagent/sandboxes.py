@@ -27,6 +27,7 @@ from aenv_common.ids import is_valid_sandbox_id
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager, netns_exec_prefix
+from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore, vm_spec
 from aenv_nodeagent.vmm import QemuVm
 
@@ -84,8 +85,10 @@ class SandboxManager:
         records: SandboxRecords,
         *,
         ready_timeout_s: float,
+        pool: WarmPool | None = None,
     ) -> None:
         self._node_id = node_id
+        self._pool = pool
         self._dir = state_dir / "sandboxes"
         self._templates = templates
         self._network = network
@@ -124,6 +127,18 @@ class SandboxManager:
 
     # --- create --------------------------------------------------------------------------------
 
+    async def new_slot(self, policy: EgressPolicy) -> NetSlot:
+        """A network slot for a sandbox, from the warm pool when there is one."""
+        if self._pool is not None:
+            return await self._pool.take_slot(policy)
+        return await self._network.create_slot(policy)
+
+    async def new_overlay(self, backing: Path, path: Path) -> None:
+        if self._pool is not None:
+            await self._pool.take_overlay(backing, path)
+        else:
+            await create_overlay(backing, path)
+
     async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
         validate_spec(spec)
         if spec.sandbox_id in self._sandboxes or spec.sandbox_id in self._busy:
@@ -146,11 +161,16 @@ class SandboxManager:
         try:
             directory.mkdir(parents=True, exist_ok=False)
             cleanup.push(lambda: _rmtree(directory))
-            slot, _ = await asyncio.gather(
-                timed(timings, "network", self._network.create_slot(egress_policy(spec.network))),
-                timed(timings, "overlay", create_overlay(template.disk, directory / "disk.qcow2")),
+            slot_task = asyncio.ensure_future(
+                timed(timings, "network", self.new_slot(egress_policy(spec.network)))
             )
-            cleanup.push(lambda: self._network.destroy_slot(slot))
+            try:
+                await timed(timings, "overlay",
+                            self.new_overlay(template.disk, directory / "disk.qcow2"))
+            finally:
+                # The slot is built meanwhile; whatever happened to the overlay, it is undone.
+                slot = await slot_task
+                cleanup.push(lambda: self._network.destroy_slot(slot))
             vm = await timed(timings, "launch", self._launch(template, directory, slot))
             cleanup.push(vm.shutdown)
             await timed(timings, "restore", vm.restore(template.state))
@@ -330,11 +350,12 @@ class SandboxManager:
 
 
 async def launch_restore_target(
-    inputs: TemplateInputs, directory: Path, memory: Path, slot: NetSlot, disk: str = "disk.qcow2"
+    inputs: TemplateInputs, directory: Path, memory: Path, slot: NetSlot, disk: str = "disk.qcow2",
+    *, mem_shared: bool = False,
 ) -> QemuVm:
     """A QEMU waiting for an incoming state in the sandbox's netns, its RAM mapped copy-on-write
-    from `memory`, its root disk `directory/disk`."""
-    spec = vm_spec(inputs, directory / disk, memory, mem_shared=False)
+    from `memory` (or written through to it with `mem_shared`), its root disk `directory/disk`."""
+    spec = vm_spec(inputs, directory / disk, memory, mem_shared=mem_shared)
     return await QemuVm.launch(
         spec,
         directory / "vm",

@@ -12,6 +12,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.snapshot_records import SnapshotPublisher
 from aenv_nodeagent.snapshots import SnapshotMeta
 
 
@@ -21,10 +22,12 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         manager: SandboxManager,
         lifecycle: SandboxLifecycle,
         node_record: Callable[[], cluster_pb2.NodeRecord],
+        snapshot_records: SnapshotPublisher | None = None,
     ) -> None:
         self._manager = manager
         self._lifecycle = lifecycle
         self._node_record = node_record
+        self._snapshot_records = snapshot_records
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
@@ -92,7 +95,10 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def CreateSnapshot(
         self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSnapshotResponse:
+        resources = self._lifecycle.record(request.sandbox_id).resources
         meta = await self._lifecycle.create_snapshot(request.sandbox_id, request.name)
+        if self._snapshot_records is not None:
+            await self._snapshot_records.publish(meta, resources)
         return nodeagent_pb2.CreateSnapshotResponse(snapshot=snapshot_info(meta))
 
     async def ListSnapshots(
@@ -106,6 +112,8 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.DeleteSnapshotResponse:
         self._lifecycle.delete_snapshot(request.snapshot_id)
+        if self._snapshot_records is not None:
+            await self._snapshot_records.withdraw(request.snapshot_id)
         return nodeagent_pb2.DeleteSnapshotResponse()
 
     async def ForkSandbox(

@@ -1,7 +1,8 @@
 """Captured sandbox states on this node: snapshot metadata and the frozen disk layers they use.
 
 A snapshot is a directory `snapshots/<id>/` holding `snapshot.json` and `state` (device state
-plus guest RAM). Its disk is a frozen qcow2 layer in `layers/`, shared with the sandbox it was
+plus guest RAM), which memimage.py turns into `memory` + `device.state` (the stream is then gone).
+Its disk is a frozen qcow2 layer in `layers/`, shared with the sandbox it was
 taken from and with every sandbox created from it. Layers are reference-counted by chains: a
 layer file is removed only when no snapshot and no sandbox (running or paused) has it in its
 chain, so deleting a snapshot that live sandboxes still use is safe (the disk stays until they
@@ -63,6 +64,11 @@ class SnapshotMeta:
         return self.directory / "state"
 
     @property
+    def captured(self) -> bool:
+        """The capture stream, or the memory image made from it, is on disk."""
+        return self.state.is_file() or (self.directory / "device.state").is_file()
+
+    @property
     def names(self) -> list[str]:
         return [self.name] if self.name else [self.snapshot_id]
 
@@ -111,7 +117,7 @@ class SnapshotStore:
         meta = self._snapshots.get(snapshot_id)
         if meta is None:
             raise NotFound(f"snapshot \"{snapshot_id}\" not found")
-        if not meta.has_memory or not meta.state.is_file():
+        if not meta.has_memory or not meta.captured:
             raise Conflict(f"snapshot \"{snapshot_id}\" has no memory state file")
         return meta
 

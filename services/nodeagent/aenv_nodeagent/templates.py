@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aenv_common.errors import AenvError, DeadlineExceeded, NotFound
 from aenv_nodeagent.artifacts import GuestArtifacts, RootfsImage
-from aenv_nodeagent.artifacts.cache import CacheKey
+from aenv_nodeagent.artifacts.cache import CacheKey, file_lock
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetworkManager, netns_exec_prefix
@@ -157,7 +157,9 @@ class TemplateStore:
             if snap := self._ready.get(template_id):
                 return snap
             directory = snapshot_dir(self._root, inputs)
-            snap = load_snapshot(directory) or await self._build(inputs, directory)
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            async with file_lock(directory.parent / f".{directory.name}.lock"):
+                snap = load_snapshot(directory) or await self._build(inputs, directory)
             self._ready[template_id] = snap
             return snap
 

@@ -12,6 +12,7 @@ from starlette.routing import Route
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.grpc_api import FORK_DEFAULT_TIMEOUT_S
 from aenv_gateway.http_errors import Endpoint, NotImplementedYet, json_errors
 from aenv_gateway.schemas import (
     Presenter,
@@ -21,11 +22,10 @@ from aenv_gateway.schemas import (
     parse_new_sandbox,
     parse_timeout,
     present_metric,
+    present_snapshot,
 )
 from aenv_gateway.service import SandboxService
-
-# SDK default for a fork's children time to live (SandboxForkRequest.timeout).
-FORK_DEFAULT_TIMEOUT_S = 15
+from aenv_gateway.snapshots import SnapshotService
 
 
 def authenticated(auth: ApiKeyAuth, endpoint: Endpoint) -> Endpoint:
@@ -45,9 +45,14 @@ def not_implemented(feature: str) -> Endpoint:
 
 class SandboxRoutes:
     def __init__(
-        self, service: SandboxService, presenter: Presenter, default_timeout_s: int
+        self,
+        service: SandboxService,
+        snapshots: SnapshotService,
+        presenter: Presenter,
+        default_timeout_s: int,
     ) -> None:
         self._service = service
+        self._snapshots = snapshots
         self._present = presenter
         self._default_timeout = default_timeout_s
 
@@ -110,9 +115,16 @@ class SandboxRoutes:
         name = body.get("name")
         if name is not None and not isinstance(name, str):
             raise InvalidArgument("name must be a string")
-        info = await self._service.create_snapshot(request.path_params["sandbox_id"], name or "")
-        names = [info.name] if info.name else [info.snapshot_id]
-        return JSONResponse({"snapshotID": info.snapshot_id, "names": names}, status_code=201)
+        record = await self._snapshots.create(request.path_params["sandbox_id"], name or "")
+        return JSONResponse(present_snapshot(record), status_code=201)
+
+    async def reset(self, request: Request) -> Response:
+        """Native extension: rewind in place (same id, token, address) to a snapshot."""
+        snapshot_id = parse_json_object(await request.body()).get("snapshotID")
+        if not isinstance(snapshot_id, str) or not snapshot_id:
+            raise InvalidArgument("snapshotID is required and must be a string")
+        record = await self._service.reset(request.path_params["sandbox_id"], snapshot_id)
+        return JSONResponse(self._present.sandbox(record))
 
     async def fork(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
@@ -159,6 +171,7 @@ class SandboxRoutes:
             route(f"{sid}/pause", self.pause, "POST"),
             route(f"{sid}/snapshots", self.create_snapshot, "POST"),
             route(f"{sid}/fork", self.fork, "POST"),
+            route(f"{sid}/reset", self.reset, "POST"),
             route(f"{sid}/network", self.update_network, "PUT"),
             route(f"{sid}/metrics", self.metrics, "GET"),
             route(f"{sid}/refreshes", later("refreshes"), "POST"),

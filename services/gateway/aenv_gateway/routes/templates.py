@@ -1,4 +1,4 @@
-"""Snapshot routes: snapshots live behind the template API (`DELETE /templates/{id}`)."""
+"""Snapshot routes: listing, and deletion behind the template API (`DELETE /templates/{id}`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from aenv_common.errors import NotFound
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.routes.sandboxes import authenticated
+from aenv_gateway.schemas import parse_snapshot_query, present_snapshot
+from aenv_gateway.snapshots import SnapshotService
 
 
 def raw_template_id(request: Request) -> str:
@@ -21,22 +22,28 @@ def raw_template_id(request: Request) -> str:
     return unquote(segment)
 
 
-async def list_snapshots(_: Request) -> Response:
-    # Snapshots cannot be created yet (POST .../snapshots answers 501), so there are none.
-    return JSONResponse([])
+class SnapshotRoutes:
+    def __init__(self, snapshots: SnapshotService) -> None:
+        self._snapshots = snapshots
 
+    async def list_snapshots(self, request: Request) -> Response:
+        page = self._snapshots.list(parse_snapshot_query(request.query_params))
+        headers = {"X-Next-Token": page.next_cursor} if page.next_cursor else None
+        return JSONResponse([present_snapshot(r) for r in page.items], headers=headers)
 
-async def delete_template(request: Request) -> Response:
-    raise NotFound(f'template or snapshot "{raw_template_id(request)}" not found')
+    async def delete_snapshot(self, request: Request) -> Response:
+        # Templates cannot be built through the API (yet): every deletable id is a snapshot's.
+        await self._snapshots.delete(raw_template_id(request))
+        return Response(status_code=204)
 
-
-def routes(auth: ApiKeyAuth) -> list[Route]:
-    return [
-        Route("/snapshots", authenticated(auth, list_snapshots), methods=["GET"]),
-        # `:path` so the decoded `/` inside the id still matches; the handler reads the raw path.
-        Route(
-            "/templates/{template_id:path}",
-            authenticated(auth, delete_template),
-            methods=["DELETE"],
-        ),
-    ]
+    def routes(self, auth: ApiKeyAuth) -> list[Route]:
+        return [
+            Route("/snapshots", authenticated(auth, self.list_snapshots), methods=["GET"]),
+            # `:path` so the decoded `/` inside the id still matches; the handler reads the raw
+            # path.
+            Route(
+                "/templates/{template_id:path}",
+                authenticated(auth, self.delete_snapshot),
+                methods=["DELETE"],
+            ),
+        ]

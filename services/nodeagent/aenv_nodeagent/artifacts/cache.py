@@ -92,7 +92,8 @@ class CacheEntry:
 
 
 @contextlib.asynccontextmanager
-async def _locked(lock_path: Path) -> AsyncIterator[None]:
+async def file_lock(lock_path: Path) -> AsyncIterator[None]:
+    """An exclusive lock between processes (several node agents or test runs share a cache)."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
@@ -110,7 +111,7 @@ async def cached_build(
     final = kind_dir / key
     if final.is_dir():
         return CacheEntry(final, built=False, seconds=0.0)
-    async with _locked(kind_dir / f".{key}.lock"):
+    async with file_lock(kind_dir / f".{key}.lock"):
         if final.is_dir():  # another builder finished while we waited
             return CacheEntry(final, built=False, seconds=0.0)
         tmp = kind_dir / f".tmp-{key}"

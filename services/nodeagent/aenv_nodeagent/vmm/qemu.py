@@ -37,11 +37,12 @@ _TRANSIENT_MIGRATION_RUNSTATES = frozenset({"finish-migrate", "inmigrate"})
 _RUNSTATE_POLL_S = 0.001
 _STATE_FD_NAME = "aenv-state"
 _RUNSTATE_POLLS = 5000  # >= 5 s: the transition takes microseconds to a few ms
-# Device state only (RAM stays in its file); `events` makes QEMU emit MIGRATION events.
-_MIGRATION_CAPABILITIES = [
-    {"capability": "x-ignore-shared", "state": True},
-    {"capability": "events", "state": True},
-]
+
+def _migration_capabilities(ignore_shared: bool) -> list[dict[str, object]]:
+    # x-ignore-shared: device state only (share=on RAM stays in its file); `events` makes QEMU
+    # emit MIGRATION events.
+    return [{"capability": "x-ignore-shared", "state": ignore_shared},
+            {"capability": "events", "state": True}]
 
 
 class QemuVm:
@@ -61,7 +62,7 @@ class QemuVm:
         self.files = files
         self.spec = spec
         self._awaiting_restore = incoming
-        self._migration_capabilities_set = False
+        self._ignore_shared: bool | None = None  # as last set in QEMU
         self._shutdown_task: asyncio.Task[None] | None = None
         # Latest duration of every phase so far (launch, capture, restore), in milliseconds.
         self.timings: dict[str, float] = {}
@@ -134,15 +135,18 @@ class QemuVm:
     async def resume(self) -> None:
         await self.execute("cont")
 
-    async def capture(self, state_path: Path, time_limit: float = 30.0) -> dict[str, float]:
+    async def capture(
+        self, state_path: Path, time_limit: float = 30.0, *, ignore_shared: bool = True
+    ) -> dict[str, float]:
         """Stop the VM and save its device state (not its RAM, which stays in the memory file) to
         `state_path`. The VM stays stopped; disks are flushed and consistent. Returns phase
-        durations in ms."""
+        durations in ms. `ignore_shared=False` saves share=on RAM too (share=off RAM is always
+        saved); a full stream can then be loaded into a share=on RAM file."""
         clock = PhaseClock()
         with clock.measure("stop"):
             await self.execute("stop")
         with clock.measure("migrate"):
-            await self._set_migration_capabilities()
+            await self._set_migration_capabilities(ignore_shared=ignore_shared)
             try:
                 await self._migrate_via_file("migrate", state_path, os.O_WRONLY | os.O_CREAT
                                              | os.O_TRUNC, time_limit)
@@ -151,17 +155,22 @@ class QemuVm:
                 raise
         return self._record(clock)
 
-    async def restore(self, state_path: Path, time_limit: float = 30.0) -> dict[str, float]:
-        """Load device state into this incoming VM (RAM comes from its memory file) and run it.
+    async def restore(
+        self, state_path: Path, time_limit: float = 30.0, *, run: bool = True,
+        ignore_shared: bool = True,
+    ) -> dict[str, float]:
+        """Load device state into this incoming VM (RAM comes from its memory file) and run it
+        (or, with `run=False`, leave it stopped). `ignore_shared` must be as at the capture.
         Returns phase durations in ms."""
         if not self._awaiting_restore:
             raise Conflict(f"QEMU {self.pid} was not launched incoming, or has already restored")
         clock = PhaseClock()
         with clock.measure("migrate_incoming"):
-            await self._set_migration_capabilities()
+            await self._set_migration_capabilities(ignore_shared=ignore_shared)
             await self._migrate_via_file("migrate-incoming", state_path, os.O_RDONLY, time_limit)
-        with clock.measure("cont"):
-            await self.execute("cont")
+        if run:
+            with clock.measure("cont"):
+                await self.execute("cont")
         return self._record(clock)
 
     async def switch_disk_to_overlay(self, top_node: str, new_node: str, overlay: Path) -> None:
@@ -179,6 +188,18 @@ class QemuVm:
         except Internal:
             await self.execute("blockdev-del", {"node-name": new_node})
             raise
+
+    async def stream_disk(self, top_node: str, base: Path, time_limit: float = 600.0) -> None:
+        """Copy into `top_node` every cluster its backing layers above `base` hold, then make
+        `base` its backing: the layers in between leave the chain. The VM keeps running."""
+        job = f"stream-{top_node}"
+        with self._qmp.listener(("BLOCK_JOB_COMPLETED", "BLOCK_JOB_CANCELLED")) as listener:
+            await self.execute("block-stream", {"job-id": job, "device": top_node,
+                                                "base": str(base)})
+            data = await self._unless_exited(_job_end(listener, job), time_limit,
+                                             what="block-stream")
+        if data.get("error") or data.get("event") == "BLOCK_JOB_CANCELLED":
+            raise Internal(f"block-stream of {top_node} failed: {data.get('error', 'cancelled')}")
 
     async def shutdown(self, grace: float = 2.0) -> None:
         """Quit QEMU (QMP quit, then SIGTERM, then SIGKILL), reap it and remove its files.
@@ -205,11 +226,11 @@ class QemuVm:
             # quit often races the socket closing; the signals in process.stop cover the rest.
             logger.debug("QMP quit did not complete", extra={"pid": self.pid, "error": str(err)})
 
-    async def _set_migration_capabilities(self) -> None:
-        if not self._migration_capabilities_set:
+    async def _set_migration_capabilities(self, *, ignore_shared: bool) -> None:
+        if self._ignore_shared != ignore_shared:
             await self.execute("migrate-set-capabilities",
-                               {"capabilities": _MIGRATION_CAPABILITIES})
-            self._migration_capabilities_set = True
+                               {"capabilities": _migration_capabilities(ignore_shared)})
+            self._ignore_shared = ignore_shared
 
     async def _migrate_via_file(
         self, command: str, state_path: Path, flags: int, time_limit: float
@@ -299,6 +320,14 @@ async def _final_migration_status(listener: EventListener) -> str:
         status = str(data.get("status", "")) if isinstance(data, dict) else ""
         if status in _FINAL_MIGRATION_STATES:
             return status
+
+
+async def _job_end(listener: EventListener, job: str) -> dict[str, object]:
+    while True:
+        event = await listener.get()
+        data = event.get("data")
+        if isinstance(data, dict) and data.get("device") == job:
+            return {**data, "event": event.get("event")}
 
 
 def _open_state_file(state_path: Path, flags: int) -> int:

@@ -4,6 +4,7 @@ paths are limited to 107 bytes). Every test ends with nothing left: no QEMU, net
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -24,6 +25,7 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
+from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.recovery import recover
 from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.templates import TemplateStore
@@ -53,6 +55,7 @@ class Node:
     session: aiohttp.ClientSession
     state_dir: Path
     prefix: str
+    pool: WarmPool
     successor: Node | None = None
 
     def latest(self) -> Node:
@@ -60,6 +63,7 @@ class Node:
 
     async def restart(self) -> Node:
         """A new node agent over the same state dir, after this one died without cleaning up."""
+        await self.pool.close()  # its refill task would outlive a real crash no more than this
         network = NetworkManager(self.network.config)
         await recover("test-node", self.state_dir / "sandboxes", network, self.records,
                       list(self.records.records.values()))
@@ -71,7 +75,7 @@ class Node:
 
 async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
-    network: NetworkManager | None = None,
+    network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
     network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr="10.217.0.0/24"))
@@ -79,11 +83,14 @@ async def build_node(
     templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
                               boot_timeout_s=90, boot_attempts=3)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
+    pool = WarmPool(network, state_dir / "pool", slots=pool_slots,
+                    overlays_per_backing=pool_overlays)
+    pool.start()
     manager = SandboxManager("test-node", state_dir, templates, network, envd, records,
-                             ready_timeout_s=60)
+                             ready_timeout_s=60, pool=pool)
     lifecycle = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
                                  ready_timeout_s=60)
-    return Node(lifecycle, manager, records, network, session, state_dir, prefix)
+    return Node(lifecycle, manager, records, network, session, state_dir, prefix, pool)
 
 
 def netns_with(prefix: str) -> list[str]:
@@ -98,17 +105,25 @@ def qemus_under(directory: Path) -> list[str]:
 
 @pytest_asyncio.fixture
 async def node() -> AsyncIterator[Node]:
+    async with node_parts() as first:
+        yield first
+
+
+@contextlib.asynccontextmanager
+async def node_parts(*, pool_slots: int = 0, pool_overlays: int = 0) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
     try:
         async with aiohttp.ClientSession() as session:
-            first = await build_node(state_dir, prefix, session, MemoryRecords())
+            first = await build_node(state_dir, prefix, session, MemoryRecords(),
+                                     pool_slots=pool_slots, pool_overlays=pool_overlays)
             try:
                 yield first
             finally:
                 # A test may have restarted the node: clean up through the newest one.
                 current = first.latest()
                 await current.lifecycle.destroy_all()
+                await current.pool.close()
                 await current.network.destroy_orphans(keep=set())
         assert qemus_under(state_dir) == []
         assert netns_with(prefix) == []
@@ -117,6 +132,14 @@ async def node() -> AsyncIterator[Node]:
         for line in qemus_under(state_dir):
             os.kill(int(line.split()[0]), signal.SIGKILL)  # QEMUs under our own state dir
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def pss_mib(pid: int) -> float:
+    """A process's proportional share of host memory (shared pages split between mappers)."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no Pss in /proc/{pid}/smaps_rollup")
 
 
 def spec(**fields: object) -> cluster_pb2.SandboxSpec:

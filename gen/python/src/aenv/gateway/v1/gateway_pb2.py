@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from aenv.cluster.v1 import cluster_pb2 as aenv_dot_cluster_dot_v1_dot_cluster__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61\x65nv/gateway/v1/gateway.proto\x12\x0f\x61\x65nv.gateway.v1\x1a\x1d\x61\x65nv/cluster/v1/cluster.proto\"\x92\x03\n\x14\x43reateSandboxRequest\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\r\x12\x44\n\x08\x65nv_vars\x18\x03 \x03(\x0b\x32\x32.aenv.gateway.v1.CreateSandboxRequest.EnvVarsEntry\x12\x45\n\x08metadata\x18\x04 \x03(\x0b\x32\x33.aenv.gateway.v1.CreateSandboxRequest.MetadataEntry\x12/\n\x07network\x18\x05 \x01(\x0b\x32\x1e.aenv.cluster.v1.NetworkPolicy\x12-\n\tlifecycle\x18\x06 \x01(\x0b\x32\x1a.aenv.cluster.v1.Lifecycle\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"H\n\x15\x43reateSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\'\n\x11GetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"E\n\x12GetSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\x8e\x01\n\x14ListSandboxesRequest\x12\x45\n\x08metadata\x18\x01 \x03(\x0b\x32\x33.aenv.gateway.v1.ListSandboxesRequest.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"J\n\x15ListSandboxesResponse\x12\x31\n\tsandboxes\x18\x01 \x03(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"(\n\x12KillSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"\x15\n\x13KillSandboxResponse2\x81\x03\n\x0eGatewayService\x12^\n\rCreateSandbox\x12%.aenv.gateway.v1.CreateSandboxRequest\x1a&.aenv.gateway.v1.CreateSandboxResponse\x12U\n\nGetSandbox\x12\".aenv.gateway.v1.GetSandboxRequest\x1a#.aenv.gateway.v1.GetSandboxResponse\x12^\n\rListSandboxes\x12%.aenv.gateway.v1.ListSandboxesRequest\x1a&.aenv.gateway.v1.ListSandboxesResponse\x12X\n\x0bKillSandbox\x12#.aenv.gateway.v1.KillSandboxRequest\x1a$.aenv.gateway.v1.KillSandboxResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61\x65nv/gateway/v1/gateway.proto\x12\x0f\x61\x65nv.gateway.v1\x1a\x1d\x61\x65nv/cluster/v1/cluster.proto\"\x92\x03\n\x14\x43reateSandboxRequest\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\r\x12\x44\n\x08\x65nv_vars\x18\x03 \x03(\x0b\x32\x32.aenv.gateway.v1.CreateSandboxRequest.EnvVarsEntry\x12\x45\n\x08metadata\x18\x04 \x03(\x0b\x32\x33.aenv.gateway.v1.CreateSandboxRequest.MetadataEntry\x12/\n\x07network\x18\x05 \x01(\x0b\x32\x1e.aenv.cluster.v1.NetworkPolicy\x12-\n\tlifecycle\x18\x06 \x01(\x0b\x32\x1a.aenv.cluster.v1.Lifecycle\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"H\n\x15\x43reateSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\'\n\x11GetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"E\n\x12GetSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"\x8e\x01\n\x14ListSandboxesRequest\x12\x45\n\x08metadata\x18\x01 \x03(\x0b\x32\x33.aenv.gateway.v1.ListSandboxesRequest.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"J\n\x15ListSandboxesResponse\x12\x31\n\tsandboxes\x18\x01 \x03(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"(\n\x12KillSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"\x15\n\x13KillSandboxResponse\")\n\x13PauseSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"G\n\x14PauseSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\"C\n\x14ResumeSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\r\"Y\n\x15ResumeSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord\x12\x0f\n\x07resumed\x18\x02 \x01(\x08\"9\n\x15\x43reateSnapshotRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"K\n\x16\x43reateSnapshotResponse\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1f.aenv.cluster.v1.SnapshotRecord\"[\n\x14ListSnapshotsRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"d\n\x15ListSnapshotsResponse\x12\x32\n\tsnapshots\x18\x01 \x03(\x0b\x32\x1f.aenv.cluster.v1.SnapshotRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\",\n\x15\x44\x65leteSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteSnapshotResponse\"P\n\x12\x46orkSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\r\"v\n\nForkResult\x12\x31\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecordH\x00\x12+\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1a.aenv.gateway.v1.ForkErrorH\x00\x42\x08\n\x06result\"*\n\tForkError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\x0f\n\x07message\x18\x02 \x01(\t\"C\n\x13\x46orkSandboxResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.aenv.gateway.v1.ForkResult\">\n\x13ResetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x02 \x01(\t\"G\n\x14ResetSandboxResponse\x12/\n\x07sandbox\x18\x01 \x01(\x0b\x32\x1e.aenv.cluster.v1.SandboxRecord2\x9b\x08\n\x0eGatewayService\x12^\n\rCreateSandbox\x12%.aenv.gateway.v1.CreateSandboxRequest\x1a&.aenv.gateway.v1.CreateSandboxResponse\x12U\n\nGetSandbox\x12\".aenv.gateway.v1.GetSandboxRequest\x1a#.aenv.gateway.v1.GetSandboxResponse\x12^\n\rListSandboxes\x12%.aenv.gateway.v1.ListSandboxesRequest\x1a&.aenv.gateway.v1.ListSandboxesResponse\x12X\n\x0bKillSandbox\x12#.aenv.gateway.v1.KillSandboxRequest\x1a$.aenv.gateway.v1.KillSandboxResponse\x12[\n\x0cPauseSandbox\x12$.aenv.gateway.v1.PauseSandboxRequest\x1a%.aenv.gateway.v1.PauseSandboxResponse\x12^\n\rResumeSandbox\x12%.aenv.gateway.v1.ResumeSandboxRequest\x1a&.aenv.gateway.v1.ResumeSandboxResponse\x12\x61\n\x0e\x43reateSnapshot\x12&.aenv.gateway.v1.CreateSnapshotRequest\x1a\'.aenv.gateway.v1.CreateSnapshotResponse\x12^\n\rListSnapshots\x12%.aenv.gateway.v1.ListSnapshotsRequest\x1a&.aenv.gateway.v1.ListSnapshotsResponse\x12\x61\n\x0e\x44\x65leteSnapshot\x12&.aenv.gateway.v1.DeleteSnapshotRequest\x1a\'.aenv.gateway.v1.DeleteSnapshotResponse\x12X\n\x0b\x46orkSandbox\x12#.aenv.gateway.v1.ForkSandboxRequest\x1a$.aenv.gateway.v1.ForkSandboxResponse\x12[\n\x0cResetSandbox\x12$.aenv.gateway.v1.ResetSandboxRequest\x1a%.aenv.gateway.v1.ResetSandboxResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -60,6 +60,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KILLSANDBOXREQUEST']._serialized_end=933
   _globals['_KILLSANDBOXRESPONSE']._serialized_start=935
   _globals['_KILLSANDBOXRESPONSE']._serialized_end=956
-  _globals['_GATEWAYSERVICE']._serialized_start=959
-  _globals['_GATEWAYSERVICE']._serialized_end=1344
+  _globals['_PAUSESANDBOXREQUEST']._serialized_start=958
+  _globals['_PAUSESANDBOXREQUEST']._serialized_end=999
+  _globals['_PAUSESANDBOXRESPONSE']._serialized_start=1001
+  _globals['_PAUSESANDBOXRESPONSE']._serialized_end=1072
+  _globals['_RESUMESANDBOXREQUEST']._serialized_start=1074
+  _globals['_RESUMESANDBOXREQUEST']._serialized_end=1141
+  _globals['_RESUMESANDBOXRESPONSE']._serialized_start=1143
+  _globals['_RESUMESANDBOXRESPONSE']._serialized_end=1232
+  _globals['_CREATESNAPSHOTREQUEST']._serialized_start=1234
+  _globals['_CREATESNAPSHOTREQUEST']._serialized_end=1291
+  _globals['_CREATESNAPSHOTRESPONSE']._serialized_start=1293
+  _globals['_CREATESNAPSHOTRESPONSE']._serialized_end=1368
+  _globals['_LISTSNAPSHOTSREQUEST']._serialized_start=1370
+  _globals['_LISTSNAPSHOTSREQUEST']._serialized_end=1461
+  _globals['_LISTSNAPSHOTSRESPONSE']._serialized_start=1463
+  _globals['_LISTSNAPSHOTSRESPONSE']._serialized_end=1563
+  _globals['_DELETESNAPSHOTREQUEST']._serialized_start=1565
+  _globals['_DELETESNAPSHOTREQUEST']._serialized_end=1609
+  _globals['_DELETESNAPSHOTRESPONSE']._serialized_start=1611
+  _globals['_DELETESNAPSHOTRESPONSE']._serialized_end=1635
+  _globals['_FORKSANDBOXREQUEST']._serialized_start=1637
+  _globals['_FORKSANDBOXREQUEST']._serialized_end=1717
+  _globals['_FORKRESULT']._serialized_start=1719
+  _globals['_FORKRESULT']._serialized_end=1837
+  _globals['_FORKERROR']._serialized_start=1839
+  _globals['_FORKERROR']._serialized_end=1881
+  _globals['_FORKSANDBOXRESPONSE']._serialized_start=1883
+  _globals['_FORKSANDBOXRESPONSE']._serialized_end=1950
+  _globals['_RESETSANDBOXREQUEST']._serialized_start=1952
+  _globals['_RESETSANDBOXREQUEST']._serialized_end=2014
+  _globals['_RESETSANDBOXRESPONSE']._serialized_start=2016
+  _globals['_RESETSANDBOXRESPONSE']._serialized_end=2087
+  _globals['_GATEWAYSERVICE']._serialized_start=2090
+  _globals['_GATEWAYSERVICE']._serialized_end=3141
 # @@protoc_insertion_point(module_scope)

@@ -83,3 +83,121 @@ class KillSandboxRequest(_message.Message):
 class KillSandboxResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class PauseSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id",)
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class PauseSandboxResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
+
+class ResumeSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "timeout_seconds")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    timeout_seconds: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class ResumeSandboxResponse(_message.Message):
+    __slots__ = ("sandbox", "resumed")
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    resumed: bool
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ..., resumed: _Optional[bool] = ...) -> None: ...
+
+class CreateSnapshotRequest(_message.Message):
+    __slots__ = ("sandbox_id", "name")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    name: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CreateSnapshotResponse(_message.Message):
+    __slots__ = ("snapshot",)
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: _cluster_pb2.SnapshotRecord
+    def __init__(self, snapshot: _Optional[_Union[_cluster_pb2.SnapshotRecord, _Mapping]] = ...) -> None: ...
+
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = ("sandbox_id", "name", "limit", "page_token")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    name: str
+    limit: int
+    page_token: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ("snapshots", "next_page_token")
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    snapshots: _containers.RepeatedCompositeFieldContainer[_cluster_pb2.SnapshotRecord]
+    next_page_token: str
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[_cluster_pb2.SnapshotRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ("snapshot_id",)
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: str
+    def __init__(self, snapshot_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ForkSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "count", "timeout_seconds")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    count: int
+    timeout_seconds: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class ForkResult(_message.Message):
+    __slots__ = ("sandbox", "error")
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    error: ForkError
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ..., error: _Optional[_Union[ForkError, _Mapping]] = ...) -> None: ...
+
+class ForkError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ForkSandboxResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ForkResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ForkResult, _Mapping]]] = ...) -> None: ...
+
+class ResetSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "snapshot_id")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    snapshot_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ...) -> None: ...
+
+class ResetSandboxResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...

@@ -54,6 +54,41 @@ class GatewayServiceStub:
                 request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxRequest.SerializeToString,
                 response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxResponse.FromString,
                 _registered_method=True)
+        self.PauseSandbox = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/PauseSandbox',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxResponse.FromString,
+                _registered_method=True)
+        self.ResumeSandbox = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/ResumeSandbox',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxResponse.FromString,
+                _registered_method=True)
+        self.CreateSnapshot = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/CreateSnapshot',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSnapshotRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSnapshotResponse.FromString,
+                _registered_method=True)
+        self.ListSnapshots = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/ListSnapshots',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSnapshotsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSnapshot = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/DeleteSnapshot',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.DeleteSnapshotResponse.FromString,
+                _registered_method=True)
+        self.ForkSandbox = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/ForkSandbox',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ForkSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ForkSandboxResponse.FromString,
+                _registered_method=True)
+        self.ResetSandbox = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/ResetSandbox',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServiceServicer:
@@ -83,6 +118,53 @@ class GatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseSandbox(self, request, context):
+        """Stops the guest, keeping memory and disk. Already paused: FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSandbox(self, request, context):
+        """Resumes a paused sandbox under the same id (a running one only gets its TTL raised).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateSnapshot(self, request, context):
+        """Captures a running sandbox; it keeps running. Create from it with its id as template_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkSandbox(self, request, context):
+        """Copy-on-write children of a running sandbox, on its node; one result per child.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetSandbox(self, request, context):
+        """Rewinds a running sandbox in place (same id, token, network) to one of its node's snapshots.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +187,41 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.KillSandbox,
                     request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxRequest.FromString,
                     response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxResponse.SerializeToString,
+            ),
+            'PauseSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSandbox,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxResponse.SerializeToString,
+            ),
+            'ResumeSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSandbox,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxResponse.SerializeToString,
+            ),
+            'CreateSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSnapshot,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSnapshotRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSnapshotResponse.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'ForkSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSandbox,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ForkSandboxRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ForkSandboxResponse.SerializeToString,
+            ),
+            'ResetSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetSandbox,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +332,195 @@ class GatewayService:
             '/aenv.gateway.v1.GatewayService/KillSandbox',
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxRequest.SerializeToString,
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/PauseSandbox',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/ResumeSandbox',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/CreateSnapshot',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSnapshotRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/ListSnapshots',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSnapshotsRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSnapshotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/DeleteSnapshot',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.DeleteSnapshotRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.DeleteSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/ForkSandbox',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ForkSandboxRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ForkSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/ResetSandbox',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,130 @@
+"""The warm pool against real netns and real qcow2 files: it fills, hands out, refills, drains."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager
+from aenv_nodeagent.pool import WarmPool
+
+from .conftest import netns_with, node_parts, spec
+from .guest import sh
+
+pytestmark = [pytest.mark.netns]
+
+
+@pytest_asyncio.fixture
+async def parts() -> AsyncIterator[tuple[NetworkManager, Path, str]]:
+    prefix = "awp" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
+    work = Path(tempfile.mkdtemp(prefix="awp", dir="/tmp"))
+    network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr="10.219.0.0/24"))
+    try:
+        yield network, work, prefix
+    finally:
+        await network.destroy_orphans(keep=set())
+        shutil.rmtree(work, ignore_errors=True)
+    assert netns_with(prefix) == []
+
+
+async def until(condition: object, what: str) -> None:
+    for _ in range(300):
+        if callable(condition) and condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def backing_of(image: Path) -> str:
+    info = subprocess.run(["qemu-img", "info", "-U", "--output=json", str(image)],
+                          capture_output=True, text=True, check=True).stdout
+    return str(json.loads(info)["backing-filename"])
+
+
+async def test_pool_fills_hands_out_refills_and_drains(
+    parts: tuple[NetworkManager, Path, str],
+) -> None:
+    network, work, prefix = parts
+    base = work / "base.qcow2"
+    made = await asyncio.create_subprocess_exec(
+        "qemu-img", "create", "-q", "-f", "qcow2", str(base), "64M")
+    assert await made.wait() == 0
+    pool = WarmPool(network, work / "pool", slots=2, overlays_per_backing=2)
+    pool.start()
+    try:
+        await until(lambda: pool.sizes()["slots"] == 2, "the slots")
+        assert len(netns_with(prefix)) == 2
+        # Overlays are pooled per backing, once something was created on it.
+        await pool.take_overlay(base, work / "first.qcow2")
+        assert backing_of(work / "first.qcow2") == str(base)
+        await until(lambda: pool.sizes()["overlays"] == 2, "the overlays")
+        await pool.take_overlay(base, work / "second.qcow2")  # a pooled one, renamed
+        assert backing_of(work / "second.qcow2") == str(base)
+        assert pool.sizes()["overlays"] == 1
+        plain = await pool.take_slot(EgressPolicy())
+        strict = await pool.take_slot(EgressPolicy(allow_internet=True, deny_out=["1.1.1.1/32"]))
+        assert plain.netns != strict.netns
+        # Both came from the pool, which rebuilds its two in the background.
+        await until(lambda: pool.sizes() == {"slots": 2, "overlays": 2}, "the refill")
+        assert len(netns_with(prefix)) == 4
+        await network.destroy_slot(plain)
+        await network.destroy_slot(strict)
+    finally:
+        await pool.close()
+    assert netns_with(prefix) == []
+    assert list((work / "pool").iterdir()) == []
+    assert pool.sizes() == {"slots": 0, "overlays": 0}
+
+
+async def test_disabled_pool_builds_on_demand_and_keeps_nothing(
+    parts: tuple[NetworkManager, Path, str],
+) -> None:
+    network, work, prefix = parts
+    pool = WarmPool(network, work / "pool", slots=0, overlays_per_backing=0)
+    pool.start()
+    assert not pool.enabled
+    slot = await pool.take_slot(EgressPolicy())
+    assert netns_with(prefix) == [slot.netns]
+    await network.destroy_slot(slot)
+    await pool.close()
+    assert netns_with(prefix) == []
+
+
+@pytest.mark.vm
+async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
+    async with node_parts(pool_slots=2, pool_overlays=1) as node:
+        lc, pool = node.lifecycle, node.pool
+
+        async def refilled(overlays: int) -> set[str]:
+            await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays}, "refill")
+            in_use = {sbx.slot.netns for sbx in node.manager.all()}
+            return set(netns_with(node.prefix)) - in_use
+
+        pooled = await refilled(0)
+        first = await lc.create(spec())
+        assert first.slot.netns in pooled
+        pooled = await refilled(1)  # the template's disk is pooled from its first create on
+        pooled_overlays = set((node.state_dir / "pool").iterdir())
+        second_spec = spec()
+        second = await lc.create(second_spec)
+        assert second.slot.netns in pooled
+        assert not pooled_overlays & set((node.state_dir / "pool").iterdir())  # renamed away
+        await sh(node.session, second.host, second_spec.envd_access_token, "echo x > /root/x")
+        await lc.pause(second_spec.sandbox_id)
+        pooled = await refilled(1)
+        resumed = await lc.resume(second_spec.sandbox_id)
+        assert resumed.slot.netns in pooled
+        assert await sh(node.session, resumed.host, second_spec.envd_access_token,
+                        "cat /root/x") == "x\n"
+        pooled = await refilled(1)
+        results = await lc.fork(first.record.sandbox_id, 2)
+        assert {node.manager.get(r.sandbox.sandbox_id).slot.netns for r in results} == pooled

@@ -1,0 +1,148 @@
+"""Step 3 through the public APIs, proven with the official E2B SDK against the real platform:
+pause/resume keeps processes and files, snapshots (list, create from, delete), fork, auto-resume
+on traffic after an auto-pause, and the native gRPC reset."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from e2b import Sandbox
+from e2b.exceptions import SandboxNotRunningException
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_cli.client import GatewayClient
+from aenv_cli.platform import Platform
+
+# Plain (sync) tests: they drive the platform the way a user's program does, from outside.
+pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
+
+COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.5; done"
+
+
+@pytest.fixture
+def sdk_env(e2b_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK reads its endpoints and key from the process environment."""
+    for name, value in e2b_env.items():
+        if name.startswith("E2B_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+
+
+@pytest.fixture
+def sandboxes(sdk_env: None) -> Iterator[list[str]]:
+    """Ids of every sandbox a test made; all are killed afterwards, also on failure."""
+    made: list[str] = []
+    try:
+        yield made
+    finally:
+        for sandbox_id in made:
+            Sandbox.kill(sandbox_id)
+
+
+def _created(made: list[str], **kwargs: object) -> Sandbox:
+    sandbox = Sandbox.create(timeout=300, **kwargs)  # type: ignore[arg-type]
+    made.append(sandbox.sandbox_id)
+    return sandbox
+
+
+def _counter(sandbox: Sandbox) -> int:
+    return int(sandbox.files.read("/tmp/counter").strip())
+
+
+async def _grpc_reset(
+    platform: Platform, sandbox_id: str, snapshot_id: str
+) -> cluster_pb2.SandboxRecord:
+    async with GatewayClient.for_home(platform.home, timeout_s=300) as client:
+        return await client.reset_sandbox(sandbox_id, snapshot_id)
+
+
+def _eventually(check: Callable[[], bool], within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within_s} s: {what}")
+        time.sleep(0.5)
+
+
+def test_pause_and_connect_keep_processes_and_files(sandboxes: list[str]) -> None:
+    sandbox = _created(sandboxes)
+    sandbox.files.write("/tmp/kept", "kept across pauses")
+    sandbox.commands.run(COUNTER, background=True)
+    _eventually(lambda: sandbox.files.exists("/tmp/counter"), 30, "the counter started")
+    for _ in range(2):
+        before = _counter(sandbox)
+        assert sandbox.pause() is True
+        assert sandbox.pause() is False  # already paused: the API answers 409
+        assert sandbox.get_info().state == "paused"
+        with pytest.raises(SandboxNotRunningException):
+            sandbox.files.read("/tmp/kept")
+        sandbox = Sandbox.connect(sandbox.sandbox_id)
+        assert sandbox.get_info().state == "running"
+        # The same process continues: the count goes on from where it was, it does not restart.
+        resumed_at = _counter(sandbox)
+        assert resumed_at >= before
+        _eventually(lambda s=sandbox, n=resumed_at: _counter(s) > n, 30,  # type: ignore[misc]
+                    "the counter keeps counting")
+        assert sandbox.files.read("/tmp/kept") == "kept across pauses"
+
+
+def test_snapshot_create_from_reset_and_delete(
+    sandboxes: list[str], platform: Platform
+) -> None:
+    source = _created(sandboxes)
+    source.files.write("/tmp/before", "captured")
+    snapshot = source.create_snapshot()
+    source.files.write("/tmp/after", "not captured")
+    assert source.get_info().state == "running"
+
+    listed = Sandbox.list_snapshots(sandbox_id=source.sandbox_id).next_items()
+    assert snapshot.snapshot_id in {s.snapshot_id for s in listed}
+
+    child = _created(sandboxes, template=snapshot.snapshot_id)
+    assert child.sandbox_id != source.sandbox_id
+    assert child.files.read("/tmp/before") == "captured"
+    assert not child.files.exists("/tmp/after")
+
+    # The native gRPC API rewinds the source in place: same id, state of the snapshot.
+    reset = asyncio.run(_grpc_reset(platform, source.sandbox_id, snapshot.snapshot_id))
+    assert reset.sandbox_id == source.sandbox_id
+    assert source.files.read("/tmp/before") == "captured"
+    assert not source.files.exists("/tmp/after")
+
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id) is True
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id) is False
+    remaining = Sandbox.list_snapshots(sandbox_id=source.sandbox_id).next_items()
+    assert snapshot.snapshot_id not in {s.snapshot_id for s in remaining}
+    # Sandboxes made from a deleted snapshot keep their disk.
+    assert child.files.read("/tmp/before") == "captured"
+
+
+def test_fork_children_share_the_past_not_the_future(sandboxes: list[str]) -> None:
+    parent = _created(sandboxes)
+    parent.files.write("/tmp/parent", "from the parent")
+    children = parent.fork(count=2, timeout=120)
+    for child in children:
+        assert isinstance(child, Sandbox), child
+        sandboxes.append(child.sandbox_id)
+    first, second = (c for c in children if isinstance(c, Sandbox))
+    for child in (first, second):
+        assert child.files.read("/tmp/parent") == "from the parent"
+    first.files.write("/tmp/mine", "first child only")
+    assert not second.files.exists("/tmp/mine")
+    assert not parent.files.exists("/tmp/mine")
+    assert parent.is_running()
+    assert parent.get_info().state == "running"
+
+
+def test_auto_paused_sandbox_resumes_on_traffic(sandboxes: list[str]) -> None:
+    sandbox = _created(sandboxes, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    sandbox.files.write("/tmp/kept", "still here")
+    sandbox.set_timeout(2)
+    _eventually(lambda: sandbox.get_info().state == "paused", 90, "the timeout paused it")
+    # Data-plane traffic alone brings it back.
+    assert sandbox.files.read("/tmp/kept") == "still here"
+    assert sandbox.get_info().state == "running"
+    assert sandbox.commands.run("echo alive").stdout.strip() == "alive"
