@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.cluster import NODES, SANDBOXES, SNAPSHOTS, ClusterStore, RecordCache
 from aenv_common.config import CommonSettings
-from aenv_common.etcd import NODES, SANDBOXES, SNAPSHOTS, ClusterStore, RecordCache
 
 
 class EtcdClusterView:
