@@ -5,8 +5,7 @@ Chain measured: client -> gateway (header routing, directory lookup) -> node pro
 StreamingProxy, as the node agent runs it) -> upstream. nginx stands in for the two proxy hops
 with one hop, so "gateway" is compared with both "direct" and "nginx".
 
-Run: PYTHONPATH=common:gen/python/src:services/gateway:services/gateway/tests \
-     python bench/gateway_proxy.py [--requests 2000] [--concurrency 32]
+Run: .venv/bin/python bench/gateway_proxy.py [--requests 2000] [--concurrency 32]
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -31,7 +31,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from tests.upstreams import MiniNodeProxy, serve  # services/gateway/tests
+
+# The gateway tests' upstream server and minimal node proxy are the bench's fixtures too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "gateway"))
+from tests.upstreams import MiniNodeProxy, serve
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_gateway.config import GatewaySettings
