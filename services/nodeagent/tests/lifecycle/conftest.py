@@ -31,17 +31,7 @@ from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.vmm import detect_accelerator
 
-
-class MemoryRecords:
-    def __init__(self) -> None:
-        self.records: dict[str, cluster_pb2.SandboxRecord] = {}
-
-    async def put_sandbox(self, rec: cluster_pb2.SandboxRecord) -> int:
-        self.records[rec.sandbox_id] = cluster_pb2.SandboxRecord.FromString(rec.SerializeToString())
-        return len(self.records)
-
-    async def delete_sandbox(self, sandbox_id: str) -> None:
-        self.records.pop(sandbox_id, None)
+from ..fakes import MemoryRecords
 
 
 @dataclass
