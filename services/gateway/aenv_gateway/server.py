@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -19,6 +18,7 @@ from starlette.routing import BaseRoute
 
 from aenv.gateway.v1 import gateway_pb2_grpc
 from aenv_common.grpc_server import start_grpc_server
+from aenv_common.http_server import EmbeddedServer, start_http_server
 from aenv_common.httpproxy import StreamingProxy
 from aenv_gateway.app import GatewayApp, control_routes, instrumented
 from aenv_gateway.auth import ApiKeyAuth
@@ -36,13 +36,6 @@ from aenv_gateway.snapshots import SnapshotService
 log = logging.getLogger(__name__)
 
 
-class _EmbeddedUvicorn(uvicorn.Server):
-    # The process owner handles signals (and tests must not have theirs replaced).
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 @dataclass
 class RunningGateway:
     http_port: int
@@ -51,7 +44,7 @@ class RunningGateway:
     directory: SandboxDirectory
     # The control-plane routes served (the OpenAPI test checks each is documented).
     routes: list[BaseRoute]
-    _uvicorn: _EmbeddedUvicorn
+    _uvicorn: EmbeddedServer
     _serve_task: asyncio.Task[None]
     _grpc: grpc.aio.Server
     _session: aiohttp.ClientSession
@@ -134,13 +127,7 @@ async def start_gateway(
         ws_ping_interval=None,
         timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
-    server = _EmbeddedUvicorn(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            await task
-            raise RuntimeError("http server exited during start")
-        await asyncio.sleep(0.01)
+    server, task = await start_http_server(config, sock)
     http_port = sock.getsockname()[1]
     log.info("gateway listening", extra={"http_port": http_port, "grpc_port": grpc_port})
     return RunningGateway(

@@ -18,8 +18,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2_grpc
 from aenv_common.cluster import ClusterStore, NodeRegistration
-from aenv_common.errors import Unavailable
 from aenv_common.grpc_server import start_grpc_server
+from aenv_common.http_server import start_http_server
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
@@ -159,13 +159,8 @@ class NodeAgent:
             # Long-lived streams (process output, watches) must not hold up a stop.
             timeout_graceful_shutdown=3,
         )
-        self._proxy = uvicorn.Server(config)
-        serving = asyncio.create_task(self._proxy.serve())
+        self._proxy, serving = await start_http_server(config)
         self._tasks.append(serving)
-        while not self._proxy.started:
-            if serving.done():
-                raise Unavailable(f"data-plane proxy cannot listen on {self.settings.proxy_listen}")
-            await asyncio.sleep(0.01)
 
     def node_record(self) -> cluster_pb2.NodeRecord:
         s = self.settings
