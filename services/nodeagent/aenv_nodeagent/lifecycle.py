@@ -34,7 +34,12 @@ from aenv_common.errors import AenvError, Conflict, Internal, InvalidArgument
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.memimage import MemoryImage, MemoryImages, capture_stream
+from aenv_nodeagent.memimage import (
+    MemoryImage,
+    MemoryImages,
+    capture_stream,
+    discard_interrupted,
+)
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.recovery import PAUSED_MARKER
 from aenv_nodeagent.sandboxes import (
@@ -547,7 +552,8 @@ class SandboxLifecycle:
     def load(self) -> list[str]:
         """Paused sandboxes and snapshots left by an earlier run (call before anything else).
         Returns the ids of the paused sandboxes found."""
-        self.snapshots.load()
+        for snapshot in self.snapshots.load():
+            discard_interrupted(snapshot.directory)
         for meta_file in self._sandboxes_dir.glob(f"*/{PAUSED_MARKER}"):
             try:
                 data = json.loads(meta_file.read_text())

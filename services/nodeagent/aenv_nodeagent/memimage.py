@@ -19,6 +19,7 @@ import asyncio
 import logging
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,13 +33,16 @@ log = logging.getLogger(__name__)
 
 MEMORY = "memory"
 DEVICE_STATE = "device.state"
-_WORK = ".materialize"
+WORK_DIR = ".materialize"
 
 
 @dataclass(frozen=True)
 class MemoryImage:
     memory: Path
     device_state: Path
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter((self.memory, self.device_state))
 
 
 async def capture_stream(vm: QemuVm, stream: Path) -> None:
@@ -51,14 +55,26 @@ def complete_image(directory: Path) -> MemoryImage | None:
     return image if image.device_state.is_file() and image.memory.is_file() else None
 
 
+def _partial(directory: Path) -> MemoryImage:
+    return MemoryImage(directory / f"{MEMORY}.part", directory / f"{DEVICE_STATE}.part")
+
+
+def discard_interrupted(directory: Path) -> None:
+    """What a materialization cut short by a crash left behind. The capture stream is only
+    removed after success, so the image is simply made again on first use."""
+    shutil.rmtree(directory / WORK_DIR, ignore_errors=True)
+    for leftover in _partial(directory):
+        leftover.unlink(missing_ok=True)
+
+
 async def materialize(
     inputs: TemplateInputs, stream: Path, disk_layer: Path, directory: Path,
     network: NetworkManager,
 ) -> MemoryImage:
     """Turn the full capture `stream` (taken over `disk_layer`) into `directory/memory` and
     `directory/device.state`, then drop the stream. Leaves nothing behind on failure."""
-    work = directory / _WORK
-    partial = MemoryImage(directory / f"{MEMORY}.part", directory / f"{DEVICE_STATE}.part")
+    work = directory / WORK_DIR
+    partial = _partial(directory)
     started = time.perf_counter()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
@@ -79,7 +95,7 @@ async def materialize(
         partial.memory.replace(final.memory)
         partial.device_state.replace(final.device_state)
     except BaseException:
-        for leftover in (partial.memory, partial.device_state):
+        for leftover in partial:
             leftover.unlink(missing_ok=True)
         raise
     finally:

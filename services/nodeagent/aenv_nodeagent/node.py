@@ -90,8 +90,8 @@ class NodeAgent:
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         envd = EnvdClient(self._session)
         network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
-        sandboxes_dir = s.resolved_state_dir() / "sandboxes"
-        await recover(s.node_id, sandboxes_dir, network, store, await store.list_sandboxes())
+        await recover(s.node_id, s.resolved_state_dir(), network, store,
+                      await store.list_sandboxes())
 
         self.templates = await self._prepare_templates(network, envd)
         self.pool = WarmPool(network, s.resolved_state_dir() / "pool",

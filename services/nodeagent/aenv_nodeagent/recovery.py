@@ -2,8 +2,9 @@
 
 Paused sandboxes (a directory with `sandbox.json`: overlay + state file, no process) are kept;
 `SandboxLifecycle.load` takes them over with the snapshots. VMs that were running are not
-re-adopted: their QEMU is killed, their network slot and directory removed, and their records
-marked lost, so clients get a clear answer and nothing leaks.
+re-adopted: their QEMU (and any memory-image helper's) is killed, their network slot and
+directory removed, and their records marked lost, so clients get a clear answer and nothing
+leaks.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_nodeagent.memimage import WORK_DIR
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.sandboxes import SandboxRecords
 
@@ -24,10 +26,16 @@ log = logging.getLogger(__name__)
 PAUSED_MARKER = "sandbox.json"
 
 
-def kill_stale_qemus(sandboxes_dir: Path) -> list[int]:
-    """SIGKILL the QEMU of every sandbox directory whose pidfile names a live QEMU process."""
+# Where the QEMUs of an earlier run left their pidfiles: sandboxes, and the helpers that turn a
+# snapshot's capture into a memory image (memimage.py).
+_PIDFILES = ("sandboxes/*/vm/qemu.pid", f"snapshots/*/{WORK_DIR}/vm/qemu.pid")
+
+
+def kill_stale_qemus(state_dir: Path) -> list[int]:
+    """SIGKILL every QEMU of an earlier run whose pidfile names a live QEMU process."""
     killed: list[int] = []
-    for pidfile in sandboxes_dir.glob("*/vm/qemu.pid"):
+    pidfiles = (pidfile for pattern in _PIDFILES for pidfile in state_dir.glob(pattern))
+    for pidfile in pidfiles:
         with contextlib.suppress(OSError, ValueError):
             pid = int(pidfile.read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -54,15 +62,15 @@ def remove_unpaused_dirs(sandboxes_dir: Path) -> set[str]:
 
 async def recover(
     node_id: str,
-    sandboxes_dir: Path,
+    state_dir: Path,
     network: NetworkManager,
     records: SandboxRecords,
     previous: list[cluster_pb2.SandboxRecord],
 ) -> set[str]:
     """Returns the ids of the paused sandboxes kept."""
-    killed = kill_stale_qemus(sandboxes_dir)
+    killed = kill_stale_qemus(state_dir)
     removed = await network.destroy_orphans(keep=set())
-    paused = remove_unpaused_dirs(sandboxes_dir)
+    paused = remove_unpaused_dirs(state_dir / "sandboxes")
     lost = [rec for rec in previous if rec.node_id == node_id and rec.sandbox_id not in paused]
     for rec in lost:
         rec.state = cluster_pb2.SANDBOX_STATE_LOST

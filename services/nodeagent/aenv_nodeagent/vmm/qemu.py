@@ -206,7 +206,12 @@ class QemuVm:
         Idempotent, also when called concurrently."""
         if self._shutdown_task is None:
             self._shutdown_task = asyncio.ensure_future(self._shutdown(grace))
-        await asyncio.shield(self._shutdown_task)
+        try:
+            await asyncio.shield(self._shutdown_task)
+        except asyncio.CancelledError:
+            # A cancelled caller still leaves no QEMU behind: finish (bounded by grace + SIGKILL).
+            await self._shutdown_task
+            raise
 
     async def _shutdown(self, grace: float) -> None:
         try:

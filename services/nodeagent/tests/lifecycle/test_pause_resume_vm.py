@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -78,11 +79,14 @@ async def test_timeout_pauses_when_asked(node: Node) -> None:
 async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     paused_spec, running_spec = spec(), spec()
     sandbox = await node.lifecycle.create(paused_spec)
-    await sh(node.session, sandbox.host, paused_spec.envd_access_token, "echo kept > /root/f")
-    snapshot = await node.lifecycle.create_snapshot(paused_spec.sandbox_id, "s1")
+    await sh(node.session, sandbox.host, paused_spec.envd_access_token, "echo paused > /root/f")
     await node.lifecycle.pause(paused_spec.sandbox_id)
-    await node.lifecycle.create(running_spec)
-    # The agent dies: its VMs keep running, nothing is cleaned up. A new one starts.
+    running = await node.lifecycle.create(running_spec)
+    await sh(node.session, running.host, running_spec.envd_access_token, "echo kept > /root/f")
+    snapshot = await node.lifecycle.create_snapshot(running_spec.sandbox_id, "s1")
+    # The agent dies while the snapshot's memory image is being made: its VMs and the image's
+    # helper QEMU keep running, nothing is cleaned up. A new one starts.
+    await _until(lambda: qemus_under(node.state_dir / "snapshots") != [])
     restarted = await node.restart()
     assert node.records.records[running_spec.sandbox_id].state == cluster_pb2.SANDBOX_STATE_LOST
     assert restarted.lifecycle.paused_ids() == [paused_spec.sandbox_id]
@@ -91,8 +95,15 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
     resumed = await restarted.lifecycle.resume(paused_spec.sandbox_id)
     token = paused_spec.envd_access_token
-    assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"
+    assert await sh(node.session, resumed.host, token, "cat /root/f") == "paused\n"
     child = spec()
     child.template_id = snapshot.snapshot_id
     restored = await restarted.lifecycle.create(child)
     assert await sh(node.session, restored.host, child.envd_access_token, "cat /root/f") == "kept\n"
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
