@@ -19,6 +19,8 @@ from aenv_nodeagent.config import NodeAgentSettings
 # Host-based routing (`<port>-<id>.<domain>`) is on for the shared platform; the SDKs still
 # reach envd through E2B_SANDBOX_URL, which takes precedence over the returned domain.
 GATEWAY_DOMAIN = "sbx.aenv.test"
+# The node agent samples sandbox metrics every 5 s by default; tests wait for a few samples.
+METRICS_INTERVAL_S = 1.0
 
 
 def shared_cache_dir() -> Path:
@@ -63,6 +65,7 @@ async def platform(
             "AENV_NODEAGENT_NET_POOL_CIDR": "10.213.0.0/20",
             "AENV_NODEAGENT_NODE_ID": "e2e-node",
             "AENV_GATEWAY_DOMAIN": GATEWAY_DOMAIN,
+            "AENV_NODEAGENT_METRICS_INTERVAL_S": str(METRICS_INTERVAL_S),
         }
     )
     plat = Platform(home, PlatformPorts.free(), base_env=env)

@@ -72,6 +72,14 @@ class UpstreamUnavailable(AenvError):
     http_status = 502
 
 
+class HandshakeRejected(AenvError):
+    """The upstream answered a WebSocket handshake with an HTTP error: passed on as it is."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.http_status = status
+
+
 def forwardable_headers(
     headers: Mapping[str, str] | list[tuple[str, str]], extra_drop: frozenset[str] = frozenset()
 ) -> CIMultiDict[str]:
@@ -202,8 +210,8 @@ class StreamingProxy:
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10),
             )
         except aiohttp.WSServerHandshakeError as err:
-            raise UpstreamUnavailable(
-                f"upstream {url} refused the websocket: {err.status}"
+            raise HandshakeRejected(
+                f"upstream {url} refused the websocket: {err.status}", err.status
             ) from err
         except aiohttp.ClientError as err:
             raise _to_typed_error(err, url) from err
@@ -264,3 +272,11 @@ async def _upstream_to_client(upstream: aiohttp.ClientWebSocketResponse, client:
     code = upstream.close_code or 1000
     with contextlib.suppress(RuntimeError):
         await client.close(code=code if code != 1006 else 1011)
+
+
+async def deny_websocket(websocket: WebSocket, response: Response) -> None:
+    """Answers the handshake with an HTTP error when the server supports it, else closes."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+    else:
+        await websocket.close(code=1011)

@@ -21,7 +21,7 @@ async def test_info_list_timeout_metrics(async_sbx: AsyncSandbox) -> None:
     await async_sbx.set_timeout(500)
     listed = await AsyncSandbox.list(query=SandboxQuery(state=[info.state])).next_items()
     assert async_sbx.sandbox_id in {s.sandbox_id for s in listed}
-    [metric] = await async_sbx.get_metrics()
+    metric = (await async_sbx.get_metrics())[-1]  # history, oldest first
     assert 0 < metric.mem_used < metric.mem_total and metric.disk_total > 0
     assert await async_sbx.is_running()
     with pytest.raises(SandboxNotFoundException):

@@ -130,6 +130,22 @@ def test_signed_urls_work_through_host_routing(platform: Platform, sbx: Sandbox)
     assert forged.status_code == 401
 
 
+def test_signed_urls_work_as_the_sdk_returns_them(sbx: Sandbox) -> None:
+    """With `E2B_SANDBOX_URL` the URLs name no sandbox: the gateway finds it by the signature,
+    which only that sandbox's token reproduces; envd still checks signature and expiry."""
+    upload = sbx.upload_url("/home/user/bare.txt", use_signature_expiration=120)
+    assert "E2b-Sandbox" not in upload and sbx.sandbox_id not in upload
+    up = httpx.post(upload, files={"file": ("bare.txt", b"bare!")}, timeout=120)
+    assert up.status_code == 200, up.text
+    down = httpx.get(sbx.download_url("/home/user/bare.txt"), timeout=120)
+    assert down.status_code == 200 and down.content == b"bare!"
+    # A URL signed for reading does not write; an unknown signature reaches no sandbox.
+    misuse = httpx.post(sbx.download_url("/home/user/bare.txt"),
+                        files={"file": ("bare.txt", b"x")}, timeout=120)
+    assert misuse.status_code == 404
+    assert sbx.files.read("/home/user/bare.txt") == "bare!"
+
+
 def test_services_not_offered_here_fail_with_sdk_errors(e2b_vars: dict[str, str]) -> None:
     """Volumes, secrets and template builds (spec §2.5) are out of scope: the gateway answers
     JSON errors, so the SDK raises its own exception types rather than crashing."""

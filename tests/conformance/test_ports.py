@@ -4,6 +4,7 @@ WebSockets. The guest server is started with the SDK itself."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Iterator
@@ -25,15 +26,16 @@ APP_PORT = 8080
 SERVER = Path(__file__).parent / "guest" / "app_server.py"
 
 
-@pytest.fixture(scope="module")
-def app(sbx: Sandbox, platform: Platform) -> Iterator[Sandbox]:
+@contextlib.contextmanager
+def serving_app(sbx: Sandbox, platform: Platform, headers: dict[str, str]) -> Iterator[Sandbox]:
+    """The guest app on APP_PORT, answering through the gateway with `headers`."""
     sbx.files.write("/home/user/app_server.py", SERVER.read_text())
     handle = sbx.commands.run(
         f"python3 /home/user/app_server.py {APP_PORT}", background=True, timeout=0
     )
     try:
         deadline = time.monotonic() + 60
-        while _get(platform, sbx.sandbox_id).status_code != 200:
+        while _get(platform, sbx.sandbox_id, headers).status_code != 200:
             assert time.monotonic() < deadline, "guest app did not come up"
             time.sleep(0.5)
         yield sbx
@@ -41,12 +43,40 @@ def app(sbx: Sandbox, platform: Platform) -> Iterator[Sandbox]:
         handle.kill()
 
 
+@pytest.fixture(scope="module")
+def app(sbx: Sandbox, platform: Platform) -> Iterator[Sandbox]:
+    with serving_app(sbx, platform, {}) as serving:
+        yield serving
+
+
 def _by_header(sandbox_id: str) -> dict[str, str]:
     return {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(APP_PORT)}
 
 
-def _get(platform: Platform, sandbox_id: str) -> httpx.Response:
-    return httpx.get(platform.sandbox_url, headers=_by_header(sandbox_id), timeout=120)
+def _get(platform: Platform, sandbox_id: str, headers: dict[str, str] | None = None
+         ) -> httpx.Response:
+    return httpx.get(platform.sandbox_url, headers={**_by_header(sandbox_id), **(headers or {})},
+                     timeout=120)
+
+
+def test_private_ports_need_the_traffic_token_and_see_the_masked_host(
+    e2b_vars: dict[str, str], platform: Platform
+) -> None:
+    sandbox = Sandbox.create(timeout=300, network={
+        "allow_public_traffic": False, "mask_request_host": "${PORT}-masked.example.com"})
+    try:
+        token = sandbox.traffic_access_token
+        assert token
+        with serving_app(sandbox, platform, {"e2b-traffic-access-token": token}):
+            assert _get(platform, sandbox.sandbox_id).status_code == 403
+            wrong = _get(platform, sandbox.sandbox_id, {"e2b-traffic-access-token": "x" * 32})
+            assert wrong.status_code == 403
+            right = _get(platform, sandbox.sandbox_id, {"e2b-traffic-access-token": token})
+            assert right.text == f"hello from guest / host={APP_PORT}-masked.example.com"
+            # envd's port has its own token: the SDK never sends the traffic one.
+            assert sandbox.commands.run("echo ok").stdout == "ok\n"
+    finally:
+        sandbox.kill()
 
 
 def _gateway_socket(platform: Platform) -> socket.socket:

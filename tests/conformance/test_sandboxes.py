@@ -6,14 +6,16 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from e2b import Sandbox, SandboxQuery, SandboxState
+from e2b import Sandbox, SandboxMetrics, SandboxQuery, SandboxState
 from e2b.exceptions import SandboxException, SandboxNotFoundException
 
 from aenv_cli.platform import Platform
+
+from ..conftest import METRICS_INTERVAL_S
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
@@ -106,21 +108,83 @@ def test_set_timeout_moves_end_and_unknown_id_is_not_found(sbx: Sandbox) -> None
         Sandbox.get_info("nosuchsandbox0000000")
 
 
-def test_metrics_are_real_guest_figures(sbx: Sandbox) -> None:
-    [metric] = sbx.get_metrics()
-    assert metric.cpu_count == sbx.get_info().cpu_count
+def _real_figures(metric: SandboxMetrics, cpu_count: int) -> None:
+    assert metric.cpu_count == cpu_count
     assert 0 <= metric.cpu_used_pct <= 100
     assert 0 < metric.mem_used < metric.mem_total
-    assert abs(metric.mem_total / 2**20 - sbx.get_info().memory_mb) < 128
     assert 0 < metric.disk_used < metric.disk_total
+
+
+def test_metrics_are_real_guest_figures(sbx: Sandbox) -> None:
+    metric = sbx.get_metrics()[-1]
+    info = sbx.get_info()
+    _real_figures(metric, info.cpu_count)
+    assert abs(metric.mem_total / 2**20 - info.memory_mb) < 128
     assert abs((metric.timestamp - datetime.now(UTC)).total_seconds()) < 30
     # The figures are the guest's own: writing 64 MiB to its disk shows up in disk_used.
     sbx.commands.run("dd if=/dev/zero of=/home/user/metrics.bin bs=1M count=64 && sync")
     try:
-        [after] = sbx.get_metrics()
-        assert after.disk_used - metric.disk_used > 48 * 2**20
+        # The samples of the next whole second onwards are surely taken after the write.
+        written = datetime.now(UTC) + timedelta(seconds=1)
+        deadline = time.monotonic() + 10 * METRICS_INTERVAL_S + 20
+        while not (later := sbx.get_metrics(start=written)) and time.monotonic() < deadline:
+            time.sleep(METRICS_INTERVAL_S / 2)
+        assert later, "no sample after the write"
+        assert later[-1].disk_used - metric.disk_used > 48 * 2**20
     finally:
         sbx.commands.run("rm -f /home/user/metrics.bin")
+
+
+def test_metrics_history_is_sampled_periodically_and_windowed(sbx: Sandbox) -> None:
+    """The node agent samples every running sandbox's envd each interval (E2B: 5 s; the test
+    platform: METRICS_INTERVAL_S) and keeps the samples; start/end select a window."""
+    cpu_count = sbx.get_info().cpu_count
+    before = len(sbx.get_metrics())
+    time.sleep(2.5 * METRICS_INTERVAL_S)
+    samples = sbx.get_metrics()
+    assert len(samples) >= max(2, before + 2)
+    stamps = [m.timestamp for m in samples]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    for metric in samples:
+        _real_figures(metric, cpu_count)
+    # Windows compare whole seconds, inclusive: wait until the history spans a few of them.
+    deadline = time.monotonic() + 10 * METRICS_INTERVAL_S + 20
+    while (samples[-1].timestamp - samples[0].timestamp).total_seconds() < 2.5:
+        assert time.monotonic() < deadline, "the history does not grow"
+        time.sleep(METRICS_INTERVAL_S)
+        samples = sbx.get_metrics()
+    first, last = samples[0].timestamp, samples[-1].timestamp
+    earliest = sbx.get_metrics(end=first)
+    assert earliest and all(m.timestamp < first + timedelta(seconds=1) for m in earliest)
+    assert earliest[0].timestamp == first and len(earliest) < len(samples)
+    newest = sbx.get_metrics(start=last)
+    assert newest and all(m.timestamp >= last - timedelta(seconds=1) for m in newest)
+    assert last in [m.timestamp for m in newest] and first not in [m.timestamp for m in newest]
+    middle = sbx.get_metrics(start=first + timedelta(seconds=1), end=last - timedelta(seconds=1))
+    inside = [m.timestamp for m in middle]
+    assert inside and first not in inside and last not in inside
+    assert set(inside) <= {m.timestamp for m in samples}
+    assert sbx.get_metrics(start=datetime.now(UTC) + timedelta(hours=1)) == []
+    # start after end is refused by the API.
+    with pytest.raises(SandboxException):
+        sbx.get_metrics(start=last, end=first - timedelta(seconds=1))
+
+
+def test_batch_metrics_of_several_sandboxes(
+    platform: Platform, sbx: Sandbox, fresh_sbx: Sandbox
+) -> None:
+    """`GET /sandboxes/metrics?sandbox_ids=a,b` (generated in the SDKs, no SDK method calls it):
+    the newest sample of each sandbox, unknown ones left out."""
+    ids = [sbx.sandbox_id, fresh_sbx.sandbox_id, "nosuchsandbox0000000"]
+    response = httpx.get(
+        f"{platform.api_url}/sandboxes/metrics", params={"sandbox_ids": ",".join(ids)},
+        headers={"X-API-Key": platform.api_key}, timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    sandboxes = response.json()["sandboxes"]
+    assert set(sandboxes) == set(ids[:2])
+    for metric in sandboxes.values():
+        assert 0 < metric["memUsed"] < metric["memTotal"] and metric["timestampUnix"] > 0
 
 
 def test_is_running_kill_and_commands_after_kill(fresh_sbx: Sandbox) -> None:

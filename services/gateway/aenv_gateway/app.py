@@ -11,13 +11,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from aenv_common.errors import AenvError
+from aenv_common.httpproxy import deny_websocket
 from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.dataplane import DataPlane, deny_websocket
+from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.dispatch import sandbox_target
 from aenv_gateway.http_errors import error_response, typed_error_response
 from aenv_gateway.routes import health
 from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.templates import SnapshotRoutes
+from aenv_gateway.signed_urls import SignedFileRouter
 
 
 def control_routes(
@@ -30,10 +32,17 @@ AMBIGUOUS_PATHS = frozenset({"/health", "/metrics"})
 
 
 class GatewayApp:
-    def __init__(self, routes: list[BaseRoute], dataplane: DataPlane, domain: str | None) -> None:
+    def __init__(
+        self,
+        routes: list[BaseRoute],
+        dataplane: DataPlane,
+        domain: str | None,
+        signed_files: SignedFileRouter,
+    ) -> None:
         self._router = Router(routes=routes)
         self._dataplane = dataplane
         self._domain = domain
+        self._signed_files = signed_files
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -46,6 +55,8 @@ class GatewayApp:
             return
         try:
             target = sandbox_target(Headers(scope=scope), self._domain)
+            if target is None and match is not Match.FULL:
+                target = self._signed_files.target(scope)
         except AenvError as err:
             await self._refuse(scope, receive, send, typed_error_response(err))
             return

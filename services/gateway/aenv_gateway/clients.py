@@ -99,13 +99,27 @@ class NodeAgentClients:
         )
         return response.sandbox
 
-    async def metrics(self, address: str, sandbox_id: str) -> list[nodeagent_pb2.SandboxMetric]:
-        request = nodeagent_pb2.GetSandboxMetricsRequest(sandbox_id=sandbox_id)
+    async def metrics(
+        self, address: str, sandbox_id: str, start: int | None = None, end: int | None = None
+    ) -> list[nodeagent_pb2.SandboxMetric]:
+        # Unset (not 0) when absent: the node agent tells "no bound" by field presence.
+        request = nodeagent_pb2.GetSandboxMetricsRequest(sandbox_id=sandbox_id, start=start,
+                                                         end=end)
         stub = self._stub(address)
         response: nodeagent_pb2.GetSandboxMetricsResponse = await call(
             lambda: stub.GetSandboxMetrics(request, timeout=self._deadline)
         )
         return list(response.metrics)
+
+    async def latest_metrics(
+        self, address: str, sandbox_ids: list[str]
+    ) -> dict[str, nodeagent_pb2.SandboxMetric]:
+        request = nodeagent_pb2.GetLatestSandboxMetricsRequest(sandbox_ids=sandbox_ids)
+        stub = self._stub(address)
+        response: nodeagent_pb2.GetLatestSandboxMetricsResponse = await call(
+            lambda: stub.GetLatestSandboxMetrics(request, timeout=self._deadline)
+        )
+        return dict(response.metrics)
 
     async def update_network(
         self, address: str, sandbox_id: str, network: cluster_pb2.NetworkPolicy

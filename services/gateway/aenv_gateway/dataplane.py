@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from aenv_common.errors import AenvError
-from aenv_common.httpproxy import StreamingProxy
+from aenv_common.httpproxy import HandshakeRejected, StreamingProxy, deny_websocket
 from aenv_common.sandbox_routing import (
     ENVD_PORT,
     SandboxTarget,
@@ -104,6 +104,9 @@ class DataPlane:
                     websocket, _base(located), target.headers()
                 )
                 return
+            except HandshakeRejected as err:
+                refusal = JSONResponse({"code": err.http_status, "message": err.message},
+                                       err.http_status)
             except AenvError as err:
                 log.warning(
                     "node proxy unreachable",
@@ -111,14 +114,6 @@ class DataPlane:
                 )
                 refusal = node_unreachable(target.sandbox_id)
         await deny_websocket(websocket, refusal or sandbox_not_found(target.sandbox_id))
-
-
-async def deny_websocket(websocket: WebSocket, response: Response) -> None:
-    """Answers the handshake with an HTTP error when the server supports it, else closes."""
-    if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(response)
-    else:
-        await websocket.close(code=1011)
 
 
 def _base(located: Located) -> str:

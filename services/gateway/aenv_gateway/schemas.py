@@ -78,6 +78,8 @@ def parse_new_sandbox(
 ) -> CreateRequest:
     """NewSandboxV2, and v1 NewSandbox (whose `secure` is accepted: we always secure envd)."""
     _field(body, "secure", bool)
+    if _field(body, "volumeMounts", list):
+        raise InvalidArgument("volumeMounts: this platform has no volumes to mount")
     return CreateRequest(
         template_id=_field(body, "templateID", str, required=True) or "",
         timeout_s=_field(body, "timeout", int) or default_timeout_s,
@@ -90,9 +92,11 @@ def parse_new_sandbox(
 
 
 def _network_policy(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
-    return _egress_policy(
-        _field(body, "allow_internet_access", bool), _field(body, "network", dict) or {}
-    )
+    network = _field(body, "network", dict) or {}
+    policy = _egress_policy(_field(body, "allow_internet_access", bool), network)
+    policy.private_traffic = _field(network, "allowPublicTraffic", bool) is False
+    policy.mask_request_host = _field(network, "maskRequestHost", str) or ""
+    return policy
 
 
 def parse_network_update(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
@@ -103,15 +107,25 @@ def parse_network_update(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
 def _egress_policy(
     allow_internet: bool | None, network: Mapping[str, Any]
 ) -> cluster_pb2.NetworkPolicy:
-    # The other SandboxNetworkConfig fields are accepted (SDKs send them) but not enforced yet.
+    _refuse_unenforceable(network)
     policy = cluster_pb2.NetworkPolicy(
         allow_internet_access=allow_internet is not False,
         allow_out=_string_list(network, "allowOut"),
         deny_out=_string_list(network, "denyOut"),
+        dns_servers=_string_list(network, "dnsServers"),
     )
     if allow_internet is False and "0.0.0.0/0" not in policy.deny_out:
         policy.deny_out.append("0.0.0.0/0")
     return policy
+
+
+def _refuse_unenforceable(network: Mapping[str, Any]) -> None:
+    """The SDKs send these keys empty; a sandbox asking for them must not silently go without:
+    its traffic would bypass the proxy or the header rules it relies on."""
+    if _field(network, "egressProxy", dict):
+        raise InvalidArgument("network.egressProxy is not supported on this platform")
+    if _field(network, "rules", dict):
+        raise InvalidArgument("network.rules (header transforms) are not supported here")
 
 
 def _lifecycle(body: Mapping[str, Any]) -> cluster_pb2.Lifecycle:
@@ -230,6 +244,18 @@ def present_metric(metric: nodeagent_pb2.SandboxMetric) -> dict[str, Any]:
     }
 
 
+def _present_network(network: cluster_pb2.NetworkPolicy) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "allowPublicTraffic": not network.private_traffic,
+        "allowOut": list(network.allow_out),
+        "denyOut": list(network.deny_out),
+        "dnsServers": list(network.dns_servers),
+    }
+    if network.mask_request_host:
+        body["maskRequestHost"] = network.mask_request_host
+    return body
+
+
 class Presenter:
     """Builds response bodies from records."""
 
@@ -241,7 +267,7 @@ class Presenter:
         body = self._identity(record)
         body.update(
             envdAccessToken=record.envd_access_token or None,
-            trafficAccessToken=None,
+            trafficAccessToken=record.traffic_access_token or None,
             domain=self._domain,
         )
         if not record.envd_access_token:
@@ -253,10 +279,7 @@ class Presenter:
         body.update(
             allowInternetAccess=record.network.allow_internet_access,
             domain=self._domain,
-            network={
-                "allowOut": list(record.network.allow_out),
-                "denyOut": list(record.network.deny_out),
-            },
+            network=_present_network(record.network),
             lifecycle={
                 "autoResume": record.lifecycle.auto_resume,
                 "onTimeout": "pause" if record.lifecycle.auto_pause else "kill",

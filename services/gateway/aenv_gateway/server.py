@@ -31,6 +31,7 @@ from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.templates import SnapshotRoutes
 from aenv_gateway.schemas import Presenter
 from aenv_gateway.service import SandboxService
+from aenv_gateway.signed_urls import SignedFileRouter
 from aenv_gateway.snapshots import SnapshotService
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ async def start_gateway(
         routes,
         DataPlane(service.wake, StreamingProxy(session)),
         settings.domain,
+        SignedFileRouter(directory.records),
     )
     grpc_server, grpc_port = await start_grpc_server(
         settings.grpc_listen,

@@ -24,6 +24,14 @@ def _timestamp(seconds: float) -> Timestamp:
     return ts
 
 
+def _metric() -> nodeagent_pb2.SandboxMetric:
+    return nodeagent_pb2.SandboxMetric(
+        timestamp=_timestamp(time.time()), cpu_count=2, cpu_used_pct=12.5,
+        mem_used=100 << 20, mem_total=512 << 20, mem_cache=10 << 20,
+        disk_used=300 << 20, disk_total=1 << 30,
+    )
+
+
 class FakeScheduler(scheduler_pb2_grpc.SchedulerServiceServicer):
     def __init__(self, templates: set[str], placement: scheduler_pb2.Placement) -> None:
         self.templates = templates
@@ -51,6 +59,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.specs: list[cluster_pb2.SandboxSpec] = []
         self.resets: list[tuple[str, str]] = []
         self.resumes = 0
+        self.metric_requests: list[nodeagent_pb2.GetSandboxMetricsRequest] = []
+        self.latest_requests: list[list[str]] = []
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
@@ -73,6 +83,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             network=spec.network,
             lifecycle=spec.lifecycle,
             env_vars=spec.env_vars,
+            traffic_access_token=spec.traffic_access_token,
         )
         self.view.sandbox_records[record.sandbox_id] = record
         return nodeagent_pb2.CreateSandboxResponse(sandbox=record)
@@ -106,12 +117,18 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxMetricsResponse:
         self._record(request.sandbox_id)
-        metric = nodeagent_pb2.SandboxMetric(
-            timestamp=_timestamp(time.time()), cpu_count=2, cpu_used_pct=12.5,
-            mem_used=100 << 20, mem_total=512 << 20, mem_cache=10 << 20,
-            disk_used=300 << 20, disk_total=1 << 30,
-        )
-        return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[metric])
+        self.metric_requests.append(request)
+        return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[_metric()])
+
+    async def GetLatestSandboxMetrics(
+        self,
+        request: nodeagent_pb2.GetLatestSandboxMetricsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> nodeagent_pb2.GetLatestSandboxMetricsResponse:
+        self.latest_requests.append(list(request.sandbox_ids))
+        return nodeagent_pb2.GetLatestSandboxMetricsResponse(metrics={
+            sid: _metric() for sid in request.sandbox_ids if sid in self.view.sandbox_records
+        })
 
     async def UpdateSandboxNetwork(
         self,

@@ -47,6 +47,12 @@ class NodeAgentSettings(BaseSettings):
     warm_pool_slots: int = 4
     warm_pool_overlays: int = 2
     heartbeat_ttl_s: int = 10
+    # Metrics history: envd's /metrics of every running sandbox every interval (E2B: 5 s), kept
+    # in a ring of at most max_samples per sandbox (720 x 5 s = the last hour).
+    metrics_interval_s: float = Field(default=5.0, gt=0)
+    metrics_max_samples: int = Field(default=720, ge=1)
+    # A guest slower than this to answer misses that sample.
+    metrics_sample_timeout_s: float = Field(default=5.0, gt=0)
 
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or self.common.home / "cache"

@@ -593,6 +593,8 @@ def _child_spec(
         sandbox_id=sandbox_id, template_id=parent.template_id, envd_access_token=token,
         env_vars=parent.env_vars, metadata=parent.metadata, timeout_seconds=timeout_s,
         network=parent.network, lifecycle=parent.lifecycle, resources=parent.resources,
+        # A child is a sandbox of its own: private app ports get a token of their own too.
+        traffic_access_token=new_secret() if parent.network.private_traffic else "",
     )
 
 

@@ -24,6 +24,7 @@ from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
+from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import build_proxy_app
@@ -100,6 +101,7 @@ class NodeAgent:
         self.manager = SandboxManager(
             s.node_id, s.resolved_state_dir(), self.templates, network, envd, store,
             ready_timeout_s=s.restore_ready_timeout_s, pool=self.pool,
+            metrics_max_samples=s.metrics_max_samples,
         )
         self.lifecycle = SandboxLifecycle(
             self.manager, self.templates, network, envd, store, s.resolved_state_dir(),
@@ -120,11 +122,22 @@ class NodeAgent:
         await self._registration.start()
         self.manager.on_allocation_change = self._registration.publish
         self._tasks.append(asyncio.create_task(self.manager.run_expiry()))
+        self._tasks.append(asyncio.create_task(self._metrics_sampler().run()))
         log.info(
             "node agent ready",
             extra={"node_id": s.node_id, "accelerator": str(self.accel.accel),
                    "reason": self.accel.reason, "grpc": s.listen, "proxy": s.proxy_listen,
                    "paused_sandboxes": len(paused)},
+        )
+
+    def _metrics_sampler(self) -> MetricsSampler:
+        assert self.manager is not None and self.lifecycle is not None
+        lifecycle, s = self.lifecycle, self.settings
+        return MetricsSampler(
+            self.manager, self.manager.metrics_history,
+            interval_s=s.metrics_interval_s, timeout_s=s.metrics_sample_timeout_s,
+            # Paused sandboxes keep their history (no new samples) until they are killed.
+            kept=lambda: {record.sandbox_id for record in lifecycle.records()},
         )
 
     async def _prepare_templates(self, network: NetworkManager, envd: EnvdClient) -> TemplateStore:

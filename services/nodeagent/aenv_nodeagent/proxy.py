@@ -6,7 +6,9 @@ ports are reachable at its netns address through the DNAT rules of its slot.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import aiohttp
 from starlette.applications import Starlette
@@ -15,9 +17,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from aenv_common.errors import InvalidArgument
-from aenv_common.httpproxy import StreamingProxy, UpstreamRefused, UpstreamUnavailable
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import AenvError, PermissionDenied
+from aenv_common.httpproxy import (
+    StreamingProxy,
+    UpstreamRefused,
+    UpstreamUnavailable,
+    deny_websocket,
+)
 from aenv_common.sandbox_routing import (
+    ENVD_PORT,
     bad_gateway,
     port_not_open,
     sandbox_not_found,
@@ -26,46 +35,73 @@ from aenv_common.sandbox_routing import (
 from aenv_nodeagent.sandboxes import SandboxManager
 
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    sandbox_id: str
+    # The guest port's base URL; None when the sandbox is not running here.
+    base: str | None
+    extra_headers: dict[str, str]
+
+
+def app_port_headers(
+    record: cluster_pb2.SandboxRecord, port: int, headers: Mapping[str, str]
+) -> dict[str, str]:
+    """What the sandbox's network settings ask of traffic to an app port (envd's port has its
+    own token): the traffic access token of private sandboxes, and the masked Host."""
+    if port == ENVD_PORT:
+        return {}
+    token = record.traffic_access_token
+    if record.network.private_traffic and not hmac.compare_digest(
+        headers.get(TRAFFIC_TOKEN_HEADER, "").encode(), token.encode()
+    ):
+        raise PermissionDenied(
+            f"sandbox {record.sandbox_id} only accepts traffic carrying its "
+            f"{TRAFFIC_TOKEN_HEADER} header")
+    mask = record.network.mask_request_host
+    return {"Host": mask.replace("${PORT}", str(port))} if mask else {}
 
 
 def build_proxy_app(manager: SandboxManager, session: aiohttp.ClientSession) -> Starlette:
     proxy = StreamingProxy(session)
 
-    def upstream(headers: Mapping[str, str]) -> tuple[str, str | None]:
-        """(sandbox id, guest base URL or None when the sandbox is not running here)."""
+    def upstream(headers: Mapping[str, str]) -> Upstream:
         target = target_from_headers(headers)
         if target is None:
-            return "", None
+            return Upstream("", None, {})
         sandbox = manager.find(target.sandbox_id)
-        base = f"http://{sandbox.host}:{target.port}" if sandbox else None
-        return target.sandbox_id, base
+        if sandbox is None:
+            return Upstream(target.sandbox_id, None, {})
+        return Upstream(target.sandbox_id, f"http://{sandbox.host}:{target.port}",
+                        app_port_headers(sandbox.record, target.port, headers))
 
     async def forward(request: Request) -> Response:
         try:
-            sandbox_id, base = upstream(request.headers)
-        except InvalidArgument as err:
-            return JSONResponse({"code": 400, "message": err.message}, 400)
-        if base is None:
-            return sandbox_not_found(sandbox_id)
+            up = upstream(request.headers)
+        except AenvError as err:
+            return _error(err)
+        if up.base is None:
+            return sandbox_not_found(up.sandbox_id)
         try:
-            return await proxy.forward(request, base)
+            return await proxy.forward(request, up.base, up.extra_headers)
         except UpstreamRefused:
-            return port_not_open(sandbox_id)
+            return port_not_open(up.sandbox_id)
         except UpstreamUnavailable as err:
-            return bad_gateway(sandbox_id, f"The sandbox is unreachable: {err.message}")
+            return bad_gateway(up.sandbox_id, f"The sandbox is unreachable: {err.message}")
 
     async def forward_ws(websocket: WebSocket) -> None:
         try:
-            _, base = upstream(websocket.headers)
-        except InvalidArgument:
-            base = None
-        if base is None:
-            await websocket.close(code=1011, reason="The sandbox was not found")
-            return
-        try:
-            await proxy.forward_websocket(websocket, base)
+            up = upstream(websocket.headers)
+            if up.base is None:
+                await deny_websocket(websocket, sandbox_not_found(up.sandbox_id))
+                return
+            await proxy.forward_websocket(websocket, up.base, up.extra_headers)
         except (UpstreamRefused, UpstreamUnavailable):
-            await websocket.close(code=1011, reason="The sandbox is running but port is not open")
+            await deny_websocket(websocket, port_not_open(up.sandbox_id))
+        except AenvError as err:  # a refused token, a bad port, the guest's own refusal
+            await deny_websocket(websocket, _error(err))
 
     return Starlette(
         routes=[
@@ -73,3 +109,7 @@ def build_proxy_app(manager: SandboxManager, session: aiohttp.ClientSession) -> 
             WebSocketRoute("/{path:path}", forward_ws),
         ]
     )
+
+
+def _error(err: AenvError) -> JSONResponse:
+    return JSONResponse({"code": err.http_status, "message": err.message}, err.http_status)

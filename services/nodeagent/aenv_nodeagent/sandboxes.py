@@ -17,15 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+import aiohttp
 from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import trace
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import Conflict, InvalidArgument, NotFound
+from aenv_common.errors import Conflict, InvalidArgument, NotFound, Unavailable
 from aenv_common.ids import is_valid_sandbox_id
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.metrics import (
+    ALL_TIME,
+    DEFAULT_MAX_SAMPLES,
+    SAMPLE_ERRORS,
+    MetricSample,
+    MetricsHistory,
+    Window,
+)
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager, netns_exec_prefix
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore, vm_spec
@@ -71,6 +79,7 @@ def egress_policy(net: cluster_pb2.NetworkPolicy) -> EgressPolicy:
         allow_internet=net.allow_internet_access,
         allow_out=list(net.allow_out),
         deny_out=list(net.deny_out),
+        dns_servers=list(net.dns_servers),
     )
 
 
@@ -86,6 +95,7 @@ class SandboxManager:
         *,
         ready_timeout_s: float,
         pool: WarmPool | None = None,
+        metrics_max_samples: int = DEFAULT_MAX_SAMPLES,
     ) -> None:
         self._node_id = node_id
         self._pool = pool
@@ -97,6 +107,8 @@ class SandboxManager:
         self._ready_timeout_s = ready_timeout_s
         self._sandboxes: dict[str, Sandbox] = {}
         self._busy: set[str] = set()
+        # Filled by a MetricsSampler; a ring lives until its sandbox is killed (kept over a pause).
+        self.metrics_history = MetricsHistory(metrics_max_samples)
         # Called after this node's allocation changed (the node record carries it to the
         # scheduler, whose reservations end once the node reports the sandbox).
         self.on_allocation_change: Callable[[], Awaitable[None]] | None = None
@@ -116,6 +128,14 @@ class SandboxManager:
 
     def all(self) -> list[Sandbox]:
         return list(self._sandboxes.values())
+
+    def is_running(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._sandboxes
+
+    def sampling_targets(self) -> list[str]:
+        # Busy ones are being paused, captured or reset: a request into the guest now would
+        # compete with the operation (or be captured half-done into a snapshot).
+        return [sid for sid in self._sandboxes if sid not in self._busy]
 
     def allocated(self) -> cluster_pb2.Resources:
         total = cluster_pb2.Resources()
@@ -226,6 +246,7 @@ class SandboxManager:
             network=spec.network,
             lifecycle=spec.lifecycle,
             env_vars=dict(spec.env_vars),
+            traffic_access_token=spec.traffic_access_token,
         )
 
     # --- hand-over to pause/resume/fork (aenv_nodeagent.lifecycle) ------------------------------
@@ -263,27 +284,47 @@ class SandboxManager:
         await self._records.put_sandbox(sandbox.record)
         return sandbox.record
 
-    async def metrics(self, sandbox_id: str) -> nodeagent_pb2.SandboxMetric:
+    async def sample(self, sandbox_id: str) -> MetricSample:
+        """One live sample of envd's figures; Unavailable when the guest does not answer."""
         sandbox = self.get(sandbox_id)
-        data = await self._envd.metrics(sandbox.host, sandbox.record.envd_access_token)
-        metric = nodeagent_pb2.SandboxMetric(
-            cpu_count=int(data.get("cpu_count", 0)),
-            cpu_used_pct=float(data.get("cpu_used_pct", 0.0)),
-            mem_used=int(data.get("mem_used", 0)),
-            mem_total=int(data.get("mem_total", 0)),
-            mem_cache=int(data.get("mem_cache", 0)),
-            disk_used=int(data.get("disk_used", 0)),
-            disk_total=int(data.get("disk_total", 0)),
-        )
-        metric.timestamp.CopyFrom(timestamp(float(data.get("ts", time.time()))))
-        return metric
+        try:
+            data = await self._envd.metrics(sandbox.host, sandbox.record.envd_access_token)
+            return MetricSample.from_envd(data, time.time())
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            raise Unavailable(f"envd of \"{sandbox_id}\" did not answer: {err!r}") from err
+
+    async def metrics(self, sandbox_id: str, window: Window = ALL_TIME) -> list[MetricSample]:
+        """The kept samples in the window, oldest first. A running sandbox not sampled yet gets
+        one live sample, so a fresh sandbox answers too."""
+        self.get(sandbox_id)
+        history = self.metrics_history
+        if not history.has(sandbox_id) and sandbox_id not in self._busy:
+            history.add(sandbox_id, await self.sample(sandbox_id))
+        return history.window(sandbox_id, window)
+
+    async def latest_metric(self, sandbox_id: str) -> MetricSample | None:
+        """The newest sample (a live one when there is none yet); None when the guest does not
+        answer or an operation holds the sandbox. Paused ones keep their newest sample."""
+        try:
+            await self.metrics(sandbox_id)
+        except NotFound:
+            pass  # paused (its kept history answers) or unknown
+        except SAMPLE_ERRORS as err:
+            log.debug("live metrics sample failed",
+                      extra={"sandbox_id": sandbox_id, "error": repr(err)})
+        return self.metrics_history.latest(sandbox_id)
 
     async def update_network(
         self, sandbox_id: str, network: cluster_pb2.NetworkPolicy
     ) -> cluster_pb2.SandboxRecord:
         sandbox = self.get(sandbox_id)
-        await self._network.update_policy(sandbox.slot, egress_policy(network))
-        sandbox.record.network.CopyFrom(network)
+        # The update replaces egress settings only; how the sandbox's ports are reached stays.
+        updated = cluster_pb2.NetworkPolicy()
+        updated.CopyFrom(network)
+        updated.private_traffic = sandbox.record.network.private_traffic
+        updated.mask_request_host = sandbox.record.network.mask_request_host
+        await self._network.update_policy(sandbox.slot, egress_policy(updated))
+        sandbox.record.network.CopyFrom(updated)
         await self._records.put_sandbox(sandbox.record)
         return sandbox.record
 
@@ -319,6 +360,7 @@ class SandboxManager:
 
     def _forget(self, sandbox_id: str) -> None:
         self._sandboxes.pop(sandbox_id, None)
+        self.metrics_history.drop(sandbox_id)
 
     async def kill_expired(self, now: float | None = None) -> list[str]:
         now = time.time() if now is None else now

@@ -4,6 +4,7 @@ Typed errors become gRPC statuses in the shared interceptor."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import grpc
@@ -11,6 +12,7 @@ import grpc
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv_nodeagent.lifecycle import SandboxLifecycle
+from aenv_nodeagent.metrics import Window
 from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.snapshot_records import SnapshotPublisher
 from aenv_nodeagent.snapshots import SnapshotMeta
@@ -69,8 +71,25 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def GetSandboxMetrics(
         self, request: nodeagent_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxMetricsResponse:
-        metric = await self._manager.metrics(request.sandbox_id)
-        return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[metric])
+        window = Window.of(request)
+        record = self._lifecycle.record(request.sandbox_id)  # NotFound for unknown ids
+        if record.state == cluster_pb2.SANDBOX_STATE_PAUSED:
+            # No guest to ask: what was sampled before the pause.
+            samples = self._manager.metrics_history.window(request.sandbox_id, window)
+        else:
+            samples = await self._manager.metrics(request.sandbox_id, window)
+        return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[s.to_proto() for s in samples])
+
+    async def GetLatestSandboxMetrics(
+        self,
+        request: nodeagent_pb2.GetLatestSandboxMetricsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> nodeagent_pb2.GetLatestSandboxMetricsResponse:
+        ids = list(dict.fromkeys(request.sandbox_ids))
+        latest = await asyncio.gather(*(self._manager.latest_metric(sid) for sid in ids))
+        return nodeagent_pb2.GetLatestSandboxMetricsResponse(metrics={
+            sid: sample.to_proto() for sid, sample in zip(ids, latest, strict=True) if sample
+        })
 
     async def UpdateSandboxNetwork(
         self,

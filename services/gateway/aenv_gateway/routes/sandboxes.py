@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -140,10 +140,16 @@ class SandboxRoutes:
         return {"error": {"code": result.error.code, "message": result.error.message}}
 
     async def metrics(self, request: Request) -> Response:
-        # `start`/`end` select a window of history; we keep none, so the answer is the current
-        # sample whatever the window.
-        metrics = await self._service.metrics(request.path_params["sandbox_id"])
+        start, end = parse_metrics_window(request.query_params)
+        metrics = await self._service.metrics(request.path_params["sandbox_id"], start, end)
         return JSONResponse([present_metric(m) for m in metrics])
+
+    async def batch_metrics(self, request: Request) -> Response:
+        """`GET /sandboxes/metrics?sandbox_ids=a,b`: SandboxesWithMetrics, the newest sample of
+        each sandbox by id (unknown ones and ones without a sample yet are left out)."""
+        ids = parse_sandbox_ids(request.query_params)
+        latest = await self._service.latest_metrics(ids)
+        return JSONResponse({"sandboxes": {sid: present_metric(m) for sid, m in latest.items()}})
 
     async def update_network(self, request: Request) -> Response:
         network = parse_network_update(parse_json_object(await request.body()))
@@ -161,7 +167,7 @@ class SandboxRoutes:
             route("/sandboxes", self.create, "POST"),
             route("/v2/sandboxes", self.list_v2, "GET"),
             route("/sandboxes", self.list_legacy, "GET"),
-            route("/sandboxes/metrics", later("sandbox metrics"), "GET"),
+            route("/sandboxes/metrics", self.batch_metrics, "GET"),
             route(sid, self.get, "GET"),
             route(sid, self.kill, "DELETE"),
             route(f"{sid}/timeout", self.set_timeout, "POST"),
@@ -178,3 +184,40 @@ class SandboxRoutes:
             route(f"{sid}/logs", later("sandbox logs"), "GET"),
             route(f"/v2{sid}/logs", later("sandbox logs"), "GET"),
         ]
+
+
+# Upstream's limit on `sandbox_ids` of the batch metrics route.
+MAX_METRICS_SANDBOXES = 100
+
+
+def _unix_seconds(params: Mapping[str, str], name: str) -> int | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise InvalidArgument(f"{name} must be an integer (unix seconds)") from None
+    if seconds < 0:
+        raise InvalidArgument(f"{name} must not be negative")
+    return seconds
+
+
+def parse_metrics_window(params: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """`start`/`end` of `GET /sandboxes/{id}/metrics`: unix seconds, both optional."""
+    start, end = _unix_seconds(params, "start"), _unix_seconds(params, "end")
+    if start is not None and end is not None and start > end:
+        raise InvalidArgument("start must not be after end")
+    return start, end
+
+
+def parse_sandbox_ids(params: Mapping[str, str]) -> list[str]:
+    """`sandbox_ids=a,b` (comma-separated, as the SDKs' generated clients send it)."""
+    ids = list(dict.fromkeys(
+        sid.strip() for sid in params.get("sandbox_ids", "").split(",") if sid.strip()
+    ))
+    if not ids:
+        raise InvalidArgument("sandbox_ids is required")
+    if len(ids) > MAX_METRICS_SANDBOXES:
+        raise InvalidArgument(f"at most {MAX_METRICS_SANDBOXES} sandbox_ids")
+    return ids

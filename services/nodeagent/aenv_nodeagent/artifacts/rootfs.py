@@ -31,6 +31,10 @@ _CUSTOMIZE = (
     f"echo '{USER_NAME} ALL=(ALL) NOPASSWD:ALL' > \"$1/etc/sudoers.d/{USER_NAME}\"",
     f'chmod 0440 "$1/etc/sudoers.d/{USER_NAME}"',
     'echo aenv > "$1/etc/hostname"',
+    # Not the build host's resolver (mmdebstrap copies it in): a public one, as E2B guests have.
+    # The sandbox's dnsServers setting redirects these queries in its netns.
+    'echo "nameserver 8.8.8.8" > "$1/etc/resolv.conf"',
+    'printf "127.0.0.1 localhost\\n127.0.1.1 aenv\\n::1 localhost\\n" > "$1/etc/hosts"',
     'mkdir -p "$1/opt/aenv"',
 )
 

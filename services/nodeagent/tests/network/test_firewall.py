@@ -67,6 +67,15 @@ def test_policy_update_replaces_only_the_egress_chain() -> None:
     assert "hook" not in text
 
 
+def test_dns_servers_must_be_at_most_ten_ipv4_addresses() -> None:
+    with pytest.raises(InvalidArgument, match="2001:db8::1"):
+        EgressPolicy(True, dns_servers=["2001:db8::1"])
+    with pytest.raises(InvalidArgument, match="at most 10"):
+        EgressPolicy(True, dns_servers=[f"192.0.2.{i}" for i in range(11)])
+
+
 def test_bad_cidr_is_invalid_argument() -> None:
-    with pytest.raises(InvalidArgument, match="not-an-ip"):
-        EgressPolicy(True, allow_out=["not-an-ip"])
+    with pytest.raises(InvalidArgument, match=r"bad CIDR.*300\.1\.1\.1"):
+        EgressPolicy(True, allow_out=["300.1.1.1"])
+    with pytest.raises(InvalidArgument, match=r"'api\.example\.com': domain names are not supp"):
+        EgressPolicy(True, allow_out=["api.example.com"])

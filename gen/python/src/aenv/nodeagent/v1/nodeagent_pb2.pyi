@@ -31,16 +31,39 @@ class SandboxMetric(_message.Message):
     def __init__(self, timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_count: _Optional[int] = ..., cpu_used_pct: _Optional[float] = ..., mem_used: _Optional[int] = ..., mem_total: _Optional[int] = ..., mem_cache: _Optional[int] = ..., disk_used: _Optional[int] = ..., disk_total: _Optional[int] = ...) -> None: ...
 
 class GetSandboxMetricsRequest(_message.Message):
-    __slots__ = ("sandbox_id",)
+    __slots__ = ("sandbox_id", "start", "end")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+    start: int
+    end: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class GetSandboxMetricsResponse(_message.Message):
     __slots__ = ("metrics",)
     METRICS_FIELD_NUMBER: _ClassVar[int]
     metrics: _containers.RepeatedCompositeFieldContainer[SandboxMetric]
     def __init__(self, metrics: _Optional[_Iterable[_Union[SandboxMetric, _Mapping]]] = ...) -> None: ...
+
+class GetLatestSandboxMetricsRequest(_message.Message):
+    __slots__ = ("sandbox_ids",)
+    SANDBOX_IDS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sandbox_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetLatestSandboxMetricsResponse(_message.Message):
+    __slots__ = ("metrics",)
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: SandboxMetric
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[SandboxMetric, _Mapping]] = ...) -> None: ...
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    metrics: _containers.MessageMap[str, SandboxMetric]
+    def __init__(self, metrics: _Optional[_Mapping[str, SandboxMetric]] = ...) -> None: ...
 
 class UpdateSandboxNetworkRequest(_message.Message):
     __slots__ = ("sandbox_id", "network")

@@ -69,6 +69,11 @@ class NodeAgentServiceStub:
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsRequest.SerializeToString,
                 response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsResponse.FromString,
                 _registered_method=True)
+        self.GetLatestSandboxMetrics = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/GetLatestSandboxMetrics',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsResponse.FromString,
+                _registered_method=True)
         self.UpdateSandboxNetwork = channel.unary_unary(
                 '/aenv.nodeagent.v1.NodeAgentService/UpdateSandboxNetwork',
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkRequest.SerializeToString,
@@ -152,7 +157,15 @@ class NodeAgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetSandboxMetrics(self, request, context):
-        """Live CPU, memory and disk figures of a running sandbox, read from its guest.
+        """CPU, memory and disk history of a sandbox: envd's figures, sampled periodically while it
+        runs (none while paused) and kept in a bounded ring until it is killed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLatestSandboxMetrics(self, request, context):
+        """The newest sample of each of several sandboxes on this node (batch metrics).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -248,6 +261,11 @@ def add_NodeAgentServiceServicer_to_server(servicer, server):
                     servicer.GetSandboxMetrics,
                     request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsRequest.FromString,
                     response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsResponse.SerializeToString,
+            ),
+            'GetLatestSandboxMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLatestSandboxMetrics,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsResponse.SerializeToString,
             ),
             'UpdateSandboxNetwork': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateSandboxNetwork,
@@ -479,6 +497,33 @@ class NodeAgentService:
             '/aenv.nodeagent.v1.NodeAgentService/GetSandboxMetrics',
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsRequest.SerializeToString,
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLatestSandboxMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/GetLatestSandboxMetrics',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,
