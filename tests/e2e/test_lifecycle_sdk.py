@@ -89,6 +89,30 @@ def test_pause_and_connect_keep_processes_and_files(sandboxes: list[str]) -> Non
         assert sandbox.files.read("/tmp/kept") == "kept across pauses"
 
 
+def test_filesystem_modes_keep_files_and_cold_boot(sandboxes: list[str]) -> None:
+    """`pause(mode="filesystem")`, `connect(on_resume="reboot")` and
+    `create_snapshot(mode="filesystem")`: files survive, processes do not (a fresh boot)."""
+    sandbox = _created(sandboxes)
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    first_boot = sandbox.commands.run(boot_id).stdout
+    sandbox.files.write("/home/user/kept", "on disk")
+    assert sandbox.pause(mode="filesystem") is True
+    assert sandbox.get_info().state == "paused"
+    sandbox = Sandbox.connect(sandbox.sandbox_id)
+    second_boot = sandbox.commands.run(boot_id).stdout
+    assert second_boot != first_boot
+    assert sandbox.files.read("/home/user/kept") == "on disk"
+    snapshot = sandbox.create_snapshot(mode="filesystem")
+    child = _created(sandboxes, template=snapshot.snapshot_id)
+    assert child.files.read("/home/user/kept") == "on disk"
+    assert child.commands.run(boot_id).stdout not in (first_boot, second_boot)
+    assert sandbox.pause() is True  # full, then resumed by a reboot anyway
+    sandbox = Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
+    assert sandbox.commands.run(boot_id).stdout != second_boot
+    assert sandbox.files.read("/home/user/kept") == "on disk"
+    Sandbox.delete_snapshot(snapshot.snapshot_id)
+
+
 def test_snapshot_create_from_reset_and_delete(
     sandboxes: list[str], platform: Platform
 ) -> None:

@@ -71,6 +71,7 @@ def build_app(config: EnvdConfig, state: SandboxState | None = None) -> AccessTo
     routes += [
         Route("/health", control.health, methods=["GET"]),
         Route("/init", control.init, methods=["POST"]),
+        Route("/sync", control.sync, methods=["POST"]),
         Route("/envs", control.envs, methods=["GET"]),
         Route("/metrics", control.metrics, methods=["GET"]),
         Route("/files", files.get, methods=["GET"]),

@@ -1,11 +1,14 @@
-"""GET /health, POST /init, GET /envs, GET /metrics (spec §3.6)."""
+"""GET /health, POST /init, GET /envs, GET /metrics (spec §3.6), and POST /sync for the node
+agent (flush the guest's page cache before a filesystem-only pause or snapshot)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +40,11 @@ class ControlEndpoints:
 
     async def metrics(self, request: Request) -> Response:
         return JSONResponse(self._metrics.snapshot())
+
+    async def sync(self, request: Request) -> Response:
+        """Returns once every filesystem's dirty data is on its disk."""
+        await asyncio.to_thread(os.sync)
+        return Response(status_code=204, headers=VERSION_HEADERS)
 
     async def init(self, request: Request) -> Response:
         """Called by the node agent after every boot, restore and fork; later calls replace."""

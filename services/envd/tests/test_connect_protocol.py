@@ -229,3 +229,15 @@ def test_init_replaces_token_and_env() -> None:
         assert again.status_code == 204
     assert state.access_token == "t2" and state.env_vars == {"B": "2"}
     assert state.default_user == "nobody" and state.default_workdir == "/tmp"
+
+
+def test_sync_flushes_for_the_token_holder_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[bool] = []
+    monkeypatch.setattr("aenv_envd.control_http.os.sync", lambda: synced.append(True))
+    state = SandboxState()
+    with TestClient(build_app(EnvdConfig(sync_clock=False, reseed_rng=False), state)) as client:
+        assert client.post("/init", json={"accessToken": "t1"}).status_code == 204
+        assert client.post("/sync").status_code == 401
+        assert synced == []
+        assert client.post("/sync", headers={"x-access-token": "t1"}).status_code == 204
+    assert synced == [True]

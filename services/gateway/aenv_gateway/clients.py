@@ -131,8 +131,10 @@ class NodeAgentClients:
         )
         return response.sandbox
 
-    async def pause(self, address: str, sandbox_id: str) -> cluster_pb2.SandboxRecord:
-        request = nodeagent_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, keep_memory=True)
+    async def pause(
+        self, address: str, sandbox_id: str, keep_memory: bool = True
+    ) -> cluster_pb2.SandboxRecord:
+        request = nodeagent_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, keep_memory=keep_memory)
         stub = self._stub(address)
         response: nodeagent_pb2.PauseSandboxResponse = await call(
             lambda: stub.PauseSandbox(request, timeout=self._create_deadline)
@@ -140,10 +142,10 @@ class NodeAgentClients:
         return response.sandbox
 
     async def resume(
-        self, address: str, sandbox_id: str, timeout_s: int
+        self, address: str, sandbox_id: str, timeout_s: int, reboot: bool = False
     ) -> cluster_pb2.SandboxRecord:
         request = nodeagent_pb2.ResumeSandboxRequest(
-            sandbox_id=sandbox_id, timeout_seconds=timeout_s
+            sandbox_id=sandbox_id, timeout_seconds=timeout_s, reboot=reboot
         )
         stub = self._stub(address)
         response: nodeagent_pb2.ResumeSandboxResponse = await call(
@@ -152,10 +154,10 @@ class NodeAgentClients:
         return response.sandbox
 
     async def create_snapshot(
-        self, address: str, sandbox_id: str, name: str
+        self, address: str, sandbox_id: str, name: str, keep_memory: bool = True
     ) -> nodeagent_pb2.SnapshotInfo:
         request = nodeagent_pb2.CreateSnapshotRequest(
-            sandbox_id=sandbox_id, name=name, keep_memory=True
+            sandbox_id=sandbox_id, name=name, keep_memory=keep_memory
         )
         stub = self._stub(address)
         response: nodeagent_pb2.CreateSnapshotResponse = await call(

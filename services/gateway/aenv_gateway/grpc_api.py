@@ -80,7 +80,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.PauseSandboxResponse:
         self._auth.check(_api_key(context))
         return gateway_pb2.PauseSandboxResponse(
-            sandbox=await self._service.pause(request.sandbox_id)
+            sandbox=await self._service.pause(
+                request.sandbox_id, keep_memory=not request.filesystem_only)
         )
 
     async def ResumeSandbox(
@@ -88,7 +89,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.ResumeSandboxResponse:
         self._auth.check(_api_key(context))
         connected = await self._service.connect(
-            request.sandbox_id, request.timeout_seconds or None
+            request.sandbox_id, request.timeout_seconds or None, reboot=request.reboot
         )
         return gateway_pb2.ResumeSandboxResponse(
             sandbox=connected.record, resumed=connected.resumed
@@ -98,7 +99,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, request: gateway_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.CreateSnapshotResponse:
         self._auth.check(_api_key(context))
-        record = await self._snapshots.create(request.sandbox_id, request.name)
+        record = await self._snapshots.create(
+            request.sandbox_id, request.name, keep_memory=not request.filesystem_only)
         return gateway_pb2.CreateSnapshotResponse(snapshot=record)
 
     async def ListSnapshots(

@@ -130,9 +130,12 @@ def _refuse_unenforceable(network: Mapping[str, Any]) -> None:
 
 def _lifecycle(body: Mapping[str, Any]) -> cluster_pb2.Lifecycle:
     auto_resume = _field(body, "autoResume", dict) or {}
+    keep_memory = _field(body, "autoPauseMemory", bool) is not False
     return cluster_pb2.Lifecycle(
         auto_pause=bool(_field(body, "autoPause", bool)),
         auto_resume=bool(_field(auto_resume, "enabled", bool)),
+        auto_pause_mode=(cluster_pb2.PAUSE_MODE_UNSPECIFIED if keep_memory
+                         else cluster_pb2.PAUSE_MODE_FILESYSTEM),
     )
 
 
@@ -143,6 +146,11 @@ def _idempotency_key(value: str | None) -> str | None:
     if not 1 <= len(value) <= 255 or not allowed:
         raise InvalidArgument("Idempotency-Key must be 1-255 characters of [a-z0-9-]")
     return value
+
+
+def parse_memory(body: Mapping[str, Any]) -> bool:
+    """`memory` of pause, snapshot and connect bodies: false = the filesystem only."""
+    return _field(body, "memory", bool) is not False
 
 
 def parse_timeout(body: Mapping[str, Any], required: bool) -> int | None:
@@ -287,6 +295,9 @@ class Presenter:
         )
         if record.envd_access_token:
             body["envdAccessToken"] = record.envd_access_token
+        if record.state == PAUSED:
+            body["pauseMode"] = (
+                "filesystem" if record.pause_mode == cluster_pb2.PAUSE_MODE_FILESYSTEM else "full")
         return body
 
     def listed(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:

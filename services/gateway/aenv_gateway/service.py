@@ -204,15 +204,17 @@ class SandboxService:
             raise Conflict(f'sandbox "{sandbox_id}" is not running')
         return located
 
-    async def connect(self, sandbox_id: str, timeout_s: int | None) -> Connected:
+    async def connect(
+        self, sandbox_id: str, timeout_s: int | None, *, reboot: bool = False
+    ) -> Connected:
         """Makes the sandbox usable: running ones only get their TTL raised (never lowered),
-        paused ones are resumed."""
+        paused ones are resumed (`reboot`: cold-booted from their disk, memory dropped)."""
         if timeout_s is not None:
             self.check_timeout(timeout_s)
         located = self._directory.locate(sandbox_id)
         state = located.record.state
         if state == PAUSED:
-            return await self._resume(located, timeout_s)
+            return await self._resume(located, timeout_s, reboot)
         if state != RUNNING:
             raise NotFound(f'sandbox "{sandbox_id}" not found')
         record = located.record
@@ -220,26 +222,32 @@ class SandboxService:
             record = await self.set_timeout(sandbox_id, timeout_s)
         return Connected(record, resumed=False)
 
-    async def resume(self, sandbox_id: str, timeout_s: int | None) -> Connected:
+    async def resume(
+        self, sandbox_id: str, timeout_s: int | None, *, reboot: bool = False
+    ) -> Connected:
         """Legacy `/resume`: only for paused sandboxes."""
         located = self._directory.locate(sandbox_id)
         if located.record.state != PAUSED:
             raise Conflict(f'sandbox "{sandbox_id}" is not paused')
-        return await self._resume(located, timeout_s)
+        return await self._resume(located, timeout_s, reboot)
 
-    async def _resume(self, located: Located, timeout_s: int | None) -> Connected:
+    async def _resume(
+        self, located: Located, timeout_s: int | None, reboot: bool = False
+    ) -> Connected:
         record = await self._nodeagents.resume(
-            located.owner.nodeagent_address, located.record.sandbox_id, timeout_s or 0
+            located.owner.nodeagent_address, located.record.sandbox_id, timeout_s or 0, reboot
         )
         self._directory.remember(record, located.owner)
         return Connected(record, resumed=True)
 
-    async def pause(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
-        """Conflict when already paused (the SDK's pause() then returns False)."""
+    async def pause(self, sandbox_id: str, keep_memory: bool = True) -> cluster_pb2.SandboxRecord:
+        """Conflict when already paused (the SDK's pause() then returns False). Without memory
+        only the filesystem is kept and the resume cold-boots."""
         located = self._directory.locate(sandbox_id)
         if located.record.state == PAUSED:
             raise Conflict(f'sandbox "{sandbox_id}" is already paused')
-        record = await self._nodeagents.pause(located.owner.nodeagent_address, sandbox_id)
+        record = await self._nodeagents.pause(
+            located.owner.nodeagent_address, sandbox_id, keep_memory)
         self._directory.remember(record, located.owner)
         return record
 

@@ -41,11 +41,13 @@ class SnapshotService:
         self._directory = directory
         self._nodeagents = nodeagents
 
-    async def create(self, sandbox_id: str, name: str) -> cluster_pb2.SnapshotRecord:
-        """Captures a running sandbox (which keeps running)."""
+    async def create(
+        self, sandbox_id: str, name: str, keep_memory: bool = True
+    ) -> cluster_pb2.SnapshotRecord:
+        """Captures a running sandbox (which keeps running); without memory only its disk."""
         located = self._sandboxes.running(sandbox_id)
         info = await self._nodeagents.create_snapshot(
-            located.owner.nodeagent_address, sandbox_id, name
+            located.owner.nodeagent_address, sandbox_id, name, keep_memory
         )
         record = cluster_pb2.SnapshotRecord(
             snapshot_id=info.snapshot_id, node_id=located.owner.node_id, sandbox_id=sandbox_id,

@@ -59,6 +59,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.specs: list[cluster_pb2.SandboxSpec] = []
         self.resets: list[tuple[str, str]] = []
         self.resumes = 0
+        self.reboots: list[bool] = []
         self.metric_requests: list[nodeagent_pb2.GetSandboxMetricsRequest] = []
         self.latest_requests: list[list[str]] = []
 
@@ -144,6 +145,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.PauseSandboxResponse:
         record = self._record(request.sandbox_id)
         record.state = cluster_pb2.SANDBOX_STATE_PAUSED
+        record.pause_mode = (cluster_pb2.PAUSE_MODE_UNSPECIFIED if request.keep_memory
+                             else cluster_pb2.PAUSE_MODE_FILESYSTEM)
         return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
 
     async def ResumeSandbox(
@@ -153,6 +156,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         if record.state != cluster_pb2.SANDBOX_STATE_PAUSED:
             raise Conflict(f'sandbox "{request.sandbox_id}" is not paused')
         self.resumes += 1
+        self.reboots.append(request.reboot)
         await asyncio.sleep(0.2)  # concurrent data-plane requests must share this one resume
         record.state = cluster_pb2.SANDBOX_STATE_RUNNING
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=record)
@@ -164,7 +168,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         snapshot_id = f"snap-{len(self.view.snapshot_records) + 1}"
         info = nodeagent_pb2.SnapshotInfo(
             snapshot_id=snapshot_id, sandbox_id=request.sandbox_id, name=request.name,
-            has_memory=True, template_id=source.template_id, created_at=_timestamp(time.time()))
+            has_memory=request.keep_memory, template_id=source.template_id,
+            created_at=_timestamp(time.time()))
         self.view.snapshot_records[snapshot_id] = cluster_pb2.SnapshotRecord(
             snapshot_id=snapshot_id, node_id=NODE_ID, sandbox_id=request.sandbox_id,
             template_id=source.template_id, names=[request.name or snapshot_id],

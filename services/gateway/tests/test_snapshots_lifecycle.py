@@ -182,3 +182,27 @@ async def test_traffic_to_a_paused_sandbox_without_auto_resume_is_502(stack: Sta
         r = await http.put("/echo", headers=_envd_headers(sid, stack), content=b"x")
         assert r.status_code == 502 and "was not found" in r.json()["message"]
         assert stack.nodeagent.resumes == 0
+
+
+async def test_filesystem_only_modes_reach_the_node_agent(stack: Stack) -> None:
+    async with await _client(stack) as http:
+        sid = await _sandbox(http, autoPause=True, autoPauseMemory=False)
+        assert stack.nodeagent.specs[-1].lifecycle.auto_pause_mode == (
+            cluster_pb2.PAUSE_MODE_FILESYSTEM)
+        snap = await http.post(f"/sandboxes/{sid}/snapshots", headers=AUTH,
+                               json={"memory": False})
+        assert snap.status_code == 201
+        assert not stack.view.snapshot_records[snap.json()["snapshotID"]].has_memory
+        paused = await http.post(f"/sandboxes/{sid}/pause", headers=AUTH, json={"memory": False})
+        assert paused.status_code == 204
+        detail = (await http.get(f"/sandboxes/{sid}", headers=AUTH)).json()
+        assert detail["state"] == "paused" and detail["pauseMode"] == "filesystem"
+        connected = await http.post(f"/v2/sandboxes/{sid}/connect", headers=AUTH,
+                                    json={"memory": False})
+        assert connected.status_code == 201
+        bad = await http.post(f"/sandboxes/{sid}/pause", headers=AUTH, json={"memory": "no"})
+        assert bad.status_code == 400
+        assert (await http.post(f"/sandboxes/{sid}/pause", headers=AUTH)).status_code == 204
+        assert (await http.get(f"/sandboxes/{sid}", headers=AUTH)).json()["pauseMode"] == "full"
+        assert (await http.post(f"/sandboxes/{sid}/resume", headers=AUTH)).status_code == 201
+    assert stack.nodeagent.reboots == [True, False]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import aiohttp
 
-from aenv_common.errors import DeadlineExceeded, Internal
+from aenv_common.errors import DeadlineExceeded, Internal, Unavailable
 
 ENVD_PORT = 49983
 
@@ -87,3 +87,21 @@ class EnvdClient:
                 raise Internal(f"envd /metrics failed: HTTP {resp.status}")
             data: dict[str, float] = await resp.json()
             return data
+
+    async def sync(
+        self, host: str, access_token: str, timeout_s: float, port: int = ENVD_PORT
+    ) -> None:
+        """Flush the guest's page cache to its disks (before a filesystem-only capture: what the
+        guest wrote must be on the disk layer, not only in its RAM)."""
+        headers = {"X-Access-Token": access_token} if access_token else {}
+        try:
+            async with self._session.post(
+                f"http://{host}:{port}/sync", headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as resp:
+                if resp.status >= 300:
+                    raise Internal(f"envd /sync failed: HTTP {resp.status}")
+        except (aiohttp.ClientError, TimeoutError) as err:
+            # E2B refuses it the same way (503, the SDK's ServiceBusyException); it keeps running.
+            raise Unavailable(f"the guest agent did not answer, its files cannot be flushed: "
+                           f"{type(err).__name__}") from err

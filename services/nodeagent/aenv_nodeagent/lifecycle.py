@@ -48,6 +48,7 @@ from aenv_nodeagent.sandboxes import (
     SandboxManager,
     SandboxRecords,
     Undo,
+    boot_from_disk,
     egress_policy,
     launch_restore_target,
     ms_fields,
@@ -71,6 +72,8 @@ from aenv_nodeagent.vmm.spec import DiskSpec
 log = logging.getLogger(__name__)
 
 MAX_FORK_CHILDREN = 100
+_FULL = cluster_pb2.PAUSE_MODE_UNSPECIFIED
+_FILESYSTEM = cluster_pb2.PAUSE_MODE_FILESYSTEM
 _PAUSED_STATE = "paused.state"
 _DISK = "disk.qcow2"
 # The root disk's block node name in a freshly launched QEMU (overlays added later get others).
@@ -99,11 +102,18 @@ class Paused:
 
 @dataclass(frozen=True)
 class RestoreImage:
+    """What a guest comes back from: a memory image and device state, or (both None) nothing
+    but its disk, so it cold-boots."""
+
     inputs: TemplateInputs
-    memory: Path
-    state: Path
+    memory: Path | None
+    state: Path | None
     # The token the captured envd enforces: /init must present it to hand over a new one.
     guest_token: str
+
+
+def boot_image(inputs: TemplateInputs) -> RestoreImage:
+    return RestoreImage(inputs, None, None, guest_token="")
 
 
 class SandboxLifecycle:
@@ -117,6 +127,7 @@ class SandboxLifecycle:
         state_dir: Path,
         *,
         ready_timeout_s: float,
+        boot_timeout_s: float = 120.0,
         max_layers: int = 8,
     ) -> None:
         self._manager = manager
@@ -126,6 +137,7 @@ class SandboxLifecycle:
         self._records = records
         self._sandboxes_dir = state_dir / "sandboxes"
         self._ready_timeout_s = ready_timeout_s
+        self._boot_timeout_s = boot_timeout_s
         self.snapshots = SnapshotStore(state_dir / "snapshots")
         self.layers = LayerStore(state_dir / "layers")
         self.memory_images = MemoryImages(network)
@@ -178,7 +190,7 @@ class SandboxLifecycle:
         """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause), else kill."""
         sandbox = self._manager.find(sandbox_id)
         if sandbox is not None and sandbox.record.lifecycle.auto_pause:
-            await self.pause(sandbox_id)
+            await self.pause(sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode)
         else:
             await self.kill(sandbox_id)
 
@@ -198,24 +210,31 @@ class SandboxLifecycle:
 
     # --- pause / resume ------------------------------------------------------------------------
 
-    async def pause(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
+    async def pause(
+        self, sandbox_id: str, mode: cluster_pb2.PauseMode = _FULL
+    ) -> cluster_pb2.SandboxRecord:
+        """Stop the guest keeping memory and disk, or (filesystem mode) only its flushed disk."""
         if sandbox_id in self._paused:
             raise Conflict(f"sandbox \"{sandbox_id}\" is already paused")
         sandbox = self._manager.get(sandbox_id)
         await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
-            try:
-                state = sandbox.directory / _PAUSED_STATE
-                await timed(timings, "capture", sandbox.vm.capture(state))
-            except BaseException:
-                await _keep_running(sandbox.vm)
-                raise
+            if mode == _FILESYSTEM:
+                await timed(timings, "sync", self._sync(sandbox))
+            else:
+                try:
+                    state = sandbox.directory / _PAUSED_STATE
+                    await timed(timings, "capture", sandbox.vm.capture(state))
+                except BaseException:
+                    await _keep_running(sandbox.vm)
+                    raise
             await timed(timings, "quit", sandbox.vm.shutdown())
             await timed(timings, "network", self._network.destroy_slot(sandbox.slot))
             await self._manager.detach(sandbox_id)
             record = sandbox.record
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
+            record.pause_mode = mode
             paused = Paused(record, sandbox.directory, self._chain(sandbox_id))
             self._save(paused)
             self._paused[sandbox_id] = paused
@@ -223,8 +242,9 @@ class SandboxLifecycle:
         log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
         return record
 
-    async def resume(self, sandbox_id: str, timeout_s: int = 0) -> Sandbox:
-        """Restore a paused sandbox under the same id. On failure it stays paused, intact."""
+    async def resume(self, sandbox_id: str, timeout_s: int = 0, *, reboot: bool = False) -> Sandbox:
+        """Restore a paused sandbox under the same id, or cold-boot it from its disk (`reboot`,
+        and always after a filesystem-only pause). On failure it stays paused, intact."""
         paused = self._paused.get(sandbox_id)
         if paused is None:
             self._manager.get(sandbox_id)  # NotFound for unknown ids
@@ -232,12 +252,13 @@ class SandboxLifecycle:
         async with self._manager.exclusive(sandbox_id):
             record = cluster_pb2.SandboxRecord()
             record.CopyFrom(paused.record)
-            image = RestoreImage(
-                self._templates.inputs(paused.chain.template_id),
-                (await self._templates.get(paused.chain.template_id)).memory,
-                paused.directory / _PAUSED_STATE,
-                record.envd_access_token,
-            )
+            inputs = self._templates.inputs(paused.chain.template_id)
+            if reboot or record.pause_mode == _FILESYSTEM:
+                image = boot_image(inputs)
+            else:
+                image = RestoreImage(
+                    inputs, (await self._templates.get(paused.chain.template_id)).memory,
+                    paused.directory / _PAUSED_STATE, record.envd_access_token)
             timings: dict[str, float] = {}
             slot = await timed(timings, "network",
                                self._manager.new_slot(egress_policy(record.network)))
@@ -251,6 +272,7 @@ class SandboxLifecycle:
                                     f"{err.message}") from err
                 raise
             record.state = cluster_pb2.SANDBOX_STATE_RUNNING
+            record.pause_mode = _FULL
             record.end_at.CopyFrom(timestamp(time.time() + (timeout_s or DEFAULT_TIMEOUT_S)))
             sandbox = Sandbox(record, slot, vm, paused.directory, timings)
             del self._paused[sandbox_id]
@@ -265,14 +287,16 @@ class SandboxLifecycle:
     # --- snapshots -----------------------------------------------------------------------------
 
     async def create_snapshot(
-        self, sandbox_id: str, name: str = "", *, hidden: bool = False
+        self, sandbox_id: str, name: str = "", *, hidden: bool = False,
+        filesystem_only: bool = False,
     ) -> SnapshotMeta:
         """Capture a running sandbox; it is stopped only for the capture, then continues on a new
-        disk overlay."""
+        disk overlay. A filesystem-only capture keeps just the flushed disk: sandboxes created
+        from it cold-boot."""
         sandbox = self._manager.get(sandbox_id)
         await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
-            meta = await self._capture(sandbox, name, hidden)
+            meta = await self._capture(sandbox, name, hidden, memory=not filesystem_only)
         if len(self._chain(sandbox_id).layers) > self.max_layers:
             self._compact_soon(sandbox)
         return meta
@@ -310,7 +334,9 @@ class SandboxLifecycle:
             "sandbox_id": sandbox_id, "layers": len(merged),
             "ms": round((time.perf_counter() - started) * 1000, 1)})
 
-    async def _capture(self, sandbox: Sandbox, name: str, hidden: bool) -> SnapshotMeta:
+    async def _capture(
+        self, sandbox: Sandbox, name: str, hidden: bool, *, memory: bool = True
+    ) -> SnapshotMeta:
         sandbox_id = sandbox.record.sandbox_id
         chain = self._chain(sandbox_id)
         template = await self._templates.get(chain.template_id)
@@ -318,9 +344,13 @@ class SandboxLifecycle:
         directory = self.snapshots.new_directory(snapshot_id)
         timings: dict[str, float] = {}
         try:
+            if not memory:
+                await timed(timings, "sync", self._sync(sandbox))
             await timed(timings, "stop", sandbox.vm.pause())
             try:
-                await timed(timings, "memory", capture_stream(sandbox.vm, directory / "state"))
+                if memory:
+                    await timed(timings, "memory",
+                                capture_stream(sandbox.vm, directory / "state"))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
@@ -335,10 +365,10 @@ class SandboxLifecycle:
             artifacts_digest=template.artifacts_digest, layers=list(chain.layers),
             guest_token=sandbox.record.envd_access_token,
             envd_version=sandbox.record.envd_version, created_at=time.time(), hidden=hidden,
-            directory=directory,
+            has_memory=memory, directory=directory,
         )
         self.snapshots.add(meta)
-        if not hidden:  # restores of it are likely: prepare its memory image off this call
+        if memory and not hidden:  # restores of it are likely: prepare its memory image now
             self._materialize(meta)
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
@@ -483,6 +513,8 @@ class SandboxLifecycle:
 
     async def _image(self, snapshot: SnapshotMeta) -> RestoreImage:
         """The snapshot's shared memory image, materialized now if it is not yet."""
+        if not snapshot.has_memory:
+            return boot_image(self._templates.inputs(snapshot.template_id))
         image = await asyncio.shield(self._materialize(snapshot))
         return RestoreImage(self._templates.inputs(snapshot.template_id), image.memory,
                             image.device_state, snapshot.guest_token)
@@ -500,13 +532,20 @@ class SandboxLifecycle:
         self, directory: Path, slot: NetSlot, image: RestoreImage,
         record: cluster_pb2.SandboxRecord, timings: dict[str, float], disk: str = _DISK,
     ) -> QemuVm:
-        """Launch, load the state, wait for envd and give it this sandbox's identity."""
-        vm = await timed(timings, "launch", launch_restore_target(
-            image.inputs, directory, image.memory, slot, disk))
+        """Launch, load the state (or cold-boot a memory-less image), wait for envd and give it
+        this sandbox's identity."""
+        if image.memory is None or image.state is None:
+            vm = await timed(timings, "boot", boot_from_disk(image.inputs, directory, slot, disk))
+            ready_timeout_s = self._boot_timeout_s
+        else:
+            vm = await timed(timings, "launch", launch_restore_target(
+                image.inputs, directory, image.memory, slot, disk))
+            ready_timeout_s = self._ready_timeout_s
         try:
-            await timed(timings, "restore", vm.restore(image.state))
+            if image.state is not None:
+                await timed(timings, "restore", vm.restore(image.state))
             await timed(timings, "envd_ready",
-                        self._envd.wait_healthy(slot.ns_ip, self._ready_timeout_s))
+                        self._envd.wait_healthy(slot.ns_ip, ready_timeout_s))
             record.envd_version = await timed(timings, "envd_init", self._envd.init(
                 slot.ns_ip, env_vars=record.env_vars, access_token=record.envd_access_token,
                 current_token=image.guest_token or None,
@@ -517,6 +556,10 @@ class SandboxLifecycle:
             await vm.shutdown()
             raise
         return vm
+
+    async def _sync(self, sandbox: Sandbox) -> None:
+        await self._envd.sync(sandbox.host, sandbox.record.envd_access_token,
+                              timeout_s=self._ready_timeout_s)
 
     def _check(self, snapshot: SnapshotMeta) -> SnapshotMeta:
         """Refuse a snapshot taken under another accelerator, kernel or template build."""

@@ -407,6 +407,24 @@ async def launch_restore_target(
     )
 
 
+async def boot_from_disk(
+    inputs: TemplateInputs, directory: Path, slot: NetSlot, disk: str = "disk.qcow2"
+) -> QemuVm:
+    """A fresh boot of the template's kernel on the sandbox's own disk (filesystem-only pauses
+    and snapshots). Its RAM is a private mapping of a sparse file: it starts zeroed and nothing
+    the guest writes reaches the host's disk."""
+    ram = directory / "boot.ram"
+    with ram.open("wb") as fh:
+        fh.truncate(inputs.memory_mib << 20)
+    return await QemuVm.launch(
+        vm_spec(inputs, directory / disk, ram, mem_shared=False),
+        directory / "vm",
+        incoming=False,
+        argv_prefix=netns_exec_prefix(slot),
+        console_log=directory / "console.log",
+    )
+
+
 class Undo:
     """Undo steps of a multi-step operation, run newest first when it fails."""
 

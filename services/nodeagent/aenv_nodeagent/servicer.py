@@ -102,20 +102,24 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def PauseSandbox(
         self, request: nodeagent_pb2.PauseSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.PauseSandboxResponse:
-        record = await self._lifecycle.pause(request.sandbox_id)
+        mode = (cluster_pb2.PAUSE_MODE_UNSPECIFIED if request.keep_memory
+                else cluster_pb2.PAUSE_MODE_FILESYSTEM)
+        record = await self._lifecycle.pause(request.sandbox_id, mode)
         return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
 
     async def ResumeSandbox(
         self, request: nodeagent_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResumeSandboxResponse:
-        sandbox = await self._lifecycle.resume(request.sandbox_id, request.timeout_seconds)
+        sandbox = await self._lifecycle.resume(
+            request.sandbox_id, request.timeout_seconds, reboot=request.reboot)
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=sandbox.record)
 
     async def CreateSnapshot(
         self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSnapshotResponse:
         resources = self._lifecycle.record(request.sandbox_id).resources
-        meta = await self._lifecycle.create_snapshot(request.sandbox_id, request.name)
+        meta = await self._lifecycle.create_snapshot(
+            request.sandbox_id, request.name, filesystem_only=not request.keep_memory)
         if self._snapshot_records is not None:
             await self._snapshot_records.publish(meta, resources)
         return nodeagent_pb2.CreateSnapshotResponse(snapshot=snapshot_info(meta))

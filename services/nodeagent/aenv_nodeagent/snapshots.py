@@ -117,7 +117,7 @@ class SnapshotStore:
         meta = self._snapshots.get(snapshot_id)
         if meta is None:
             raise NotFound(f"snapshot \"{snapshot_id}\" not found")
-        if not meta.has_memory or not meta.captured:
+        if meta.has_memory and not meta.captured:
             raise Conflict(f"snapshot \"{snapshot_id}\" has no memory state file")
         return meta
 

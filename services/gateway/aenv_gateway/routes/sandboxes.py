@@ -18,6 +18,7 @@ from aenv_gateway.schemas import (
     Presenter,
     parse_json_object,
     parse_list_query,
+    parse_memory,
     parse_network_update,
     parse_new_sandbox,
     parse_timeout,
@@ -96,18 +97,21 @@ class SandboxRoutes:
     async def _connect(self, request: Request, timeout_required: bool) -> Response:
         body = parse_json_object(await request.body())
         timeout = parse_timeout(body, required=timeout_required)
-        connected = await self._service.connect(request.path_params["sandbox_id"], timeout)
+        connected = await self._service.connect(
+            request.path_params["sandbox_id"], timeout, reboot=not parse_memory(body))
         status = 201 if connected.resumed else 200
         return JSONResponse(self._present.sandbox(connected.record), status_code=status)
 
     async def resume(self, request: Request) -> Response:
-        timeout = parse_timeout(parse_json_object(await request.body()), required=False)
-        connected = await self._service.resume(request.path_params["sandbox_id"], timeout)
+        body = parse_json_object(await request.body())
+        timeout = parse_timeout(body, required=False)
+        connected = await self._service.resume(
+            request.path_params["sandbox_id"], timeout, reboot=not parse_memory(body))
         return JSONResponse(self._present.sandbox(connected.record), status_code=201)
 
     async def pause(self, request: Request) -> Response:
-        parse_json_object(await request.body())
-        await self._service.pause(request.path_params["sandbox_id"])
+        body = parse_json_object(await request.body())
+        await self._service.pause(request.path_params["sandbox_id"], parse_memory(body))
         return Response(status_code=204)
 
     async def create_snapshot(self, request: Request) -> Response:
@@ -115,7 +119,8 @@ class SandboxRoutes:
         name = body.get("name")
         if name is not None and not isinstance(name, str):
             raise InvalidArgument("name must be a string")
-        record = await self._snapshots.create(request.path_params["sandbox_id"], name or "")
+        record = await self._snapshots.create(
+            request.path_params["sandbox_id"], name or "", parse_memory(body))
         return JSONResponse(present_snapshot(record), status_code=201)
 
     async def reset(self, request: Request) -> Response:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from pyroute2 import IPRoute
 
+from aenv_common.errors import Conflict
+
 from . import netlink
 from .namespaces import create_and_enter_netns, enter_netns, remove_netns
 from .nft import run_nft
@@ -27,6 +29,12 @@ def build_slot(slot: NetSlot, render_ruleset: ScriptFactory) -> None:
             if netlink.link_exists(root, slot.host_veth):
                 raise FileExistsError(f"link {slot.host_veth} already exists")
             host_addresses = netlink.local_addresses(root)
+            if taken := {slot.host_ip, slot.ns_ip} & set(host_addresses):
+                # Another node agent (or anything else) on this host uses the same pool: routes
+                # to our guests would go to its links.
+                raise Conflict(
+                    f"address {sorted(taken)[0]} of network slot {slot.netns} is already "
+                    "assigned on this host: give each node agent its own net_pool_cidr")
             create_and_enter_netns(slot.netns)
             with IPRoute() as ns:
                 netlink.create_veth_to_root(ns, slot, root_ns_fd)

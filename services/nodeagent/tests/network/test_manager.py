@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from pyroute2 import IPRoute
 
-from aenv_common.errors import Internal, ResourceExhausted
+from aenv_common.errors import Conflict, Internal, ResourceExhausted
 from aenv_nodeagent.network import (
     EgressPolicy,
     NetSlot,
@@ -242,6 +242,19 @@ async def test_failed_create_leaves_nothing_behind(
     with pytest.raises(Internal, match="injected failure"):
         await manager.create_slot(NO_INTERNET)
     assert kernel_objects(net_config.prefix) == []
+
+
+async def test_a_pool_another_agent_uses_is_refused(run_prefix: str) -> None:
+    """Two node agents on one host with the same pool would route each other's guests."""
+    first = NetworkManager(NetworkConfig(prefix=f"{run_prefix}ya", pool_cidr="10.214.4.0/29"))
+    second = NetworkManager(NetworkConfig(prefix=f"{run_prefix}yb", pool_cidr="10.214.4.0/29"))
+    slot = await first.create_slot(NO_INTERNET)
+    try:
+        with pytest.raises(Conflict, match=f"{slot.host_ip} .* already assigned"):
+            await second.create_slot(NO_INTERNET)
+        assert kernel_objects(f"{run_prefix}yb") == []
+    finally:
+        await first.destroy_slot(slot)
 
 
 async def test_full_pool_is_resource_exhausted(run_prefix: str) -> None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61\x65nv/cluster/v1/cluster.proto\x12\x0f\x61\x65nv.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\tResources\x12\r\n\x05vcpus\x18\x01 \x01(\r\x12\x12\n\nmemory_mib\x18\x02 \x01(\r\x12\x10\n\x08\x64isk_mib\x18\x03 \x01(\r\"\x9c\x01\n\rNetworkPolicy\x12\x1d\n\x15\x61llow_internet_access\x18\x01 \x01(\x08\x12\x11\n\tallow_out\x18\x02 \x03(\t\x12\x10\n\x08\x64\x65ny_out\x18\x03 \x03(\t\x12\x13\n\x0b\x64ns_servers\x18\x04 \x03(\t\x12\x19\n\x11mask_request_host\x18\x05 \x01(\t\x12\x17\n\x0fprivate_traffic\x18\x06 \x01(\x08\"4\n\tLifecycle\x12\x12\n\nauto_pause\x18\x01 \x01(\x08\x12\x13\n\x0b\x61uto_resume\x18\x02 \x01(\x08\"\xf3\x03\n\x0bSandboxSpec\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x13\n\x0btemplate_id\x18\x02 \x01(\t\x12-\n\tresources\x18\x03 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12;\n\x08\x65nv_vars\x18\x04 \x03(\x0b\x32).aenv.cluster.v1.SandboxSpec.EnvVarsEntry\x12<\n\x08metadata\x18\x05 \x03(\x0b\x32*.aenv.cluster.v1.SandboxSpec.MetadataEntry\x12\x19\n\x11\x65nvd_access_token\x18\x06 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x07 \x01(\r\x12/\n\x07network\x18\x08 \x01(\x0b\x32\x1e.aenv.cluster.v1.NetworkPolicy\x12-\n\tlifecycle\x18\t \x01(\x0b\x32\x1a.aenv.cluster.v1.Lifecycle\x12\x1c\n\x14traffic_access_token\x18\n \x01(\t\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa0\x05\n\rSandboxRecord\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x13\n\x0btemplate_id\x18\x03 \x01(\t\x12,\n\x05state\x18\x04 \x01(\x0e\x32\x1d.aenv.cluster.v1.SandboxState\x12-\n\tresources\x18\x05 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12>\n\x08metadata\x18\x06 \x03(\x0b\x32,.aenv.cluster.v1.SandboxRecord.MetadataEntry\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x65nd_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x65nvd_access_token\x18\t \x01(\t\x12\x14\n\x0c\x65nvd_version\x18\n \x01(\t\x12\r\n\x05\x61lias\x18\x0b \x01(\t\x12/\n\x07network\x18\x0c \x01(\x0b\x32\x1e.aenv.cluster.v1.NetworkPolicy\x12-\n\tlifecycle\x18\r \x01(\x0b\x32\x1a.aenv.cluster.v1.Lifecycle\x12=\n\x08\x65nv_vars\x18\x0e \x03(\x0b\x32+.aenv.cluster.v1.SandboxRecord.EnvVarsEntry\x12\x1c\n\x14traffic_access_token\x18\x0f \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbe\x02\n\nNodeRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x19\n\x11nodeagent_address\x18\x02 \x01(\t\x12\x15\n\rproxy_address\x18\x03 \x01(\t\x12,\n\x08\x63\x61pacity\x18\x04 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12-\n\tallocated\x18\x05 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12\x15\n\rsandbox_count\x18\x06 \x01(\r\x12\x18\n\x10\x63\x61\x63hed_templates\x18\x07 \x03(\t\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x08 \x01(\t\x12\x16\n\x0ekernel_version\x18\t \x01(\t\x12\x32\n\x0eheartbeat_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb3\x01\n\x0eTemplateRecord\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61liases\x18\x02 \x03(\t\x12\x35\n\x11\x64\x65\x66\x61ult_resources\x18\x03 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12\x14\n\x0c\x65nvd_version\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xe1\x01\n\x0eSnapshotRecord\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\nsandbox_id\x18\x03 \x01(\t\x12\x13\n\x0btemplate_id\x18\x04 \x01(\t\x12\r\n\x05names\x18\x05 \x03(\t\x12\x12\n\nhas_memory\x18\x06 \x01(\x08\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tresources\x18\x08 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources*\xb1\x01\n\x0cSandboxState\x12\x1d\n\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n\x15SANDBOX_STATE_RUNNING\x10\x02\x12\x18\n\x14SANDBOX_STATE_PAUSED\x10\x03\x12\x19\n\x15SANDBOX_STATE_KILLING\x10\x04\x12\x16\n\x12SANDBOX_STATE_LOST\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61\x65nv/cluster/v1/cluster.proto\x12\x0f\x61\x65nv.cluster.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\tResources\x12\r\n\x05vcpus\x18\x01 \x01(\r\x12\x12\n\nmemory_mib\x18\x02 \x01(\r\x12\x10\n\x08\x64isk_mib\x18\x03 \x01(\r\"\x9c\x01\n\rNetworkPolicy\x12\x1d\n\x15\x61llow_internet_access\x18\x01 \x01(\x08\x12\x11\n\tallow_out\x18\x02 \x03(\t\x12\x10\n\x08\x64\x65ny_out\x18\x03 \x03(\t\x12\x13\n\x0b\x64ns_servers\x18\x04 \x03(\t\x12\x19\n\x11mask_request_host\x18\x05 \x01(\t\x12\x17\n\x0fprivate_traffic\x18\x06 \x01(\x08\"i\n\tLifecycle\x12\x12\n\nauto_pause\x18\x01 \x01(\x08\x12\x13\n\x0b\x61uto_resume\x18\x02 \x01(\x08\x12\x33\n\x0f\x61uto_pause_mode\x18\x03 \x01(\x0e\x32\x1a.aenv.cluster.v1.PauseMode\"\xf3\x03\n\x0bSandboxSpec\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x13\n\x0btemplate_id\x18\x02 \x01(\t\x12-\n\tresources\x18\x03 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12;\n\x08\x65nv_vars\x18\x04 \x03(\x0b\x32).aenv.cluster.v1.SandboxSpec.EnvVarsEntry\x12<\n\x08metadata\x18\x05 \x03(\x0b\x32*.aenv.cluster.v1.SandboxSpec.MetadataEntry\x12\x19\n\x11\x65nvd_access_token\x18\x06 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x07 \x01(\r\x12/\n\x07network\x18\x08 \x01(\x0b\x32\x1e.aenv.cluster.v1.NetworkPolicy\x12-\n\tlifecycle\x18\t \x01(\x0b\x32\x1a.aenv.cluster.v1.Lifecycle\x12\x1c\n\x14traffic_access_token\x18\n \x01(\t\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd0\x05\n\rSandboxRecord\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x13\n\x0btemplate_id\x18\x03 \x01(\t\x12,\n\x05state\x18\x04 \x01(\x0e\x32\x1d.aenv.cluster.v1.SandboxState\x12-\n\tresources\x18\x05 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12>\n\x08metadata\x18\x06 \x03(\x0b\x32,.aenv.cluster.v1.SandboxRecord.MetadataEntry\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x65nd_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x65nvd_access_token\x18\t \x01(\t\x12\x14\n\x0c\x65nvd_version\x18\n \x01(\t\x12\r\n\x05\x61lias\x18\x0b \x01(\t\x12/\n\x07network\x18\x0c \x01(\x0b\x32\x1e.aenv.cluster.v1.NetworkPolicy\x12-\n\tlifecycle\x18\r \x01(\x0b\x32\x1a.aenv.cluster.v1.Lifecycle\x12=\n\x08\x65nv_vars\x18\x0e \x03(\x0b\x32+.aenv.cluster.v1.SandboxRecord.EnvVarsEntry\x12\x1c\n\x14traffic_access_token\x18\x0f \x01(\t\x12.\n\npause_mode\x18\x10 \x01(\x0e\x32\x1a.aenv.cluster.v1.PauseMode\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbe\x02\n\nNodeRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x19\n\x11nodeagent_address\x18\x02 \x01(\t\x12\x15\n\rproxy_address\x18\x03 \x01(\t\x12,\n\x08\x63\x61pacity\x18\x04 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12-\n\tallocated\x18\x05 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12\x15\n\rsandbox_count\x18\x06 \x01(\r\x12\x18\n\x10\x63\x61\x63hed_templates\x18\x07 \x03(\t\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x08 \x01(\t\x12\x16\n\x0ekernel_version\x18\t \x01(\t\x12\x32\n\x0eheartbeat_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb3\x01\n\x0eTemplateRecord\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61liases\x18\x02 \x03(\t\x12\x35\n\x11\x64\x65\x66\x61ult_resources\x18\x03 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12\x14\n\x0c\x65nvd_version\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xe1\x01\n\x0eSnapshotRecord\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\nsandbox_id\x18\x03 \x01(\t\x12\x13\n\x0btemplate_id\x18\x04 \x01(\t\x12\r\n\x05names\x18\x05 \x03(\t\x12\x12\n\nhas_memory\x18\x06 \x01(\x08\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tresources\x18\x08 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources*\xb1\x01\n\x0cSandboxState\x12\x1d\n\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n\x15SANDBOX_STATE_RUNNING\x10\x02\x12\x18\n\x14SANDBOX_STATE_PAUSED\x10\x03\x12\x19\n\x15SANDBOX_STATE_KILLING\x10\x04\x12\x16\n\x12SANDBOX_STATE_LOST\x10\x05*B\n\tPauseMode\x12\x1a\n\x16PAUSE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15PAUSE_MODE_FILESYSTEM\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,30 +40,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SANDBOXRECORD_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_SANDBOXRECORD_ENVVARSENTRY']._loaded_options = None
   _globals['_SANDBOXRECORD_ENVVARSENTRY']._serialized_options = b'8\001'
-  _globals['_SANDBOXSTATE']._serialized_start=2271
-  _globals['_SANDBOXSTATE']._serialized_end=2448
+  _globals['_SANDBOXSTATE']._serialized_start=2372
+  _globals['_SANDBOXSTATE']._serialized_end=2549
+  _globals['_PAUSEMODE']._serialized_start=2551
+  _globals['_PAUSEMODE']._serialized_end=2617
   _globals['_RESOURCES']._serialized_start=83
   _globals['_RESOURCES']._serialized_end=147
   _globals['_NETWORKPOLICY']._serialized_start=150
   _globals['_NETWORKPOLICY']._serialized_end=306
   _globals['_LIFECYCLE']._serialized_start=308
-  _globals['_LIFECYCLE']._serialized_end=360
-  _globals['_SANDBOXSPEC']._serialized_start=363
-  _globals['_SANDBOXSPEC']._serialized_end=862
-  _globals['_SANDBOXSPEC_ENVVARSENTRY']._serialized_start=767
-  _globals['_SANDBOXSPEC_ENVVARSENTRY']._serialized_end=813
-  _globals['_SANDBOXSPEC_METADATAENTRY']._serialized_start=815
-  _globals['_SANDBOXSPEC_METADATAENTRY']._serialized_end=862
-  _globals['_SANDBOXRECORD']._serialized_start=865
-  _globals['_SANDBOXRECORD']._serialized_end=1537
-  _globals['_SANDBOXRECORD_METADATAENTRY']._serialized_start=815
-  _globals['_SANDBOXRECORD_METADATAENTRY']._serialized_end=862
-  _globals['_SANDBOXRECORD_ENVVARSENTRY']._serialized_start=767
-  _globals['_SANDBOXRECORD_ENVVARSENTRY']._serialized_end=813
-  _globals['_NODERECORD']._serialized_start=1540
-  _globals['_NODERECORD']._serialized_end=1858
-  _globals['_TEMPLATERECORD']._serialized_start=1861
-  _globals['_TEMPLATERECORD']._serialized_end=2040
-  _globals['_SNAPSHOTRECORD']._serialized_start=2043
-  _globals['_SNAPSHOTRECORD']._serialized_end=2268
+  _globals['_LIFECYCLE']._serialized_end=413
+  _globals['_SANDBOXSPEC']._serialized_start=416
+  _globals['_SANDBOXSPEC']._serialized_end=915
+  _globals['_SANDBOXSPEC_ENVVARSENTRY']._serialized_start=820
+  _globals['_SANDBOXSPEC_ENVVARSENTRY']._serialized_end=866
+  _globals['_SANDBOXSPEC_METADATAENTRY']._serialized_start=868
+  _globals['_SANDBOXSPEC_METADATAENTRY']._serialized_end=915
+  _globals['_SANDBOXRECORD']._serialized_start=918
+  _globals['_SANDBOXRECORD']._serialized_end=1638
+  _globals['_SANDBOXRECORD_METADATAENTRY']._serialized_start=868
+  _globals['_SANDBOXRECORD_METADATAENTRY']._serialized_end=915
+  _globals['_SANDBOXRECORD_ENVVARSENTRY']._serialized_start=820
+  _globals['_SANDBOXRECORD_ENVVARSENTRY']._serialized_end=866
+  _globals['_NODERECORD']._serialized_start=1641
+  _globals['_NODERECORD']._serialized_end=1959
+  _globals['_TEMPLATERECORD']._serialized_start=1962
+  _globals['_TEMPLATERECORD']._serialized_end=2141
+  _globals['_SNAPSHOTRECORD']._serialized_start=2144
+  _globals['_SNAPSHOTRECORD']._serialized_end=2369
 # @@protoc_insertion_point(module_scope)

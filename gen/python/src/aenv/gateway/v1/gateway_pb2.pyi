@@ -85,10 +85,12 @@ class KillSandboxResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class PauseSandboxRequest(_message.Message):
-    __slots__ = ("sandbox_id",)
+    __slots__ = ("sandbox_id", "filesystem_only")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    FILESYSTEM_ONLY_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+    filesystem_only: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., filesystem_only: _Optional[bool] = ...) -> None: ...
 
 class PauseSandboxResponse(_message.Message):
     __slots__ = ("sandbox",)
@@ -97,12 +99,14 @@ class PauseSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
 
 class ResumeSandboxRequest(_message.Message):
-    __slots__ = ("sandbox_id", "timeout_seconds")
+    __slots__ = ("sandbox_id", "timeout_seconds", "reboot")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REBOOT_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     timeout_seconds: int
-    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+    reboot: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., reboot: _Optional[bool] = ...) -> None: ...
 
 class ResumeSandboxResponse(_message.Message):
     __slots__ = ("sandbox", "resumed")
@@ -113,12 +117,14 @@ class ResumeSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ..., resumed: _Optional[bool] = ...) -> None: ...
 
 class CreateSnapshotRequest(_message.Message):
-    __slots__ = ("sandbox_id", "name")
+    __slots__ = ("sandbox_id", "name", "filesystem_only")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    FILESYSTEM_ONLY_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     name: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    filesystem_only: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., filesystem_only: _Optional[bool] = ...) -> None: ...
 
 class CreateSnapshotResponse(_message.Message):
     __slots__ = ("snapshot",)

@@ -94,12 +94,14 @@ class PauseSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
 
 class ResumeSandboxRequest(_message.Message):
-    __slots__ = ("sandbox_id", "timeout_seconds")
+    __slots__ = ("sandbox_id", "timeout_seconds", "reboot")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REBOOT_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     timeout_seconds: int
-    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+    reboot: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., reboot: _Optional[bool] = ...) -> None: ...
 
 class ResumeSandboxResponse(_message.Message):
     __slots__ = ("sandbox",)

@@ -1,0 +1,56 @@
+"""Filesystem-only pause and snapshot with real VMs: the flushed disk survives, memory does not;
+resuming or creating from them cold-boots under the same identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from aenv.cluster.v1 import cluster_pb2
+
+from .conftest import Node, netns_with, qemus_under, spec
+from .guest import sh, start_counter
+
+pytestmark = [pytest.mark.vm, pytest.mark.netns]
+
+# Only in the page cache when the capture starts: the pause must flush it to the disk layer.
+WRITE = "echo kept > /root/file"
+BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
+
+
+async def test_filesystem_pause_and_snapshot_keep_files_and_cold_boot(node: Node) -> None:
+    s = spec()
+    token = s.envd_access_token
+    sandbox = await node.lifecycle.create(s)
+    await start_counter(node.session, sandbox.host, token)
+    await sh(node.session, sandbox.host, token, WRITE)
+    first_boot = await sh(node.session, sandbox.host, token, BOOT_ID)
+
+    record = await node.lifecycle.pause(s.sandbox_id, cluster_pb2.PAUSE_MODE_FILESYSTEM)
+    assert record.pause_mode == cluster_pb2.PAUSE_MODE_FILESYSTEM
+    assert not (sandbox.directory / "paused.state").exists()  # no memory kept
+    assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+
+    sandbox = await node.lifecycle.resume(s.sandbox_id)  # a cold boot, same id and token
+    assert sandbox.record.pause_mode == cluster_pb2.PAUSE_MODE_UNSPECIFIED
+    assert await sh(node.session, sandbox.host, token, "cat /root/file") == "kept\n"
+    # A new boot: the counter process (memory only) is gone.
+    assert await sh(node.session, sandbox.host, token, BOOT_ID) != first_boot
+    assert await sh(node.session, sandbox.host, token,
+                    "pgrep -f 'read [s] < /tmp/step' || echo none") == "none\n"
+
+    await sh(node.session, sandbox.host, token, "echo snapped > /root/file")
+    snapshot = await node.lifecycle.create_snapshot(s.sandbox_id, "fs", filesystem_only=True)
+    assert not snapshot.has_memory and not snapshot.state.exists()
+    await sh(node.session, sandbox.host, token, "echo later > /root/file")  # parent continues
+    child = spec()
+    child.template_id = snapshot.snapshot_id
+    restored = await node.lifecycle.create(child)
+    assert await sh(node.session, restored.host, child.envd_access_token,
+                    "cat /root/file") == "snapped\n"
+    assert await sh(node.session, sandbox.host, token, "cat /root/file") == "later\n"
+
+    # A full pause can still be resumed by a reboot (`on_resume="reboot"`): memory is dropped.
+    await node.lifecycle.pause(s.sandbox_id)
+    rebooted = await node.lifecycle.resume(s.sandbox_id, reboot=True)
+    assert await sh(node.session, rebooted.host, token, "cat /root/file") == "later\n"
+    assert not (rebooted.directory / "paused.state").exists()
