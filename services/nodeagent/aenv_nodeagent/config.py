@@ -47,6 +47,11 @@ class NodeAgentSettings(BaseSettings):
     warm_pool_slots: int = 4
     warm_pool_overlays: int = 2
     heartbeat_ttl_s: int = 10
+    # Snapstore gRPC address (host:port): snapshots are persisted there and restored from there
+    # on nodes that lack them. Empty: persistence off.
+    snapstore_address: str = ""
+    # Snapshot pushes running at once (each already overlaps hashing, compression and upload).
+    snapstore_max_pushes: int = Field(default=2, ge=1)
     # Metrics history: envd's /metrics of every running sandbox every interval (E2B: 5 s), kept
     # in a ring of at most max_samples per sandbox (720 x 5 s = the last hour).
     metrics_interval_s: float = Field(default=5.0, gt=0)

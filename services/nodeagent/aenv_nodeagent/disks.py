@@ -18,14 +18,8 @@ async def create_overlay(backing: Path, path: Path) -> None:
     held by a running QEMU (whose write lock would refuse even a read-only open)."""
     backing_format = _format_of(backing)
     size = qcow2_virtual_size(backing) if backing_format == "qcow2" else backing.stat().st_size
-    proc = await asyncio.create_subprocess_exec(
-        "qemu-img", "create", "-q", "-f", "qcow2", "-F", backing_format,
-        "-b", str(backing), "-u", str(path), str(size),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await proc.communicate()
-    if proc.returncode != 0:
-        raise Internal(f"qemu-img create overlay failed: {err.decode(errors='replace').strip()}")
+    await _qemu_img("create", "-q", "-f", "qcow2", "-F", backing_format,
+                    "-b", str(backing), "-u", str(path), str(size))
 
 
 def qcow2_virtual_size(image: Path) -> int:
@@ -44,3 +38,21 @@ def _format_of(image: Path) -> str:
             return "qcow2" if fh.read(4) == _QCOW2_MAGIC else "raw"
     except OSError as err:
         raise Internal(f"disk layer {image} is unreadable: {err}") from err
+
+
+async def rebase_overlay(path: Path, backing: Path, backing_format: str = "") -> None:
+    """Point a qcow2 layer at `backing` without touching its data (`rebase -u`): a layer pulled
+    from another node names that node's backing path. `backing` need not exist yet when its
+    format is given."""
+    await _qemu_img("rebase", "-u", "-f", "qcow2", "-F", backing_format or _format_of(backing),
+                    "-b", str(backing), str(path))
+
+
+async def _qemu_img(command: str, *args: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        "qemu-img", command, *args,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise Internal(f"qemu-img {command} failed: {err.decode(errors='replace').strip()}")

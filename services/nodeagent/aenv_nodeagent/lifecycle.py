@@ -24,7 +24,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,12 +35,15 @@ from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.memimage import (
+    DEVICE_STATE,
+    MEMORY,
     MemoryImage,
     MemoryImages,
     capture_stream,
     discard_interrupted,
 )
 from aenv_nodeagent.network import NetSlot, NetworkManager
+from aenv_nodeagent.persistence import SnapshotPersistence, layer_file
 from aenv_nodeagent.recovery import PAUSED_MARKER
 from aenv_nodeagent.sandboxes import (
     DEFAULT_TIMEOUT_S,
@@ -57,6 +60,7 @@ from aenv_nodeagent.sandboxes import (
     validate_spec,
 )
 from aenv_nodeagent.snapshots import (
+    SNAPSHOT_META,
     LayerStore,
     SnapshotMeta,
     SnapshotStore,
@@ -129,6 +133,7 @@ class SandboxLifecycle:
         ready_timeout_s: float,
         boot_timeout_s: float = 120.0,
         max_layers: int = 8,
+        persistence: SnapshotPersistence | None = None,
     ) -> None:
         self._manager = manager
         self._templates = templates
@@ -146,6 +151,8 @@ class SandboxLifecycle:
         # Past this many frozen layers under a running sandbox, they are merged into its overlay.
         self.max_layers = max_layers
         self._compactions: dict[str, asyncio.Task[None]] = {}
+        # Snapstore: snapshots pushed in the background, pulled when not held here (None: off).
+        self.persistence = persistence
         manager.on_expired = self.expire
 
     # --- queries -------------------------------------------------------------------------------
@@ -166,13 +173,23 @@ class SandboxLifecycle:
 
     async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
         """From a template, or from a snapshot when `template_id` names one."""
-        snapshot = self.snapshots.find(spec.template_id)
+        snapshot = self.snapshots.find(spec.template_id) or await self._pull(spec.template_id)
         if snapshot is None:
             sandbox = await self._manager.create(spec)
             self._chains[spec.sandbox_id] = Chain(spec.template_id, [])
             return sandbox
         async with self._manager.exclusive(spec.sandbox_id):
             return await self._create_from(self.snapshots.get(spec.template_id), spec)
+
+    async def _pull(self, snapshot_id: str) -> SnapshotMeta | None:
+        """A snapshot this node lacks, from snapstore (never asked for a known template)."""
+        if self.persistence is None or self._templates.has(snapshot_id):
+            return None
+        return await self.persistence.fetch(
+            snapshot_id, self.snapshots, self.layers, self._template_disk)
+
+    async def _template_disk(self, template_id: str) -> Path:
+        return (await self._templates.get(template_id)).disk
 
     async def kill(self, sandbox_id: str) -> None:
         if paused := self._paused.get(sandbox_id):
@@ -197,6 +214,8 @@ class SandboxLifecycle:
     async def destroy_all(self) -> None:
         """Everything on this node: running and paused sandboxes, snapshots, layers."""
         await self.memory_images.close()
+        if self.persistence is not None:
+            await self.persistence.close()
         for task in list(self._compactions.values()):
             task.cancel()
         await asyncio.gather(*self._compactions.values(), return_exceptions=True)
@@ -370,6 +389,7 @@ class SandboxLifecycle:
         self.snapshots.add(meta)
         if memory and not hidden:  # restores of it are likely: prepare its memory image now
             self._materialize(meta)
+        self._persist_soon(meta)
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
         return meta
@@ -397,11 +417,27 @@ class SandboxLifecycle:
         chain.active = active
         chain.layers.insert(0, layer)
 
+    def _persist_soon(self, meta: SnapshotMeta) -> None:
+        if self.persistence is not None and not meta.hidden:
+            self.persistence.persist_soon(
+                meta, lambda: self._persisted_files(meta), self.snapshots)
+
+    async def _persisted_files(self, meta: SnapshotMeta) -> Mapping[str, Path]:
+        """What another node needs to restore the snapshot (waits for its memory image)."""
+        files = {SNAPSHOT_META: meta.directory / SNAPSHOT_META}
+        if meta.has_memory:
+            image = await asyncio.shield(self._materialize(meta))
+            files |= {MEMORY: image.memory, DEVICE_STATE: image.device_state}
+        return files | {layer_file(layer): self.layers.path(layer) for layer in meta.layers}
+
     def delete_snapshot(self, snapshot_id: str) -> None:
-        """Removes the snapshot at once; its disk layer stays while sandboxes still use it."""
+        """Removes the snapshot at once (from snapstore in the background); its disk layer stays
+        while sandboxes still use it."""
         meta = self.snapshots.find(snapshot_id)
         if meta is not None:
             self.memory_images.cancel_soon(meta.directory)
+            if self.persistence is not None and not meta.hidden:
+                self.persistence.forget_soon(snapshot_id)
         self.snapshots.remove(snapshot_id)
         self.collect_layers()
         log.info("snapshot deleted", extra={"snapshot_id": snapshot_id})
@@ -597,6 +633,7 @@ class SandboxLifecycle:
         Returns the ids of the paused sandboxes found."""
         for snapshot in self.snapshots.load():
             discard_interrupted(snapshot.directory)
+            self._persist_soon(snapshot)  # a push cut short by the last stop
         for meta_file in self._sandboxes_dir.glob(f"*/{PAUSED_MARKER}"):
             try:
                 data = json.loads(meta_file.read_text())

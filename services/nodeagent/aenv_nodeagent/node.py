@@ -26,6 +26,7 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.persistence import SnapshotPersistence
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import build_proxy_app
 from aenv_nodeagent.recovery import recover
@@ -105,10 +106,12 @@ class NodeAgent:
         )
         self.lifecycle = SandboxLifecycle(
             self.manager, self.templates, network, envd, store, s.resolved_state_dir(),
-            ready_timeout_s=s.restore_ready_timeout_s,
+            ready_timeout_s=s.restore_ready_timeout_s, persistence=self._persistence(),
         )
-        paused = self.lifecycle.load()
         snapshot_records = SnapshotPublisher(store, s.node_id)
+        if self.lifecycle.persistence is not None:
+            self.lifecycle.persistence.on_persisted = snapshot_records.mark_persisted
+        paused = self.lifecycle.load()
         await snapshot_records.sync(self.lifecycle.snapshots.listed())
         servicer = NodeAgentServicer(
             self.manager, self.lifecycle, self.node_record, snapshot_records)
@@ -129,6 +132,12 @@ class NodeAgent:
                    "reason": self.accel.reason, "grpc": s.listen, "proxy": s.proxy_listen,
                    "paused_sandboxes": len(paused)},
         )
+
+    def _persistence(self) -> SnapshotPersistence | None:
+        s = self.settings
+        if not s.snapstore_address:
+            return None
+        return SnapshotPersistence(s.snapstore_address, max_pushes=s.snapstore_max_pushes)
 
     def _metrics_sampler(self) -> MetricsSampler:
         assert self.manager is not None and self.lifecycle is not None
@@ -201,6 +210,8 @@ class NodeAgent:
             await self._grpc.stop(grace=1.0)
         if self.lifecycle is not None:
             await self.lifecycle.memory_images.close()
+            if self.lifecycle.persistence is not None:
+                await self.lifecycle.persistence.close()
         if self.manager is not None:
             await self.manager.kill_all()
         if self.pool is not None:

@@ -25,6 +25,10 @@ class RecordStore(Protocol):
 
     async def delete_record(self, kind: str, record_id: str) -> None: ...
 
+    async def get_record(
+        self, kind: str, record_id: str, record_type: type[cluster_pb2.SnapshotRecord]
+    ) -> cluster_pb2.SnapshotRecord | None: ...
+
     async def list_records(
         self, kind: str, record_type: type[cluster_pb2.SnapshotRecord]
     ) -> list[cluster_pb2.SnapshotRecord]: ...
@@ -36,7 +40,7 @@ def snapshot_record(
     record = cluster_pb2.SnapshotRecord(
         snapshot_id=meta.snapshot_id, node_id=node_id, sandbox_id=meta.sandbox_id,
         template_id=meta.template_id, names=meta.names, has_memory=meta.has_memory,
-        resources=resources,
+        resources=resources, persisted=meta.persisted,
     )
     record.created_at.FromNanoseconds(int(meta.created_at * 1e9))
     return record
@@ -54,6 +58,16 @@ class SnapshotPublisher:
             return
         record = snapshot_record(meta, self._node_id, resources)
         await self._store.put_record(SNAPSHOTS, meta.snapshot_id, record)
+
+    async def mark_persisted(self, meta: SnapshotMeta) -> None:
+        """Flag the published record; one not yet published gets the flag when it is."""
+        record = await self._store.get_record(SNAPSHOTS, meta.snapshot_id,
+                                              cluster_pb2.SnapshotRecord)
+        if record is None or record.persisted or record.node_id != self._node_id:
+            return
+        record.persisted = True
+        await self._store.put_record(SNAPSHOTS, meta.snapshot_id, record)
+        log.info("snapshot persisted", extra={"snapshot_id": meta.snapshot_id})
 
     async def withdraw(self, snapshot_id: str) -> None:
         await self._store.delete_record(SNAPSHOTS, snapshot_id)

@@ -24,7 +24,8 @@ from aenv_common.errors import Conflict, NotFound
 
 log = logging.getLogger(__name__)
 
-_META = "snapshot.json"
+SNAPSHOT_META = "snapshot.json"
+_META = SNAPSHOT_META
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -57,6 +58,8 @@ class SnapshotMeta:
     has_memory: bool = True
     # Internal snapshots (a fork's capture) are not listed and go away with their operation.
     hidden: bool = False
+    # Stored in snapstore (persistence.py): another node can restore it.
+    persisted: bool = False
     directory: Path = field(default=Path("."), compare=False)
 
     @property
@@ -110,6 +113,15 @@ class SnapshotStore:
         _write_private(meta.directory / _META, json.dumps(asdict(meta), default=str))
         self._snapshots[meta.snapshot_id] = meta
 
+    def save(self, meta: SnapshotMeta) -> None:
+        """Rewrite the metadata of a snapshot still held (it may have been deleted meanwhile)."""
+        if self._snapshots.get(meta.snapshot_id) is meta:
+            _write_private(meta.directory / _META, json.dumps(asdict(meta), default=str))
+
+    def staging_directory(self, snapshot_id: str) -> Path:
+        """Where a pull lands first; `load` removes it if a crash leaves it behind."""
+        return self._root / f".pull-{snapshot_id}"
+
     def find(self, snapshot_id: str) -> SnapshotMeta | None:
         return self._snapshots.get(snapshot_id)
 
@@ -142,18 +154,25 @@ class SnapshotStore:
 
     def load(self) -> list[SnapshotMeta]:
         """Snapshots left by an earlier run; hidden ones (an interrupted fork) are removed."""
-        for meta_file in self._root.glob(f"*/{_META}"):
-            data = json.loads(meta_file.read_text())
-            data["directory"] = meta_file.parent
-            meta = SnapshotMeta(**data)
+        for meta_file in self._root.glob(f"[!.]*/{_META}"):  # not a pull's staging directory
+            meta = read_meta(meta_file, meta_file.parent)
             if meta.hidden:
                 shutil.rmtree(meta.directory, ignore_errors=True)
             else:
                 self._snapshots[meta.snapshot_id] = meta
         for leftover in self._root.iterdir():
-            if leftover.is_dir() and not (leftover / _META).is_file():
-                shutil.rmtree(leftover, ignore_errors=True)  # a capture cut short
+            if leftover.is_dir() and (
+                leftover.name.startswith(".") or not (leftover / _META).is_file()
+            ):
+                shutil.rmtree(leftover, ignore_errors=True)  # a capture or pull cut short
         return list(self._snapshots.values())
+
+
+def read_meta(meta_file: Path, directory: Path) -> SnapshotMeta:
+    """A snapshot.json, for a snapshot living in `directory` (not necessarily its own)."""
+    data = json.loads(meta_file.read_text())
+    data["directory"] = directory
+    return SnapshotMeta(**data)
 
 
 def _write_private(path: Path, text: str) -> None:

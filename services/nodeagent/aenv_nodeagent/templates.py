@@ -139,6 +139,9 @@ class TemplateStore:
     def register(self, inputs: TemplateInputs) -> None:
         self._inputs[inputs.template_id] = inputs
 
+    def has(self, template_id: str) -> bool:
+        return template_id in self._inputs
+
     def inputs(self, template_id: str) -> TemplateInputs:
         try:
             return self._inputs[template_id]

@@ -25,6 +25,7 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
+from aenv_nodeagent.persistence import SnapshotPersistence
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.recovery import recover
 from aenv_nodeagent.sandboxes import SandboxManager
@@ -68,9 +69,10 @@ class Node:
 async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
+    pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
-    network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr="10.217.0.0/24"))
+    network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
     envd = EnvdClient(session)
     templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
                               boot_timeout_s=90, boot_attempts=3)
@@ -80,8 +82,9 @@ async def build_node(
     pool.start()
     manager = SandboxManager("test-node", state_dir, templates, network, envd, records,
                              ready_timeout_s=60, pool=pool)
+    persistence = SnapshotPersistence(snapstore, retry_delays_s=(0.2,)) if snapstore else None
     lifecycle = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
-                                 ready_timeout_s=60)
+                                 ready_timeout_s=60, persistence=persistence)
     return Node(lifecycle, manager, records, network, session, state_dir, prefix, pool)
 
 
@@ -102,13 +105,17 @@ async def node() -> AsyncIterator[Node]:
 
 
 @contextlib.asynccontextmanager
-async def node_parts(*, pool_slots: int = 0, pool_overlays: int = 0) -> AsyncIterator[Node]:
+async def node_parts(
+    *, pool_slots: int = 0, pool_overlays: int = 0, pool_cidr: str = "10.217.0.0/24",
+    snapstore: str = "",
+) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
     try:
         async with aiohttp.ClientSession() as session:
             first = await build_node(state_dir, prefix, session, MemoryRecords(),
-                                     pool_slots=pool_slots, pool_overlays=pool_overlays)
+                                     pool_slots=pool_slots, pool_overlays=pool_overlays,
+                                     pool_cidr=pool_cidr, snapstore=snapstore)
             try:
                 yield first
             finally:

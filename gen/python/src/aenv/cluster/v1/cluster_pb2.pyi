@@ -195,7 +195,7 @@ class TemplateRecord(_message.Message):
     def __init__(self, template_id: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., default_resources: _Optional[_Union[Resources, _Mapping]] = ..., envd_version: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SnapshotRecord(_message.Message):
-    __slots__ = ("snapshot_id", "node_id", "sandbox_id", "template_id", "names", "has_memory", "created_at", "resources")
+    __slots__ = ("snapshot_id", "node_id", "sandbox_id", "template_id", "names", "has_memory", "created_at", "resources", "persisted")
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,7 @@ class SnapshotRecord(_message.Message):
     HAS_MEMORY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    PERSISTED_FIELD_NUMBER: _ClassVar[int]
     snapshot_id: str
     node_id: str
     sandbox_id: str
@@ -212,4 +213,5 @@ class SnapshotRecord(_message.Message):
     has_memory: bool
     created_at: _timestamp_pb2.Timestamp
     resources: Resources
-    def __init__(self, snapshot_id: _Optional[str] = ..., node_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., has_memory: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+    persisted: bool
+    def __init__(self, snapshot_id: _Optional[str] = ..., node_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., has_memory: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., persisted: _Optional[bool] = ...) -> None: ...

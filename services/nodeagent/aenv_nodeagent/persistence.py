@@ -1,0 +1,202 @@
+"""Snapshots persisted to snapstore, so any node can restore them (DESIGN §3 "Persist").
+
+After a snapshot's memory image is materialized (at once for a filesystem-only snapshot), its
+`snapshot.json`, `memory`, `device.state` and every frozen disk layer it stands on are pushed as
+one manifest, in the background and a few at a time: create_snapshot never waits for it. Chunks
+the store already has (earlier layers, unchanged memory) are not sent again. A failed push is
+retried with backoff and, past that, at the next node agent start; the local copy is never
+touched. A node that lacks a snapshot pulls it, points the pulled layers' qcow2 backing files at
+its own paths, and restores from it as from a local one.
+
+`snapshot.json` holds the guest's envd token: it travels only inside the stored manifest (like
+the local 0600 file) and is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+
+import grpc
+
+from aenv.snapstore.v1 import snapstore_pb2 as pb
+from aenv_common.errors import InvalidArgument, NotFound
+from aenv_common.snapshots import PushStats, pull_files, push_files, snapstore_stub
+from aenv_common.snapshots._rpc import typed_rpc_errors
+from aenv_common.snapshots.codec import check_name
+from aenv_nodeagent.disks import rebase_overlay
+from aenv_nodeagent.memimage import DEVICE_STATE, MEMORY
+from aenv_nodeagent.snapshots import (
+    SNAPSHOT_META,
+    LayerStore,
+    SnapshotMeta,
+    SnapshotStore,
+    read_meta,
+)
+
+log = logging.getLogger(__name__)
+
+# The files to push, once they are ready (waits for the memory image).
+FilesReady = Callable[[], Awaitable[Mapping[str, Path]]]
+OnPersisted = Callable[[SnapshotMeta], Awaitable[None]]
+TemplateDisk = Callable[[str], Awaitable[Path]]
+
+DEFAULT_RETRY_DELAYS_S = (2.0, 10.0, 60.0, 300.0)
+
+
+def layer_file(layer_id: str) -> str:
+    return f"{layer_id}.qcow2"
+
+
+class SnapshotPersistence:
+    def __init__(
+        self, address: str, *, max_pushes: int = 2,
+        retry_delays_s: Sequence[float] = DEFAULT_RETRY_DELAYS_S,
+    ) -> None:
+        self._channel = grpc.aio.insecure_channel(address)
+        self._stub = snapstore_stub(self._channel)
+        self._slots = asyncio.Semaphore(max_pushes)
+        self._retry_delays_s = tuple(retry_delays_s)
+        self._pushes: dict[str, asyncio.Task[None]] = {}
+        self._pulls: dict[str, asyncio.Task[SnapshotMeta | None]] = {}
+        self._deletes: set[asyncio.Task[None]] = set()
+        # Set by the node: records "persisted" in the snapshot's cluster record.
+        self.on_persisted: OnPersisted | None = None
+        # The last push of each snapshot (tests and benchmarks read them).
+        self.stats: dict[str, PushStats] = {}
+
+    # --- push ----------------------------------------------------------------------------------
+
+    def persist_soon(self, meta: SnapshotMeta, files: FilesReady, store: SnapshotStore) -> None:
+        if meta.hidden or meta.persisted or meta.snapshot_id in self._pushes:
+            return
+        task = asyncio.ensure_future(self._persist(meta, files, store))
+        self._pushes[meta.snapshot_id] = task
+        task.add_done_callback(lambda _: self._pushes.pop(meta.snapshot_id, None))
+
+    async def persisted(self, snapshot_id: str) -> None:
+        """Wait for the snapshot's push in flight, if any."""
+        if task := self._pushes.get(snapshot_id):
+            await asyncio.shield(task)
+
+    async def _persist(self, meta: SnapshotMeta, files: FilesReady, store: SnapshotStore) -> None:
+        for attempt, delay in enumerate((0.0, *self._retry_delays_s)):
+            await asyncio.sleep(delay)
+            try:
+                await self._push(meta, await files())
+            except Exception as err:  # the store or the image may come back: try again later
+                log.warning("snapshot push failed", extra={
+                    "snapshot_id": meta.snapshot_id, "attempt": attempt + 1, "error": str(err)})
+                continue
+            meta.persisted = True
+            store.save(meta)
+            if self.on_persisted is not None:
+                await self.on_persisted(meta)
+            return
+        log.error("snapshot not persisted; kept locally, retried at the next start",
+                  extra={"snapshot_id": meta.snapshot_id})
+
+    async def _push(self, meta: SnapshotMeta, files: Mapping[str, Path]) -> None:
+        async with self._slots:
+            stats = await push_files(
+                self._stub, meta.snapshot_id, "", files,
+                labels={"template_id": meta.template_id, "sandbox_id": meta.sandbox_id})
+        self.stats[meta.snapshot_id] = stats
+
+    # --- delete --------------------------------------------------------------------------------
+
+    def forget_soon(self, snapshot_id: str) -> None:
+        """Stop the snapshot's push and delete it from the store, in the background."""
+        task = asyncio.ensure_future(self._forget(snapshot_id, self._pushes.pop(snapshot_id, None)))
+        self._deletes.add(task)
+        task.add_done_callback(self._deletes.discard)
+
+    async def _forget(self, snapshot_id: str, push: asyncio.Task[None] | None) -> None:
+        if push is not None:  # its manifest must not land after the delete
+            push.cancel()
+            await asyncio.gather(push, return_exceptions=True)
+        try:
+            with typed_rpc_errors():
+                await self._stub.DeleteManifest(pb.DeleteManifestRequest(snapshot_id=snapshot_id))
+        except NotFound:
+            return  # never persisted
+        except Exception as err:
+            # Unreferenced by any node: only the store's space is lost until an operator acts.
+            log.warning("snapshot not deleted from snapstore",
+                        extra={"snapshot_id": snapshot_id, "error": str(err)})
+            return
+        log.info("snapshot deleted from snapstore", extra={"snapshot_id": snapshot_id})
+
+    # --- pull ----------------------------------------------------------------------------------
+
+    async def fetch(
+        self, snapshot_id: str, snapshots: SnapshotStore, layers: LayerStore,
+        template_disk: TemplateDisk,
+    ) -> SnapshotMeta | None:
+        """The snapshot pulled from the store into this node's stores; None if it has none.
+        Concurrent restores of the same snapshot share one pull."""
+        try:
+            check_name("snapshot id", snapshot_id)
+        except InvalidArgument:
+            return None  # a name the store cannot hold: not a persisted snapshot
+        task = self._pulls.get(snapshot_id)
+        if task is None:
+            task = asyncio.ensure_future(
+                self._pull(snapshot_id, snapshots, layers, template_disk))
+            self._pulls[snapshot_id] = task
+            task.add_done_callback(lambda _: self._pulls.pop(snapshot_id, None))
+        return await asyncio.shield(task)
+
+    async def _pull(
+        self, snapshot_id: str, snapshots: SnapshotStore, layers: LayerStore,
+        template_disk: TemplateDisk,
+    ) -> SnapshotMeta | None:
+        staging = snapshots.staging_directory(snapshot_id)
+        try:
+            try:
+                files = await pull_files(self._stub, snapshot_id, staging)
+            except NotFound:
+                return None
+            return await _adopt(files, snapshots, layers, template_disk)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    async def close(self) -> None:
+        """Stop pushes and pulls (a push left undone resumes at the next start), finish
+        deletes."""
+        for task in [*self._pushes.values(), *self._pulls.values()]:
+            task.cancel()
+        await asyncio.gather(*self._pushes.values(), *self._pulls.values(), *self._deletes,
+                             return_exceptions=True)
+        await self._channel.close()
+
+
+async def _adopt(
+    files: Mapping[str, Path], snapshots: SnapshotStore, layers: LayerStore,
+    template_disk: TemplateDisk,
+) -> SnapshotMeta:
+    """Move pulled files into place: memory files into a snapshot directory, layers (re-pointed
+    at this node's paths) into `layers/`. A layer this node already holds is kept as is."""
+    staging = files[SNAPSHOT_META].parent
+    meta = read_meta(files[SNAPSHOT_META], staging)
+    # Every layer but the last stands on the next (a qcow2 layer, maybe not in place yet).
+    backings = [(layers.path(layer), "qcow2") for layer in meta.layers[1:]]
+    backings.append((await template_disk(meta.template_id), ""))
+    for layer, (backing, backing_format) in zip(meta.layers, backings, strict=True):
+        await rebase_overlay(files[layer_file(layer)], backing, backing_format)
+    meta.directory = snapshots.new_directory(meta.snapshot_id)
+    for name in (MEMORY, DEVICE_STATE):
+        if name in files:
+            os.replace(files[name], meta.directory / name)
+    meta.persisted = True
+    snapshots.add(meta)  # before the layers: from now on they count as in use
+    for layer in meta.layers:
+        if not layers.path(layer).is_file():
+            os.replace(files[layer_file(layer)], layers.path(layer))
+    log.info("snapshot pulled from snapstore",
+             extra={"snapshot_id": meta.snapshot_id, "layers": len(meta.layers)})
+    return meta
