@@ -132,4 +132,8 @@ def test_output_rate_above_10_mb_per_s_is_not_dropped(sbx: Sandbox) -> None:
     elapsed = time.monotonic() - started
     assert len(result.stdout) == size
     assert hashlib.sha256(result.stdout.encode()).hexdigest() == digest
-    print(f"fast producer: {size / elapsed / 1e6:.1f} MB/s end to end")
+    rate = size / elapsed / 1e6
+    print(f"fast producer: {rate:.1f} MB/s end to end")
+    # A regression guard only, far below what TCG delivers even on a loaded 2-core host (5-10
+    # MB/s; bench/envd_throughput.py measures it): per-byte work in envd would fall under it.
+    assert rate > 1.0, f"command output at {rate:.2f} MB/s"

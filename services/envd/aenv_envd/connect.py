@@ -7,6 +7,7 @@ client-streaming replies, and error code -> HTTP status.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -38,6 +39,18 @@ RespT = TypeVar("RespT", bound=Message)
 # ----- codecs ---------------------------------------------------------------------------------
 
 
+class Preencoded(abc.ABC):
+    """A response message that encodes itself, for hot paths (command output): building protobuf
+    objects copies every bytes field twice and json_format walks them in Python, which under
+    emulation costs more than the bytes themselves."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def envelope(self, binary: bool) -> bytes | bytearray:
+        """The whole data envelope (flags, length, payload) in the given codec."""
+
+
 class Codec:
     """proto3-JSON or binary protobuf encoding of single messages."""
 
@@ -49,6 +62,13 @@ class Codec:
             return bytes(message.SerializeToString())
         as_dict = json_format.MessageToDict(message, preserving_proto_field_name=False)
         return json.dumps(as_dict, separators=(",", ":")).encode()
+
+    def frame(self, message: Message | Preencoded) -> bytes | memoryview:
+        """One data envelope, as starlette's StreamingResponse takes it."""
+        if not isinstance(message, Preencoded):
+            return encode_envelope(0, self.encode(message))
+        envelope = message.envelope(self.binary)
+        return envelope if isinstance(envelope, bytes) else memoryview(envelope)
 
     def decode(self, payload: bytes, message_type: type[ReqT]) -> ReqT:
         message = message_type()
@@ -168,7 +188,7 @@ def _keepalive_s(headers: dict[str, str]) -> float:
 # ----- method kinds ---------------------------------------------------------------------------
 
 UnaryFn = Callable[[Any, RpcContext], Awaitable[Message]]
-ServerStreamFn = Callable[[Any, RpcContext], AsyncIterator[Message]]
+ServerStreamFn = Callable[[Any, RpcContext], AsyncIterator[Message | Preencoded]]
 ClientStreamFn = Callable[[AsyncIterator[Any], RpcContext], Awaitable[Message]]
 
 
@@ -269,7 +289,9 @@ async def _serve_server_stream(request: Request, method: ServerStream[Any]) -> R
     )
 
 
-async def _first_message(messages: AsyncIterator[Message], ctx: RpcContext) -> Message | None:
+async def _first_message(
+    messages: AsyncIterator[Message | Preencoded], ctx: RpcContext
+) -> Message | Preencoded | None:
     try:
         return await anext(messages)
     except StopAsyncIteration:
@@ -277,16 +299,19 @@ async def _first_message(messages: AsyncIterator[Message], ctx: RpcContext) -> M
 
 
 async def _stream_body(
-    first: Message | None, messages: AsyncIterator[Message], codec: Codec, ctx: RpcContext
-) -> AsyncIterator[bytes]:
+    first: Message | Preencoded | None,
+    messages: AsyncIterator[Message | Preencoded],
+    codec: Codec,
+    ctx: RpcContext,
+) -> AsyncIterator[bytes | memoryview]:
     error: EnvdError | None = None
     try:
         if first is None:
             return
-        yield encode_envelope(0, codec.encode(first))
+        yield codec.frame(first)
         async with asyncio.timeout(ctx.timeout_s):
             async for message in messages:
-                yield encode_envelope(0, codec.encode(message))
+                yield codec.frame(message)
     except EnvdError as exc:
         error = exc
     except TimeoutError:

@@ -30,10 +30,10 @@ async def wait_fd(fd: int, writable: bool = False) -> None:
             loop.remove_reader(fd)
 
 
-def try_read(fd: int) -> bytes | None:
+def try_read(fd: int, size: int = READ_CHUNK) -> bytes | None:
     """Bytes available now, b"" at EOF (EIO is how a pty master reports it), None if none yet."""
     try:
-        return os.read(fd, READ_CHUNK)
+        return os.read(fd, size)
     except BlockingIOError:
         return None
     except OSError as exc:

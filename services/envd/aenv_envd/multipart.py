@@ -16,7 +16,7 @@ class PartStart:
 
 @dataclass(frozen=True)
 class PartData:
-    data: bytes
+    data: bytes | memoryview  # a view of the fed chunk when it could be passed on uncopied
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,52 @@ class MultipartParser:
         return self._state == "done"
 
     def feed(self, chunk: bytes) -> list[MultipartEvent]:
-        self._buffer += chunk
         events: list[MultipartEvent] = []
+        if self._state == "body" and len(chunk) >= len(self._delimiter):
+            # File bodies are nearly all of an upload: scan each chunk where it lies and pass
+            # views of it on, instead of appending it to the buffer and slicing copies out.
+            chunk = self._body_chunk(chunk, events)
+            if not chunk:
+                return events
+        self._buffer += chunk
         while self._step(events):
             pass
         return events
+
+    def _body_chunk(self, chunk: bytes, events: list[MultipartEvent]) -> bytes:
+        """Body bytes of `chunk` become events; returns what follows the delimiter, if found.
+
+        Invariant in the body state: the buffer holds less than a delimiter, the tail of the
+        previous chunk that could be the start of one; the chunk is at least a delimiter long."""
+        delimiter = self._delimiter
+        size = len(delimiter)
+        tail = self._buffer
+        if tail:
+            # A delimiter starting in the tail ends within the first size-1 bytes of the chunk.
+            index = (bytes(tail) + chunk[: size - 1]).find(delimiter)
+            if 0 <= index < len(tail):
+                if index:
+                    events.append(PartData(bytes(tail[:index])))
+                events.append(PartEnd())
+                rest = chunk[index + size - len(tail) :]
+                tail.clear()
+                self._state = "after_delimiter"
+                return rest
+            events.append(PartData(bytes(tail)))
+            tail.clear()
+        view = memoryview(chunk)
+        index = chunk.find(delimiter)
+        if index >= 0:
+            if index:
+                events.append(PartData(view[:index]))
+            events.append(PartEnd())
+            self._state = "after_delimiter"
+            return chunk[index + size :]
+        safe = len(chunk) - size + 1
+        if safe > 0:
+            events.append(PartData(view[:safe]))
+        tail += view[max(safe, 0) :]
+        return b""
 
     def _step(self, events: list[MultipartEvent]) -> bool:
         buf = self._buffer

@@ -12,7 +12,8 @@ from envd.process import process_pb2 as pb
 from .channel import EventChannel
 from .connect import ClientStream, RpcContext, RpcMethod, ServerStream, Unary
 from .errors import EnvdError, invalid_argument
-from .processes import Event, ManagedProcess, ProcessManager, SpawnSpec
+from .output import OutputChunk
+from .processes import Event, ManagedProcess, ProcessManager, SpawnSpec, StreamItem
 from .state import SandboxState
 from .users import FALLBACK_PATH, User, resolve_path, username_from_authorization
 
@@ -74,7 +75,7 @@ class ProcessService:
 
     async def start(
         self, request: pb.StartRequest, ctx: RpcContext
-    ) -> AsyncIterator[pb.StartResponse]:
+    ) -> AsyncIterator[pb.StartResponse | OutputChunk]:
         user = self._caller(ctx)
         if not request.process.cmd:
             raise invalid_argument("process cmd is empty")
@@ -95,16 +96,17 @@ class ProcessService:
         process = self._manager.spawn(spec)
         channel = process.subscribe()
         async for event in _follow(process, channel, ctx.keepalive_s, owns_deadline=True):
-            yield pb.StartResponse(event=event)
+            # Output chunks encode themselves as a whole response (same shape for both RPCs).
+            yield event if isinstance(event, OutputChunk) else pb.StartResponse(event=event)
 
     async def connect(
         self, request: pb.ConnectRequest, ctx: RpcContext
-    ) -> AsyncIterator[pb.ConnectResponse]:
+    ) -> AsyncIterator[pb.ConnectResponse | OutputChunk]:
         self._caller(ctx)
         process = self._manager.select(request.process)
         channel = process.subscribe()
         async for event in _follow(process, channel, ctx.keepalive_s, owns_deadline=False):
-            yield pb.ConnectResponse(event=event)
+            yield event if isinstance(event, OutputChunk) else pb.ConnectResponse(event=event)
 
     async def list(self, request: pb.ListRequest, ctx: RpcContext) -> pb.ListResponse:
         self._caller(ctx)
@@ -167,10 +169,10 @@ async def _write(process: ManagedProcess, data: pb.ProcessInput) -> None:
 
 async def _follow(
     process: ManagedProcess,
-    channel: EventChannel[Event] | None,
+    channel: EventChannel[StreamItem] | None,
     keepalive_s: float,
     owns_deadline: bool,
-) -> AsyncIterator[Event]:
+) -> AsyncIterator[StreamItem]:
     """start, live data and keepalives, then end: the shape of Start and Connect streams."""
     yield Event(start=Event.StartEvent(pid=process.pid))
     if channel is None:  # already finished: a late Connect still learns how it ended
@@ -186,6 +188,9 @@ async def _follow(
                 continue
             if event is None:
                 return
+            if isinstance(event, OutputChunk):
+                yield event
+                continue
             if event.HasField("end") and owns_deadline and process.killed_by_deadline:
                 raise EnvdError("deadline_exceeded", "process exceeded its deadline and was killed")
             yield event

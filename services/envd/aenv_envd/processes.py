@@ -12,12 +12,14 @@ import subprocess
 import termios
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from envd.process import process_pb2 as pb
 
 from .channel import EventChannel
 from .errors import EnvdError, internal, invalid_argument, not_found
 from .fdio import try_read, wait_fd, write_all
+from .output import OutputChunk
 from .users import User
 
 log = logging.getLogger(__name__)
@@ -25,8 +27,15 @@ log = logging.getLogger(__name__)
 # After the process exits, output still arriving from descendants holding its pipes is read for
 # this long before the end event is sent.
 EXIT_DRAIN_GRACE_S = 2.0
+# Output pipes get this capacity and are read this much at a time: a fast producer (`yes`,
+# `cat bigfile`) then costs envd a few large reads instead of one wake-up per 64 KiB.
+PIPE_BYTES = 1024 * 1024
+# A queued chunk absorbs later reads of its stream up to this size (one frame per chunk).
+FRAME_BYTES = 1024 * 1024
 
 Event = pb.ProcessEvent
+# What a stream's channel carries: protobuf events (start, end) and raw output.
+StreamItem: TypeAlias = "pb.ProcessEvent | OutputChunk"
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,13 @@ def set_winsize(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
+def _enlarge_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:  # over the unprivileged per-user pipe quota: the default 64 KiB still works
+        pass
+
+
 def _acquire_controlling_tty() -> None:  # runs in the child between fork and exec
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
@@ -78,7 +94,7 @@ class ManagedProcess:
         self.is_pty = spec.pty_size is not None
         self.killed_by_deadline = False
         self.end: Event | None = None
-        self._subscribers: set[EventChannel[Event]] = set()
+        self._subscribers: set[EventChannel[StreamItem]] = set()
         self._input_lock = asyncio.Lock()
         self._stdin_fd: int | None = None
         self._drain_over = asyncio.Event()
@@ -130,6 +146,8 @@ class ManagedProcess:
                 stdin = in_r
                 self._stdin_fd = in_w
                 os.set_blocking(in_w, False)
+            for fd in (out_r, err_r):
+                _enlarge_pipe(fd)
             popen = subprocess.Popen(
                 argv,
                 stdin=stdin,
@@ -153,31 +171,42 @@ class ManagedProcess:
 
     # ----- output ------------------------------------------------------------------------------
 
-    def subscribe(self) -> EventChannel[Event] | None:
+    def subscribe(self) -> EventChannel[StreamItem] | None:
         """A channel of live events from now on; None when the process has already ended."""
         if self.end is not None:
             return None
-        channel: EventChannel[Event] = EventChannel()
+        channel: EventChannel[StreamItem] = EventChannel()
         self._subscribers.add(channel)
         return channel
 
-    def unsubscribe(self, channel: EventChannel[Event]) -> None:
+    def unsubscribe(self, channel: EventChannel[StreamItem]) -> None:
         self._subscribers.discard(channel)
         channel.abandon()
 
     async def _pump(self, fd: int, kind: str) -> None:
         try:
             while (data := await self._read(fd)) != b"":
-                event = Event(data=Event.DataEvent(**{kind: data}))
                 for channel in list(self._subscribers):
-                    await channel.put(event)
+                    await channel.wait_room()
+                    tail = channel.tail()
+                    # The consumer is behind: grow the chunk it will take next (same stream
+                    # only, so stdout/stderr interleaving keeps its order).
+                    if (
+                        isinstance(tail, OutputChunk)
+                        and tail.kind == kind
+                        and tail.size < FRAME_BYTES
+                    ):
+                        tail.absorb(data)
+                        channel.grew(len(data))
+                    else:
+                        channel.put_nowait(OutputChunk(kind, data), len(data))
         except Exception:
             log.exception("output pump failed", extra={"pid": self.pid, "stream": kind})
         finally:
             os.close(fd)
 
     async def _read(self, fd: int) -> bytes:
-        while (data := try_read(fd)) is None:
+        while (data := try_read(fd, PIPE_BYTES)) is None:
             if self._drain_over.is_set():
                 return b""
             readable = asyncio.ensure_future(wait_fd(fd))
