@@ -21,10 +21,10 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+from _platform import artifact_cache, running_platform
 from _stats import emit, summary_ms
 
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager, netns_exec_prefix
@@ -104,18 +104,9 @@ async def raw_qemu_restores(cache_dir: Path) -> dict[str, object]:
 
 
 async def main() -> None:
-    home = Path(os.environ.get("AENV_HOME", Path.home() / ".aenv"))
-    cache = Path(os.environ.get("AENV_NODEAGENT_CACHE_DIR", home / "cache"))
-    with tempfile.TemporaryDirectory(prefix="aenv-bench-") as tmp:
-        env = dict(os.environ, AENV_NODEAGENT_CACHE_DIR=str(cache),
-                   AENV_NODEAGENT_NET_PREFIX="abenp", AENV_NODEAGENT_NET_POOL_CIDR="10.215.0.0/20")
-        plat = Platform(Path(tmp), PlatformPorts.free(), base_env=env)
-        await plat.start()
-        try:
-            platform_result = await platform_creates(plat)
-        finally:
-            await plat.stop()
-    floor = await raw_qemu_restores(cache)
+    async with running_platform("abenp", "10.215.0.0/20") as plat:
+        platform_result = await platform_creates(plat)
+    floor = await raw_qemu_restores(artifact_cache())
     p50 = platform_result["create_to_ready"]["p50_ms"]  # type: ignore[index]
     floor_p50 = floor["exec_to_ready"]["p50_ms"]  # type: ignore[index]
     emit("create_latency", {

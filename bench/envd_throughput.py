@@ -21,18 +21,17 @@ import io
 import os
 import statistics
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from _platform import running_platform
 from _stats import emit
 from e2b import Sandbox
 
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
 from aenv_nodeagent.vmm import detect_accelerator
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -192,17 +191,8 @@ def ratio(result: Group, floor: Group, a: str, b: str) -> float:
 
 
 async def main() -> None:
-    home = Path(os.environ.get("AENV_HOME", Path.home() / ".aenv"))
-    cache = Path(os.environ.get("AENV_NODEAGENT_CACHE_DIR", home / "cache"))
-    with tempfile.TemporaryDirectory(prefix="aenv-bench-") as tmp:
-        env = dict(os.environ, AENV_NODEAGENT_CACHE_DIR=str(cache),
-                   AENV_NODEAGENT_NET_PREFIX="abenv", AENV_NODEAGENT_NET_POOL_CIDR="10.219.0.0/20")
-        plat = Platform(Path(tmp), PlatformPorts.free(), base_env=env)
-        await plat.start()
-        try:
-            result = await asyncio.to_thread(measure, plat)
-        finally:
-            await plat.stop()
+    async with running_platform("abenv", "10.219.0.0/20") as plat:
+        result = await asyncio.to_thread(measure, plat)
     out, fil, floor = result["command_output"], result["files"], result["floor"]
     emit("envd_throughput", {
         "rounds": ROUNDS,

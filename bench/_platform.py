@@ -1,0 +1,31 @@
+"""A whole single-node platform for a benchmark: in a temporary home, on the shared guest
+artifact cache (no rebuild), with its own netns prefix and address pool."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aenv_cli.platform import Platform
+from aenv_cli.ports import PlatformPorts
+
+
+def artifact_cache() -> Path:
+    home = Path(os.environ.get("AENV_HOME", Path.home() / ".aenv"))
+    return Path(os.environ.get("AENV_NODEAGENT_CACHE_DIR", home / "cache"))
+
+
+@contextlib.asynccontextmanager
+async def running_platform(net_prefix: str, pool_cidr: str) -> AsyncIterator[Platform]:
+    with tempfile.TemporaryDirectory(prefix="aenv-bench-") as tmp:
+        env = dict(os.environ, AENV_NODEAGENT_CACHE_DIR=str(artifact_cache()),
+                   AENV_NODEAGENT_NET_PREFIX=net_prefix, AENV_NODEAGENT_NET_POOL_CIDR=pool_cidr)
+        plat = Platform(Path(tmp), PlatformPorts.free(), base_env=env)
+        await plat.start()
+        try:
+            yield plat
+        finally:
+            await plat.stop()
