@@ -94,13 +94,20 @@ class FilesEndpoint:
         headers = {
             "content-disposition": f'inline; filename="{os.path.basename(path)}"',
         }
-        if accepts_gzip(request.headers.get("accept-encoding", "")):
-            headers["content-encoding"] = "gzip"
+        try:
+            first = await asyncio.to_thread(os.read, fd, DISK_CHUNK)
+        except OSError as exc:
+            os.close(fd)
+            return http_error(os_error_to_envd(exc, path))
+        gzip_accepted = accepts_gzip(request.headers.get("accept-encoding", ""))
+        if gzip_accepted:
             headers["vary"] = "Accept-Encoding"
-            body = _gzip_stream(_read_chunks(fd), self._gzip_level)
+        if gzip_accepted and _compressible(first, self._gzip_level):
+            headers["content-encoding"] = "gzip"
+            body = _gzip_stream(_read_chunks(fd, first), self._gzip_level)
         else:
             headers["content-length"] = str(os.fstat(fd).st_size)
-            body = _read_chunks(fd)
+            body = _read_chunks(fd, first)
         return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
     # ----- upload ------------------------------------------------------------------------------
@@ -301,12 +308,25 @@ async def _decoded_body(request: Request) -> AsyncIterator[bytes]:
         raise invalid_argument(f"invalid {encoding} body: {exc}") from exc
 
 
-async def _read_chunks(fd: int) -> AsyncIterator[bytes]:
+async def _read_chunks(fd: int, first: bytes) -> AsyncIterator[bytes]:
     try:
-        while chunk := await asyncio.to_thread(os.read, fd, DISK_CHUNK):
+        chunk = first
+        while chunk:
             yield chunk
+            chunk = await asyncio.to_thread(os.read, fd, DISK_CHUNK)
     finally:
         os.close(fd)
+
+
+_SAMPLE = 64 * 1024
+
+
+def _compressible(head: bytes, level: int) -> bool:
+    """gzip is only worth its CPU (the guest's, scarce under emulation) when the file's start
+    shrinks: compressed or random data is sent as it is, which HTTP allows whatever the client
+    accepts."""
+    sample = head[:_SAMPLE]
+    return len(sample) > 0 and len(zlib.compress(sample, level)) < len(sample) * 0.9
 
 
 async def _gzip_stream(chunks: AsyncIterator[bytes], level: int) -> AsyncIterator[bytes]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -241,3 +243,21 @@ def test_sync_flushes_for_the_token_holder_only(monkeypatch: pytest.MonkeyPatch)
         assert synced == []
         assert client.post("/sync", headers={"x-access-token": "t1"}).status_code == 204
     assert synced == [True]
+
+
+def test_downloads_are_gzipped_only_when_that_shrinks_them(tmp_path: Path) -> None:
+    text, noise = tmp_path / "text.txt", tmp_path / "noise.bin"
+    text.write_bytes(b"hello envd\n" * 20000)
+    noise.write_bytes(os.urandom(200_000))
+    app = build_app(EnvdConfig(sync_clock=False, reseed_rng=False), SandboxState())
+    with TestClient(app) as client:
+        for path, encoding in ((text, "gzip"), (noise, None)):
+            got = client.get("/files", params={"path": str(path), "username": "root"},
+                             headers={"accept-encoding": "gzip"})
+            assert got.status_code == 200
+            assert got.headers.get("content-encoding") == encoding
+            assert got.content == path.read_bytes()  # httpx decodes gzip
+        plain = client.get("/files", params={"path": str(text), "username": "root"},
+                           headers={"accept-encoding": "identity"})
+        assert "content-encoding" not in plain.headers
+        assert plain.headers["content-length"] == str(text.stat().st_size)
