@@ -43,9 +43,11 @@ class NodeAgentSettings(BaseSettings):
     boot_timeout_s: float = 90.0
     boot_attempts: int = 3
     restore_ready_timeout_s: float = 30.0
-    # Warm pool: network slots and per-template disk overlays built ahead (0 and 0 disable it).
+    # Warm pool: network slots, per-template disk overlays and pre-started QEMUs (each idle one
+    # holds a slot and ~40 MiB of host memory) built ahead; all 0 disables it.
     warm_pool_slots: int = 4
     warm_pool_overlays: int = 2
+    warm_pool_vms: int = 2
     heartbeat_ttl_s: int = 10
     # Snapstore gRPC address (host:port): snapshots are persisted there and restored from there
     # on nodes that lack them. Empty: persistence off.

@@ -97,7 +97,9 @@ class NodeAgent:
 
         self.templates = await self._prepare_templates(network, envd)
         self.pool = WarmPool(network, s.resolved_state_dir() / "pool",
-                             slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays)
+                             slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
+                             vms_per_template=s.warm_pool_vms,
+                             vm_root=s.resolved_state_dir() / "sandboxes")
         self.pool.start()
         self.manager = SandboxManager(
             s.node_id, s.resolved_state_dir(), self.templates, network, envd, store,

@@ -1,4 +1,5 @@
-"""Warm pool: network slots and disk overlays built ahead, so a restore does not wait for them.
+"""Warm pool: network slots, disk overlays and pre-started QEMUs built ahead, so a restore does
+not wait for them.
 
 Slots are built with the default egress policy; a sandbox asking for another one gets the pooled
 slot's rules replaced (an nftables update, cheaper than a new netns). Overlays are qcow2 files over
@@ -7,9 +8,11 @@ sandbox's directory; a backing file is pooled once something was created on it. 
 refills both up to their bounds. `close` (and any refill failure) drains everything: pooled slots
 are destroyed and overlay files removed, so the pool never outlives the node agent.
 
-Not pooled (yet): pre-started QEMUs. A QEMU has its disk and memory file paths on its command
-line and reopens the disk by path after an incoming migration, so it can only be pre-started for
-paths fixed in advance (see the report of Step 3 for the options).
+A pre-started VM is a whole sandbox directory made ahead for a template (`.pool-*` beside the
+sandboxes, so a restarted agent's recovery kills and removes it): its overlay, a slot, and a QEMU
+waiting in `-incoming defer` with the template's memory mapped and its disk passed as an open
+descriptor. A create renames the directory to the sandbox's (QEMU keeps its descriptors, so the
+rename does not reach it) and only loads the template's device state.
 """
 
 from __future__ import annotations
@@ -18,24 +21,45 @@ import asyncio
 import logging
 import secrets
 import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
+from aenv_nodeagent.vmm import QemuVm
 
 log = logging.getLogger(__name__)
+
+VM_DIR_PREFIX = ".pool-"
+
+
+@dataclass(frozen=True)
+class PooledVm:
+    directory: Path
+    slot: NetSlot
+    vm: QemuVm
+
+
+# Prepares `directory` (its disk) and starts the QEMU waiting for the template's state.
+VmLauncher = Callable[[Path, NetSlot], Awaitable[QemuVm]]
 
 
 class WarmPool:
     def __init__(
-        self, network: NetworkManager, root: Path, *, slots: int, overlays_per_backing: int
+        self, network: NetworkManager, root: Path, *, slots: int, overlays_per_backing: int,
+        vms_per_template: int = 0, vm_root: Path | None = None,
     ) -> None:
         self._network = network
         self._root = root
         self._slot_target = slots
         self._overlay_target = overlays_per_backing
+        self._vm_target = vms_per_template
+        self._vm_root = vm_root or root
         self._slots: list[NetSlot] = []
         self._overlays: dict[Path, list[Path]] = {}
+        self._vms: dict[str, list[PooledVm]] = {}
+        self._launchers: dict[str, VmLauncher] = {}
         self._wake = asyncio.Event()
         self._refiller: asyncio.Task[None] | None = None
         self._closed = False
@@ -44,7 +68,7 @@ class WarmPool:
 
     @property
     def enabled(self) -> bool:
-        return self._slot_target > 0 or self._overlay_target > 0
+        return self._slot_target > 0 or self._overlay_target > 0 or self._vm_target > 0
 
     def start(self) -> None:
         if self.enabled and self._refiller is None:
@@ -52,7 +76,8 @@ class WarmPool:
 
     def sizes(self) -> dict[str, int]:
         return {"slots": len(self._slots),
-                "overlays": sum(len(files) for files in self._overlays.values())}
+                "overlays": sum(len(files) for files in self._overlays.values()),
+                "vms": sum(len(vms) for vms in self._vms.values())}
 
     async def take_slot(self, policy: EgressPolicy) -> NetSlot:
         """A network slot enforcing `policy`: a pooled one when available."""
@@ -78,6 +103,19 @@ class WarmPool:
         else:
             await create_overlay(backing, destination)
 
+    def want_vms(self, key: str, launcher: VmLauncher) -> None:
+        """Keep VMs pre-started for `key` (a template), made by `launcher`."""
+        if self._vm_target > 0 and key not in self._launchers:
+            self._launchers[key] = launcher
+            self._vms.setdefault(key, [])
+            self._wake.set()
+
+    def take_vm(self, key: str) -> PooledVm | None:
+        """A pre-started VM for `key`, now the caller's (None when none is ready)."""
+        pooled = self._vms.get(key)
+        self._wake.set()
+        return pooled.pop() if pooled else None
+
     def forget_backing(self, backing: Path) -> None:
         """`backing` is going away: drop the overlays made over it."""
         for overlay in self._overlays.pop(backing, []):
@@ -93,13 +131,25 @@ class WarmPool:
 
     async def _drain(self) -> None:
         slots, self._slots = self._slots, []
+        vms = [vm for pooled in self._vms.values() for vm in pooled]
+        for pooled in self._vms.values():
+            pooled.clear()
         await asyncio.gather(*(self._network.destroy_slot(s) for s in slots),
-                             return_exceptions=True)
+                             *(self._discard_vm(vm) for vm in vms), return_exceptions=True)
         for backing in list(self._overlays):
             self.forget_backing(backing)
 
+    async def _discard_vm(self, pooled: PooledVm) -> None:
+        try:
+            await pooled.vm.shutdown()
+        finally:
+            await self._network.destroy_slot(pooled.slot)
+            shutil.rmtree(pooled.directory, ignore_errors=True)
+
     async def _refill_forever(self) -> None:
         while not self._closed:
+            # Cleared before the pass, not after: a take during the pass must trigger another.
+            self._wake.clear()
             try:
                 await self._refill()
             except asyncio.CancelledError:
@@ -108,7 +158,7 @@ class WarmPool:
                 # Never keep half-built resources around a failure: drain, retry on next use.
                 log.exception("warm pool refill failed; drained")
                 await self._drain()
-            self._wake.clear()
+                self._wake.clear()
             await self._wake.wait()
 
     async def _refill(self) -> None:
@@ -127,3 +177,21 @@ class WarmPool:
                     overlay.unlink(missing_ok=True)
                     break
                 pooled.append(overlay)
+        for key, launcher in list(self._launchers.items()):
+            while len(self._vms[key]) < self._vm_target and not self._closed:
+                self._vms[key].append(await self._start_vm(launcher))
+
+    async def _start_vm(self, launcher: VmLauncher) -> PooledVm:
+        directory = self._vm_root / f"{VM_DIR_PREFIX}{secrets.token_hex(8)}"
+        directory.mkdir(parents=True)
+        try:
+            slot = await self._network.create_slot(EgressPolicy())
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        try:
+            return PooledVm(directory, slot, await launcher(directory, slot))
+        except BaseException:
+            await self._network.destroy_slot(slot)
+            shutil.rmtree(directory, ignore_errors=True)
+            raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shutil
 import time
@@ -179,20 +180,7 @@ class SandboxManager:
         directory = self._dir / spec.sandbox_id
         cleanup = Undo()
         try:
-            directory.mkdir(parents=True, exist_ok=False)
-            cleanup.push(lambda: _rmtree(directory))
-            slot_task = asyncio.ensure_future(
-                timed(timings, "network", self.new_slot(egress_policy(spec.network)))
-            )
-            try:
-                await timed(timings, "overlay",
-                            self.new_overlay(template.disk, directory / "disk.qcow2"))
-            finally:
-                # The slot is built meanwhile; whatever happened to the overlay, it is undone.
-                slot = await slot_task
-                cleanup.push(lambda: self._network.destroy_slot(slot))
-            vm = await timed(timings, "launch", self._launch(template, directory, slot))
-            cleanup.push(vm.shutdown)
+            slot, vm = await self._restore_target(spec, template, directory, timings, cleanup)
             await timed(timings, "restore", vm.restore(template.state))
             await timed(
                 timings, "envd_ready", self._envd.wait_healthy(slot.ns_ip, self._ready_timeout_s)
@@ -220,9 +208,59 @@ class SandboxManager:
         )
         return sandbox
 
-    async def _launch(self, template: TemplateSnapshot, directory: Path, slot: NetSlot) -> QemuVm:
+    async def _restore_target(
+        self, spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot, directory: Path,
+        timings: dict[str, float], cleanup: Undo,
+    ) -> tuple[NetSlot, QemuVm]:
+        """The sandbox's directory, slot and a QEMU waiting for the template's state: a
+        pre-started one from the warm pool when there is one, else built now."""
+        pooled = None
+        if self._pool is not None:
+            self._pool.want_vms(template.template_id,
+                                functools.partial(self._launch_pooled, template))
+            pooled = self._pool.take_vm(template.template_id)
+        if pooled is None:
+            return await self._build_target(spec, template, directory, timings, cleanup)
+        cleanup.push(lambda: _rmtree(pooled.directory))
+        cleanup.push(lambda: _rmtree(directory))
+        cleanup.push(lambda: self._network.destroy_slot(pooled.slot))
+        cleanup.push(pooled.vm.shutdown)
+        pooled.directory.rename(directory)
+        timings["pooled_vm"] = 0.0
+        policy = egress_policy(spec.network)
+        if policy != EgressPolicy():
+            await timed(timings, "network", self._network.update_policy(pooled.slot, policy))
+        return pooled.slot, pooled.vm
+
+    async def _build_target(
+        self, spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot, directory: Path,
+        timings: dict[str, float], cleanup: Undo,
+    ) -> tuple[NetSlot, QemuVm]:
+        directory.mkdir(parents=True, exist_ok=False)
+        cleanup.push(lambda: _rmtree(directory))
+        slot_task = asyncio.ensure_future(
+            timed(timings, "network", self.new_slot(egress_policy(spec.network)))
+        )
+        try:
+            await timed(timings, "overlay",
+                        self.new_overlay(template.disk, directory / "disk.qcow2"))
+        finally:
+            # The slot is built meanwhile; whatever happened to the overlay, it is undone.
+            slot = await slot_task
+            cleanup.push(lambda: self._network.destroy_slot(slot))
         inputs = self._templates.inputs(template.template_id)
-        return await launch_restore_target(inputs, directory, template.memory, slot)
+        vm = await timed(timings, "launch",
+                         launch_restore_target(inputs, directory, template.memory, slot))
+        cleanup.push(vm.shutdown)
+        return slot, vm
+
+    async def _launch_pooled(
+        self, template: TemplateSnapshot, directory: Path, slot: NetSlot
+    ) -> QemuVm:
+        await create_overlay(template.disk, directory / "disk.qcow2")
+        inputs = self._templates.inputs(template.template_id)
+        return await launch_restore_target(inputs, directory, template.memory, slot,
+                                           disk_by_fd=True)
 
     def new_record(
         self, spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot, envd_version: str
@@ -393,11 +431,13 @@ class SandboxManager:
 
 async def launch_restore_target(
     inputs: TemplateInputs, directory: Path, memory: Path, slot: NetSlot, disk: str = "disk.qcow2",
-    *, mem_shared: bool = False,
+    *, mem_shared: bool = False, disk_by_fd: bool = False,
 ) -> QemuVm:
     """A QEMU waiting for an incoming state in the sandbox's netns, its RAM mapped copy-on-write
-    from `memory` (or written through to it with `mem_shared`), its root disk `directory/disk`."""
-    spec = vm_spec(inputs, directory / disk, memory, mem_shared=mem_shared)
+    from `memory` (or written through to it with `mem_shared`), its root disk `directory/disk`
+    (handed over open with `disk_by_fd`, so the directory may be renamed before the restore)."""
+    spec = vm_spec(inputs, directory / disk, memory, mem_shared=mem_shared,
+                   root_by_fd=disk_by_fd)
     return await QemuVm.launch(
         spec,
         directory / "vm",

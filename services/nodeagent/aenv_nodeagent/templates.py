@@ -88,7 +88,8 @@ class TemplateInputs:
 
 
 def vm_spec(
-    inputs: TemplateInputs, root_disk: Path, mem_path: Path, *, mem_shared: bool
+    inputs: TemplateInputs, root_disk: Path, mem_path: Path, *, mem_shared: bool,
+    root_by_fd: bool = False,
 ) -> VmSpec:
     """The one VM shape shared by a template's cold boot and every restore of it: device state
     only restores into an identical device set."""
@@ -99,7 +100,7 @@ def vm_spec(
         initrd=inputs.artifacts.initrd,
         cmdline=inputs.artifacts.cmdline,
         disks=(
-            DiskSpec(ROOT_DISK_ID, root_disk, "qcow2", readonly=False),
+            DiskSpec(ROOT_DISK_ID, root_disk, "qcow2", readonly=False, by_fd=root_by_fd),
             DiskSpec(TOOLS_DISK_ID, inputs.artifacts.tools_disk, "raw", readonly=True),
         ),
         net=NetSpec(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +68,11 @@ def build_argv(
     incoming: bool,
     console_log: Path | None,
     qemu_binary: str = QEMU_BINARY,
+    disk_fds: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """The full QEMU argv for `spec`: machine, memory, boot, control, console, then devices."""
+    """The full QEMU argv for `spec`: machine, memory, boot, control, console, then devices.
+    `disk_fds`: the inherited descriptor of each `by_fd` disk, by disk id."""
+    fds = disk_fds or {}
     return [
         qemu_binary,
         *_machine_args(spec),
@@ -78,7 +82,8 @@ def build_argv(
         *_console_args(console_log),
         *_entropy_and_balloon_args(spec.free_page_reporting),
         *_net_args(spec.net),
-        *(arg for disk in spec.disks for arg in _disk_args(disk)),
+        *(arg for index, disk in enumerate(spec.disks)
+          for arg in _disk_args(disk, fds.get(disk.id), fd_set=index + 1)),
     ]
 
 
@@ -168,15 +173,20 @@ def block_node_name(disk: DiskSpec) -> str:
     return f"node-{disk.id}"
 
 
-def _disk_args(disk: DiskSpec) -> list[str]:
+def _disk_args(disk: DiskSpec, fd: int | None, *, fd_set: int) -> list[str]:
+    if disk.by_fd and fd is None:
+        raise ValueError(f"disk {disk.id} is passed by descriptor but none was given")
     read_only = "on" if disk.readonly else "off"
+    filename = f"/dev/fdset/{fd_set}" if disk.by_fd else opt_value(disk.path)
     blockdev = (
         f"driver={disk.format},node-name={block_node_name(disk)},read-only={read_only},"
-        f"file.driver=file,file.filename={opt_value(disk.path)}"
+        f"file.driver=file,file.filename={filename}"
     )
     if not disk.readonly:
         blockdev += ",discard=unmap"
+    add_fd = ["-add-fd", f"fd={fd},set={fd_set},opaque={disk.id}"] if disk.by_fd else []
     return [
+        *add_fd,
         "-blockdev", blockdev,
         "-device", f"virtio-blk-device,id={disk.id},drive={block_node_name(disk)}",
     ]

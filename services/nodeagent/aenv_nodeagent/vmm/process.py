@@ -16,8 +16,11 @@ logger = logging.getLogger(__name__)
 _STDERR_TAIL_BYTES = 2048
 
 
-async def spawn(argv: Sequence[str], stderr_log: Path) -> asyncio.subprocess.Process:
-    """Start `argv` with stderr to a file: a pipe would need draining for the VM's whole life."""
+async def spawn(
+    argv: Sequence[str], stderr_log: Path, pass_fds: Sequence[int] = ()
+) -> asyncio.subprocess.Process:
+    """Start `argv` with stderr to a file: a pipe would need draining for the VM's whole life.
+    `pass_fds` stay open in the child (`argv` must exec, not close them)."""
     with stderr_log.open("wb") as stderr:
         try:
             # Own session: a signal to the agent's process group does not take its VMs down.
@@ -27,6 +30,7 @@ async def spawn(argv: Sequence[str], stderr_log: Path) -> asyncio.subprocess.Pro
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
             )
         except OSError as err:
             raise Internal(f"cannot start {argv[0]}: {err}") from err

@@ -90,11 +90,17 @@ class QemuVm:
         """Start QEMU and return once its QMP session is up. `argv_prefix` must exec QEMU (as
         `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID."""
         files = _prepare_workdir(workdir)
-        argv = [*argv_prefix, *build_argv(spec, files, incoming=incoming, console_log=console_log,
-                                          qemu_binary=qemu_binary)]
+        disk_fds = _open_disks(spec)
         clock = PhaseClock()
         with clock.measure("exec_to_qmp"):
-            proc = await process.spawn(argv, files.stderr_log)
+            try:
+                argv = [*argv_prefix, *build_argv(
+                    spec, files, incoming=incoming, console_log=console_log,
+                    qemu_binary=qemu_binary, disk_fds=disk_fds)]
+                proc = await process.spawn(argv, files.stderr_log, list(disk_fds.values()))
+            finally:
+                for fd in disk_fds.values():
+                    os.close(fd)  # QEMU holds its own copies
             qmp = await _connect_or_clean_up(proc, files, start_timeout)
         vm = cls(proc, qmp, files, spec, incoming=incoming)
         vm.timings.update(clock.phases_ms)
@@ -430,6 +436,20 @@ async def _disconnect(qmp: QMPClient) -> None:
     except (QMPError, OSError, EOFError) as err:
         # disconnect re-raises what broke the session (QEMU exiting); nothing is left to close.
         logger.debug("QMP disconnect reported an error", extra={"error": str(err)})
+
+
+def _open_disks(spec: VmSpec) -> dict[str, int]:
+    fds: dict[str, int] = {}
+    try:
+        for disk in spec.disks:
+            if disk.by_fd:
+                mode = os.O_RDONLY if disk.readonly else os.O_RDWR
+                fds[disk.id] = os.open(disk.path, mode | os.O_CLOEXEC)
+    except OSError as err:
+        for fd in fds.values():
+            os.close(fd)
+        raise Internal(f"cannot open disk {err.filename}: {err.strerror}") from err
+    return fds
 
 
 def _remove_files(files: VmFiles) -> None:

@@ -23,6 +23,10 @@ class DiskSpec:
     path: Path
     format: str
     readonly: bool
+    # Hand QEMU an open descriptor (an fd set) instead of the path: QEMU reopens disks by name
+    # when it activates them after an incoming migration, and a pre-started VM's disk file is
+    # renamed into its sandbox's directory before that.
+    by_fd: bool = False
 
     def __post_init__(self) -> None:
         if not _QEMU_ID.fullmatch(self.id):

@@ -69,7 +69,7 @@ class Node:
 async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
-    pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
+    pool_vms: int = 0, pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
     network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
@@ -78,7 +78,8 @@ async def build_node(
                               boot_timeout_s=90, boot_attempts=3)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
     pool = WarmPool(network, state_dir / "pool", slots=pool_slots,
-                    overlays_per_backing=pool_overlays)
+                    overlays_per_backing=pool_overlays, vms_per_template=pool_vms,
+                    vm_root=state_dir / "sandboxes")
     pool.start()
     manager = SandboxManager("test-node", state_dir, templates, network, envd, records,
                              ready_timeout_s=60, pool=pool)
@@ -106,8 +107,8 @@ async def node() -> AsyncIterator[Node]:
 
 @contextlib.asynccontextmanager
 async def node_parts(
-    *, pool_slots: int = 0, pool_overlays: int = 0, pool_cidr: str = "10.217.0.0/24",
-    snapstore: str = "",
+    *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0,
+    pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
 ) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
@@ -115,7 +116,7 @@ async def node_parts(
         async with aiohttp.ClientSession() as session:
             first = await build_node(state_dir, prefix, session, MemoryRecords(),
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
-                                     pool_cidr=pool_cidr, snapstore=snapstore)
+                                     pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore)
             try:
                 yield first
             finally:

@@ -74,7 +74,7 @@ async def test_pool_fills_hands_out_refills_and_drains(
         strict = await pool.take_slot(EgressPolicy(allow_internet=True, deny_out=["1.1.1.1/32"]))
         assert plain.netns != strict.netns
         # Both came from the pool, which rebuilds its two in the background.
-        await until(lambda: pool.sizes() == {"slots": 2, "overlays": 2}, "the refill")
+        await until(lambda: pool.sizes() == {"slots": 2, "overlays": 2, "vms": 0}, "the refill")
         assert len(netns_with(prefix)) == 4
         await network.destroy_slot(plain)
         await network.destroy_slot(strict)
@@ -82,7 +82,7 @@ async def test_pool_fills_hands_out_refills_and_drains(
         await pool.close()
     assert netns_with(prefix) == []
     assert list((work / "pool").iterdir()) == []
-    assert pool.sizes() == {"slots": 0, "overlays": 0}
+    assert pool.sizes() == {"slots": 0, "overlays": 0, "vms": 0}
 
 
 async def test_disabled_pool_builds_on_demand_and_keeps_nothing(
@@ -105,7 +105,8 @@ async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
         lc, pool = node.lifecycle, node.pool
 
         async def refilled(overlays: int) -> set[str]:
-            await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays}, "refill")
+            await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays, "vms": 0},
+                        "refill")
             in_use = {sbx.slot.netns for sbx in node.manager.all()}
             return set(netns_with(node.prefix)) - in_use
 
@@ -128,3 +129,30 @@ async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
         pooled = await refilled(1)
         results = await lc.fork(first.record.sandbox_id, 2)
         assert {node.manager.get(r.sandbox.sandbox_id).slot.netns for r in results} == pooled
+
+
+@pytest.mark.vm
+async def test_create_takes_a_prestarted_vm_that_then_lives_a_full_life() -> None:
+    async with node_parts(pool_vms=1) as node:
+        lc, pool = node.lifecycle, node.pool
+        await lc.create(spec())  # the template's first create: VMs are pre-started from now on
+        await until(lambda: pool.sizes()["vms"] == 1, "a pre-started VM")
+        [waiting] = [d for d in (node.state_dir / "sandboxes").iterdir()
+                     if d.name.startswith(".pool-")]
+        s = spec()
+        sandbox = await lc.create(s)
+        assert "pooled_vm" in sandbox.timings_ms and "launch" not in sandbox.timings_ms
+        assert not waiting.exists() and sandbox.directory.name == s.sandbox_id
+        token = s.envd_access_token
+        await sh(node.session, sandbox.host, token, "echo kept > /root/f")
+        # Its disk was renamed after QEMU opened it: snapshot and pause/resume still find it.
+        snapshot = await lc.create_snapshot(s.sandbox_id, "after-pool")
+        await lc.pause(s.sandbox_id)
+        resumed = await lc.resume(s.sandbox_id)
+        assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"
+        child = spec()
+        child.template_id = snapshot.snapshot_id
+        restored = await lc.create(child)
+        assert await sh(node.session, restored.host, child.envd_access_token,
+                        "cat /root/f") == "kept\n"
+        await until(lambda: pool.sizes()["vms"] == 1, "the refill")
