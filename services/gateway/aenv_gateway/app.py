@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -13,7 +14,7 @@ from starlette.websockets import WebSocket
 from aenv_common.errors import AenvError
 from aenv_common.httpproxy import deny_websocket
 from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.dataplane import DataPlane
+from aenv_gateway.dataplane import DataPlane, drain_body
 from aenv_gateway.dispatch import sandbox_target
 from aenv_gateway.http_errors import error_response, typed_error_response
 from aenv_gateway.routes import health
@@ -87,6 +88,7 @@ class GatewayApp:
         if scope["type"] == "websocket":
             await deny_websocket(WebSocket(scope, receive, send), response)
         else:
+            await drain_body(Request(scope, receive))
             await response(scope, receive, send)
 
 

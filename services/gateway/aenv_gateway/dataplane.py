@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 # What envd serves to SDKs; everything else on its port (/init, ...) is for the node agent only.
 _ENVD_PUBLIC_PATHS = frozenset({"/health", "/files", "/envs", "/metrics"})
 _ENVD_PUBLIC_PREFIXES = ("/process.Process/", "/filesystem.Filesystem/")
+_DRAIN_LIMIT = 8 << 20
 
 
 def envd_path_is_public(path: str) -> bool:
@@ -86,6 +87,7 @@ class DataPlane:
     async def _http(self, request: Request, target: SandboxTarget) -> Response:
         located, refusal = await self._refusal(request.url.path, target)
         if refusal is not None or located is None:
+            await drain_body(request)
             return refusal or sandbox_not_found(target.sandbox_id)
         try:
             return await self._proxy.forward(request, _base(located), target.headers())
@@ -114,6 +116,17 @@ class DataPlane:
                 )
                 refusal = node_unreachable(target.sandbox_id)
         await deny_websocket(websocket, refusal or sandbox_not_found(target.sandbox_id))
+
+
+async def drain_body(request: Request, limit: int = _DRAIN_LIMIT) -> None:
+    """Read what the client is still sending before refusing it. Answered mid-upload, the server
+    closes the connection and the client (an SDK upload to a killed sandbox) reports a broken
+    connection instead of the refusal. Bounded: a huge upload is cut off instead."""
+    seen = 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            return
 
 
 def _base(located: Located) -> str:
