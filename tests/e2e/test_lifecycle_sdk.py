@@ -19,7 +19,9 @@ from aenv_cli.platform import Platform
 # Plain (sync) tests: they drive the platform the way a user's program does, from outside.
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
-COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.5; done"
+# Written aside and renamed: a reader never sees the file truncated mid-write.
+COUNTER = ("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.tmp; "
+           "mv /tmp/counter.tmp /tmp/counter; sleep 0.5; done")
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,10 +68,10 @@ def build_argv(
     incoming: bool,
     console_log: Path | None,
     qemu_binary: str = QEMU_BINARY,
-    disk_fds: Mapping[str, int] | None = None,
+    disk_fds: Mapping[str, Sequence[int]] | None = None,
 ) -> list[str]:
     """The full QEMU argv for `spec`: machine, memory, boot, control, console, then devices.
-    `disk_fds`: the inherited descriptor of each `by_fd` disk, by disk id."""
+    `disk_fds`: the inherited descriptors of each `by_fd` disk, by disk id."""
     fds = disk_fds or {}
     return [
         qemu_binary,
@@ -173,8 +173,8 @@ def block_node_name(disk: DiskSpec) -> str:
     return f"node-{disk.id}"
 
 
-def _disk_args(disk: DiskSpec, fd: int | None, *, fd_set: int) -> list[str]:
-    if disk.by_fd and fd is None:
+def _disk_args(disk: DiskSpec, fds: Sequence[int] | None, *, fd_set: int) -> list[str]:
+    if disk.by_fd and not fds:
         raise ValueError(f"disk {disk.id} is passed by descriptor but none was given")
     read_only = "on" if disk.readonly else "off"
     filename = f"/dev/fdset/{fd_set}" if disk.by_fd else opt_value(disk.path)
@@ -184,7 +184,8 @@ def _disk_args(disk: DiskSpec, fd: int | None, *, fd_set: int) -> list[str]:
     )
     if not disk.readonly:
         blockdev += ",discard=unmap"
-    add_fd = ["-add-fd", f"fd={fd},set={fd_set},opaque={disk.id}"] if disk.by_fd else []
+    add_fd = [arg for fd in fds or () for arg in
+              ("-add-fd", f"fd={fd},set={fd_set},opaque={disk.id}")]
     return [
         *add_fd,
         "-blockdev", blockdev,

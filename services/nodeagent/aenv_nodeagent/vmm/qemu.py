@@ -97,10 +97,10 @@ class QemuVm:
                 argv = [*argv_prefix, *build_argv(
                     spec, files, incoming=incoming, console_log=console_log,
                     qemu_binary=qemu_binary, disk_fds=disk_fds)]
-                proc = await process.spawn(argv, files.stderr_log, list(disk_fds.values()))
+                proc = await process.spawn(
+                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds])
             finally:
-                for fd in disk_fds.values():
-                    os.close(fd)  # QEMU holds its own copies
+                _close_all(disk_fds)  # QEMU holds its own copies
             qmp = await _connect_or_clean_up(proc, files, start_timeout)
         vm = cls(proc, qmp, files, spec, incoming=incoming)
         vm.timings.update(clock.phases_ms)
@@ -438,18 +438,29 @@ async def _disconnect(qmp: QMPClient) -> None:
         logger.debug("QMP disconnect reported an error", extra={"error": str(err)})
 
 
-def _open_disks(spec: VmSpec) -> dict[str, int]:
-    fds: dict[str, int] = {}
+def _open_disks(spec: VmSpec) -> dict[str, list[int]]:
+    """Descriptors for `by_fd` disks. A writable disk gets a read-only one too: QEMU reopens a
+    node read-only when it becomes a backing layer (a snapshot), and takes from the fd set only
+    a descriptor of the access mode it asks for; a node left writable keeps a write lock that
+    other QEMUs reading the frozen layer then trip over."""
+    fds: dict[str, list[int]] = {}
     try:
         for disk in spec.disks:
             if disk.by_fd:
-                mode = os.O_RDONLY if disk.readonly else os.O_RDWR
-                fds[disk.id] = os.open(disk.path, mode | os.O_CLOEXEC)
+                modes = [os.O_RDONLY] if disk.readonly else [os.O_RDWR, os.O_RDONLY]
+                fds[disk.id] = []
+                for mode in modes:
+                    fds[disk.id].append(os.open(disk.path, mode | os.O_CLOEXEC))
     except OSError as err:
-        for fd in fds.values():
-            os.close(fd)
+        _close_all(fds)
         raise Internal(f"cannot open disk {err.filename}: {err.strerror}") from err
     return fds
+
+
+def _close_all(fds: Mapping[str, Sequence[int]]) -> None:
+    for descriptors in fds.values():
+        for fd in descriptors:
+            os.close(fd)
 
 
 def _remove_files(files: VmFiles) -> None:

@@ -145,8 +145,8 @@ def test_deep_workdir_gets_a_short_socket_path() -> None:
 def test_disk_passed_by_descriptor_goes_through_an_fd_set() -> None:
     root = DiskSpec("root", Path("/o/root.qcow2"), "qcow2", readonly=False, by_fd=True)
     spec = make_spec(disks=(root, DiskSpec("tools", Path("/a/t.raw"), "raw", readonly=True)))
-    argv = build_argv(spec, FILES, incoming=True, console_log=None, disk_fds={"root": 7})
-    assert option(argv, "-add-fd") == ["fd=7,set=1,opaque=root"]
+    argv = build_argv(spec, FILES, incoming=True, console_log=None, disk_fds={"root": [7, 8]})
+    assert option(argv, "-add-fd") == ["fd=7,set=1,opaque=root", "fd=8,set=1,opaque=root"]
     blockdevs = option(argv, "-blockdev")
     assert "file.filename=/dev/fdset/1" in blockdevs[0] and "/o/root.qcow2" not in blockdevs[0]
     assert "file.filename=/a/t.raw" in blockdevs[1]
