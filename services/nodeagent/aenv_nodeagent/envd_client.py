@@ -66,9 +66,9 @@ class EnvdClient:
         }
         url = f"http://{host}:{port}/init"
         # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
-        headers = {"X-Access-Token": current_token} if current_token else {}
         async with self._session.post(
-            url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            url, json=body, headers=_token_header(current_token),
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
         ) as resp:
             if resp.status >= 300:
                 raise Internal(f"envd /init failed: HTTP {resp.status} {await resp.text()}")
@@ -78,10 +78,9 @@ class EnvdClient:
         self, host: str, access_token: str, port: int = ENVD_PORT
     ) -> dict[str, float]:
         """envd's live figures (`GET /metrics`): CPU, memory and disk of the guest."""
-        headers = {"X-Access-Token": access_token} if access_token else {}
         url = f"http://{host}:{port}/metrics"
         async with self._session.get(
-            url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+            url, headers=_token_header(access_token), timeout=aiohttp.ClientTimeout(total=10)
         ) as resp:
             if resp.status >= 300:
                 raise Internal(f"envd /metrics failed: HTTP {resp.status}")
@@ -93,10 +92,9 @@ class EnvdClient:
     ) -> None:
         """Flush the guest's page cache to its disks (before a filesystem-only capture: what the
         guest wrote must be on the disk layer, not only in its RAM)."""
-        headers = {"X-Access-Token": access_token} if access_token else {}
         try:
             async with self._session.post(
-                f"http://{host}:{port}/sync", headers=headers,
+                f"http://{host}:{port}/sync", headers=_token_header(access_token),
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:
                 if resp.status >= 300:
@@ -105,3 +103,7 @@ class EnvdClient:
             # E2B refuses it the same way (503, the SDK's ServiceBusyException); it keeps running.
             raise Unavailable(f"the guest agent did not answer, its files cannot be flushed: "
                            f"{type(err).__name__}") from err
+
+
+def _token_header(token: str | None) -> dict[str, str]:
+    return {"X-Access-Token": token} if token else {}

@@ -86,13 +86,18 @@ class WarmPool:
             return await self._network.create_slot(policy)
         slot = self._slots.pop()
         self._wake.set()
-        if policy != EgressPolicy():
-            try:
-                await self._network.update_policy(slot, policy)
-            except BaseException:
-                await self._network.destroy_slot(slot)
-                raise
+        try:
+            await self.adopt_policy(slot, policy)
+        except BaseException:
+            await self._network.destroy_slot(slot)
+            raise
         return slot
+
+    async def adopt_policy(self, slot: NetSlot, policy: EgressPolicy) -> None:
+        """Pooled slots (also those of pre-started VMs) enforce the default policy: another
+        one replaces their rules."""
+        if policy != EgressPolicy():
+            await self._network.update_policy(slot, policy)
 
     async def take_overlay(self, backing: Path, destination: Path) -> None:
         """Put a fresh qcow2 overlay over `backing` at `destination`."""

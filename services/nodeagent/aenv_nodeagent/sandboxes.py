@@ -214,22 +214,19 @@ class SandboxManager:
     ) -> tuple[NetSlot, QemuVm]:
         """The sandbox's directory, slot and a QEMU waiting for the template's state: a
         pre-started one from the warm pool when there is one, else built now."""
-        pooled = None
-        if self._pool is not None:
-            self._pool.want_vms(template.template_id,
-                                functools.partial(self._launch_pooled, template))
-            pooled = self._pool.take_vm(template.template_id)
-        if pooled is None:
+        pool, pooled = self._pool, None
+        if pool is not None:
+            pool.want_vms(template.template_id, functools.partial(self._launch_pooled, template))
+            pooled = pool.take_vm(template.template_id)
+        if pool is None or pooled is None:
             return await self._build_target(spec, template, directory, timings, cleanup)
         cleanup.push(lambda: _rmtree(pooled.directory))
         cleanup.push(lambda: _rmtree(directory))
         cleanup.push(lambda: self._network.destroy_slot(pooled.slot))
         cleanup.push(pooled.vm.shutdown)
         pooled.directory.rename(directory)
-        timings["pooled_vm"] = 0.0
-        policy = egress_policy(spec.network)
-        if policy != EgressPolicy():
-            await timed(timings, "network", self._network.update_policy(pooled.slot, policy))
+        await timed(timings, "pooled_vm",
+                    pool.adopt_policy(pooled.slot, egress_policy(spec.network)))
         return pooled.slot, pooled.vm
 
     async def _build_target(
