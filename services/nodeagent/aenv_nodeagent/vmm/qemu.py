@@ -37,6 +37,9 @@ _TRANSIENT_MIGRATION_RUNSTATES = frozenset({"finish-migrate", "inmigrate"})
 _RUNSTATE_POLL_S = 0.001
 _STATE_FD_NAME = "aenv-state"
 _RUNSTATE_POLLS = 5000  # >= 5 s: the transition takes microseconds to a few ms
+# QEMU throttles migrations to 128 MiB/s by default, sized for links shared with guests. A capture
+# goes to a local file while the VM is stopped, so the throttle would only lengthen the stop.
+_UNTHROTTLED_BYTES_PER_S = 1 << 40
 
 def _migration_capabilities(ignore_shared: bool) -> list[dict[str, object]]:
     # x-ignore-shared: device state only (share=on RAM stays in its file); `events` makes QEMU
@@ -238,6 +241,9 @@ class QemuVm:
             logger.debug("QMP quit did not complete", extra={"pid": self.pid, "error": str(err)})
 
     async def _set_migration_capabilities(self, *, ignore_shared: bool) -> None:
+        if self._ignore_shared is None:
+            await self.execute("migrate-set-parameters",
+                               {"max-bandwidth": _UNTHROTTLED_BYTES_PER_S})
         if self._ignore_shared != ignore_shared:
             await self.execute("migrate-set-capabilities",
                                {"capabilities": _migration_capabilities(ignore_shared)})
