@@ -140,7 +140,7 @@ class NodeBench:
         finally:
             await self.lc.kill(sid)
             for meta in self.lc.snapshots.listed():
-                self.lc.delete_snapshot(meta.snapshot_id)
+                await self.lc.delete_snapshot(meta.snapshot_id)
         return {"snapshot_call": summary_ms(calls),
                 "memory_image_ready_after_snapshot_returned": summary_ms(materialize)}
 

@@ -1,11 +1,10 @@
 """Pause/resume, snapshots, fork and reset of this node's sandboxes.
 
-Memory: a sandbox maps its base RAM (template or snapshot memory image) copy-on-write
-(share=off), so a capture writes the guest's whole RAM (zero pages skipped) plus device state into
-one stream. A pause keeps that stream and a resume loads it over the template RAM (one private
-copy, one VM). A snapshot's stream is turned into a shared memory image (memimage.py: eagerly in
-the background for a snapshot, before the children for a fork): everything restored from the
-snapshot maps that image copy-on-write and loads only device state, so restores share its pages.
+Memory: a sandbox maps its base RAM (template, snapshot or its own memory image) copy-on-write
+(share=off), so a capture writes the guest's whole RAM plus device state into one stream. The
+stream is split into a memory image (memimage.py): in the background after a pause (a resume
+waits for it) and after a snapshot, at once for a fork. Whatever is restored from an image maps
+it copy-on-write and loads only device state, so restores share its pages through the page cache.
 Disk: a snapshot freezes the sandbox's active qcow2 overlay into `layers/` and the VM continues on
 a new overlay (external snapshot, taken while the VM is stopped); everything restored from the
 snapshot gets its own overlay over that layer. Past `max_layers` frozen layers under a running
@@ -39,7 +38,7 @@ from aenv_nodeagent.memimage import (
     MEMORY,
     MemoryImage,
     MemoryImages,
-    capture_stream,
+    discard_image,
     discard_interrupted,
 )
 from aenv_nodeagent.network import NetSlot, NetworkManager
@@ -97,6 +96,12 @@ class Chain:
     overlays_added: int = 0
 
 
+@dataclass(frozen=True)
+class _Running:
+    vm: QemuVm
+    slot: NetSlot
+
+
 @dataclass
 class Paused:
     record: cluster_pb2.SandboxRecord
@@ -145,7 +150,7 @@ class SandboxLifecycle:
         self._boot_timeout_s = boot_timeout_s
         self.snapshots = SnapshotStore(state_dir / "snapshots")
         self.layers = LayerStore(state_dir / "layers")
-        self.memory_images = MemoryImages(network)
+        self.memory_images = MemoryImages()
         self._paused: dict[str, Paused] = {}
         self._chains: dict[str, Chain] = {}
         # Past this many frozen layers under a running sandbox, they are merged into its overlay.
@@ -195,6 +200,7 @@ class SandboxLifecycle:
         if paused := self._paused.get(sandbox_id):
             async with self._manager.exclusive(sandbox_id):
                 self._paused.pop(sandbox_id, None)
+                await self.memory_images.cancelled(paused.directory)
                 shutil.rmtree(paused.directory, ignore_errors=True)
                 await self._records.delete_sandbox(sandbox_id)
         else:
@@ -255,6 +261,9 @@ class SandboxLifecycle:
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
             paused = Paused(record, sandbox.directory, self._chain(sandbox_id))
+            discard_image(paused.directory)  # the one it ran on, if it was resumed before
+            if mode != _FILESYSTEM:
+                self._paused_image(paused)
             self._save(paused)
             self._paused[sandbox_id] = paused
             await timed(timings, "publish", self._records.put_sandbox(record))
@@ -271,37 +280,53 @@ class SandboxLifecycle:
         async with self._manager.exclusive(sandbox_id):
             record = cluster_pb2.SandboxRecord()
             record.CopyFrom(paused.record)
-            inputs = self._templates.inputs(paused.chain.template_id)
-            if reboot or record.pause_mode == _FILESYSTEM:
-                image = boot_image(inputs)
-            else:
-                image = RestoreImage(
-                    inputs, (await self._templates.get(paused.chain.template_id)).memory,
-                    paused.directory / _PAUSED_STATE, record.envd_access_token)
             timings: dict[str, float] = {}
-            slot = await timed(timings, "network",
-                               self._manager.new_slot(egress_policy(record.network)))
+            booting = reboot or record.pause_mode == _FILESYSTEM
             try:
-                vm = await self._restore(paused.directory, slot, image, record, timings,
-                                         paused.chain.active)
-            except BaseException as err:
-                await self._network.destroy_slot(slot)
-                if isinstance(err, AenvError):
-                    raise type(err)(f"resume of \"{sandbox_id}\" failed, it stays paused: "
-                                    f"{err.message}") from err
-                raise
+                image = await self._resume_image(paused, booting, timings)
+                vm = await self._resume_vm(paused, image, record, timings)
+            except AenvError as err:
+                raise type(err)(f"resume of \"{sandbox_id}\" failed, it stays paused: "
+                                f"{err.message}") from err
+            if booting:  # the memory it was paused with (if any) is of no use any more
+                await self.memory_images.cancelled(paused.directory)
+                discard_image(paused.directory)
+                (paused.directory / _PAUSED_STATE).unlink(missing_ok=True)
             record.state = cluster_pb2.SANDBOX_STATE_RUNNING
             record.pause_mode = _FULL
             record.end_at.CopyFrom(timestamp(time.time() + (timeout_s or DEFAULT_TIMEOUT_S)))
-            sandbox = Sandbox(record, slot, vm, paused.directory, timings)
+            sandbox = Sandbox(record, vm.slot, vm.vm, paused.directory, timings)
             del self._paused[sandbox_id]
             self._chains[sandbox_id] = Chain(paused.chain.template_id, paused.chain.layers,
                                              paused.chain.active)
             (paused.directory / PAUSED_MARKER).unlink(missing_ok=True)
-            (paused.directory / _PAUSED_STATE).unlink(missing_ok=True)
             await timed(timings, "publish", self._manager.register(sandbox))
         log.info("sandbox resumed", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
         return sandbox
+
+    async def _resume_image(
+        self, paused: Paused, booting: bool, timings: dict[str, float]
+    ) -> RestoreImage:
+        inputs = self._templates.inputs(paused.chain.template_id)
+        if booting:
+            return boot_image(inputs)
+        memory = await timed(timings, "memory_image", asyncio.shield(self._paused_image(paused)))
+        return RestoreImage(inputs, memory.memory, memory.device_state,
+                            paused.record.envd_access_token)
+
+    async def _resume_vm(
+        self, paused: Paused, image: RestoreImage, record: cluster_pb2.SandboxRecord,
+        timings: dict[str, float],
+    ) -> _Running:
+        slot = await timed(timings, "network",
+                           self._manager.new_slot(egress_policy(record.network)))
+        try:
+            vm = await self._restore(paused.directory, slot, image, record, timings,
+                                     paused.chain.active)
+        except BaseException:
+            await self._network.destroy_slot(slot)
+            raise
+        return _Running(vm, slot)
 
     # --- snapshots -----------------------------------------------------------------------------
 
@@ -368,8 +393,7 @@ class SandboxLifecycle:
             await timed(timings, "stop", sandbox.vm.pause())
             try:
                 if memory:
-                    await timed(timings, "memory",
-                                capture_stream(sandbox.vm, directory / "state"))
+                    await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
@@ -430,12 +454,12 @@ class SandboxLifecycle:
             files |= {MEMORY: image.memory, DEVICE_STATE: image.device_state}
         return files | {layer_file(layer): self.layers.path(layer) for layer in meta.layers}
 
-    def delete_snapshot(self, snapshot_id: str) -> None:
+    async def delete_snapshot(self, snapshot_id: str) -> None:
         """Removes the snapshot at once (from snapstore in the background); its disk layer stays
         while sandboxes still use it."""
         meta = self.snapshots.find(snapshot_id)
         if meta is not None:
-            self.memory_images.cancel_soon(meta.directory)
+            await self.memory_images.cancelled(meta.directory)
             if self.persistence is not None and not meta.hidden:
                 self.persistence.forget_soon(snapshot_id)
         self.snapshots.remove(snapshot_id)
@@ -474,7 +498,7 @@ class SandboxLifecycle:
                 return_exceptions=True,
             )
         finally:
-            self.delete_snapshot(snapshot.snapshot_id)
+            await self.delete_snapshot(snapshot.snapshot_id)
         return [_fork_result(outcome) for outcome in outcomes]
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
@@ -489,6 +513,7 @@ class SandboxLifecycle:
                 await timed(timings, "quit", sandbox.vm.shutdown())
                 for old in sandbox.directory.glob("*.qcow2"):
                     old.unlink()  # this sandbox's overlays; frozen layers live on in layers/
+                discard_image(sandbox.directory)  # the memory it ran on after a resume
                 await timed(timings, "overlay", create_overlay(
                     self.layers.path(snapshot.layers[0]), sandbox.directory / _DISK))
                 image = await self._image(snapshot)
@@ -560,9 +585,10 @@ class SandboxLifecycle:
         return await asyncio.shield(self._materialize(self.snapshots.get(snapshot_id)))
 
     def _materialize(self, snapshot: SnapshotMeta) -> asyncio.Future[MemoryImage]:
-        return self.memory_images.ensure(
-            self._templates.inputs(snapshot.template_id), snapshot.state,
-            self.layers.path(snapshot.layers[0]), snapshot.directory)
+        return self.memory_images.ensure(snapshot.state, snapshot.directory)
+
+    def _paused_image(self, paused: Paused) -> asyncio.Future[MemoryImage]:
+        return self.memory_images.ensure(paused.directory / _PAUSED_STATE, paused.directory)
 
     async def _restore(
         self, directory: Path, slot: NetSlot, image: RestoreImage,
@@ -644,6 +670,7 @@ class SandboxLifecycle:
                 continue
             chain = Chain(str(data["template_id"]), [str(x) for x in data["layers"]],
                           str(data["active"]))
+            discard_interrupted(meta_file.parent)
             self._paused[record.sandbox_id] = Paused(record, meta_file.parent, chain)
         self.collect_layers()
         return list(self._paused)

@@ -1,39 +1,35 @@
-"""Frozen memory images: a snapshot's RAM as a file that every restore maps copy-on-write.
+"""Memory images: a capture turned into RAM that restores map copy-on-write.
 
-A sandbox maps its base RAM (template or snapshot image) with share=off, which QEMU 7.2 always
-migrates in full: a capture `state` holds the guest's whole RAM plus device state. Restoring that
+A sandbox maps its base RAM (template or memory image) with share=off, which QEMU 7.2 always
+migrates in full: a capture stream holds the guest's whole RAM plus device state. Restoring that
 stream directly would give every restored sandbox a private copy of all of it. Instead the stream
-is loaded once into a stopped helper QEMU whose RAM is a new file mapped share=on (so the load
-writes the RAM into that file), and the helper's device state is captured with x-ignore-shared
-(RAM skipped). Restores then map `memory` share=off and load only `device.state`: their pages come
-from one page cache, and each sandbox owns only the pages it dirties.
+is split once (vmm/stream.py): the guest RAM block's pages become `memory`, a sparse file, and the
+rest of the stream `device.state`. Restores map `memory` share=off and load only `device.state`:
+their pages come from one page cache, and each sandbox owns only the pages it dirties.
 
-The helper never runs the guest; it stands on a throwaway overlay over the snapshot's frozen disk
-layer (loading device state activates the disk) and in its own network slot (the NIC backend must
-exist). `device.state` is written last: its presence means the image is complete.
+Used for snapshots (eagerly in the background, or before a fork's children) and for paused
+sandboxes (in the background after the pause; a resume waits for it). `device.state` is put in
+place last: its presence means the image is complete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_nodeagent.disks import create_overlay
-from aenv_nodeagent.network import EgressPolicy, NetworkManager
-from aenv_nodeagent.sandboxes import launch_restore_target
-from aenv_nodeagent.templates import TemplateInputs
-from aenv_nodeagent.vmm import QemuVm
+from aenv_common.errors import Internal
+from aenv_nodeagent.vmm.argv import MEMORY_BACKEND_ID
+from aenv_nodeagent.vmm.stream import split_ram_block
 
 log = logging.getLogger(__name__)
 
 MEMORY = "memory"
 DEVICE_STATE = "device.state"
-WORK_DIR = ".materialize"
 
 
 @dataclass(frozen=True)
@@ -45,13 +41,12 @@ class MemoryImage:
         return iter((self.memory, self.device_state))
 
 
-async def capture_stream(vm: QemuVm, stream: Path) -> None:
-    """The capture `materialize` takes: every RAM page plus device state."""
-    await vm.capture(stream, ignore_shared=False)
+def image_in(directory: Path) -> MemoryImage:
+    return MemoryImage(directory / MEMORY, directory / DEVICE_STATE)
 
 
 def complete_image(directory: Path) -> MemoryImage | None:
-    image = MemoryImage(directory / MEMORY, directory / DEVICE_STATE)
+    image = image_in(directory)
     return image if image.device_state.is_file() and image.memory.is_file() else None
 
 
@@ -59,87 +54,88 @@ def _partial(directory: Path) -> MemoryImage:
     return MemoryImage(directory / f"{MEMORY}.part", directory / f"{DEVICE_STATE}.part")
 
 
+def discard_image(directory: Path) -> None:
+    """The image (complete or not) in `directory`: before a new capture replaces it."""
+    for path in (*image_in(directory), *_partial(directory)):
+        path.unlink(missing_ok=True)
+
+
 def discard_interrupted(directory: Path) -> None:
     """What a materialization cut short by a crash left behind. The capture stream is only
     removed after success, so the image is simply made again on first use."""
-    shutil.rmtree(directory / WORK_DIR, ignore_errors=True)
     for leftover in _partial(directory):
         leftover.unlink(missing_ok=True)
 
 
-async def materialize(
-    inputs: TemplateInputs, stream: Path, disk_layer: Path, directory: Path,
-    network: NetworkManager,
-) -> MemoryImage:
-    """Turn the full capture `stream` (taken over `disk_layer`) into `directory/memory` and
-    `directory/device.state`, then drop the stream. Leaves nothing behind on failure."""
-    work = directory / WORK_DIR
+async def materialize(stream: Path, directory: Path) -> MemoryImage:
+    """Turn the capture `stream` into `directory/memory` and `directory/device.state`, then drop
+    the stream. Leaves nothing behind on failure or cancellation."""
     partial = _partial(directory)
     started = time.perf_counter()
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    stop = threading.Event()
+    split = asyncio.ensure_future(asyncio.to_thread(
+        split_ram_block, stream, MEMORY_BACKEND_ID, partial.memory, partial.device_state, stop))
     try:
-        await create_overlay(disk_layer, work / "disk.qcow2")
-        slot = await network.create_slot(EgressPolicy())
         try:
-            vm = await launch_restore_target(inputs, work, partial.memory, slot, mem_shared=True)
-            try:
-                await vm.restore(stream, run=False, ignore_shared=False)
-                await vm.capture(partial.device_state)
-            finally:
-                await vm.shutdown()
-        finally:
-            await network.destroy_slot(slot)
+            result = await asyncio.shield(split)
+        except asyncio.CancelledError:
+            stop.set()  # the thread cannot be interrupted: it stops at its next check
+            await asyncio.gather(split, return_exceptions=True)
+            raise
+        except OSError as err:
+            raise Internal(f"cannot make a memory image from {stream.name}: {err}") from err
         # The memory file first: a restore trusts the image once device.state is in place.
-        final = MemoryImage(directory / MEMORY, directory / DEVICE_STATE)
+        final = image_in(directory)
         partial.memory.replace(final.memory)
         partial.device_state.replace(final.device_state)
     except BaseException:
-        for leftover in partial:
-            leftover.unlink(missing_ok=True)
+        discard_interrupted(directory)
         raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     stream.unlink(missing_ok=True)
     log.info("memory image materialized", extra={
-        "directory": str(directory), "ms": round((time.perf_counter() - started) * 1000, 1)})
+        "directory": str(directory), "pages": result.pages_written,
+        "device_state_bytes": result.rest_bytes,
+        "ms": round((time.perf_counter() - started) * 1000, 1)})
     return final
 
 
 class MemoryImages:
-    """One materialization per snapshot, started eagerly in the background or on first use;
-    concurrent restores of the same snapshot wait for the same one."""
+    """One materialization per directory, started eagerly in the background or on first use;
+    concurrent restores of the same image wait for the same one."""
 
-    def __init__(self, network: NetworkManager) -> None:
-        self._network = network
+    def __init__(self) -> None:
         self._tasks: dict[Path, asyncio.Task[MemoryImage]] = {}
         self._cancelled: set[asyncio.Task[MemoryImage]] = set()
 
-    def ensure(
-        self, inputs: TemplateInputs, stream: Path, disk_layer: Path, directory: Path
-    ) -> asyncio.Future[MemoryImage]:
+    def ensure(self, stream: Path, directory: Path) -> asyncio.Future[MemoryImage]:
         if (image := complete_image(directory)) is not None:
             done: asyncio.Future[MemoryImage] = asyncio.get_running_loop().create_future()
             done.set_result(image)
             return done
         task = self._tasks.get(directory)
         if task is None:
-            task = asyncio.ensure_future(
-                materialize(inputs, stream, disk_layer, directory, self._network))
+            task = asyncio.ensure_future(materialize(stream, directory))
             task.add_done_callback(lambda t: self._finished(directory, t))
             self._tasks[directory] = task
         return task
 
     def cancel_soon(self, directory: Path) -> None:
-        """Stop a materialization (its snapshot is going away); `close` waits for its cleanup."""
+        """Stop a materialization (its owner is going away); `close` waits for its cleanup."""
         task = self._tasks.pop(directory, None)
         if task is not None and not task.done():
             task.cancel()
             self._cancelled.add(task)
             task.add_done_callback(self._cancelled.discard)
 
+    async def cancelled(self, directory: Path) -> None:
+        """Stop a materialization and wait until it has let go of its files."""
+        task = self._tasks.get(directory)
+        self.cancel_soon(directory)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
     async def close(self) -> None:
-        """Cancel every materialization and wait until their helper QEMUs and slots are gone."""
+        """Cancel every materialization and wait until their threads have stopped."""
         for directory in list(self._tasks):
             self.cancel_soon(directory)
         await asyncio.gather(*self._cancelled, return_exceptions=True)

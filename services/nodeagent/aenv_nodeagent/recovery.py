@@ -2,7 +2,7 @@
 
 Paused sandboxes (a directory with `sandbox.json`: overlay + state file, no process) are kept;
 `SandboxLifecycle.load` takes them over with the snapshots. VMs that were running are not
-re-adopted: their QEMU (and any memory-image helper's) is killed, their network slot and
+re-adopted: their QEMU is killed, their network slot and
 directory removed, and their records marked lost, so clients get a clear answer and nothing
 leaks.
 """
@@ -17,7 +17,6 @@ import signal
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_nodeagent.memimage import WORK_DIR
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.sandboxes import SandboxRecords
 
@@ -26,16 +25,13 @@ log = logging.getLogger(__name__)
 PAUSED_MARKER = "sandbox.json"
 
 
-# Where the QEMUs of an earlier run left their pidfiles: sandboxes, and the helpers that turn a
-# snapshot's capture into a memory image (memimage.py).
-_PIDFILES = ("sandboxes/*/vm/qemu.pid", f"snapshots/*/{WORK_DIR}/vm/qemu.pid")
+_PIDFILES = "sandboxes/*/vm/qemu.pid"  # where the QEMUs of an earlier run left their pidfiles
 
 
 def kill_stale_qemus(state_dir: Path) -> list[int]:
     """SIGKILL every QEMU of an earlier run whose pidfile names a live QEMU process."""
     killed: list[int] = []
-    pidfiles = (pidfile for pattern in _PIDFILES for pidfile in state_dir.glob(pattern))
-    for pidfile in pidfiles:
+    for pidfile in state_dir.glob(_PIDFILES):
         with contextlib.suppress(OSError, ValueError):
             pid = int(pidfile.read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -134,7 +134,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def DeleteSnapshot(
         self, request: nodeagent_pb2.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.DeleteSnapshotResponse:
-        self._lifecycle.delete_snapshot(request.snapshot_id)
+        await self._lifecycle.delete_snapshot(request.snapshot_id)
         if self._snapshot_records is not None:
             await self._snapshot_records.withdraw(request.snapshot_id)
         return nodeagent_pb2.DeleteSnapshotResponse()

@@ -56,10 +56,10 @@ class Node:
         """A new node agent over the same state dir, after this one died without cleaning up."""
         await self.pool.close()  # its refill task would outlive a real crash no more than this
         network = NetworkManager(self.network.config)
+        # The dead agent's background work (memory image splits) ends with it.
+        await self.lifecycle.memory_images.close()
         await recover("test-node", self.state_dir, network, self.records,
                       list(self.records.records.values()))
-        # The dead agent's background work ends with it: its helper QEMUs were just killed.
-        await self.lifecycle.memory_images.close()
         node = await build_node(self.state_dir, self.prefix, self.session, self.records, network)
         node.lifecycle.load()
         self.successor = node

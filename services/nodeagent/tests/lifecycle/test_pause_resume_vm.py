@@ -50,22 +50,27 @@ async def test_corrupt_or_missing_state_keeps_the_sandbox_paused(node: Node) -> 
     sandbox = await node.lifecycle.create(s)
     await sh(node.session, sandbox.host, s.envd_access_token, "echo kept > /root/file")
     await node.lifecycle.pause(s.sandbox_id)
-    state = sandbox.directory / "paused.state"
-    good = state.with_suffix(".good")
-    shutil.copyfile(state, good)
-    with state.open("r+b") as fh:
+    # The capture becomes a memory image in the background: spoil that.
+    image = sandbox.directory / "memory", sandbox.directory / "device.state"
+    await _until(lambda: all(path.is_file() for path in image))
+    good = [path.with_suffix(".good") for path in image]
+    for path, copy in zip(image, good, strict=True):
+        shutil.copyfile(path, copy)
+    with image[1].open("r+b") as fh:
         fh.seek(64)
         fh.write(b"\xff" * 4096)
     with pytest.raises(AenvError, match="stays paused"):
         await node.lifecycle.resume(s.sandbox_id)
-    state.unlink()
+    image[0].unlink()  # and the capture it was made from is gone too
     with pytest.raises(AenvError, match="stays paused"):
         await node.lifecycle.resume(s.sandbox_id)
     assert node.lifecycle.record(s.sandbox_id).state == cluster_pb2.SANDBOX_STATE_PAUSED
     assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
-    good.rename(state)
+    for path, copy in zip(image, good, strict=True):
+        copy.rename(path)
     sandbox = await node.lifecycle.resume(s.sandbox_id)
     assert await sh(node.session, sandbox.host, s.envd_access_token, "cat /root/file") == "kept\n"
+    assert not (sandbox.directory / "paused.state").exists()
 
 
 async def test_timeout_pauses_when_asked(node: Node) -> None:
@@ -84,15 +89,17 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     running = await node.lifecycle.create(running_spec)
     await sh(node.session, running.host, running_spec.envd_access_token, "echo kept > /root/f")
     snapshot = await node.lifecycle.create_snapshot(running_spec.sandbox_id, "s1")
-    # The agent dies while the snapshot's memory image is being made: its VMs and the image's
-    # helper QEMU keep running, nothing is cleaned up. A new one starts.
-    await _until(lambda: qemus_under(node.state_dir / "snapshots") != [])
+    # The agent dies while the snapshot's memory image is being made: its VMs keep running,
+    # nothing is cleaned up, and a split cut short left its partial files. A new one starts.
+    await _until(lambda: (sandbox.directory / "device.state").is_file())
+    (sandbox.directory / "memory.part").write_bytes(b"cut short")
     restarted = await node.restart()
     assert node.records.records[running_spec.sandbox_id].state == cluster_pb2.SANDBOX_STATE_LOST
     assert restarted.lifecycle.paused_ids() == [paused_spec.sandbox_id]
     assert [m.snapshot_id for m in restarted.lifecycle.snapshots.listed()] == [
         snapshot.snapshot_id]
     assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+    assert not (sandbox.directory / "memory.part").exists()
     resumed = await restarted.lifecycle.resume(paused_spec.sandbox_id)
     token = paused_spec.envd_access_token
     assert await sh(node.session, resumed.host, token, "cat /root/f") == "paused\n"

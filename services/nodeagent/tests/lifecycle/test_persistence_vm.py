@@ -44,6 +44,6 @@ async def test_another_node_restores_a_persisted_snapshot(snapstore: str) -> Non
         layer = there.lifecycle.layers.path(pulled.layers[0])
         assert backing_of(layer).startswith(str(there.state_dir)) or len(pulled.layers) == 1
 
-        here.lifecycle.delete_snapshot(first.snapshot_id)
+        await here.lifecycle.delete_snapshot(first.snapshot_id)
         await here.lifecycle.kill(source.sandbox_id)
         await there.lifecycle.kill(restored_spec.sandbox_id)

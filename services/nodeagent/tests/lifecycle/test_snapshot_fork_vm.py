@@ -34,7 +34,7 @@ async def test_snapshot_restores_its_moment_and_delete_waits_for_users(node: Nod
     assert await sh(node.session, restored.host, rtoken, "cat /root/f1") == "before\n"
     assert await sh(node.session, restored.host, rtoken, "ls /root") == "f1\n"
     # Deleting it while `restored` stands on its disk layer: gone from the list, disk kept.
-    node.lifecycle.delete_snapshot(snapshot.snapshot_id)
+    await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
     assert node.lifecycle.snapshots.listed() == []
     with pytest.raises(NotFound):
         await node.lifecycle.create(spec(template_id=snapshot.snapshot_id))
@@ -141,5 +141,5 @@ async def test_layer_chain_is_compacted_past_its_bound(node: Node) -> None:
     assert await sh(node.session, old.host, old_spec.envd_access_token, "ls /root") == "l0\n"
     await node.lifecycle.kill(old_spec.sandbox_id)
     for meta in snapshots:
-        node.lifecycle.delete_snapshot(meta.snapshot_id)
+        await node.lifecycle.delete_snapshot(meta.snapshot_id)
     assert list(node.lifecycle.layers.root.glob("*")) == []  # nothing else referenced them

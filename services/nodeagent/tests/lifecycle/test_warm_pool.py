@@ -147,16 +147,15 @@ async def test_create_takes_a_prestarted_vm_that_then_lives_a_full_life() -> Non
         await sh(node.session, sandbox.host, token, "echo kept > /root/f")
         # Its disk was renamed after QEMU opened it: snapshot and pause/resume still find it.
         snapshot = await lc.create_snapshot(s.sandbox_id, "after-pool")
-        # Another QEMU reads the frozen layer (the memory image's helper): the sandbox's QEMU
-        # must have dropped its write lock on it, or its next capture aborts.
-        await lc.memory_image(snapshot.snapshot_id)
-        await lc.create_snapshot(s.sandbox_id, "second")
-        await lc.pause(s.sandbox_id)
-        resumed = await lc.resume(s.sandbox_id)
-        assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"
+        # Another QEMU (a sandbox restored from the snapshot) reads the frozen layer: the pooled
+        # sandbox's QEMU must have dropped its write lock on it, or its next capture aborts.
         child = spec()
         child.template_id = snapshot.snapshot_id
         restored = await lc.create(child)
         assert await sh(node.session, restored.host, child.envd_access_token,
                         "cat /root/f") == "kept\n"
+        await lc.create_snapshot(s.sandbox_id, "second")
+        await lc.pause(s.sandbox_id)
+        resumed = await lc.resume(s.sandbox_id)
+        assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"
         await until(lambda: pool.sizes()["vms"] == 1, "the refill")
