@@ -43,7 +43,7 @@ from aenv_nodeagent.memimage import (
 )
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.persistence import SnapshotPersistence, layer_file
-from aenv_nodeagent.recovery import PAUSED_MARKER
+from aenv_nodeagent.recovery import PAUSED_MARKER, Adopted
 from aenv_nodeagent.sandboxes import (
     DEFAULT_TIMEOUT_S,
     Sandbox,
@@ -80,7 +80,9 @@ _FILESYSTEM = cluster_pb2.PAUSE_MODE_FILESYSTEM
 _PAUSED_STATE = "paused.state"
 _DISK = "disk.qcow2"
 # The root disk's block node name in a freshly launched QEMU (overlays added later get others).
-_ROOT_NODE = block_node_name(DiskSpec("root", Path("disk.qcow2"), "qcow2", readonly=False))
+_ROOT_DISK = DiskSpec("root", Path("disk.qcow2"), "qcow2", readonly=False)
+_ROOT_NODE = block_node_name(_ROOT_DISK)
+_OVERLAY_NODE = "ovl"  # + the number of overlays added: the node of a snapshot's new overlay
 
 
 @dataclass
@@ -429,7 +431,7 @@ class SandboxLifecycle:
         os.link(sandbox.directory / chain.active, frozen)
         try:
             await create_overlay(frozen, sandbox.directory / active)
-            new_node = f"ovl{chain.overlays_added + 1}"
+            new_node = f"{_OVERLAY_NODE}{chain.overlays_added + 1}"
             await sandbox.vm.switch_disk_to_overlay(
                 chain.top_node, new_node, sandbox.directory / active)
         except BaseException:
@@ -654,8 +656,41 @@ class SandboxLifecycle:
             "active": paused.chain.active,
         })
 
+    async def adopt(self, adopted: Sequence[Adopted]) -> None:
+        """Take over running sandboxes recovered from an earlier run (call before `load`, which
+        collects the disk layers no chain uses). Their disk chains are read from QEMU; one that
+        cannot be read is killed."""
+        for found in adopted:
+            sandbox_id = found.record.sandbox_id
+            await self._manager.register(Sandbox(found.record, found.slot, found.vm,
+                                                 found.directory))
+            try:
+                self._chains[sandbox_id] = await self._chain_of(found)
+            except AenvError as err:
+                log.error("adopted sandbox has an unknown disk chain, killing it",
+                          extra={"sandbox_id": sandbox_id, "error": err.message})
+                await self._manager.kill(sandbox_id)
+                continue
+            log.info("running sandbox adopted", extra={"sandbox_id": sandbox_id,
+                                                       "pid": found.vm.pid})
+
+    async def _chain_of(self, found: Adopted) -> Chain:
+        disk = await found.vm.disk_chain(_ROOT_DISK.id)
+        files = [disk.top_file, *disk.backing_files]
+        templates = [await self._templates.get(tid) for tid in self._templates.registered()]
+        template = next((t for t in templates if t.disk in files), None)
+        if template is None:
+            raise Internal(f"disk chain {[str(f) for f in files]} stands on no known template")
+        # A pooled VM's first overlay is open by descriptor (/dev/fdset/N): it is disk.qcow2.
+        active = disk.top_file.name if disk.top_file.parent == found.directory else _DISK
+        layers = [f.stem for f in disk.backing_files if f.parent == self.layers.root]
+        added = disk.top_node.removeprefix(_OVERLAY_NODE)
+        return Chain(template.template_id, layers, active, disk.top_node,
+                     int(added) if added.isdigit() else 0)
+
     def load(self) -> list[str]:
-        """Paused sandboxes and snapshots left by an earlier run (call before anything else).
+        """Paused sandboxes and snapshots left by an earlier run (call before anything else but
+        `adopt`).
         Returns the ids of the paused sandboxes found."""
         for snapshot in self.snapshots.load():
             discard_interrupted(snapshot.directory)

@@ -92,8 +92,8 @@ class NodeAgent:
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         envd = EnvdClient(self._session)
         network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
-        await recover(s.node_id, s.resolved_state_dir(), network, store,
-                      await store.list_sandboxes())
+        recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
+                                  await store.list_sandboxes())
 
         self.templates = await self._prepare_templates(network, envd)
         self.pool = WarmPool(network, s.resolved_state_dir() / "pool",
@@ -113,6 +113,7 @@ class NodeAgent:
         snapshot_records = SnapshotPublisher(store, s.node_id)
         if self.lifecycle.persistence is not None:
             self.lifecycle.persistence.on_persisted = snapshot_records.mark_persisted
+        await self.lifecycle.adopt(recovered.adopted)
         paused = self.lifecycle.load()
         await snapshot_records.sync(self.lifecycle.snapshots.listed())
         servicer = NodeAgentServicer(

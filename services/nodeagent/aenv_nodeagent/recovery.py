@@ -1,53 +1,76 @@
-"""Start-up clean-up after a crash or restart of the node agent.
+"""Start-up recovery after a crash or restart of the node agent.
 
-Paused sandboxes (a directory with `sandbox.json`: overlay + state file, no process) are kept;
-`SandboxLifecycle.load` takes them over with the snapshots. VMs that were running are not
-re-adopted: their QEMU is killed, their network slot and
-directory removed, and their records marked lost, so clients get a clear answer and nothing
-leaks.
+Paused sandboxes (a directory with `sandbox.json`: overlay and memory image, no process) are kept;
+`SandboxLifecycle.load` takes them over with the snapshots. A VM that was running is re-adopted
+when its QEMU still runs in its slot, answers QMP, is not stopped half-way through an operation,
+and the cluster still has its record on this node: QMP is reconnected and its netns slot taken
+back (the lifecycle then reads its disk chain from QEMU). Everything else is cleaned up: other
+QEMUs killed, their slots and directories removed, and the records of sandboxes that did not
+survive marked lost, so clients get a clear answer and nothing leaks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_nodeagent.network import NetworkManager
+from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.sandboxes import SandboxRecords
+from aenv_nodeagent.vmm import QemuVm
+from aenv_nodeagent.vmm.process import qemu_owning
 
 log = logging.getLogger(__name__)
 
 PAUSED_MARKER = "sandbox.json"
-
-
 _PIDFILES = "sandboxes/*/vm/qemu.pid"  # where the QEMUs of an earlier run left their pidfiles
+_ADOPTABLE = (cluster_pb2.SANDBOX_STATE_RUNNING, cluster_pb2.SANDBOX_STATE_LOST)
 
 
-def kill_stale_qemus(state_dir: Path) -> list[int]:
-    """SIGKILL every QEMU of an earlier run whose pidfile names a live QEMU process."""
+@dataclass
+class Adopted:
+    """A running sandbox taken over from an earlier run."""
+
+    record: cluster_pb2.SandboxRecord
+    directory: Path
+    slot: NetSlot
+    vm: QemuVm
+
+
+@dataclass
+class Recovered:
+    paused: set[str]
+    adopted: list[Adopted]
+
+
+def kill_stale_qemus(state_dir: Path, spare: frozenset[int] = frozenset()) -> list[int]:
+    """SIGKILL every QEMU of an earlier run (but the `spare` ones) still holding its pidfile."""
     killed: list[int] = []
     for pidfile in state_dir.glob(_PIDFILES):
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(pidfile.read_text().strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            # The pid may have been reused: only a QEMU that uses this directory is ours.
-            if b"qemu-system" in cmdline and str(pidfile.parent).encode() in cmdline:
+        pid = qemu_owning(pidfile)
+        if pid is not None and pid not in spare:
+            try:
                 os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+            except ProcessLookupError:
+                continue
+            killed.append(pid)
     return killed
 
 
-def remove_unpaused_dirs(sandboxes_dir: Path) -> set[str]:
-    """Remove the directories of sandboxes that were running; return the paused sandboxes' ids."""
+def remove_unpaused_dirs(sandboxes_dir: Path, keep: frozenset[str] = frozenset()) -> set[str]:
+    """Remove the directories of sandboxes that were running (but `keep`); return the paused
+    sandboxes' ids."""
     paused: set[str] = set()
     if not sandboxes_dir.is_dir():
         return paused
     for directory in sandboxes_dir.iterdir():
+        if directory.name in keep:
+            continue
         if (directory / PAUSED_MARKER).is_file():
             shutil.rmtree(directory / "vm", ignore_errors=True)
             paused.add(directory.name)
@@ -56,26 +79,58 @@ def remove_unpaused_dirs(sandboxes_dir: Path) -> set[str]:
     return paused
 
 
+async def adopt(
+    directory: Path, record: cluster_pb2.SandboxRecord, network: NetworkManager
+) -> Adopted | None:
+    """The sandbox in `directory` if its VM can be taken over, else None (it is then killed)."""
+    try:
+        vm = await QemuVm.attach(directory / "vm")
+    except NotFound:
+        return None
+    except AenvError as err:
+        log.warning("running VM not re-adopted", extra={"sandbox_id": record.sandbox_id,
+                                                        "error": err.message})
+        return None
+    try:
+        # Stopped means an operation (capture, reset) was cut short: its disk chain is unknown.
+        if (status := await vm.status()) != "running":
+            raise Conflict(f"its VM was left {status}")
+        slot = network.adopt_slot_of(vm.pid)
+        if slot is None:
+            raise NotFound("its VM runs in none of this node's network slots")
+    except AenvError as err:
+        log.warning("running VM not re-adopted", extra={"sandbox_id": record.sandbox_id,
+                                                        "error": err.message})
+        await vm.release()
+        return None
+    record.state = cluster_pb2.SANDBOX_STATE_RUNNING
+    return Adopted(record, directory, slot, vm)
+
+
 async def recover(
     node_id: str,
     state_dir: Path,
     network: NetworkManager,
     records: SandboxRecords,
     previous: list[cluster_pb2.SandboxRecord],
-) -> set[str]:
-    """Returns the ids of the paused sandboxes kept."""
-    killed = kill_stale_qemus(state_dir)
-    removed = await network.destroy_orphans(keep=set())
-    paused = remove_unpaused_dirs(state_dir / "sandboxes")
-    lost = [rec for rec in previous if rec.node_id == node_id and rec.sandbox_id not in paused]
+) -> Recovered:
+    ours = [rec for rec in previous if rec.node_id == node_id]
+    sandboxes_dir = state_dir / "sandboxes"
+    adopted = [found for rec in ours if rec.state in _ADOPTABLE
+               if (found := await adopt(sandboxes_dir / rec.sandbox_id, rec, network))]
+    kept = frozenset(a.record.sandbox_id for a in adopted)
+    killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))
+    removed = await network.destroy_orphans(keep={a.slot.netns for a in adopted})
+    paused = remove_unpaused_dirs(sandboxes_dir, keep=kept)
+    lost = [rec for rec in ours if rec.sandbox_id not in paused and rec.sandbox_id not in kept]
     for rec in lost:
         rec.state = cluster_pb2.SANDBOX_STATE_LOST
         await records.put_sandbox(rec)
-    if killed or removed or lost or paused:
+    if killed or removed or lost or paused or adopted:
         log.warning(
             "recovered after an earlier run",
             extra={"qemu_killed": len(killed), "netns_removed": len(removed),
                    "sandboxes_lost": [rec.sandbox_id for rec in lost],
-                   "sandboxes_paused_kept": sorted(paused)},
+                   "sandboxes_paused_kept": sorted(paused), "sandboxes_adopted": sorted(kept)},
         )
-    return paused
+    return Recovered(paused, adopted)

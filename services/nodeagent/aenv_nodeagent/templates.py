@@ -149,6 +149,9 @@ class TemplateStore:
         except KeyError:
             raise NotFound(f"template '{template_id}' not found") from None
 
+    def registered(self) -> list[str]:
+        return list(self._inputs)
+
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())
 

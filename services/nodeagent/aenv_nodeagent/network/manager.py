@@ -15,7 +15,7 @@ from functools import partial
 from aenv_common.errors import AenvError, Internal, ResourceExhausted
 
 from . import firewall, slotops
-from .namespaces import list_netns, netns_exists, run_in_fresh_thread
+from .namespaces import list_netns, netns_exists, netns_path, run_in_fresh_thread
 from .policy import EgressPolicy
 from .slots import (
     NetSlot,
@@ -107,6 +107,23 @@ class NetworkManager:
         slots = [slot_for(self._config, index) for index in self._netns_indices()]
         self._in_use.update(slot.index for slot in slots)
         return slots
+
+    def adopt_slot_of(self, pid: int) -> NetSlot | None:
+        """The slot whose netns process `pid` runs in (a VM an earlier node agent started), now
+        held here; None when it runs in none of ours. Its rules stay as they are."""
+        try:
+            wanted = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except OSError:
+            return None
+        for index in self._netns_indices():
+            slot = slot_for(self._config, index)
+            try:
+                if os.stat(netns_path(slot.netns)).st_ino == wanted:
+                    self._in_use.add(index)
+                    return slot
+            except OSError:
+                continue
+        return None
 
     async def destroy_orphans(self, keep: set[str]) -> list[str]:
         """Remove this prefix's slots whose netns name is not in ``keep`` (including half-built

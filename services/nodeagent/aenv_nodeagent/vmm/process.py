@@ -1,19 +1,89 @@
-"""Starting and stopping the QEMU child process; every stop reaps it."""
+"""Starting, adopting and stopping QEMU processes; every stop reaps (or outwaits) them."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from aenv_common.errors import Internal
 
 logger = logging.getLogger(__name__)
 
 _STDERR_TAIL_BYTES = 2048
+# The exit status of a process we did not start goes to whoever reaps it (init).
+UNKNOWN_EXIT_STATUS = -255
+
+
+class VmProcess(Protocol):
+    """What the VM driver needs of its QEMU process: asyncio's child process, or an adopted one."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
+class AdoptedProcess:
+    """A QEMU an earlier node agent started, still running. It is not our child, so its exit is
+    watched through a pidfd, which also makes signals safe from pid reuse."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._pidfd = os.pidfd_open(pid)  # ProcessLookupError when it is gone
+        self.returncode: int | None = None
+        self._exited: asyncio.Future[None] | None = None
+
+    async def wait(self) -> int:
+        if self.returncode is None:
+            await asyncio.shield(self._exit_future())
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        signal.pidfd_send_signal(self._pidfd, sig)
+
+    def _exit_future(self) -> asyncio.Future[None]:
+        if self._exited is None:
+            loop = asyncio.get_running_loop()
+            self._exited = exited = loop.create_future()
+            loop.add_reader(self._pidfd, self._on_exit, loop, exited)
+        return self._exited
+
+    def _on_exit(self, loop: asyncio.AbstractEventLoop, exited: asyncio.Future[None]) -> None:
+        loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self.returncode = UNKNOWN_EXIT_STATUS
+        if not exited.done():
+            exited.set_result(None)
+
+
+def qemu_owning(pidfile: Path) -> int | None:
+    """The pid of the live QEMU that wrote `pidfile` and still holds it open (QEMU keeps its
+    pidfile open, and the link follows renames of its directory), else None."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pidfile.read_text().strip())
+        if b"qemu-system" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+        wanted = str(pidfile.resolve())
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+                    return pid
+    return None
 
 
 async def spawn(
@@ -36,7 +106,7 @@ async def spawn(
             raise Internal(f"cannot start {argv[0]}: {err}") from err
 
 
-async def stop(proc: asyncio.subprocess.Process, grace: float) -> None:
+async def stop(proc: VmProcess, grace: float) -> None:
     """Wait `grace` seconds for exit, then SIGTERM, then SIGKILL; always reaps."""
     for sig in (None, signal.SIGTERM, signal.SIGKILL):
         if proc.returncode is not None:
@@ -49,7 +119,7 @@ async def stop(proc: asyncio.subprocess.Process, grace: float) -> None:
             logger.warning("QEMU did not exit in time", extra={"pid": proc.pid, "signal": str(sig)})
 
 
-def _signal(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
+def _signal(proc: VmProcess, sig: signal.Signals) -> None:
     try:
         proc.send_signal(sig)
     except ProcessLookupError:

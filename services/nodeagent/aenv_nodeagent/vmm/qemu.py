@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
 import time
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -23,7 +25,7 @@ from aenv_common.errors import (
     NotFound,
 )
 from aenv_nodeagent.vmm import process
-from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles, build_argv
+from aenv_nodeagent.vmm.argv import QEMU_BINARY, QMP_CHARDEV_ID, VmFiles, build_argv
 from aenv_nodeagent.vmm.spec import VmSpec
 from aenv_nodeagent.vmm.timing import PhaseClock
 
@@ -53,17 +55,15 @@ class QemuVm:
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: process.VmProcess,
         qmp: QMPClient,
         files: VmFiles,
-        spec: VmSpec,
         *,
         incoming: bool,
     ) -> None:
         self._proc = proc
         self._qmp = qmp
         self.files = files
-        self.spec = spec
         self._awaiting_restore = incoming
         self._ignore_shared: bool | None = None  # as last set in QEMU
         self._shutdown_task: asyncio.Task[None] | None = None
@@ -105,7 +105,7 @@ class QemuVm:
             finally:
                 _close_all(disk_fds)  # QEMU holds its own copies
             qmp = await _connect_or_clean_up(proc, files, start_timeout)
-        vm = cls(proc, qmp, files, spec, incoming=incoming)
+        vm = cls(proc, qmp, files, incoming=incoming)
         vm.timings.update(clock.phases_ms)
         logger.info(
             "QEMU started",
@@ -113,6 +113,42 @@ class QemuVm:
                    "workdir": str(workdir), "exec_to_qmp_ms": clock.phases_ms["exec_to_qmp"]},
         )
         return vm
+
+    @classmethod
+    async def attach(cls, workdir: Path, time_limit: float = 5.0) -> QemuVm:
+        """Take over the QEMU an earlier node agent launched in `workdir` (NotFound when none
+        runs there). Its QMP socket is in `workdir`, or where its command line put it."""
+        files = VmFiles.in_dir(workdir)
+        pid = process.qemu_owning(files.pidfile)
+        if pid is None:
+            raise NotFound(f"no QEMU runs in {workdir}")
+        try:
+            proc = process.AdoptedProcess(pid)
+        except ProcessLookupError:
+            raise NotFound(f"no QEMU runs in {workdir}") from None
+        socket_path = files.qmp_socket
+        if not socket_path.exists():
+            socket_path = _qmp_socket_of(pid) or socket_path
+        qmp = await _connect_qmp(proc, socket_path, time_limit)
+        logger.info("QEMU adopted", extra={"pid": pid, "workdir": str(workdir)})
+        return cls(proc, qmp, VmFiles(socket_path, files.pidfile, files.stderr_log),
+                   incoming=False)
+
+    async def disk_chain(self, disk_id: str) -> DiskChain:
+        """The layers under disk `disk_id` as QEMU has them open: its top node and file, then
+        each backing file as the layer above names it."""
+        reply = await self.execute("query-block")
+        for device in reply if isinstance(reply, list) else []:
+            if device.get("qdev") == disk_id and "inserted" in device:
+                image = device["inserted"]["image"]
+                backing: list[Path] = []
+                layer = image
+                while name := layer.get("backing-filename"):
+                    backing.append(Path(name))
+                    layer = layer.get("backing-image", {})
+                return DiskChain(str(device["inserted"]["node-name"]),
+                                 _image_file(str(image["filename"])), backing)
+        raise NotFound(f"QEMU {self.pid} has no disk {disk_id!r}")
 
     async def __aenter__(self) -> QemuVm:
         return self
@@ -209,6 +245,10 @@ class QemuVm:
                                              what="block-stream")
         if data.get("error") or data.get("event") == "BLOCK_JOB_CANCELLED":
             raise Internal(f"block-stream of {top_node} failed: {data.get('error', 'cancelled')}")
+
+    async def release(self) -> None:
+        """Let go of QEMU without stopping it (a VM not taken over after all)."""
+        await _disconnect(self._qmp)
 
     async def shutdown(self, grace: float = 2.0) -> None:
         """Quit QEMU (QMP quit, then SIGTERM, then SIGKILL), reap it and remove its files.
@@ -373,7 +413,7 @@ def _prepare_workdir(workdir: Path) -> VmFiles:
 
 
 async def _connect_or_clean_up(
-    proc: asyncio.subprocess.Process, files: VmFiles, time_limit: float
+    proc: process.VmProcess, files: VmFiles, time_limit: float
 ) -> QMPClient:
     """Connect QMP; on any failure stop and reap QEMU, remove its files, report its stderr."""
     try:
@@ -395,7 +435,7 @@ async def _connect_or_clean_up(
 
 
 async def _connect_qmp(
-    proc: asyncio.subprocess.Process, socket_path: Path, time_limit: float
+    proc: process.VmProcess, socket_path: Path, time_limit: float
 ) -> QMPClient:
     deadline = time.monotonic() + time_limit
     sock = await _wait_for_socket(proc, socket_path, deadline)
@@ -410,7 +450,7 @@ async def _connect_qmp(
 
 
 async def _wait_for_socket(
-    proc: asyncio.subprocess.Process, socket_path: Path, deadline: float
+    proc: process.VmProcess, socket_path: Path, deadline: float
 ) -> socket.socket:
     """Poll until QEMU's QMP socket accepts a connection. A plain socket (not qemu.qmp) polls
     quietly: qemu.qmp logs an error for every refused attempt."""
@@ -426,6 +466,33 @@ async def _wait_for_socket(
         if time.monotonic() > deadline:
             raise Internal(f"QEMU {proc.pid} did not open QMP at {socket_path} in time")
         await asyncio.sleep(_QMP_POLL_S)
+
+
+@dataclass(frozen=True)
+class DiskChain:
+    top_node: str
+    top_file: Path
+    backing_files: list[Path]  # nearest first
+
+
+def _image_file(filename: str) -> Path:
+    """The file of a node QEMU names by a `json:` pseudo-filename (one opened with options)."""
+    if filename.startswith("json:"):
+        return Path(json.loads(filename[len("json:"):])["file"]["filename"])
+    return Path(filename)
+
+
+def _qmp_socket_of(pid: int) -> Path | None:
+    """The QMP socket path on QEMU's command line (the `-chardev socket,id=qmp,path=...`)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return None
+    prefix = f"socket,id={QMP_CHARDEV_ID},path="
+    for arg in argv:
+        if arg.startswith(prefix):
+            return Path(arg[len(prefix):].split(",server=")[0].replace(",,", ","))
+    return None
 
 
 def _check_pidfile(pid: int, pidfile: Path) -> None:

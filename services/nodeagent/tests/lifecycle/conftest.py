@@ -4,6 +4,7 @@ paths are limited to 107 bytes). Every test ends with nothing left: no QEMU, net
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -11,7 +12,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,11 +58,15 @@ class Node:
         """A new node agent over the same state dir, after this one died without cleaning up."""
         await self.pool.close()  # its refill task would outlive a real crash no more than this
         network = NetworkManager(self.network.config)
-        # The dead agent's background work (memory image splits) ends with it.
+        # The dead agent's background work (memory image splits) ends with it, and so do its
+        # QMP sessions (QEMU serves one at a time).
         await self.lifecycle.memory_images.close()
-        await recover("test-node", self.state_dir, network, self.records,
-                      list(self.records.records.values()))
+        for sandbox in self.manager.all():
+            await sandbox.vm.release()
+        recovered = await recover("test-node", self.state_dir, network, self.records,
+                                  list(self.records.records.values()))
         node = await build_node(self.state_dir, self.prefix, self.session, self.records, network)
+        await node.lifecycle.adopt(recovered.adopted)
         node.lifecycle.load()
         self.successor = node
         return node
@@ -92,6 +98,13 @@ async def build_node(
 def netns_with(prefix: str) -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
 
 
 def qemus_under(directory: Path) -> list[str]:

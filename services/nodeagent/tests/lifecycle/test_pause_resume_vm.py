@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable
 
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict
 
-from .conftest import Node, netns_with, qemus_under, spec
+from .conftest import Node, netns_with, qemus_under, spec, until
 from .guest import counter, sh, start_counter
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
@@ -52,7 +51,7 @@ async def test_corrupt_or_missing_state_keeps_the_sandbox_paused(node: Node) -> 
     await node.lifecycle.pause(s.sandbox_id)
     # The capture becomes a memory image in the background: spoil that.
     image = sandbox.directory / "memory", sandbox.directory / "device.state"
-    await _until(lambda: all(path.is_file() for path in image))
+    await until(lambda: all(path.is_file() for path in image), "the memory image")
     good = [path.with_suffix(".good") for path in image]
     for path, copy in zip(image, good, strict=True):
         shutil.copyfile(path, copy)
@@ -91,14 +90,20 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     snapshot = await node.lifecycle.create_snapshot(running_spec.sandbox_id, "s1")
     # The agent dies while the snapshot's memory image is being made: its VMs keep running,
     # nothing is cleaned up, and a split cut short left its partial files. A new one starts.
-    await _until(lambda: (sandbox.directory / "device.state").is_file())
+    await until(lambda: (sandbox.directory / "device.state").is_file(), "the memory image")
     (sandbox.directory / "memory.part").write_bytes(b"cut short")
     restarted = await node.restart()
-    assert node.records.records[running_spec.sandbox_id].state == cluster_pb2.SANDBOX_STATE_LOST
+    # The running sandbox was re-adopted: same VM, same slot, and it keeps working.
+    assert node.records.records[running_spec.sandbox_id].state == (
+        cluster_pb2.SANDBOX_STATE_RUNNING)
+    adopted = restarted.manager.get(running_spec.sandbox_id)
+    assert adopted.vm.pid == running.vm.pid and adopted.slot == running.slot
+    assert await sh(node.session, adopted.host, running_spec.envd_access_token,
+                    "cat /root/f") == "kept\n"
     assert restarted.lifecycle.paused_ids() == [paused_spec.sandbox_id]
     assert [m.snapshot_id for m in restarted.lifecycle.snapshots.listed()] == [
         snapshot.snapshot_id]
-    assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+    assert len(qemus_under(node.state_dir)) == 1 and len(netns_with(node.prefix)) == 1
     assert not (sandbox.directory / "memory.part").exists()
     resumed = await restarted.lifecycle.resume(paused_spec.sandbox_id)
     token = paused_spec.envd_access_token
@@ -107,10 +112,13 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     child.template_id = snapshot.snapshot_id
     restored = await restarted.lifecycle.create(child)
     assert await sh(node.session, restored.host, child.envd_access_token, "cat /root/f") == "kept\n"
-
-
-async def _until(condition: Callable[[], bool], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
+    # The adopted sandbox's disk chain was read back from QEMU: it snapshots, and its frozen
+    # layer (shared with the snapshot restored above) survived the restart.
+    await sh(node.session, adopted.host, running_spec.envd_access_token, "echo v2 > /root/f")
+    second = await restarted.lifecycle.create_snapshot(running_spec.sandbox_id, "s2")
+    assert second.layers[1:] == snapshot.layers
+    await restarted.lifecycle.kill(running_spec.sandbox_id)
+    child = spec()
+    child.template_id = second.snapshot_id
+    restored = await restarted.lifecycle.create(child)
+    assert await sh(node.session, restored.host, child.envd_access_token, "cat /root/f") == "v2\n"

@@ -83,7 +83,7 @@ async def test_fork_children_share_the_past_and_diverge(node: Node) -> None:
     randoms = {out.split("\n", 1)[1] for out in outputs}
     assert len(randoms) == CHILDREN
     # Children map the fork's memory image copy-on-write: each owns only what it dirtied.
-    guest_mib = node.manager.get(children[0].sandbox_id).vm.spec.memory_mib
+    guest_mib = node.manager.get(children[0].sandbox_id).record.resources.memory_mib
     pss = [pss_mib(node.manager.get(c.sandbox_id).vm.pid) for c in children]
     assert max(pss) < guest_mib / 4, pss
     print(f"fork into {CHILDREN} children: {fork_s:.2f}s; PSS per child "

@@ -17,7 +17,7 @@ import pytest_asyncio
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
 
-from .conftest import netns_with, node_parts, spec
+from .conftest import netns_with, node_parts, spec, until
 from .guest import sh
 
 pytestmark = [pytest.mark.netns]
@@ -34,14 +34,6 @@ async def parts() -> AsyncIterator[tuple[NetworkManager, Path, str]]:
         await network.destroy_orphans(keep=set())
         shutil.rmtree(work, ignore_errors=True)
     assert netns_with(prefix) == []
-
-
-async def until(condition: object, what: str) -> None:
-    for _ in range(300):
-        if callable(condition) and condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def backing_of(image: Path) -> str:
