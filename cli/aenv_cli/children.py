@@ -71,6 +71,12 @@ class ChildProcess:
         log.info("child stopped", extra={"service": self.name, "pid": self.pid, "code": code})
         return code
 
+    async def crash(self) -> int:
+        """SIGKILL the child alone, as a crash ends it: what it started in sessions of its own
+        (the node agent's QEMUs) lives on for its successor to take over."""
+        self._signal(signal.SIGKILL)
+        return await self._process.wait()
+
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")

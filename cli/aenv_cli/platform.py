@@ -139,6 +139,19 @@ class Platform:
         self._api_key = None
         self._lock.release()
 
+    async def restart_service(self, name: str, *, crash: bool = False) -> None:
+        """Stop one service (with `crash`, kill it as a crash would) and start it again, in its
+        place in the stop order; returns once it is ready."""
+        spec = self._spec(name)
+        index, child = next((i, c) for i, c in enumerate(self._children) if c.name == name)
+        if crash:
+            await child.crash()
+        else:
+            await child.stop(spec.stop_timeout_s)
+        del self._children[index]
+        await self._start_service(spec)
+        self._children.insert(index, self._children.pop())
+
     async def wait_for_exit(self) -> ChildProcess:
         """Returns the first child that exits (a running platform lost a service)."""
         waits = {asyncio.ensure_future(child.wait()): child for child in self._children}
