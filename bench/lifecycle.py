@@ -6,7 +6,8 @@
   child (PSS from /proc/<pid>/smaps_rollup).
 - floor, same run: bare QEMU + QMP doing the same operation with no services: stop + capture +
   quit (pause), exec `-incoming defer` + migrate-incoming + cont until envd /health (resume),
-  stop + capture + cont (snapshot), N such restores of the template side by side (fork).
+  stop + capture + cont after the same dirtying (snapshot), N such restores of the template side
+  by side (fork).
 
 Host-side phases are reported apart from guest wake-up (under TCG, re-translation dominates it).
 Results: JSON on stdout and bench/results/lifecycle.json, a plot in bench/results/lifecycle.png.
@@ -43,7 +44,7 @@ from aenv_nodeagent.network import (
     netns_exec_prefix,
 )
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
-from aenv_nodeagent.sandboxes import Sandbox, SandboxManager
+from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore, vm_spec
 from aenv_nodeagent.vmm import QemuVm, detect_accelerator
 
@@ -71,7 +72,7 @@ def pss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def guest_sh(session: aiohttp.ClientSession, sandbox: Sandbox, script: str) -> None:
+async def guest_sh(session: aiohttp.ClientSession, host: str, token: str, script: str) -> None:
     """Run a shell command in the guest through envd (Connect JSON) and wait for it to end."""
     import base64
     import json
@@ -79,10 +80,10 @@ async def guest_sh(session: aiohttp.ClientSession, sandbox: Sandbox, script: str
 
     payload = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", script]}}).encode()
     async with session.post(
-        f"http://{sandbox.host}:{ENVD_PORT}/process.Process/Start",
+        f"http://{host}:{ENVD_PORT}/process.Process/Start",
         data=struct.pack(">BI", 0, len(payload)) + payload,
         headers={"content-type": "application/connect+json",
-                 "X-Access-Token": sandbox.record.envd_access_token,
+                 "X-Access-Token": token,
                  "authorization": "Basic " + base64.b64encode(b"root:").decode()},
         timeout=aiohttp.ClientTimeout(total=600),
     ) as resp:
@@ -112,7 +113,7 @@ class NodeBench:
     async def pause_resume(self) -> dict[str, object]:
         sandbox = await self.lc.create(spec())
         sid = sandbox.record.sandbox_id
-        pauses, resumes, host, wake = [], [], [], []
+        pauses, resumes, host, wake, image = [], [], [], [], []
         try:
             for _ in range(ROUNDS):
                 pauses.append((await elapsed(self.lc.pause(sid)))[0])
@@ -122,10 +123,13 @@ class NodeBench:
                 resumes.append(took)
                 wake.append(guest)
                 host.append(took - guest)
+                # Resumed at once: part of the host side waits for the pause's memory image.
+                image.append(resumed.timings_ms.get("memory_image", 0.0) / 1000)
         finally:
             await self.lc.kill(sid)
         return {"pause": summary_ms(pauses), "resume_to_ready": summary_ms(resumes),
-                "resume_host_side": summary_ms(host), "resume_guest_wakeup": summary_ms(wake)}
+                "resume_host_side": summary_ms(host), "resume_guest_wakeup": summary_ms(wake),
+                "resume_waiting_for_memory_image": summary_ms(image)}
 
     async def snapshots(self) -> dict[str, object]:
         sandbox = await self.lc.create(spec())
@@ -133,7 +137,7 @@ class NodeBench:
         calls, materialize = [], []
         try:
             for _ in range(ROUNDS):
-                await guest_sh(self.session, sandbox, DIRTY)
+                await guest_sh(self.session, sandbox.host, sandbox.record.envd_access_token, DIRTY)
                 took, meta = await elapsed(self.lc.create_snapshot(sid))
                 calls.append(took)
                 materialize.append((await elapsed(self.lc.memory_image(meta.snapshot_id)))[0])
@@ -187,9 +191,10 @@ class RawFloor:
     """Bare QEMU + QMP over the template's files, one netns per VM, no services."""
 
     def __init__(self, inputs: TemplateInputs, snap: TemplateSnapshot, network: NetworkManager,
-                 envd: EnvdClient, work: Path) -> None:
-        self.inputs, self.snap, self.network, self.envd, self.work = (
-            inputs, snap, network, envd, work)
+                 session: aiohttp.ClientSession, work: Path) -> None:
+        self.inputs, self.snap, self.network, self.session, self.work = (
+            inputs, snap, network, session, work)
+        self.envd = EnvdClient(session)
         self._n = 0
 
     async def restore(self, slot: NetSlot, state: Path, disk: Path) -> tuple[QemuVm, float, float]:
@@ -214,17 +219,13 @@ class RawFloor:
         return disk
 
     async def pause_resume_snapshot(self, slot: NetSlot) -> dict[str, object]:
+        """Pause/resume rounds on a fresh VM, then snapshot rounds after the same dirtying as
+        the node agent's (the order of the node agent's runs)."""
         disk = await self.overlay("pr", self.snap.disk)
         vm, _, _ = await self.restore(slot, self.snap.state, disk)
         pauses, resumes, host, wake, snaps = [], [], [], [], []
         try:
-            for i in range(ROUNDS):
-                t0 = time.perf_counter()
-                await vm.pause()
-                await vm.capture(self.work / f"snap{i}", ignore_shared=False)
-                await vm.resume()
-                snaps.append(time.perf_counter() - t0)
-                (self.work / f"snap{i}").unlink()
+            for _ in range(ROUNDS):
                 state = self.work / "paused"
                 t0 = time.perf_counter()
                 await vm.capture(state)
@@ -234,6 +235,14 @@ class RawFloor:
                 resumes.append(h + w)
                 host.append(h)
                 wake.append(w)
+            for i in range(ROUNDS):
+                await guest_sh(self.session, slot.ns_ip, "", DIRTY)
+                t0 = time.perf_counter()
+                await vm.pause()
+                await vm.capture(self.work / f"snap{i}")
+                await vm.resume()
+                snaps.append(time.perf_counter() - t0)
+                (self.work / f"snap{i}").unlink()
         finally:
             await vm.shutdown()
         return {"pause": summary_ms(pauses), "resume_to_ready": summary_ms(resumes),
@@ -269,7 +278,7 @@ async def floor_runs(session: aiohttp.ClientSession, work: Path) -> dict[str, ob
                               boot_timeout_s=120, boot_attempts=3)
     templates.register(inputs)
     work.mkdir(parents=True, exist_ok=True)
-    floor = RawFloor(inputs, await templates.get(BASE_TEMPLATE), network, envd, work)
+    floor = RawFloor(inputs, await templates.get(BASE_TEMPLATE), network, session, work)
     slot = await network.create_slot(EgressPolicy())
     try:
         out = await floor.pause_resume_snapshot(slot)
