@@ -1,9 +1,13 @@
-"""`aenv up`: run a Platform in the foreground until SIGINT/SIGTERM or until a service dies."""
+"""`aenv up`: run a Platform in the foreground until SIGINT/SIGTERM. A service that dies is
+started again (a node agent re-adopts the sandboxes its predecessor left running), unless it
+keeps dying: then everything stops."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import time
+from collections import defaultdict, deque
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -19,6 +23,9 @@ T = TypeVar("T")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+# A service is restarted at most this often within the window; past that it is given up on.
+MAX_RESTARTS = 3
+RESTART_WINDOW_S = 300.0
 
 
 async def run_platform(platform: Platform, console: Console) -> int:
@@ -50,14 +57,43 @@ async def _start_then_serve(platform: Platform, console: Console, stop: asyncio.
         console.print("interrupted during start-up; everything stopped")
         return EXIT_INTERRUPTED
     console.print(_ready_panel(platform))
-    exited = await _unless_stopped(platform.wait_for_exit(), stop)
+    died = await _serve(platform, console, stop)
     console.print("stopping …")
     await platform.stop()
-    if exited is None:
+    if died is None:
         console.print("stopped")
         return EXIT_OK
-    _print_death(console, exited.result())
+    _print_death(console, died)
     return EXIT_FAILED
+
+
+async def _serve(platform: Platform, console: Console, stop: asyncio.Event) -> ChildProcess | None:
+    """Until `stop`: restarts services that die. Returns the one given up on (None: stopped)."""
+    restarts: defaultdict[str, deque[float]] = defaultdict(deque)
+    while True:
+        exited = await _unless_stopped(platform.wait_for_exit(), stop)
+        if exited is None:
+            return None
+        child = exited.result()
+        recent = restarts[child.name]
+        while recent and recent[0] < time.monotonic() - RESTART_WINDOW_S:
+            recent.popleft()
+        if len(recent) >= MAX_RESTARTS:
+            console.print(f"[red]{child.name} died {MAX_RESTARTS + 1} times within "
+                          f"{RESTART_WINDOW_S:.0f}s; giving up[/]")
+            return child
+        recent.append(time.monotonic())
+        console.print(f"[yellow]{child.name} exited with code {child.returncode}; "
+                      f"restarting it[/]")
+        try:
+            restarted = await _unless_stopped(platform.restart_service(child.name), stop)
+            if restarted is None:
+                return None
+            restarted.result()
+        except PlatformStartError as err:
+            _print_start_failure(console, platform, err)
+            return child
+        console.print(f"{child.name} is back")
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> asyncio.Future[T] | None:

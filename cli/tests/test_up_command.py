@@ -1,15 +1,18 @@
 """`aenv up` as a process (stand-in services, real etcd): ready output, SIGTERM leaves no process,
-a service that dies stops everything. And the other commands against that running platform."""
+a service that dies is restarted until it keeps dying. And the other commands against that
+running platform."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from aenv_cli_testkit import standin_env
 from aenv_cli.files import read_api_key
 from aenv_cli.ports import PlatformPorts
 from aenv_cli.state import load_ports, save_ports
+from aenv_cli.up import MAX_RESTARTS
 
 pytestmark = pytest.mark.etcd
 
@@ -102,16 +106,47 @@ def test_sigterm_stops_every_child(running_up: RunningUp) -> None:
     assert [pid for pid in pids if alive(pid)] == []
 
 
-def test_service_death_stops_everything(running_up: RunningUp) -> None:
+def test_a_dead_service_is_restarted_until_it_keeps_dying(running_up: RunningUp) -> None:
+    lines: list[str] = []
+    assert running_up.process.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(running_up.process.stdout or ()))
+    reader.start()
+    killed: list[int] = []
+    for attempt in range(MAX_RESTARTS + 1):
+        _until(functools.partial(_restarts_seen, lines, attempt), "the restart")
+        snapstore = _the_snapstore(running_up, not_these=killed)
+        if attempt == 1:  # the platform serves on with the new one
+            assert aenv("status", "--home", str(running_up.home)).returncode == 0
+        os.kill(snapstore, signal.SIGKILL)
+        killed.append(snapstore)
     pids = running_up.descendants()
-    snapstore = next(
-        pid for pid in pids if "AENV_SNAPSTORE_LISTEN" in Path(f"/proc/{pid}/cmdline").read_text()
-    )
-    os.kill(snapstore, signal.SIGKILL)
-    output, _ = running_up.process.communicate(timeout=60)
-    assert running_up.process.returncode == 1
-    assert "snapstore exited with code -9" in output
+    assert running_up.process.wait(timeout=60) == 1
+    reader.join()
+    output = "".join(lines)
+    assert output.count("snapstore exited with code -9; restarting it") == MAX_RESTARTS
+    assert f"snapstore died {MAX_RESTARTS + 1} times" in output
+    assert "snapstore exited with code -9\n" in output
     assert [pid for pid in pids if alive(pid)] == []
+
+
+def _restarts_seen(lines: list[str], count: int) -> bool:
+    return "".join(lines).count("snapstore is back") == count
+
+
+def _the_snapstore(running_up: RunningUp, not_these: list[int]) -> int:
+    for pid in running_up.descendants():
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_text()
+            if "AENV_SNAPSTORE_LISTEN" in cmdline and pid not in not_these and alive(pid):
+                return pid
+    raise AssertionError("no snapstore runs")
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def test_status_reports_services_node_and_sandboxes(running_up: RunningUp) -> None:

@@ -413,7 +413,7 @@ class SandboxLifecycle:
             has_memory=memory, directory=directory,
         )
         self.snapshots.add(meta)
-        if memory and not hidden:  # restores of it are likely: prepare its memory image now
+        if memory:  # restores of it are likely (a fork's, certain): make its memory image now
             self._materialize(meta)
         self._persist_soon(meta)
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
