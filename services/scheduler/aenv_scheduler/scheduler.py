@@ -105,21 +105,24 @@ class Scheduler:
         self, name: str
     ) -> tuple[str, cluster_pb2.Resources | None, list[NodeRecord]]:
         """The template to place by, its default resources, and the nodes that may take it:
-        a snapshot's files live on one node, so a sandbox created from it can only go there."""
+        a snapshot goes to the node holding its files; once that node is gone, to any node if
+        the snapshot is in snapstore (the chosen node pulls it)."""
         snapshot = self.snapshot(name)
         if snapshot is None:
             template_id, template = self._resolve_template(name)
             default = template.default_resources if template is not None else None
             return template_id, default, self._nodes.values()
-        holder = self._nodes.get(snapshot.node_id)
-        if holder is None:
-            raise errors.Unavailable(
-                f"node '{snapshot.node_id}' holding snapshot '{name}' is not available"
-            )
         default = snapshot.resources if snapshot.HasField("resources") else None
         if default is None and (template := self._templates.get(snapshot.template_id)):
             default = template.default_resources
-        return snapshot.template_id, default, [holder]
+        if holder := self._nodes.get(snapshot.node_id):
+            return snapshot.template_id, default, [holder]
+        if snapshot.persisted:
+            return snapshot.template_id, default, self._nodes.values()
+        raise errors.Unavailable(
+            f"node '{snapshot.node_id}' holding snapshot '{name}' is not available, and the "
+            "snapshot is not (yet) in snapstore"
+        )
 
     def _resolve_template(self, name: str) -> tuple[str, TemplateRecord | None]:
         """The template's canonical id and record (by id, then alias). A template only known

@@ -245,14 +245,15 @@ async def test_leader_marks_sandboxes_of_a_dead_node_lost(
     assert survivor is not None and survivor.state == cluster_pb2.SANDBOX_STATE_RUNNING
 
 
-async def test_snapshot_places_on_its_node_only(
+async def test_snapshot_places_on_its_node_or_after_its_loss_from_snapstore(
     app: SchedulerApp,
     stub: scheduler_pb2_grpc.SchedulerServiceStub,
     make_node: NodeFactory,
     store: ClusterStore,
 ) -> None:
     """A snapshot's files live on one node: creating from it goes there even when another node
-    is idler, and fails as UNAVAILABLE while that node is gone."""
+    is idler. While that node is gone it fails as UNAVAILABLE, unless the snapshot is in
+    snapstore: then any node takes it."""
     busy = await make_node("busy", 8, ["base"])
     await busy.set(allocated=4)
     await make_node("idle", 8, ["base"])
@@ -274,3 +275,9 @@ async def test_snapshot_places_on_its_node_only(
         await stub.Schedule(request("snap-2"), timeout=5)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "snap-2" in (caught.value.details() or "")
+
+    await store.put_record(SNAPSHOTS, "snap-3", cluster_pb2.SnapshotRecord(
+        snapshot_id="snap-3", node_id="gone", template_id="base", persisted=True))
+    await until(lambda: core(app).snapshot("snap-3") is not None)
+    placed = (await stub.Schedule(request("snap-3", "s-pulled"), timeout=5)).placement
+    assert placed.node_id == "idle"  # the idler of the live nodes
