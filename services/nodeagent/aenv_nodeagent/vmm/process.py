@@ -56,6 +56,12 @@ class AdoptedProcess:
             raise ProcessLookupError(self.pid)
         signal.pidfd_send_signal(self._pidfd, sig)
 
+    def close(self) -> None:
+        """Stop watching a process that is not taken over after all (it stays running)."""
+        if self._exited is None and self.returncode is None:
+            os.close(self._pidfd)
+            self.returncode = UNKNOWN_EXIT_STATUS
+
     def _exit_future(self) -> asyncio.Future[None]:
         if self._exited is None:
             loop = asyncio.get_running_loop()

@@ -249,6 +249,8 @@ class QemuVm:
     async def release(self) -> None:
         """Let go of QEMU without stopping it (a VM not taken over after all)."""
         await _disconnect(self._qmp)
+        if isinstance(self._proc, process.AdoptedProcess):
+            self._proc.close()
 
     async def shutdown(self, grace: float = 2.0) -> None:
         """Quit QEMU (QMP quit, then SIGTERM, then SIGKILL), reap it and remove its files.
