@@ -98,12 +98,6 @@ class Chain:
     overlays_added: int = 0
 
 
-@dataclass(frozen=True)
-class _Running:
-    vm: QemuVm
-    slot: NetSlot
-
-
 @dataclass
 class Paused:
     record: cluster_pb2.SandboxRecord
@@ -286,7 +280,7 @@ class SandboxLifecycle:
             booting = reboot or record.pause_mode == _FILESYSTEM
             try:
                 image = await self._resume_image(paused, booting, timings)
-                vm = await self._resume_vm(paused, image, record, timings)
+                slot, vm = await self._resume_vm(paused, image, record, timings)
             except AenvError as err:
                 raise type(err)(f"resume of \"{sandbox_id}\" failed, it stays paused: "
                                 f"{err.message}") from err
@@ -297,7 +291,7 @@ class SandboxLifecycle:
             record.state = cluster_pb2.SANDBOX_STATE_RUNNING
             record.pause_mode = _FULL
             record.end_at.CopyFrom(timestamp(time.time() + (timeout_s or DEFAULT_TIMEOUT_S)))
-            sandbox = Sandbox(record, vm.slot, vm.vm, paused.directory, timings)
+            sandbox = Sandbox(record, slot, vm, paused.directory, timings)
             del self._paused[sandbox_id]
             self._chains[sandbox_id] = Chain(paused.chain.template_id, paused.chain.layers,
                                              paused.chain.active)
@@ -319,7 +313,7 @@ class SandboxLifecycle:
     async def _resume_vm(
         self, paused: Paused, image: RestoreImage, record: cluster_pb2.SandboxRecord,
         timings: dict[str, float],
-    ) -> _Running:
+    ) -> tuple[NetSlot, QemuVm]:
         slot = await timed(timings, "network",
                            self._manager.new_slot(egress_policy(record.network)))
         try:
@@ -328,7 +322,7 @@ class SandboxLifecycle:
         except BaseException:
             await self._network.destroy_slot(slot)
             raise
-        return _Running(vm, slot)
+        return slot, vm
 
     # --- snapshots -----------------------------------------------------------------------------
 
@@ -660,12 +654,16 @@ class SandboxLifecycle:
         """Take over running sandboxes recovered from an earlier run (call before `load`, which
         collects the disk layers no chain uses). Their disk chains are read from QEMU; one that
         cannot be read is killed."""
+        if not adopted:
+            return
+        templates = {(await self._templates.get(tid)).disk: tid
+                     for tid in self._templates.registered()}
         for found in adopted:
             sandbox_id = found.record.sandbox_id
             await self._manager.register(Sandbox(found.record, found.slot, found.vm,
                                                  found.directory))
             try:
-                self._chains[sandbox_id] = await self._chain_of(found)
+                self._chains[sandbox_id] = await self._chain_of(found, templates)
             except AenvError as err:
                 log.error("adopted sandbox has an unknown disk chain, killing it",
                           extra={"sandbox_id": sandbox_id, "error": err.message})
@@ -674,18 +672,18 @@ class SandboxLifecycle:
             log.info("running sandbox adopted", extra={"sandbox_id": sandbox_id,
                                                        "pid": found.vm.pid})
 
-    async def _chain_of(self, found: Adopted) -> Chain:
+    async def _chain_of(self, found: Adopted, templates: Mapping[Path, str]) -> Chain:
+        """`templates`: template ids by their disk files."""
         disk = await found.vm.disk_chain(_ROOT_DISK.id)
         files = [disk.top_file, *disk.backing_files]
-        templates = [await self._templates.get(tid) for tid in self._templates.registered()]
-        template = next((t for t in templates if t.disk in files), None)
-        if template is None:
+        template_id = next((templates[f] for f in files if f in templates), None)
+        if template_id is None:
             raise Internal(f"disk chain {[str(f) for f in files]} stands on no known template")
         # A pooled VM's first overlay is open by descriptor (/dev/fdset/N): it is disk.qcow2.
         active = disk.top_file.name if disk.top_file.parent == found.directory else _DISK
         layers = [f.stem for f in disk.backing_files if f.parent == self.layers.root]
         added = disk.top_node.removeprefix(_OVERLAY_NODE)
-        return Chain(template.template_id, layers, active, disk.top_node,
+        return Chain(template_id, layers, active, disk.top_node,
                      int(added) if added.isdigit() else 0)
 
     def load(self) -> list[str]:

@@ -88,8 +88,7 @@ async def adopt(
     except NotFound:
         return None
     except AenvError as err:
-        log.warning("running VM not re-adopted", extra={"sandbox_id": record.sandbox_id,
-                                                        "error": err.message})
+        _not_adopted(record, err)
         return None
     try:
         # Stopped means an operation (capture, reset) was cut short: its disk chain is unknown.
@@ -99,12 +98,16 @@ async def adopt(
         if slot is None:
             raise NotFound("its VM runs in none of this node's network slots")
     except AenvError as err:
-        log.warning("running VM not re-adopted", extra={"sandbox_id": record.sandbox_id,
-                                                        "error": err.message})
+        _not_adopted(record, err)
         await vm.release()
         return None
     record.state = cluster_pb2.SANDBOX_STATE_RUNNING
     return Adopted(record, directory, slot, vm)
+
+
+def _not_adopted(record: cluster_pb2.SandboxRecord, err: AenvError) -> None:
+    log.warning("running VM not re-adopted", extra={"sandbox_id": record.sandbox_id,
+                                                    "error": err.message})
 
 
 async def recover(

@@ -129,7 +129,11 @@ class QemuVm:
         socket_path = files.qmp_socket
         if not socket_path.exists():
             socket_path = _qmp_socket_of(pid) or socket_path
-        qmp = await _connect_qmp(proc, socket_path, time_limit)
+        try:
+            qmp = await _connect_qmp(proc, socket_path, time_limit)
+        except BaseException:
+            proc.close()  # QEMU stays running; it is not ours after all
+            raise
         logger.info("QEMU adopted", extra={"pid": pid, "workdir": str(workdir)})
         return cls(proc, qmp, VmFiles(socket_path, files.pidfile, files.stderr_log),
                    incoming=False)

@@ -276,7 +276,11 @@ def split_ram_block(
         data = mmap.mmap(source.fileno(), 0, prot=mmap.PROT_READ)
     data.madvise(mmap.MADV_SEQUENTIAL)
     reader = _Reader(data)
-    fd = os.open(pages_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(pages_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    except OSError:
+        reader.close()
+        raise
     pages = _PageWriter(fd)
     try:
         splitter = _Splitter(reader, block.encode(), pages, cancelled)
