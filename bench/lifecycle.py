@@ -32,6 +32,7 @@ from _stats import emit, summary_ms
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
@@ -55,14 +56,6 @@ ENVD_PORT = 49983
 DIRTY = ("yes $RANDOM | head -c 1G > /root/dirty.disk && sync && mkdir -p /run/dirty && "
          "(mountpoint -q /run/dirty || mount -t tmpfs -o size=300m tmpfs /run/dirty) && "
          "yes $RANDOM | head -c 256M > /run/dirty/mem")
-
-
-class Records:
-    async def put_sandbox(self, rec: cluster_pb2.SandboxRecord) -> int:
-        return 0
-
-    async def delete_sandbox(self, sandbox_id: str) -> None:
-        return None
 
 
 def pss_mib(pid: int) -> float:
@@ -171,7 +164,7 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
     templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
                               boot_timeout_s=120, boot_attempts=3)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
-    records = Records()
+    records = MemoryRecords()
     manager = SandboxManager("bench", state_dir, templates, network, envd, records,
                              ready_timeout_s=300)
     lc = SandboxLifecycle(manager, templates, network, envd, records, state_dir,

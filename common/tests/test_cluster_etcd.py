@@ -202,6 +202,19 @@ async def test_mark_lost_sandboxes(store: ClusterStore) -> None:
     assert await mark_lost_sandboxes(store, {"n1"}) == []  # idempotent
 
 
+async def test_paused_sandboxes_in_snapstore_are_not_lost(store: ClusterStore) -> None:
+    stored = sandbox("stored", node_id="gone")
+    stored.state = cluster_pb2.SANDBOX_STATE_PAUSED
+    stored.paused_image = "paused-stored-1"
+    unstored = sandbox("unstored", node_id="gone")
+    unstored.state = cluster_pb2.SANDBOX_STATE_PAUSED  # its push had not completed
+    for record in (stored, unstored):
+        await store.put_sandbox(record)
+    assert await mark_lost_sandboxes(store, {"n1"}) == ["unstored"]
+    kept = await store.get_sandbox("stored")
+    assert kept is not None and kept.state == cluster_pb2.SANDBOX_STATE_PAUSED
+
+
 async def test_leader_election_fails_over(store: ClusterStore) -> None:
     led: list[str] = []
 

@@ -153,6 +153,17 @@ class NodeAgentClients:
         )
         return response.sandbox
 
+    async def take_over(
+        self, address: str, sandbox_id: str, *, discard: bool = False
+    ) -> cluster_pb2.SandboxRecord | None:
+        """Claims a paused sandbox whose node is gone (None when `discard`ed)."""
+        request = nodeagent_pb2.TakeOverSandboxRequest(sandbox_id=sandbox_id, discard=discard)
+        stub = self._stub(address)
+        response: nodeagent_pb2.TakeOverSandboxResponse = await call(
+            lambda: stub.TakeOverSandbox(request, timeout=self._create_deadline)
+        )
+        return response.sandbox if response.HasField("sandbox") else None
+
     async def create_snapshot(
         self, address: str, sandbox_id: str, name: str, keep_memory: bool = True
     ) -> nodeagent_pb2.SnapshotInfo:

@@ -27,6 +27,8 @@ class ClusterView(Protocol):
 
     def node(self, node_id: str) -> cluster_pb2.NodeRecord | None: ...
 
+    def nodes(self) -> Iterable[cluster_pb2.NodeRecord]: ...
+
     def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None: ...
 
     def snapshots(self) -> Iterable[cluster_pb2.SnapshotRecord]: ...
@@ -145,6 +147,16 @@ class SandboxDirectory:
         owner = self.owner_of(record.node_id)
         return Located(record, owner) if owner else None
 
+    def orphan(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
+        """The record of a sandbox whose node is gone (which `find` does not locate)."""
+        fresh = self._fresh.get(sandbox_id)
+        if fresh is not None and fresh.value is None:
+            return None  # just killed
+        record = self._view.sandbox(sandbox_id)
+        if record is None or self.owner_of(record.node_id) is not None:
+            return None
+        return record
+
     def locate(self, sandbox_id: str) -> Located:
         located = self.find(sandbox_id)
         if located is None:
@@ -163,7 +175,10 @@ class SandboxDirectory:
         node = self._view.node(node_id)
         if node is None:
             return None
-        return Owner(node.node_id, node.nodeagent_address, node.proxy_address)
+        return _owner(node)
+
+    def live_owners(self) -> list[Owner]:
+        return [_owner(node) for node in self._view.nodes()]
 
     # Snapshots (records written by the node agent that holds the snapshot's files) ----------
 
@@ -185,6 +200,10 @@ class SandboxDirectory:
         )
 
 
+def _owner(node: cluster_pb2.NodeRecord) -> Owner:
+    return Owner(node.node_id, node.nodeagent_address, node.proxy_address)
+
+
 class InMemoryClusterView:
     """A ClusterView over plain dicts: for tests and for single-process setups."""
 
@@ -201,6 +220,9 @@ class InMemoryClusterView:
 
     def node(self, node_id: str) -> cluster_pb2.NodeRecord | None:
         return self.node_records.get(node_id)
+
+    def nodes(self) -> Iterable[cluster_pb2.NodeRecord]:
+        return list(self.node_records.values())
 
     def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None:
         return self.snapshot_records.get(snapshot_id)

@@ -43,6 +43,9 @@ class EtcdClusterView:
     def node(self, node_id: str) -> cluster_pb2.NodeRecord | None:
         return self._nodes.get(node_id)
 
+    def nodes(self) -> Iterable[cluster_pb2.NodeRecord]:
+        return self._nodes.values()
+
     def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None:
         return self._snapshots.get(snapshot_id)
 

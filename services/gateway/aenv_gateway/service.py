@@ -1,7 +1,8 @@
 """Sandbox operations, shared by the REST and gRPC edges (which only translate formats).
 
 Create: scheduler places -> the chosen node agent restores -> the record it returns is the answer.
-Everything else goes to the node agent that owns the sandbox, found through the directory.
+Everything else goes to the node agent that owns the sandbox, found through the directory. A paused
+sandbox whose node is gone is first moved to a live node (handover.py) when it is used.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
+from aenv_gateway.handover import Handover
 from aenv_gateway.idempotency import IdempotencyCache
 from aenv_gateway.paging import paginate
 
@@ -86,7 +88,8 @@ class SandboxService:
         self._idempotent: IdempotencyCache[cluster_pb2.SandboxRecord] = IdempotencyCache(
             idempotency_ttl_s
         )
-        self._waking: dict[str, asyncio.Future[Connected]] = {}
+        self._waking: dict[str, asyncio.Future[Located]] = {}
+        self._handover = Handover(directory, scheduler, nodeagents)
 
     async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
         self.check_timeout(request.timeout_s)
@@ -123,7 +126,12 @@ class SandboxService:
         return record
 
     async def get(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
-        located = self._directory.locate(sandbox_id)
+        located = self._directory.find(sandbox_id)
+        if located is None:
+            # Its node is gone: the last record tells paused (stored) from lost.
+            if (orphan := self._directory.orphan(sandbox_id)) is not None:
+                return _visible(orphan)
+            raise NotFound(f'sandbox "{sandbox_id}" not found')
         record = await self._nodeagents.get(located.owner.nodeagent_address, sandbox_id)
         return _visible(record)
 
@@ -136,6 +144,11 @@ class SandboxService:
         return Page(items, next_cursor)
 
     async def kill(self, sandbox_id: str) -> None:
+        if (orphan := self._handover.stored_orphan(sandbox_id)) is not None:
+            await self._handover.discard(orphan)
+            self._directory.forget(sandbox_id)
+            log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
+            return
         located = self._directory.locate(sandbox_id)
         try:
             await self._nodeagents.kill(located.owner.nodeagent_address, sandbox_id)
@@ -147,7 +160,7 @@ class SandboxService:
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> cluster_pb2.SandboxRecord:
         """Sets the time to live to `timeout_s` from now (may shorten it)."""
         self.check_timeout(timeout_s)
-        located = self._directory.locate(sandbox_id)
+        located = await self._locate(sandbox_id)
         return await self._nodeagents.set_timeout(
             located.owner.nodeagent_address, sandbox_id, timeout_s
         )
@@ -156,7 +169,10 @@ class SandboxService:
         self, sandbox_id: str, start: int | None = None, end: int | None = None
     ) -> Sequence[nodeagent_pb2.SandboxMetric]:
         """The guest's CPU, memory and disk figures sampled by its node agent, oldest first,
-        within [start, end] (unix seconds). Paused sandboxes answer what was kept."""
+        within [start, end] (unix seconds). Paused sandboxes answer what was kept (none once
+        their node is gone)."""
+        if self._handover.stored_orphan(sandbox_id) is not None:
+            return []
         located = self._directory.locate(sandbox_id)
         if located.record.state not in VISIBLE_STATES:
             raise NotFound(f'sandbox "{sandbox_id}" not found')
@@ -198,6 +214,17 @@ class SandboxService:
             located.owner.nodeagent_address, sandbox_id, network
         )
 
+    async def _locate(self, sandbox_id: str) -> Located:
+        """The sandbox and its node; a paused sandbox whose node is gone is moved first."""
+        located = self._directory.find(sandbox_id)
+        if located is not None:
+            return located
+        if (orphan := self._handover.stored_orphan(sandbox_id)) is not None:
+            return await self._handover.take_over(orphan)
+        if (orphan := self._directory.orphan(sandbox_id)) is not None:
+            _visible(orphan)  # NotFound, saying it was lost with its node
+        raise NotFound(f'sandbox "{sandbox_id}" not found')
+
     def running(self, sandbox_id: str) -> Located:
         located = self._directory.locate(sandbox_id)
         if located.record.state != RUNNING:
@@ -211,7 +238,7 @@ class SandboxService:
         paused ones are resumed (`reboot`: cold-booted from their disk, memory dropped)."""
         if timeout_s is not None:
             self.check_timeout(timeout_s)
-        located = self._directory.locate(sandbox_id)
+        located = await self._locate(sandbox_id)
         state = located.record.state
         if state == PAUSED:
             return await self._resume(located, timeout_s, reboot)
@@ -226,7 +253,7 @@ class SandboxService:
         self, sandbox_id: str, timeout_s: int | None, *, reboot: bool = False
     ) -> Connected:
         """Legacy `/resume`: only for paused sandboxes."""
-        located = self._directory.locate(sandbox_id)
+        located = await self._locate(sandbox_id)
         if located.record.state != PAUSED:
             raise Conflict(f'sandbox "{sandbox_id}" is not paused')
         return await self._resume(located, timeout_s, reboot)
@@ -243,6 +270,8 @@ class SandboxService:
     async def pause(self, sandbox_id: str, keep_memory: bool = True) -> cluster_pb2.SandboxRecord:
         """Conflict when already paused (the SDK's pause() then returns False). Without memory
         only the filesystem is kept and the resume cold-boots."""
+        if self._handover.stored_orphan(sandbox_id) is not None:
+            raise Conflict(f'sandbox "{sandbox_id}" is already paused')
         located = self._directory.locate(sandbox_id)
         if located.record.state == PAUSED:
             raise Conflict(f'sandbox "{sandbox_id}" is already paused')
@@ -256,29 +285,32 @@ class SandboxService:
         (once: concurrent requests wait for the same resume). None when there is no running
         sandbox to forward to."""
         located = self._directory.find(sandbox_id)
-        if located is None or located.record.state == RUNNING:
+        if located is not None and located.record.state == RUNNING:
             return located
-        if located.record.state != PAUSED or not located.record.lifecycle.auto_resume:
+        record = located.record if located else self._handover.stored_orphan(sandbox_id)
+        if record is None or record.state != PAUSED or not record.lifecycle.auto_resume:
             return None
         waking = self._waking.get(sandbox_id)
         if waking is None:
-            waking = asyncio.ensure_future(self._resume_for_traffic(located))
+            waking = asyncio.ensure_future(self._resume_for_traffic(sandbox_id))
             self._waking[sandbox_id] = waking
             waking.add_done_callback(lambda _: self._waking.pop(sandbox_id, None))
-        connected = await asyncio.shield(waking)
+        woken = await asyncio.shield(waking)
         log.info("sandbox resumed by traffic", extra={"sandbox_id": sandbox_id})
-        return Located(connected.record, located.owner)
+        return woken
 
-    async def _resume_for_traffic(self, located: Located) -> Connected:
+    async def _resume_for_traffic(self, sandbox_id: str) -> Located:
+        located = await self._locate(sandbox_id)
         try:
-            return await self._resume(located, None)
+            connected = await self._resume(located, None)
         except Conflict:
             # Resumed meanwhile through another gateway: forward if it runs now.
-            address, sandbox_id = located.owner.nodeagent_address, located.record.sandbox_id
+            address = located.owner.nodeagent_address
             record = await self._nodeagents.get(address, sandbox_id)
             if record.state != RUNNING:
                 raise
-            return Connected(record, resumed=False)
+            return Located(record, located.owner)
+        return Located(connected.record, located.owner)
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
         """Rewinds a running sandbox in place to a snapshot held by its node."""

@@ -62,6 +62,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.reboots: list[bool] = []
         self.metric_requests: list[nodeagent_pb2.GetSandboxMetricsRequest] = []
         self.latest_requests: list[list[str]] = []
+        self.takeovers: list[tuple[str, bool]] = []
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
@@ -160,6 +161,18 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         await asyncio.sleep(0.2)  # concurrent data-plane requests must share this one resume
         record.state = cluster_pb2.SANDBOX_STATE_RUNNING
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=record)
+
+    async def TakeOverSandbox(
+        self, request: nodeagent_pb2.TakeOverSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.TakeOverSandboxResponse:
+        record = self._record(request.sandbox_id)
+        self.takeovers.append((request.sandbox_id, request.discard))
+        await asyncio.sleep(0.1)  # concurrent requests must share one take-over
+        if request.discard:
+            del self.view.sandbox_records[request.sandbox_id]
+            return nodeagent_pb2.TakeOverSandboxResponse()
+        record.node_id = NODE_ID
+        return nodeagent_pb2.TakeOverSandboxResponse(sandbox=record)
 
     async def CreateSnapshot(
         self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext

@@ -52,6 +52,8 @@ class NodeAgentSettings(BaseSettings):
     # Snapstore gRPC address (host:port): snapshots are persisted there and restored from there
     # on nodes that lack them. Empty: persistence off.
     snapstore_address: str = ""
+    # Paused sandboxes are pushed there too, so another node can resume them if this one is lost.
+    snapstore_persist_paused: bool = True
     # Snapshot pushes running at once (each already overlaps hashing, compression and upload).
     snapstore_max_pushes: int = Field(default=2, ge=1)
     # Metrics history: envd's /metrics of every running sandbox every interval (E2B: 5 s), kept

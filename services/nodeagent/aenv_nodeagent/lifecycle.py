@@ -29,10 +29,17 @@ from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import AenvError, Conflict, Internal, InvalidArgument
+from aenv_common.errors import AenvError, Conflict, Internal, InvalidArgument, NotFound, Unavailable
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.handover import (
+    ClusterRecords,
+    claim,
+    new_paused_image_id,
+    orphaned,
+    paused_files,
+)
 from aenv_nodeagent.memimage import (
     DEVICE_STATE,
     MEMORY,
@@ -42,13 +49,17 @@ from aenv_nodeagent.memimage import (
     discard_interrupted,
 )
 from aenv_nodeagent.network import NetSlot, NetworkManager
-from aenv_nodeagent.persistence import SnapshotPersistence, layer_file
+from aenv_nodeagent.persistence import (
+    SnapshotPersistence,
+    layer_file,
+    place_layers,
+    rebase_pulled,
+)
 from aenv_nodeagent.recovery import PAUSED_MARKER, Adopted
 from aenv_nodeagent.sandboxes import (
     DEFAULT_TIMEOUT_S,
     Sandbox,
     SandboxManager,
-    SandboxRecords,
     Undo,
     boot_from_disk,
     egress_policy,
@@ -103,6 +114,8 @@ class Paused:
     record: cluster_pb2.SandboxRecord
     directory: Path
     chain: Chain
+    # The snapstore manifest its state is pushed to (handover.py); "" while none is.
+    image_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,13 +141,14 @@ class SandboxLifecycle:
         templates: TemplateStore,
         network: NetworkManager,
         envd: EnvdClient,
-        records: SandboxRecords,
+        records: ClusterRecords,
         state_dir: Path,
         *,
         ready_timeout_s: float,
         boot_timeout_s: float = 120.0,
         max_layers: int = 8,
         persistence: SnapshotPersistence | None = None,
+        persist_paused: bool = True,
     ) -> None:
         self._manager = manager
         self._templates = templates
@@ -154,6 +168,8 @@ class SandboxLifecycle:
         self._compactions: dict[str, asyncio.Task[None]] = {}
         # Snapstore: snapshots pushed in the background, pulled when not held here (None: off).
         self.persistence = persistence
+        # Paused sandboxes pushed too, so they outlive this node (needs `persistence`).
+        self.persist_paused = persist_paused and persistence is not None
         manager.on_expired = self.expire
 
     # --- queries -------------------------------------------------------------------------------
@@ -196,6 +212,7 @@ class SandboxLifecycle:
         if paused := self._paused.get(sandbox_id):
             async with self._manager.exclusive(sandbox_id):
                 self._paused.pop(sandbox_id, None)
+                self._forget_stored(paused)
                 await self.memory_images.cancelled(paused.directory)
                 shutil.rmtree(paused.directory, ignore_errors=True)
                 await self._records.delete_sandbox(sandbox_id)
@@ -216,8 +233,6 @@ class SandboxLifecycle:
     async def destroy_all(self) -> None:
         """Everything on this node: running and paused sandboxes, snapshots, layers."""
         await self.memory_images.close()
-        if self.persistence is not None:
-            await self.persistence.close()
         for task in list(self._compactions.values()):
             task.cancel()
         await asyncio.gather(*self._compactions.values(), return_exceptions=True)
@@ -228,6 +243,8 @@ class SandboxLifecycle:
             self.snapshots.remove(meta.snapshot_id)
         self._chains.clear()
         self.collect_layers()
+        if self.persistence is not None:  # last: the kills' deletes from snapstore finish
+            await self.persistence.close()
 
     # --- pause / resume ------------------------------------------------------------------------
 
@@ -263,6 +280,7 @@ class SandboxLifecycle:
             self._save(paused)
             self._paused[sandbox_id] = paused
             await timed(timings, "publish", self._records.put_sandbox(record))
+            self._store_soon(paused)
         log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
         return record
 
@@ -290,6 +308,7 @@ class SandboxLifecycle:
                 (paused.directory / _PAUSED_STATE).unlink(missing_ok=True)
             record.state = cluster_pb2.SANDBOX_STATE_RUNNING
             record.pause_mode = _FULL
+            record.paused_image = ""
             record.end_at.CopyFrom(timestamp(time.time() + (timeout_s or DEFAULT_TIMEOUT_S)))
             sandbox = Sandbox(record, slot, vm, paused.directory, timings)
             del self._paused[sandbox_id]
@@ -297,6 +316,7 @@ class SandboxLifecycle:
                                              paused.chain.active)
             (paused.directory / PAUSED_MARKER).unlink(missing_ok=True)
             await timed(timings, "publish", self._manager.register(sandbox))
+            self._forget_stored(paused)
         log.info("sandbox resumed", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
         return sandbox
 
@@ -323,6 +343,106 @@ class SandboxLifecycle:
             await self._network.destroy_slot(slot)
             raise
         return slot, vm
+
+    # --- paused sandboxes in snapstore (handover.py) ---------------------------------------------
+
+    def _store_soon(self, paused: Paused) -> None:
+        """Push what the pause kept; the record names the manifest once it is complete."""
+        if not self.persist_paused or paused.record.paused_image:
+            return
+        assert self.persistence is not None
+        sandbox_id = paused.record.sandbox_id
+        paused.image_id = image_id = new_paused_image_id(sandbox_id)
+        self.persistence.push_soon(
+            image_id, lambda: self._paused_files(paused), lambda: self._stored(paused),
+            labels={"sandbox_id": sandbox_id, "template_id": paused.chain.template_id})
+
+    async def _paused_files(self, paused: Paused) -> Mapping[str, Path]:
+        memory = paused.record.pause_mode != _FILESYSTEM
+        if memory:
+            await asyncio.shield(self._paused_image(paused))
+        return paused_files(paused.directory, paused.chain.layers, paused.chain.active,
+                            self.layers, memory=memory)
+
+    async def _stored(self, paused: Paused) -> None:
+        sandbox_id = paused.record.sandbox_id
+        while True:  # a resume or kill may hold it: it then drops the manifest itself
+            try:
+                async with self._manager.exclusive(sandbox_id):
+                    if self._paused.get(sandbox_id) is not paused:
+                        return
+                    paused.record.paused_image = paused.image_id
+                    self._save(paused)
+                    await self._records.put_sandbox(paused.record)
+                    break
+            except Conflict:
+                await asyncio.sleep(0.05)
+        log.info("paused sandbox stored in snapstore",
+                 extra={"sandbox_id": sandbox_id, "manifest_id": paused.image_id})
+
+    def _forget_stored(self, paused: Paused) -> None:
+        """The pause's manifest (pushed or in flight): it no longer holds the sandbox's state."""
+        if paused.image_id and self.persistence is not None:
+            self.persistence.forget_soon(paused.image_id)
+            paused.image_id = ""
+
+    async def take_over(self, sandbox_id: str, *, discard: bool = False) -> Paused | None:
+        """Claim a paused sandbox whose node is gone: pull its state and own it, still paused
+        (`discard`: claim it only to drop its state and record, as a kill does)."""
+        if self.persistence is None:
+            raise Unavailable("this node has no snapstore to take sandboxes over from")
+        record = await orphaned(self._records, sandbox_id, self._manager.node_id)
+        if discard:
+            await claim(self._records, record, self._manager.node_id)
+            self.persistence.forget_soon(record.paused_image)
+            await self._records.delete_sandbox(sandbox_id)
+            log.info("orphaned paused sandbox dropped", extra={"sandbox_id": sandbox_id})
+            return None
+        async with self._manager.exclusive(sandbox_id):
+            if sandbox_id in self._paused or self._manager.find(sandbox_id):
+                raise Conflict(f"sandbox \"{sandbox_id}\" is already on this node")
+            paused = await self._pull_paused(record)
+            try:
+                paused.record = await claim(self._records, record, self._manager.node_id)
+            except BaseException:
+                self._paused.pop(sandbox_id, None)
+                shutil.rmtree(paused.directory, ignore_errors=True)
+                self.collect_layers()
+                raise
+            paused.image_id = paused.record.paused_image
+            self._save(paused)
+        log.info("paused sandbox taken over", extra={
+            "sandbox_id": sandbox_id, "from_node": record.node_id})
+        return paused
+
+    async def _pull_paused(self, record: cluster_pb2.SandboxRecord) -> Paused:
+        """The sandbox's stored state, in place under its directory and registered as paused
+        (its layers count as in use from then on)."""
+        assert self.persistence is not None
+        staging = self.snapshots.staging_directory(record.paused_image)  # cleared at start
+        directory = self._sandboxes_dir / record.sandbox_id
+        try:
+            try:
+                files = await self.persistence.pull(record.paused_image, staging)
+            except NotFound as err:
+                raise Internal(f"paused state of \"{record.sandbox_id}\" is gone from "
+                               "snapstore") from err
+            stored = _read_paused(files[PAUSED_MARKER])
+            template = await self._templates.get(stored.chain.template_id)
+            await rebase_pulled(files, stored.chain.layers, self.layers, template.disk,
+                                top=files[stored.chain.active])
+            place_layers(files, stored.chain.layers, self.layers)
+            for layer in stored.chain.layers:
+                files[layer_file(layer)].unlink(missing_ok=True)  # kept: this node had it
+            self._sandboxes_dir.mkdir(parents=True, exist_ok=True)
+            staging.rename(directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            self.collect_layers()
+            raise
+        paused = Paused(record, directory, stored.chain)
+        self._paused[record.sandbox_id] = paused
+        return paused
 
     # --- snapshots -----------------------------------------------------------------------------
 
@@ -695,18 +815,25 @@ class SandboxLifecycle:
             self._persist_soon(snapshot)  # a push cut short by the last stop
         for meta_file in self._sandboxes_dir.glob(f"*/{PAUSED_MARKER}"):
             try:
-                data = json.loads(meta_file.read_text())
-                record = cluster_pb2.SandboxRecord.FromString(bytes.fromhex(data["record"]))
+                paused = _read_paused(meta_file)
             except (OSError, ValueError, KeyError) as err:
                 log.error("unreadable paused sandbox", extra={"path": str(meta_file),
                                                               "error": str(err)})
                 continue
-            chain = Chain(str(data["template_id"]), [str(x) for x in data["layers"]],
-                          str(data["active"]))
-            discard_interrupted(meta_file.parent)
-            self._paused[record.sandbox_id] = Paused(record, meta_file.parent, chain)
+            discard_interrupted(paused.directory)
+            paused.image_id = paused.record.paused_image
+            self._paused[paused.record.sandbox_id] = paused
+            self._store_soon(paused)  # a push cut short by the last stop
         self.collect_layers()
         return list(self._paused)
+
+
+def _read_paused(marker: Path) -> Paused:
+    """A paused sandbox from its `sandbox.json`, living in the marker's directory."""
+    data = json.loads(marker.read_text())
+    record = cluster_pb2.SandboxRecord.FromString(bytes.fromhex(data["record"]))
+    chain = Chain(str(data["template_id"]), [str(x) for x in data["layers"]], str(data["active"]))
+    return Paused(record, marker.parent, chain)
 
 
 async def _keep_running(vm: QemuVm) -> None:

@@ -109,6 +109,7 @@ class NodeAgent:
         self.lifecycle = SandboxLifecycle(
             self.manager, self.templates, network, envd, store, s.resolved_state_dir(),
             ready_timeout_s=s.restore_ready_timeout_s, persistence=self._persistence(),
+            persist_paused=s.snapstore_persist_paused,
         )
         snapshot_records = SnapshotPublisher(store, s.node_id)
         if self.lifecycle.persistence is not None:

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # The files to push, once they are ready (waits for the memory image).
 FilesReady = Callable[[], Awaitable[Mapping[str, Path]]]
 OnPersisted = Callable[[SnapshotMeta], Awaitable[None]]
+OnPushed = Callable[[], Awaitable[None]]
 TemplateDisk = Callable[[str], Awaitable[Path]]
 
 DEFAULT_RETRY_DELAYS_S = (2.0, 10.0, 60.0, 300.0)
@@ -72,64 +73,82 @@ class SnapshotPersistence:
     # --- push ----------------------------------------------------------------------------------
 
     def persist_soon(self, meta: SnapshotMeta, files: FilesReady, store: SnapshotStore) -> None:
-        if meta.hidden or meta.persisted or meta.snapshot_id in self._pushes:
+        if meta.hidden or meta.persisted:
             return
-        task = asyncio.ensure_future(self._persist(meta, files, store))
-        self._pushes[meta.snapshot_id] = task
-        task.add_done_callback(lambda _: self._pushes.pop(meta.snapshot_id, None))
 
-    async def persisted(self, snapshot_id: str) -> None:
-        """Wait for the snapshot's push in flight, if any."""
-        if task := self._pushes.get(snapshot_id):
-            await asyncio.shield(task)
-
-    async def _persist(self, meta: SnapshotMeta, files: FilesReady, store: SnapshotStore) -> None:
-        for attempt, delay in enumerate((0.0, *self._retry_delays_s)):
-            await asyncio.sleep(delay)
-            try:
-                await self._push(meta, await files())
-            except Exception as err:  # the store or the image may come back: try again later
-                log.warning("snapshot push failed", extra={
-                    "snapshot_id": meta.snapshot_id, "attempt": attempt + 1, "error": str(err)})
-                continue
+        async def pushed() -> None:
             meta.persisted = True
             store.save(meta)
             if self.on_persisted is not None:
                 await self.on_persisted(meta)
-            return
-        log.error("snapshot not persisted; kept locally, retried at the next start",
-                  extra={"snapshot_id": meta.snapshot_id})
 
-    async def _push(self, meta: SnapshotMeta, files: Mapping[str, Path]) -> None:
+        self.push_soon(meta.snapshot_id, files, pushed, labels={
+            "template_id": meta.template_id, "sandbox_id": meta.sandbox_id})
+
+    def push_soon(
+        self, manifest_id: str, files: FilesReady, on_pushed: OnPushed,
+        labels: Mapping[str, str],
+    ) -> None:
+        """Push `files` as manifest `manifest_id` in the background (retried with backoff), then
+        call `on_pushed`. A push of the same manifest already in flight is kept."""
+        if manifest_id in self._pushes:
+            return
+        task = asyncio.ensure_future(self._push_retried(manifest_id, files, on_pushed, labels))
+        self._pushes[manifest_id] = task
+        task.add_done_callback(lambda _: self._pushes.pop(manifest_id, None))
+
+    async def persisted(self, manifest_id: str) -> None:
+        """Wait for the manifest's push in flight, if any."""
+        if task := self._pushes.get(manifest_id):
+            await asyncio.shield(task)
+
+    async def _push_retried(
+        self, manifest_id: str, files: FilesReady, on_pushed: OnPushed,
+        labels: Mapping[str, str],
+    ) -> None:
+        for attempt, delay in enumerate((0.0, *self._retry_delays_s)):
+            await asyncio.sleep(delay)
+            try:
+                await self._push(manifest_id, await files(), labels)
+            except Exception as err:  # the store or the image may come back: try again later
+                log.warning("push to snapstore failed", extra={
+                    "manifest_id": manifest_id, "attempt": attempt + 1, "error": str(err)})
+                continue
+            await on_pushed()
+            return
+        log.error("not pushed to snapstore; kept locally, retried at the next start",
+                  extra={"manifest_id": manifest_id})
+
+    async def _push(
+        self, manifest_id: str, files: Mapping[str, Path], labels: Mapping[str, str]
+    ) -> None:
         async with self._slots:
-            stats = await push_files(
-                self._stub, meta.snapshot_id, "", files,
-                labels={"template_id": meta.template_id, "sandbox_id": meta.sandbox_id})
-        self.stats[meta.snapshot_id] = stats
+            stats = await push_files(self._stub, manifest_id, "", files, labels=dict(labels))
+        self.stats[manifest_id] = stats
 
     # --- delete --------------------------------------------------------------------------------
 
-    def forget_soon(self, snapshot_id: str) -> None:
-        """Stop the snapshot's push and delete it from the store, in the background."""
-        task = asyncio.ensure_future(self._forget(snapshot_id, self._pushes.pop(snapshot_id, None)))
+    def forget_soon(self, manifest_id: str) -> None:
+        """Stop the manifest's push and delete it from the store, in the background."""
+        task = asyncio.ensure_future(self._forget(manifest_id, self._pushes.pop(manifest_id, None)))
         self._deletes.add(task)
         task.add_done_callback(self._deletes.discard)
 
-    async def _forget(self, snapshot_id: str, push: asyncio.Task[None] | None) -> None:
+    async def _forget(self, manifest_id: str, push: asyncio.Task[None] | None) -> None:
         if push is not None:  # its manifest must not land after the delete
             push.cancel()
             await asyncio.gather(push, return_exceptions=True)
         try:
             with typed_rpc_errors():
-                await self._stub.DeleteManifest(pb.DeleteManifestRequest(snapshot_id=snapshot_id))
+                await self._stub.DeleteManifest(pb.DeleteManifestRequest(snapshot_id=manifest_id))
         except NotFound:
             return  # never persisted
         except Exception as err:
             # Unreferenced by any node: only the store's space is lost until an operator acts.
-            log.warning("snapshot not deleted from snapstore",
-                        extra={"snapshot_id": snapshot_id, "error": str(err)})
+            log.warning("manifest not deleted from snapstore",
+                        extra={"manifest_id": manifest_id, "error": str(err)})
             return
-        log.info("snapshot deleted from snapstore", extra={"snapshot_id": snapshot_id})
+        log.info("manifest deleted from snapstore", extra={"manifest_id": manifest_id})
 
     # --- pull ----------------------------------------------------------------------------------
 
@@ -158,12 +177,16 @@ class SnapshotPersistence:
         staging = snapshots.staging_directory(snapshot_id)
         try:
             try:
-                files = await pull_files(self._stub, snapshot_id, staging)
+                files = await self.pull(snapshot_id, staging)
             except NotFound:
                 return None
             return await _adopt(files, snapshots, layers, template_disk)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    async def pull(self, manifest_id: str, dest: Path) -> dict[str, Path]:
+        """The manifest's files, pulled into `dest` (NotFound when the store has none)."""
+        return await pull_files(self._stub, manifest_id, dest)
 
     async def close(self) -> None:
         """Stop pushes and pulls (a push left undone resumes at the next start), finish
@@ -183,20 +206,38 @@ async def _adopt(
     at this node's paths) into `layers/`. A layer this node already holds is kept as is."""
     staging = files[SNAPSHOT_META].parent
     meta = read_meta(files[SNAPSHOT_META], staging)
-    # Every layer but the last stands on the next (a qcow2 layer, maybe not in place yet).
-    backings = [(layers.path(layer), "qcow2") for layer in meta.layers[1:]]
-    backings.append((await template_disk(meta.template_id), ""))
-    for layer, (backing, backing_format) in zip(meta.layers, backings, strict=True):
-        await rebase_overlay(files[layer_file(layer)], backing, backing_format)
+    await rebase_pulled(files, meta.layers, layers, await template_disk(meta.template_id))
     meta.directory = snapshots.new_directory(meta.snapshot_id)
     for name in (MEMORY, DEVICE_STATE):
         if name in files:
             os.replace(files[name], meta.directory / name)
     meta.persisted = True
     snapshots.add(meta)  # before the layers: from now on they count as in use
-    for layer in meta.layers:
-        if not layers.path(layer).is_file():
-            os.replace(files[layer_file(layer)], layers.path(layer))
+    place_layers(files, meta.layers, layers)
     log.info("snapshot pulled from snapstore",
              extra={"snapshot_id": meta.snapshot_id, "layers": len(meta.layers)})
     return meta
+
+
+async def rebase_pulled(
+    files: Mapping[str, Path], chain: Sequence[str], layers: LayerStore, template_disk: Path,
+    top: Path | None = None,
+) -> None:
+    """Point pulled qcow2 files at this node's paths (they name the pushing node's): each layer
+    of `chain` (newest first) at the next one's place in `layers/`, the last at the template's
+    disk, and `top` (an overlay over the chain) at the first."""
+    below = [(layers.path(layer), "qcow2") for layer in chain] + [(template_disk, "")]
+    stack = [files[layer_file(layer)] for layer in chain]
+    if top is None:
+        below = below[1:]
+    else:
+        stack.insert(0, top)
+    for image, (backing, backing_format) in zip(stack, below, strict=True):
+        await rebase_overlay(image, backing, backing_format)
+
+
+def place_layers(files: Mapping[str, Path], chain: Sequence[str], layers: LayerStore) -> None:
+    """Move pulled layers into `layers/`; one this node already holds is kept as is."""
+    for layer in chain:
+        if not layers.path(layer).is_file():
+            os.replace(files[layer_file(layer)], layers.path(layer))

@@ -6,7 +6,8 @@ when its QEMU still runs in its slot, answers QMP, is not stopped half-way throu
 and the cluster still has its record on this node: QMP is reconnected and its netns slot taken
 back (the lifecycle then reads its disk chain from QEMU). Everything else is cleaned up: other
 QEMUs killed, their slots and directories removed, and the records of sandboxes that did not
-survive marked lost, so clients get a clear answer and nothing leaks.
+survive marked lost, so clients get a clear answer and nothing leaks. Paused sandboxes that the
+cluster now records on another node (taken over while this one was gone) are dropped.
 """
 
 from __future__ import annotations
@@ -125,15 +126,35 @@ async def recover(
     killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))
     removed = await network.destroy_orphans(keep={a.slot.netns for a in adopted})
     paused = remove_unpaused_dirs(sandboxes_dir, keep=kept)
+    dropped = drop_paused_of_others(sandboxes_dir, paused, ours)
+    paused -= dropped
     lost = [rec for rec in ours if rec.sandbox_id not in paused and rec.sandbox_id not in kept]
     for rec in lost:
         rec.state = cluster_pb2.SANDBOX_STATE_LOST
         await records.put_sandbox(rec)
-    if killed or removed or lost or paused or adopted:
+    for rec in ours:
+        # Swept as lost while this agent was down, or cut short between marker and record.
+        if rec.sandbox_id in paused and rec.state != cluster_pb2.SANDBOX_STATE_PAUSED:
+            rec.state = cluster_pb2.SANDBOX_STATE_PAUSED
+            await records.put_sandbox(rec)
+    if killed or removed or lost or paused or adopted or dropped:
         log.warning(
             "recovered after an earlier run",
             extra={"qemu_killed": len(killed), "netns_removed": len(removed),
                    "sandboxes_lost": [rec.sandbox_id for rec in lost],
-                   "sandboxes_paused_kept": sorted(paused), "sandboxes_adopted": sorted(kept)},
+                   "sandboxes_paused_kept": sorted(paused), "sandboxes_adopted": sorted(kept),
+                   "paused_dropped": sorted(dropped)},
         )
     return Recovered(paused, adopted)
+
+
+def drop_paused_of_others(
+    sandboxes_dir: Path, paused: set[str], ours: list[cluster_pb2.SandboxRecord]
+) -> set[str]:
+    """Remove the paused sandboxes the cluster no longer records on this node: another node took
+    them over (handover.py) while this one was gone, or they were killed there. No API could
+    reach these copies any more."""
+    dropped = paused - {rec.sandbox_id for rec in ours}
+    for sandbox_id in dropped:
+        shutil.rmtree(sandboxes_dir / sandbox_id, ignore_errors=True)
+    return dropped

@@ -282,6 +282,7 @@ class SandboxManager:
             lifecycle=spec.lifecycle,
             env_vars=dict(spec.env_vars),
             traffic_access_token=spec.traffic_access_token,
+            base_template_id=template.template_id,
         )
 
     # --- hand-over to pause/resume/fork (aenv_nodeagent.lifecycle) ------------------------------
@@ -297,6 +298,10 @@ class SandboxManager:
         sandbox = self._sandboxes.pop(sandbox_id)
         await self._allocation_changed()
         return sandbox
+
+    @property
+    def node_id(self) -> str:
+        return self._node_id
 
     @contextlib.asynccontextmanager
     async def exclusive(self, sandbox_id: str) -> AsyncIterator[None]:

@@ -114,6 +114,14 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             request.sandbox_id, request.timeout_seconds, reboot=request.reboot)
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=sandbox.record)
 
+    async def TakeOverSandbox(
+        self, request: nodeagent_pb2.TakeOverSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.TakeOverSandboxResponse:
+        paused = await self._lifecycle.take_over(request.sandbox_id, discard=request.discard)
+        if paused is None:
+            return nodeagent_pb2.TakeOverSandboxResponse()
+        return nodeagent_pb2.TakeOverSandboxResponse(sandbox=paused.record)
+
     async def CreateSnapshot(
         self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSnapshotResponse:

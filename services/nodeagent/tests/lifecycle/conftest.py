@@ -22,6 +22,7 @@ import pytest_asyncio
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
@@ -33,8 +34,6 @@ from aenv_nodeagent.recovery import recover
 from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.vmm import detect_accelerator
-
-from ..fakes import MemoryRecords
 
 
 @dataclass
@@ -49,6 +48,8 @@ class Node:
     state_dir: Path
     prefix: str
     pool: WarmPool
+    node_id: str = "test-node"
+    snapstore: str = ""
     successor: Node | None = None
 
     def latest(self) -> Node:
@@ -61,11 +62,14 @@ class Node:
         # The dead agent's background work (memory image splits) ends with it, and so do its
         # QMP sessions (QEMU serves one at a time).
         await self.lifecycle.memory_images.close()
+        if self.lifecycle.persistence is not None:
+            await self.lifecycle.persistence.close()
         for sandbox in self.manager.all():
             await sandbox.vm.release()
-        recovered = await recover("test-node", self.state_dir, network, self.records,
+        recovered = await recover(self.node_id, self.state_dir, network, self.records,
                                   list(self.records.records.values()))
-        node = await build_node(self.state_dir, self.prefix, self.session, self.records, network)
+        node = await build_node(self.state_dir, self.prefix, self.session, self.records, network,
+                                snapstore=self.snapstore, node_id=self.node_id)
         await node.lifecycle.adopt(recovered.adopted)
         node.lifecycle.load()
         self.successor = node
@@ -76,6 +80,7 @@ async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
     pool_vms: int = 0, pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
+    node_id: str = "test-node",
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
     network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
@@ -87,12 +92,13 @@ async def build_node(
                     overlays_per_backing=pool_overlays, vms_per_template=pool_vms,
                     vm_root=state_dir / "sandboxes")
     pool.start()
-    manager = SandboxManager("test-node", state_dir, templates, network, envd, records,
+    manager = SandboxManager(node_id, state_dir, templates, network, envd, records,
                              ready_timeout_s=60, pool=pool)
     persistence = SnapshotPersistence(snapstore, retry_delays_s=(0.2,)) if snapstore else None
     lifecycle = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
                                  ready_timeout_s=60, persistence=persistence)
-    return Node(lifecycle, manager, records, network, session, state_dir, prefix, pool)
+    return Node(lifecycle, manager, records, network, session, state_dir, prefix, pool, node_id,
+                snapstore=snapstore)
 
 
 def netns_with(prefix: str) -> list[str]:
@@ -121,15 +127,17 @@ async def node() -> AsyncIterator[Node]:
 @contextlib.asynccontextmanager
 async def node_parts(
     *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0,
-    pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
+    pool_cidr: str = "10.217.0.0/24", snapstore: str = "", node_id: str = "test-node",
+    records: MemoryRecords | None = None,
 ) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
     try:
         async with aiohttp.ClientSession() as session:
-            first = await build_node(state_dir, prefix, session, MemoryRecords(),
+            first = await build_node(state_dir, prefix, session, records or MemoryRecords(),
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
-                                     pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore)
+                                     pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore,
+                                     node_id=node_id)
             try:
                 yield first
             finally:

@@ -6,8 +6,13 @@ import asyncio
 
 import pytest
 
-from .conftest import node_parts, spec
-from .guest import sh
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Conflict
+from aenv_common.testing.records import MemoryRecords
+
+from ..stored import manifests
+from .conftest import node_parts, spec, until
+from .guest import counter, sh, start_counter
 from .test_warm_pool import backing_of
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
@@ -47,3 +52,60 @@ async def test_another_node_restores_a_persisted_snapshot(snapstore: str) -> Non
         await here.lifecycle.delete_snapshot(first.snapshot_id)
         await here.lifecycle.kill(source.sandbox_id)
         await there.lifecycle.kill(restored_spec.sandbox_id)
+
+
+async def test_paused_sandboxes_outlive_their_node(snapstore: str) -> None:
+    """Node A pauses two sandboxes and is lost. Node B resumes one (its process still counting,
+    its files there) and kills the other; A, back, drops its stale copies."""
+    records = MemoryRecords()
+    records.nodes["node-a"] = cluster_pb2.NodeRecord(node_id="node-a")
+    async with node_parts(snapstore=snapstore, pool_cidr="10.219.0.0/24", node_id="node-a",
+                          records=records) as here, \
+            node_parts(snapstore=snapstore, pool_cidr="10.218.0.0/24", node_id="node-b",
+                       records=records) as there:
+        moved, dropped = spec(), spec()
+        sandbox = await here.lifecycle.create(moved)
+        await here.lifecycle.create(dropped)
+        token = moved.envd_access_token
+        await start_counter(here.session, sandbox.host, token)
+        await sh(here.session, sandbox.host, token, "echo kept > /root/file")
+        pid, before = await counter(here.session, sandbox.host, token)
+        await here.lifecycle.pause(moved.sandbox_id)
+        await here.lifecycle.pause(dropped.sandbox_id)
+        await until(lambda: all(records.records[s.sandbox_id].paused_image
+                                for s in (moved, dropped)), "paused states stored", 300)
+        stored = {records.records[s.sandbox_id].paused_image for s in (moved, dropped)}
+        assert stored <= await manifests(snapstore)
+
+        with pytest.raises(Conflict, match="alive"):
+            await there.lifecycle.take_over(moved.sandbox_id)  # A still holds it
+        del records.nodes["node-a"]  # A's lease ran out
+
+        taken = await there.lifecycle.take_over(moved.sandbox_id)
+        assert taken is not None and records.records[moved.sandbox_id].node_id == "node-b"
+        with pytest.raises(Conflict):
+            await there.lifecycle.take_over(moved.sandbox_id)
+        resumed = await there.lifecycle.resume(moved.sandbox_id, timeout_s=60)
+        assert await sh(there.session, resumed.host, token, "cat /root/file") == "kept\n"
+        await asyncio.sleep(2.2)  # > one counter tick
+        after_pid, after = await counter(there.session, resumed.host, token)
+        assert after_pid == pid and after > before  # the same process, counting on
+        assert records.records[moved.sandbox_id].paused_image == ""
+
+        assert await there.lifecycle.take_over(dropped.sandbox_id, discard=True) is None
+        assert dropped.sandbox_id not in records.records
+        await until_gone(snapstore, stored)
+
+        back = await here.restart()  # A returns: neither sandbox is its own any more
+        assert back.lifecycle.paused_ids() == []
+        assert not any((here.state_dir / "sandboxes" / s.sandbox_id).exists()
+                       for s in (moved, dropped))
+        await there.lifecycle.kill(moved.sandbox_id)
+
+
+async def until_gone(snapstore: str, manifest_ids: set[str]) -> None:
+    """Deletes from snapstore run in the background."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while manifest_ids & await manifests(snapstore):
+        assert asyncio.get_running_loop().time() < deadline, "stored states not deleted"
+        await asyncio.sleep(0.1)

@@ -12,11 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 
-from aenv.snapstore.v1 import snapstore_pb2 as pb
-from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.memimage import DEVICE_STATE, MEMORY
 from aenv_nodeagent.persistence import SnapshotPersistence, layer_file
@@ -30,6 +27,7 @@ from aenv_nodeagent.snapshots import (
 )
 
 from ..lifecycle.test_warm_pool import backing_of
+from ..stored import manifests
 
 MIB = 1024 * 1024
 
@@ -133,7 +131,7 @@ async def test_persist_dedups_and_another_node_restores(snapstore: str, tmp_path
 
         here.persistence.forget_soon(first.snapshot_id)
         await here.persistence.close()  # waits for the delete
-        assert await _manifests(snapstore) == {second.snapshot_id}
+        assert await manifests(snapstore) == {second.snapshot_id}
     finally:
         await here.persistence.close()
         await there.persistence.close()
@@ -153,7 +151,7 @@ async def test_failed_push_keeps_the_local_copy(tmp_path: Path, caplog: pytest.L
         assert not meta.persisted
         assert nowhere.snapshots.find(meta.snapshot_id) is meta
         assert nowhere.layers.path(meta.layers[0]).is_file()
-        assert sum("snapshot push failed" in r.message for r in caplog.records) == 3
+        assert sum("push to snapstore failed" in r.message for r in caplog.records) == 3
         assert "secret-token" not in caplog.text
     finally:
         await nowhere.persistence.close()
@@ -171,9 +169,3 @@ def _read(layer: Path, offset: int, length: int) -> bytes:
                           f"read -v {offset} {length}", str(layer)],
                          capture_output=True, check=True, text=True).stdout
     return bytes([int(out.split()[1], 16)])
-
-
-async def _manifests(address: str) -> set[str]:
-    async with grpc.aio.insecure_channel(address) as channel:
-        reply = await snapstore_stub(channel).ListManifests(pb.ListManifestsRequest())
-    return set(reply.snapshot_ids)

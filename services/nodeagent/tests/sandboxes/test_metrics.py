@@ -15,6 +15,7 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument, NotFound, Unavailable
+from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.metrics import MetricSample, MetricsHistory, MetricsSampler, Window
@@ -22,8 +23,6 @@ from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.sandboxes import Sandbox, SandboxManager
 from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates import TemplateStore
-
-from ..fakes import MemoryRecords
 
 
 def _sample(ts: float, cpu: float = 1.0) -> MetricSample:

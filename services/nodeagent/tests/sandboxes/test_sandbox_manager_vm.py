@@ -19,6 +19,7 @@ import pytest_asyncio
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
@@ -26,8 +27,6 @@ from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
 from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.vmm import detect_accelerator
-
-from ..fakes import MemoryRecords
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
 

@@ -10,6 +10,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class TakeOverSandboxRequest(_message.Message):
+    __slots__ = ("sandbox_id", "discard")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    discard: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., discard: _Optional[bool] = ...) -> None: ...
+
+class TakeOverSandboxResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
+
 class SandboxMetric(_message.Message):
     __slots__ = ("timestamp", "cpu_count", "cpu_used_pct", "mem_used", "mem_total", "mem_cache", "disk_used", "disk_total")
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]

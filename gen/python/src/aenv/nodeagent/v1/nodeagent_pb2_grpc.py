@@ -114,6 +114,11 @@ class NodeAgentServiceStub:
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxRequest.SerializeToString,
                 response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxResponse.FromString,
                 _registered_method=True)
+        self.TakeOverSandbox = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/TakeOverSandbox',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxResponse.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServiceServicer:
@@ -224,6 +229,15 @@ class NodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TakeOverSandbox(self, request, context):
+        """Claims a paused sandbox whose node is gone (its record names a node that is not registered
+        and carries a paused_image): pulls the paused state from snapstore and makes this node its
+        owner. It stays paused; resume or kill it here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -306,6 +320,11 @@ def add_NodeAgentServiceServicer_to_server(servicer, server):
                     servicer.ResetSandbox,
                     request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxRequest.FromString,
                     response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxResponse.SerializeToString,
+            ),
+            'TakeOverSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.TakeOverSandbox,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -740,6 +759,33 @@ class NodeAgentService:
             '/aenv.nodeagent.v1.NodeAgentService/ResetSandbox',
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxRequest.SerializeToString,
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResetSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeOverSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/TakeOverSandbox',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxResponse.FromString,
             options,
             channel_credentials,
             insecure,
