@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from aenv_cli.children import ChildProcess
@@ -142,6 +143,13 @@ class Platform:
     async def restart_service(self, name: str, *, crash: bool = False) -> None:
         """Stop one service (with `crash`, kill it as a crash would) and start it again, in its
         place in the stop order; returns once it is ready."""
+        async with self.service_down(name, crash=crash):
+            pass
+
+    @contextlib.asynccontextmanager
+    async def service_down(self, name: str, *, crash: bool = False) -> AsyncIterator[None]:
+        """One service stopped (with `crash`, killed as a crash would) for the body, then
+        started again in its place in the stop order, ready when the block ends."""
         spec = self._spec(name)
         index, child = next((i, c) for i, c in enumerate(self._children) if c.name == name)
         if crash:
@@ -149,8 +157,15 @@ class Platform:
         else:
             await child.stop(spec.stop_timeout_s)
         del self._children[index]
-        await self._start_service(spec)
-        self._children.insert(index, self._children.pop())
+        try:
+            yield
+        finally:
+            await self._start_service(spec)
+            self._children.insert(index, self._children.pop())
+
+    def service_env(self) -> dict[str, str]:
+        """The environment the services run with (to start more of them beside, in tests)."""
+        return dict(self._env)
 
     async def wait_for_exit(self) -> ChildProcess:
         """Returns the first child that exits (a running platform lost a service)."""

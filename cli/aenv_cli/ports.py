@@ -24,14 +24,14 @@ class PlatformPorts:
     @classmethod
     def free(cls) -> PlatformPorts:
         """Ports the kernel reports free right now, so tests can run beside a live platform."""
-        return cls(**{f.name: _free_port() for f in fields(cls)})
+        return cls(**{f.name: free_port() for f in fields(cls)})
 
 
 def address(port: int) -> str:
     return f"{LOOPBACK}:{port}"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         port: int = sock.getsockname()[1]

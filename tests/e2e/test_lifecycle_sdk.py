@@ -16,22 +16,10 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 
+from .conftest import COUNTER, counter
+
 # Plain (sync) tests: they drive the platform the way a user's program does, from outside.
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
-
-# Written aside and renamed: a reader never sees the file truncated mid-write.
-COUNTER = ("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.tmp; "
-           "mv /tmp/counter.tmp /tmp/counter; sleep 0.5; done")
-
-
-@pytest.fixture
-def sdk_env(e2b_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The SDK reads its endpoints and key from the process environment."""
-    for name, value in e2b_env.items():
-        if name.startswith("E2B_"):
-            monkeypatch.setenv(name, value)
-    monkeypatch.delenv("E2B_DEBUG", raising=False)
-
 
 @pytest.fixture
 def sandboxes(sdk_env: None) -> Iterator[list[str]]:
@@ -48,10 +36,6 @@ def _created(made: list[str], **kwargs: object) -> Sandbox:
     sandbox = Sandbox.create(timeout=300, **kwargs)  # type: ignore[arg-type]
     made.append(sandbox.sandbox_id)
     return sandbox
-
-
-def _counter(sandbox: Sandbox) -> int:
-    return int(sandbox.files.read("/tmp/counter").strip())
 
 
 async def _grpc_reset(
@@ -75,7 +59,7 @@ def test_pause_and_connect_keep_processes_and_files(sandboxes: list[str]) -> Non
     sandbox.commands.run(COUNTER, background=True)
     _eventually(lambda: sandbox.files.exists("/tmp/counter"), 30, "the counter started")
     for _ in range(2):
-        before = _counter(sandbox)
+        before = counter(sandbox)
         assert sandbox.pause() is True
         assert sandbox.pause() is False  # already paused: the API answers 409
         assert sandbox.get_info().state == "paused"
@@ -84,9 +68,9 @@ def test_pause_and_connect_keep_processes_and_files(sandboxes: list[str]) -> Non
         sandbox = Sandbox.connect(sandbox.sandbox_id)
         assert sandbox.get_info().state == "running"
         # The same process continues: the count goes on from where it was, it does not restart.
-        resumed_at = _counter(sandbox)
+        resumed_at = counter(sandbox)
         assert resumed_at >= before
-        _eventually(lambda s=sandbox, n=resumed_at: _counter(s) > n, 30,  # type: ignore[misc]
+        _eventually(lambda s=sandbox, n=resumed_at: counter(s) > n, 30,  # type: ignore[misc]
                     "the counter keeps counting")
         assert sandbox.files.read("/tmp/kept") == "kept across pauses"
 

@@ -12,27 +12,18 @@ from e2b import Sandbox
 
 from aenv_cli.platform import Platform
 
+from .conftest import COUNTER, counter
+
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
 
-COUNTER = ("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.tmp; "
-           "mv /tmp/counter.tmp /tmp/counter; sleep 0.5; done")
-
-
 @pytest.fixture
-def sandbox(e2b_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    for name, value in e2b_env.items():
-        if name.startswith("E2B_"):
-            monkeypatch.setenv(name, value)
+def sandbox(sdk_env: None) -> Iterator[Sandbox]:
     made = Sandbox.create(timeout=300)
     try:
         yield made
     finally:
         Sandbox.kill(made.sandbox_id)
-
-
-def _counter(sandbox: Sandbox) -> int:
-    return int(sandbox.files.read("/tmp/counter").strip())
 
 
 async def test_running_sandboxes_outlive_a_node_agent_crash(
@@ -41,14 +32,14 @@ async def test_running_sandboxes_outlive_a_node_agent_crash(
     await asyncio.to_thread(sandbox.commands.run, COUNTER, background=True)
     await asyncio.to_thread(sandbox.files.write, "/root/kept", "before the crash")
     await asyncio.sleep(1.2)
-    before = await asyncio.to_thread(_counter, sandbox)
+    before = await asyncio.to_thread(counter, sandbox)
 
     crashed_at = time.monotonic()
     await platform.restart_service("nodeagent", crash=True)
     down_s = time.monotonic() - crashed_at
 
     assert await asyncio.to_thread(sandbox.files.read, "/root/kept") == "before the crash"
-    after = await asyncio.to_thread(_counter, sandbox)
+    after = await asyncio.to_thread(counter, sandbox)
     # The same counting process went on while the agent was down (one tick per 0.5 s).
     assert after >= before + int(down_s / 0.5) - 1, (before, after, down_s)
     info = await asyncio.to_thread(Sandbox.get_info, sandbox.sandbox_id)
