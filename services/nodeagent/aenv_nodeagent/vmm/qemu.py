@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +27,7 @@ from aenv_common.errors import (
 )
 from aenv_nodeagent.vmm import process
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, QMP_CHARDEV_ID, VmFiles, build_argv
+from aenv_nodeagent.vmm.seccomp import HolePunchFilter
 from aenv_nodeagent.vmm.spec import VmSpec
 from aenv_nodeagent.vmm.timing import PhaseClock
 
@@ -101,7 +103,8 @@ class QemuVm:
                     spec, files, incoming=incoming, console_log=console_log,
                     qemu_binary=qemu_binary, disk_fds=disk_fds)]
                 proc = await process.spawn(
-                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds])
+                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds],
+                    _hole_punch_guard(spec))
             finally:
                 _close_all(disk_fds)  # QEMU holds its own copies
             qmp = await _connect_or_clean_up(proc, files, start_timeout)
@@ -534,6 +537,19 @@ def _open_disks(spec: VmSpec) -> dict[str, list[int]]:
         _close_all(fds)
         raise Internal(f"cannot open disk {err.filename}: {err.strerror}") from err
     return fds
+
+
+@functools.cache
+def _hole_punch_filter() -> HolePunchFilter:
+    return HolePunchFilter()
+
+
+def _hole_punch_guard(spec: VmSpec) -> Callable[[], None] | None:
+    """Free page reporting in a VM mapping its RAM file copy-on-write: keep QEMU 7.2 from
+    punching the reported pages out of the file (seccomp.py); the VM still gives them back."""
+    if spec.mem_shared or not spec.free_page_reporting:
+        return None
+    return _hole_punch_filter().install_in_child
 
 
 def _close_all(fds: Mapping[str, Sequence[int]]) -> None:
