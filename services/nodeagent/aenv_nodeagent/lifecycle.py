@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -258,12 +259,13 @@ class SandboxLifecycle:
         await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
+            discard_image(sandbox.directory)  # the one it ran on, if it was resumed before
             if mode == _FILESYSTEM:
                 await timed(timings, "sync", self._sync(sandbox))
             else:
                 try:
-                    state = sandbox.directory / _PAUSED_STATE
-                    await timed(timings, "capture", sandbox.vm.capture(state))
+                    await timed(timings, "capture", self._capture_image(
+                        sandbox.vm, sandbox.directory / _PAUSED_STATE, sandbox.directory))
                 except BaseException:
                     await _keep_running(sandbox.vm)
                     raise
@@ -274,9 +276,6 @@ class SandboxLifecycle:
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
             paused = Paused(record, sandbox.directory, self._chain(sandbox_id))
-            discard_image(paused.directory)  # the one it ran on, if it was resumed before
-            if mode != _FILESYSTEM:
-                self._paused_image(paused)
             self._save(paused)
             self._paused[sandbox_id] = paused
             await timed(timings, "publish", self._records.put_sandbox(record))
@@ -509,11 +508,13 @@ class SandboxLifecycle:
             await timed(timings, "stop", sandbox.vm.pause())
             try:
                 if memory:
-                    await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
+                    await timed(timings, "memory", self._capture_image(
+                        sandbox.vm, directory / "state", directory))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
         except BaseException:
+            await self.memory_images.cancelled(directory)
             self.snapshots.discard_directory(directory)
             raise
         meta = SnapshotMeta(
@@ -527,12 +528,25 @@ class SandboxLifecycle:
             has_memory=memory, directory=directory,
         )
         self.snapshots.add(meta)
-        if memory:  # restores of it are likely (a fork's, certain): make its memory image now
-            self._materialize(meta)
         self._persist_soon(meta)
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
         return meta
+
+    async def _capture_image(self, vm: QemuVm, stream: Path, directory: Path) -> None:
+        """Capture the stopped `vm` into `stream` while it is split into `directory`'s memory
+        image (the split follows the capture as it is written, and goes on in the background
+        once the capture is done)."""
+        stream.touch(mode=0o600)
+        written = threading.Event()
+        self.memory_images.ensure(stream, directory, written)
+        try:
+            await vm.capture(stream)
+        except BaseException:
+            written.set()
+            await self.memory_images.cancelled(directory)
+            raise
+        written.set()
 
     async def _freeze_disk(self, sandbox: Sandbox, chain: Chain) -> None:
         """Freeze the active overlay as a new layer; the VM (stopped) continues on a fresh one.

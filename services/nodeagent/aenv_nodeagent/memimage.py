@@ -7,9 +7,10 @@ is split once (vmm/stream.py): the guest RAM block's pages become `memory`, a sp
 rest of the stream `device.state`. Restores map `memory` share=off and load only `device.state`:
 their pages come from one page cache, and each sandbox owns only the pages it dirties.
 
-Used for snapshots (eagerly in the background, or before a fork's children) and for paused
-sandboxes (in the background after the pause; a resume waits for it). `device.state` is put in
-place last: its presence means the image is complete.
+The split runs beside the capture, following the stream as QEMU writes it, so the image is ready
+about when the capture is: for snapshots, a fork's children and paused sandboxes (a resume waits
+for what is left of it). `device.state` is put in place last: its presence means the image is
+complete.
 """
 
 from __future__ import annotations
@@ -67,14 +68,18 @@ def discard_interrupted(directory: Path) -> None:
         leftover.unlink(missing_ok=True)
 
 
-async def materialize(stream: Path, directory: Path) -> MemoryImage:
+async def materialize(
+    stream: Path, directory: Path, written: threading.Event | None = None
+) -> MemoryImage:
     """Turn the capture `stream` into `directory/memory` and `directory/device.state`, then drop
-    the stream. Leaves nothing behind on failure or cancellation."""
+    the stream. With `written`, the capture is still being written until it is set, and the
+    split follows it. Leaves nothing behind on failure or cancellation."""
     partial = _partial(directory)
     started = time.perf_counter()
     stop = threading.Event()
     split = asyncio.ensure_future(asyncio.to_thread(
-        split_ram_block, stream, MEMORY_BACKEND_ID, partial.memory, partial.device_state, stop))
+        split_ram_block, stream, MEMORY_BACKEND_ID, partial.memory, partial.device_state, stop,
+        written))
     try:
         try:
             result = await asyncio.shield(split)
@@ -107,14 +112,18 @@ class MemoryImages:
         self._tasks: dict[Path, asyncio.Task[MemoryImage]] = {}
         self._cancelled: set[asyncio.Task[MemoryImage]] = set()
 
-    def ensure(self, stream: Path, directory: Path) -> asyncio.Future[MemoryImage]:
+    def ensure(
+        self, stream: Path, directory: Path, written: threading.Event | None = None
+    ) -> asyncio.Future[MemoryImage]:
+        """The image of `directory`: made, being made, or started now from `stream` (still
+        being written until `written` is set, if given)."""
         if (image := complete_image(directory)) is not None:
             done: asyncio.Future[MemoryImage] = asyncio.get_running_loop().create_future()
             done.set_result(image)
             return done
         task = self._tasks.get(directory)
         if task is None:
-            task = asyncio.ensure_future(materialize(stream, directory))
+            task = asyncio.ensure_future(materialize(stream, directory, written))
             task.add_done_callback(lambda t: self._finished(directory, t))
             self._tasks[directory] = task
         return task
