@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -264,7 +263,7 @@ class SandboxLifecycle:
                 await timed(timings, "sync", self._sync(sandbox))
             else:
                 try:
-                    await timed(timings, "capture", self._capture_image(
+                    await timed(timings, "capture", self._capture_following(
                         sandbox.vm, sandbox.directory / _PAUSED_STATE, sandbox.directory))
                 except BaseException:
                     await _keep_running(sandbox.vm)
@@ -508,13 +507,11 @@ class SandboxLifecycle:
             await timed(timings, "stop", sandbox.vm.pause())
             try:
                 if memory:
-                    await timed(timings, "memory", self._capture_image(
-                        sandbox.vm, directory / "state", directory))
+                    await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
         except BaseException:
-            await self.memory_images.cancelled(directory)
             self.snapshots.discard_directory(directory)
             raise
         meta = SnapshotMeta(
@@ -528,25 +525,29 @@ class SandboxLifecycle:
             has_memory=memory, directory=directory,
         )
         self.snapshots.add(meta)
+        if memory:  # restores of it are likely (a fork's, certain): make its memory image now
+            self._materialize(meta)
         self._persist_soon(meta)
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
         return meta
 
-    async def _capture_image(self, vm: QemuVm, stream: Path, directory: Path) -> None:
+    async def _capture_following(self, vm: QemuVm, stream: Path, directory: Path) -> None:
         """Capture the stopped `vm` into `stream` while it is split into `directory`'s memory
-        image (the split follows the capture as it is written, and goes on in the background
-        once the capture is done)."""
+        image, the split reading the stream as QEMU writes it: the image is ready about when
+        the capture is. For a pause only: the split contends with the capture and stretches it
+        (measured: 0.3 s to 1.0-1.4 s for 512 MiB of dirty RAM), which a snapshot's VM, which
+        goes on running, must not pay; its image is made once it runs again."""
         stream.touch(mode=0o600)
-        written = threading.Event()
+        written = asyncio.Event()
         self.memory_images.ensure(stream, directory, written)
         try:
             await vm.capture(stream)
         except BaseException:
-            written.set()
             await self.memory_images.cancelled(directory)
             raise
-        written.set()
+        finally:
+            written.set()
 
     async def _freeze_disk(self, sandbox: Sandbox, chain: Chain) -> None:
         """Freeze the active overlay as a new layer; the VM (stopped) continues on a fresh one.

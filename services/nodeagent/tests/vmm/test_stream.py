@@ -6,13 +6,17 @@ come back intact from the result.
 
 from __future__ import annotations
 
+import json
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from aenv_nodeagent.vmm import stream as stream_module
 from aenv_nodeagent.vmm.stream import (
     PAGE_SIZE,
     SplitCancelled,
@@ -196,3 +200,27 @@ def test_a_capture_that_ends_short_or_is_cancelled_stops_the_split(tmp_path: Pat
     with pytest.raises(SplitCancelled):  # while it waits for a writer that never comes
         split_ram_block(tmp_path / "stream", "mem", tmp_path / "memory", tmp_path / "rest",
                         cancelled=stop, written=threading.Event())
+
+
+def test_the_split_runs_as_a_process_of_its_own(tmp_path: Path) -> None:
+    """As the node agent runs it: following a stream until stdin ends, result as JSON."""
+    s = Stream({b"mem": 64 * PAGE_SIZE})
+    data = s.header() + part() + _many_pages(s, 64) + eos() + DEVICES
+    expected = split(tmp_path, data)
+    (tmp_path / "late").write_bytes(data[:1000])
+    args = [str(tmp_path / name) for name in ("late", "m2", "r2")]
+    proc = subprocess.Popen(
+        [sys.executable, "-I", stream_module.__file__, args[0], "mem", *args[1:], "--follow"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with (tmp_path / "late").open("ab") as out:
+        out.write(data[1000:])
+    out_text, err = proc.communicate(b"", timeout=30)
+    assert proc.returncode == 0, err
+    assert json.loads(out_text)["pages_written"] == expected[2]
+    assert (tmp_path / "m2").read_bytes() == expected[0]
+    assert (tmp_path / "r2").read_bytes() == expected[1]
+
+    (tmp_path / "bad").write_bytes(b"\x00" * 64)
+    refused = subprocess.run([sys.executable, "-I", stream_module.__file__, str(tmp_path / "bad"),
+                              "mem", *args[1:]], capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "version 3" in refused.stderr
