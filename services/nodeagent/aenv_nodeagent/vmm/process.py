@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -93,12 +93,10 @@ def qemu_owning(pidfile: Path) -> int | None:
 
 
 async def spawn(
-    argv: Sequence[str], stderr_log: Path, pass_fds: Sequence[int] = (),
-    preexec_fn: Callable[[], None] | None = None,
+    argv: Sequence[str], stderr_log: Path, pass_fds: Sequence[int] = ()
 ) -> asyncio.subprocess.Process:
     """Start `argv` with stderr to a file: a pipe would need draining for the VM's whole life.
-    `pass_fds` stay open in the child (`argv` must exec, not close them); `preexec_fn` runs in
-    the child before exec."""
+    `pass_fds` stay open in the child (`argv` must exec, not close them)."""
     with stderr_log.open("wb") as stderr:
         try:
             # Own session: a signal to the agent's process group does not take its VMs down.
@@ -109,7 +107,6 @@ async def spawn(
                 stderr=stderr,
                 start_new_session=True,
                 pass_fds=tuple(pass_fds),
-                preexec_fn=preexec_fn,
             )
         except OSError as err:
             raise Internal(f"cannot start {argv[0]}: {err}") from err

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -25,9 +24,8 @@ from aenv_common.errors import (
     InvalidArgument,
     NotFound,
 )
-from aenv_nodeagent.vmm import process
+from aenv_nodeagent.vmm import process, seccomp
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, QMP_CHARDEV_ID, VmFiles, build_argv
-from aenv_nodeagent.vmm.seccomp import HolePunchFilter
 from aenv_nodeagent.vmm.spec import VmSpec
 from aenv_nodeagent.vmm.timing import PhaseClock
 
@@ -99,12 +97,11 @@ class QemuVm:
         clock = PhaseClock()
         with clock.measure("exec_to_qmp"):
             try:
-                argv = [*argv_prefix, *build_argv(
+                argv = _hole_punch_guard(spec, [*argv_prefix, *build_argv(
                     spec, files, incoming=incoming, console_log=console_log,
-                    qemu_binary=qemu_binary, disk_fds=disk_fds)]
+                    qemu_binary=qemu_binary, disk_fds=disk_fds)])
                 proc = await process.spawn(
-                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds],
-                    _hole_punch_guard(spec))
+                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds])
             finally:
                 _close_all(disk_fds)  # QEMU holds its own copies
             qmp = await _connect_or_clean_up(proc, files, start_timeout)
@@ -539,17 +536,12 @@ def _open_disks(spec: VmSpec) -> dict[str, list[int]]:
     return fds
 
 
-@functools.cache
-def _hole_punch_filter() -> HolePunchFilter:
-    return HolePunchFilter()
-
-
-def _hole_punch_guard(spec: VmSpec) -> Callable[[], None] | None:
+def _hole_punch_guard(spec: VmSpec, argv: list[str]) -> list[str]:
     """Free page reporting in a VM mapping its RAM file copy-on-write: keep QEMU 7.2 from
     punching the reported pages out of the file (seccomp.py); the VM still gives them back."""
     if spec.mem_shared or not spec.free_page_reporting:
-        return None
-    return _hole_punch_filter().install_in_child
+        return argv
+    return seccomp.wrapped(argv)
 
 
 def _close_all(fds: Mapping[str, Sequence[int]]) -> None:

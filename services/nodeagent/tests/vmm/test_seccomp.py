@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from aenv_nodeagent.vmm.seccomp import HolePunchFilter
+from aenv_nodeagent.vmm import seccomp
 
 MIB = 1 << 20
 
@@ -21,8 +21,8 @@ def _allocated(path: Path) -> int:
 
 
 def _fallocate(args: list[str], path: Path, *, filtered: bool) -> None:
-    hook = HolePunchFilter().install_in_child if filtered else None
-    subprocess.run(["fallocate", *args, str(path)], check=True, preexec_fn=hook)
+    argv = ["fallocate", *args, str(path)]
+    subprocess.run(seccomp.wrapped(argv) if filtered else argv, check=True)
 
 
 def test_a_filtered_process_punches_no_hole(tmp_path: Path) -> None:
