@@ -258,13 +258,12 @@ class SandboxLifecycle:
         await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
-            discard_image(sandbox.directory)  # the one it ran on, if it was resumed before
             if mode == _FILESYSTEM:
                 await timed(timings, "sync", self._sync(sandbox))
             else:
                 try:
-                    await timed(timings, "capture", self._capture_following(
-                        sandbox.vm, sandbox.directory / _PAUSED_STATE, sandbox.directory))
+                    state = sandbox.directory / _PAUSED_STATE
+                    await timed(timings, "capture", sandbox.vm.capture(state))
                 except BaseException:
                     await _keep_running(sandbox.vm)
                     raise
@@ -275,6 +274,9 @@ class SandboxLifecycle:
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
             paused = Paused(record, sandbox.directory, self._chain(sandbox_id))
+            discard_image(paused.directory)  # the one it ran on, if it was resumed before
+            if mode != _FILESYSTEM:
+                self._paused_image(paused)
             self._save(paused)
             self._paused[sandbox_id] = paused
             await timed(timings, "publish", self._records.put_sandbox(record))
@@ -531,23 +533,6 @@ class SandboxLifecycle:
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
         return meta
-
-    async def _capture_following(self, vm: QemuVm, stream: Path, directory: Path) -> None:
-        """Capture the stopped `vm` into `stream` while it is split into `directory`'s memory
-        image, the split reading the stream as QEMU writes it: the image is ready about when
-        the capture is. For a pause only: the split contends with the capture and stretches it
-        (measured: 0.3 s to 1.0-1.4 s for 512 MiB of dirty RAM), which a snapshot's VM, which
-        goes on running, must not pay; its image is made once it runs again."""
-        stream.touch(mode=0o600)
-        written = asyncio.Event()
-        self.memory_images.ensure(stream, directory, written)
-        try:
-            await vm.capture(stream)
-        except BaseException:
-            await self.memory_images.cancelled(directory)
-            raise
-        finally:
-            written.set()
 
     async def _freeze_disk(self, sandbox: Sandbox, chain: Chain) -> None:
         """Freeze the active overlay as a new layer; the VM (stopped) continues on a fresh one.

@@ -7,30 +7,26 @@ is split once (vmm/stream.py): the guest RAM block's pages become `memory`, a sp
 rest of the stream `device.state`. Restores map `memory` share=off and load only `device.state`:
 their pages come from one page cache, and each sandbox owns only the pages it dirties.
 
-The split runs beside the capture, following the stream as QEMU writes it, so the image is ready
-about when the capture is: for snapshots, a fork's children and paused sandboxes (a resume waits
-for what is left of it). `device.state` is put in place last: its presence means the image is
-complete.
+Used for snapshots (eagerly in the background, or before a fork's children) and for paused
+sandboxes (in the background after the pause; a resume waits for it). `device.state` is put in
+place last: its presence means the image is complete.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from aenv_common.errors import Internal
-from aenv_nodeagent.vmm import stream as _stream_module
 from aenv_nodeagent.vmm.argv import MEMORY_BACKEND_ID
+from aenv_nodeagent.vmm.stream import split_ram_block
 
 log = logging.getLogger(__name__)
-
-_SPLITTER = _stream_module.__file__
 
 MEMORY = "memory"
 DEVICE_STATE = "device.state"
@@ -71,16 +67,23 @@ def discard_interrupted(directory: Path) -> None:
         leftover.unlink(missing_ok=True)
 
 
-async def materialize(
-    stream: Path, directory: Path, written: asyncio.Event | None = None
-) -> MemoryImage:
+async def materialize(stream: Path, directory: Path) -> MemoryImage:
     """Turn the capture `stream` into `directory/memory` and `directory/device.state`, then drop
-    the stream. With `written`, the capture is still being written until it is set, and the
-    split follows it. Leaves nothing behind on failure or cancellation."""
+    the stream. Leaves nothing behind on failure or cancellation."""
     partial = _partial(directory)
     started = time.perf_counter()
+    stop = threading.Event()
+    split = asyncio.ensure_future(asyncio.to_thread(
+        split_ram_block, stream, MEMORY_BACKEND_ID, partial.memory, partial.device_state, stop))
     try:
-        result = await _split(stream, partial, written)
+        try:
+            result = await asyncio.shield(split)
+        except asyncio.CancelledError:
+            stop.set()  # the thread cannot be interrupted: it stops at its next check
+            await asyncio.gather(split, return_exceptions=True)
+            raise
+        except OSError as err:
+            raise Internal(f"cannot make a memory image from {stream.name}: {err}") from err
         # The memory file first: a restore trusts the image once device.state is in place.
         final = image_in(directory)
         partial.memory.replace(final.memory)
@@ -90,37 +93,10 @@ async def materialize(
         raise
     stream.unlink(missing_ok=True)
     log.info("memory image materialized", extra={
-        "directory": str(directory), "pages": result["pages_written"],
-        "device_state_bytes": result["rest_bytes"],
+        "directory": str(directory), "pages": result.pages_written,
+        "device_state_bytes": result.rest_bytes,
         "ms": round((time.perf_counter() - started) * 1000, 1)})
     return final
-
-
-async def _split(
-    stream: Path, partial: MemoryImage, written: asyncio.Event | None
-) -> dict[str, int]:
-    """vmm/stream.py in a process of its own; killed when cancelled."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", _SPLITTER, str(stream), MEMORY_BACKEND_ID, str(partial.memory),
-        str(partial.device_state), *(["--follow"] if written is not None else []),
-        stdin=asyncio.subprocess.PIPE if written is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        if written is not None and proc.stdin is not None:
-            await written.wait()
-            proc.stdin.close()  # end of file: the stream is complete
-        out, err = await proc.communicate()
-    except BaseException:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-        raise
-    if proc.returncode != 0:
-        reason = err.decode(errors="replace").strip()[-500:] or f"exit status {proc.returncode}"
-        raise Internal(f"cannot make a memory image from {stream.name}: {reason}")
-    result: dict[str, int] = json.loads(out)
-    return result
 
 
 class MemoryImages:
@@ -131,18 +107,14 @@ class MemoryImages:
         self._tasks: dict[Path, asyncio.Task[MemoryImage]] = {}
         self._cancelled: set[asyncio.Task[MemoryImage]] = set()
 
-    def ensure(
-        self, stream: Path, directory: Path, written: asyncio.Event | None = None
-    ) -> asyncio.Future[MemoryImage]:
-        """The image of `directory`: made, being made, or started now from `stream` (still
-        being written until `written` is set, if given)."""
+    def ensure(self, stream: Path, directory: Path) -> asyncio.Future[MemoryImage]:
         if (image := complete_image(directory)) is not None:
             done: asyncio.Future[MemoryImage] = asyncio.get_running_loop().create_future()
             done.set_result(image)
             return done
         task = self._tasks.get(directory)
         if task is None:
-            task = asyncio.ensure_future(materialize(stream, directory, written))
+            task = asyncio.ensure_future(materialize(stream, directory))
             task.add_done_callback(lambda t: self._finished(directory, t))
             self._tasks[directory] = task
         return task

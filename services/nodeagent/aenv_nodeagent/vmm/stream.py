@@ -8,27 +8,18 @@ gives the captured guest back: QEMU keeps mapped content for pages the stream do
 
 Only what a precopy capture of a stopped VM without compression, XBZRLE or multifd contains is
 understood; anything else is refused with `UnsupportedStream` rather than guessed at.
-
-The split is CPU-bound Python: the node agent runs it as a process of its own (this file as a
-script, `main`), where it cannot starve the agent's event loop of the GIL. It imports nothing
-but the standard library, so that process starts in a few tens of milliseconds.
 """
 
 from __future__ import annotations
 
-import ctypes
-import dataclasses
-import json
 import mmap
 import os
-import signal
 import struct
-import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from aenv_common.errors import Internal
 
 PAGE_SIZE = 4096  # TARGET_PAGE_SIZE on x86_64
 _MAGIC = b"QEVM\x00\x00\x00\x03"  # QEMU_VM_FILE_MAGIC, QEMU_VM_FILE_VERSION
@@ -52,18 +43,13 @@ _KNOWN_FLAGS = _ZERO | _MEM_SIZE | _PAGE | _EOS | _CONTINUE
 _FLAG_MASK = PAGE_SIZE - 1
 
 _IOV_MAX = 1024
-_GROWTH_POLL_S = 0.0005  # while following a capture being written
 _CANCEL_CHECK_RECORDS = 4096
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 
-class UnsupportedStream(ValueError):
+class UnsupportedStream(Internal):
     """A stream this splitter does not understand (or a truncated one)."""
-
-    @property
-    def message(self) -> str:
-        return str(self)
 
 
 class SplitCancelled(Exception):
@@ -78,77 +64,38 @@ class SplitResult:
 
 
 class _Reader:
-    """Cursor over the mapped stream, which may still be growing: a read past its end waits for
-    the writer, and is an UnsupportedStream once the writer is done (`written` set)."""
+    """Cursor over the mapped stream; every read past the end is an UnsupportedStream."""
 
-    def __init__(self, fd: int, written: threading.Event, cancelled: threading.Event | None,
-                 before_remap: Callable[[], None]) -> None:
-        self.fd = fd
-        self.written = written
-        self.cancelled = cancelled
-        self.before_remap = before_remap  # releases what still refers to the old mapping
-        self.data = mmap.mmap(-1, 1)  # replaced by the first mapping of the stream
-        self.view = memoryview(self.data)
+    def __init__(self, data: mmap.mmap) -> None:
+        self.data = data
+        self.view = memoryview(data)
         self.pos = 0
 
     def close(self) -> None:
         self.view.release()
         self.data.close()
 
-    def ensure(self, end: int) -> int:
-        """Wait until the stream holds `end` bytes; returns how many it holds now."""
-        while end > len(self.data):
-            done = self.written.is_set()  # before the size: a size read after it is final
-            size = os.fstat(self.fd).st_size
-            if size > len(self.data):
-                self._remap(size)
-            elif done:
-                raise UnsupportedStream("migration stream is truncated")
-            elif self.cancelled is not None and self.cancelled.is_set():
-                raise SplitCancelled()
-            else:
-                time.sleep(_GROWTH_POLL_S)
-        return len(self.data)
-
-    def total(self) -> int:
-        """The stream's final length (waits for the writer)."""
-        self.written.wait()
-        return self.ensure(os.fstat(self.fd).st_size)
-
-    def _remap(self, size: int) -> None:
-        self.before_remap()
-        self.view.release()
-        self.data.close()
-        self.data = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
-        self.data.madvise(mmap.MADV_SEQUENTIAL)
-        self.view = memoryview(self.data)
-
     def take(self, n: int) -> int:
         start = self.pos
         self.pos += n
         if self.pos > len(self.data):
-            self.ensure(self.pos)
+            raise UnsupportedStream("migration stream is truncated")
         return start
 
-    # Each read takes first: taking may map the grown stream anew.
-
     def byte(self) -> int:
-        at = self.take(1)
-        return self.data[at]
+        return self.data[self.take(1)]
 
     def peek(self) -> int:
         if self.pos >= len(self.data):
-            self.ensure(self.pos + 1)
+            raise UnsupportedStream("migration stream is truncated")
         return self.data[self.pos]
 
     def u32(self) -> int:
-        at = self.take(4)
-        value: int = _U32.unpack_from(self.data, at)[0]
+        value: int = _U32.unpack_from(self.data, self.take(4))[0]
         return value
 
     def u64(self) -> int:
-        at = self.take(8)
-        value: int = _U64.unpack_from(self.data, at)[0]
+        value: int = _U64.unpack_from(self.data, self.take(8))[0]
         return value
 
     def name(self) -> bytes:
@@ -190,7 +137,6 @@ class _PageWriter:
             if os.pwritev(self._fd, self._run, self._run_start) != expected:
                 raise OSError(f"short write of RAM pages at offset {self._run_start}")
             self._run = []
-            self._run_start += expected  # an adjacent page still continues the run
 
 
 class _Splitter:
@@ -209,8 +155,7 @@ class _Splitter:
 
     def run(self) -> None:
         r = self.reader
-        at = r.take(len(_MAGIC))
-        if bytes(r.data[at:r.pos]) != _MAGIC:
+        if bytes(r.data[r.take(len(_MAGIC)):r.pos]) != _MAGIC:
             raise UnsupportedStream("not a QEMU migration stream of version 3")
         if r.peek() == _CONFIGURATION:
             self._configuration()
@@ -230,7 +175,7 @@ class _Splitter:
             if r.byte() != _SECTION_FOOTER or r.u32() != section_id:
                 raise UnsupportedStream("RAM section without its footer")
         self._check_complete()
-        self.kept.append((self.keep_from, r.total()))
+        self.kept.append((self.keep_from, len(r.data)))
 
     def _configuration(self) -> None:
         r = self.reader
@@ -252,16 +197,13 @@ class _Splitter:
                 raise UnsupportedStream(f"unknown configuration subsection {name!r}")
 
     def _ram_records(self) -> None:
-        # The hot loop (one pass per guest page): reads go straight to the mapped stream, and
-        # the locals are refreshed only when it had to grow.
-        r, unpack = self.reader, _U64.unpack_from
-        data, view, end = r.data, r.view, len(r.data)
-        block, records = self.block, 0
+        # The hot loop (one pass per guest page): reads go straight to the mapped stream.
+        r, data, view, unpack = self.reader, self.reader.data, self.reader.view, _U64.unpack_from
+        end, block, records = len(data), self.block, 0
         while True:
             start = r.pos
             if start + 8 > end:
-                end = r.ensure(start + 8)
-                data, view = r.data, r.view
+                raise UnsupportedStream("migration stream is truncated")
             word = unpack(data, start)[0]
             r.pos = start + 8
             flags, offset = word & _FLAG_MASK, word & ~_FLAG_MASK
@@ -271,18 +213,15 @@ class _Splitter:
                 return
             if flags & _MEM_SIZE:
                 self._block_list(offset)
-                data, view, end = r.data, r.view, len(r.data)  # it may have had to grow
                 continue
             if not flags & _CONTINUE:
                 self.current = r.name()
-                data, view, end = r.data, r.view, len(r.data)
             elif self.current is None:
                 raise UnsupportedStream("RAM record continues no block")
             at = r.pos
             r.pos = at + (PAGE_SIZE if flags & _PAGE else 1)
             if r.pos > end:
-                end = r.ensure(r.pos)
-                data, view = r.data, r.view
+                raise UnsupportedStream("migration stream is truncated")
             if self.current == block:
                 if start > self.keep_from:
                     self.kept.append((self.keep_from, start))
@@ -327,23 +266,22 @@ class _Splitter:
 
 def split_ram_block(
     stream: Path, block: str, pages_path: Path, rest_path: Path,
-    cancelled: threading.Event | None = None, written: threading.Event | None = None,
+    cancelled: threading.Event | None = None,
 ) -> SplitResult:
     """Write `block`'s pages to `pages_path` and the rest of `stream` to `rest_path` (both
-    created). `written`: the stream is still being written until it is set, and the split
-    follows the writer. Blocking; run it in a thread. On error the outputs are left for the
-    caller."""
-    if written is None:
-        written = threading.Event()
-        written.set()
-    source = os.open(stream, os.O_RDONLY | os.O_CLOEXEC)
+    created). Blocking; run it in a thread. On error the outputs are left for the caller."""
+    with open(stream, "rb") as source:
+        if os.fstat(source.fileno()).st_size == 0:
+            raise UnsupportedStream("migration stream is empty")
+        data = mmap.mmap(source.fileno(), 0, prot=mmap.PROT_READ)
+    data.madvise(mmap.MADV_SEQUENTIAL)
+    reader = _Reader(data)
     try:
         fd = os.open(pages_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     except OSError:
-        os.close(source)
+        reader.close()
         raise
     pages = _PageWriter(fd)
-    reader = _Reader(source, written, cancelled, pages.flush)
     try:
         splitter = _Splitter(reader, block.encode(), pages, cancelled)
         splitter.run()
@@ -355,42 +293,7 @@ def split_ram_block(
         pages.discard()
         os.close(fd)
         reader.close()
-        os.close(source)
     return SplitResult(splitter.block_bytes, pages.pages, rest_bytes)
-
-
-def main(argv: Sequence[str]) -> int:
-    """`stream.py STREAM BLOCK PAGES REST [--follow]`: the split, its result as JSON on stdout.
-    With --follow the stream is still being written until stdin reaches end of file. Exits 2
-    for a stream it does not understand (the reason on stderr); dies with its parent."""
-    _die_with_parent()
-    *paths, follow = (*argv, "") if len(argv) == 4 else argv
-    if len(paths) != 4 or follow not in ("", "--follow"):
-        print("usage: stream.py STREAM BLOCK PAGES REST [--follow]", file=sys.stderr)
-        return 64
-    stream, block, pages, rest = paths
-    written = threading.Event()
-    if follow:
-        threading.Thread(target=_set_at_eof, args=(written,), daemon=True).start()
-    else:
-        written.set()
-    try:
-        result = split_ram_block(Path(stream), block, Path(pages), Path(rest), None, written)
-    except UnsupportedStream as err:
-        print(err.message, file=sys.stderr)
-        return 2
-    print(json.dumps(dataclasses.asdict(result)))
-    return 0
-
-
-def _set_at_eof(written: threading.Event) -> None:
-    sys.stdin.buffer.read()
-    written.set()
-
-
-def _die_with_parent() -> None:
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 def _write_ranges(path: Path, view: memoryview, ranges: list[tuple[int, int]]) -> int:
@@ -404,7 +307,3 @@ def _write_ranges(path: Path, view: memoryview, ranges: list[tuple[int, int]]) -
 
 def _private_opener(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_CLOEXEC, 0o600)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -50,7 +50,6 @@ class Node:
     pool: WarmPool
     node_id: str = "test-node"
     snapstore: str = ""
-    templates: TemplateStore | None = None
     successor: Node | None = None
 
     def latest(self) -> Node:
@@ -99,7 +98,7 @@ async def build_node(
     lifecycle = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
                                  ready_timeout_s=60, persistence=persistence)
     return Node(lifecycle, manager, records, network, session, state_dir, prefix, pool, node_id,
-                snapstore=snapstore, templates=templates)
+                snapstore=snapstore)
 
 
 def netns_with(prefix: str) -> list[str]:

@@ -6,17 +6,12 @@ come back intact from the result.
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from aenv_nodeagent.vmm import stream as stream_module
 from aenv_nodeagent.vmm.stream import (
     PAGE_SIZE,
     SplitCancelled,
@@ -142,85 +137,3 @@ def test_a_cancelled_split_stops(tmp_path: Path) -> None:
     stop.set()
     with pytest.raises(SplitCancelled):
         split(tmp_path, data, cancelled=stop)
-
-
-def _write_slowly(path: Path, data: bytes, written: threading.Event, chunk: int) -> None:
-    """A capture in progress: the stream grows a piece at a time, then is marked complete."""
-    with path.open("wb", buffering=0) as out:
-        for start in range(0, len(data), chunk):
-            out.write(data[start:start + chunk])
-            time.sleep(0.0002)
-    written.set()
-
-
-def _many_pages(s: Stream, count: int) -> bytes:
-    # Runs of adjacent pages, zero pages and another block between: every path of the writer.
-    records = []
-    for i in range(count):
-        records.append(s.record(b"mem", i, page(i % 251 + 1) if i % 7 else 0))
-        if i % 500 == 0:
-            records.append(s.record(b"pc.bios", 0, page(0x11)))
-    return b"".join(records)
-
-
-def test_a_stream_still_being_written_splits_as_the_finished_one(tmp_path: Path) -> None:
-    count = 3000
-    s = Stream({b"mem": count * PAGE_SIZE, b"pc.bios": PAGE_SIZE})
-    data = s.header() + part() + _many_pages(s, count) + eos() + part(0x03) + eos() + DEVICES
-    expected = split(tmp_path, data)
-
-    growing = tmp_path / "growing"
-    growing.mkdir()
-    (growing / "stream").touch()
-    written = threading.Event()
-    writer = threading.Thread(target=_write_slowly,
-                              args=(growing / "stream", data, written, 64 * 1024 + 3))
-    writer.start()
-    try:
-        result = split_ram_block(growing / "stream", "mem", growing / "memory",
-                                 growing / "rest", written=written)
-    finally:
-        writer.join()
-    assert result.pages_written == expected[2]
-    assert (growing / "memory").read_bytes() == expected[0]
-    assert (growing / "rest").read_bytes() == expected[1]
-
-
-def test_a_capture_that_ends_short_or_is_cancelled_stops_the_split(tmp_path: Path) -> None:
-    s = Stream({b"mem": 64 * PAGE_SIZE})
-    data = s.header() + part() + _many_pages(s, 64) + eos() + DEVICES
-    (tmp_path / "stream").write_bytes(data[:len(data) // 2])
-    ended = threading.Event()
-    ended.set()
-    with pytest.raises(UnsupportedStream, match="truncated"):
-        split_ram_block(tmp_path / "stream", "mem", tmp_path / "memory", tmp_path / "rest",
-                        written=ended)
-    stop = threading.Event()
-    threading.Timer(0.2, stop.set).start()
-    with pytest.raises(SplitCancelled):  # while it waits for a writer that never comes
-        split_ram_block(tmp_path / "stream", "mem", tmp_path / "memory", tmp_path / "rest",
-                        cancelled=stop, written=threading.Event())
-
-
-def test_the_split_runs_as_a_process_of_its_own(tmp_path: Path) -> None:
-    """As the node agent runs it: following a stream until stdin ends, result as JSON."""
-    s = Stream({b"mem": 64 * PAGE_SIZE})
-    data = s.header() + part() + _many_pages(s, 64) + eos() + DEVICES
-    expected = split(tmp_path, data)
-    (tmp_path / "late").write_bytes(data[:1000])
-    args = [str(tmp_path / name) for name in ("late", "m2", "r2")]
-    proc = subprocess.Popen(
-        [sys.executable, "-I", stream_module.__file__, args[0], "mem", *args[1:], "--follow"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    with (tmp_path / "late").open("ab") as out:
-        out.write(data[1000:])
-    out_text, err = proc.communicate(b"", timeout=30)
-    assert proc.returncode == 0, err
-    assert json.loads(out_text)["pages_written"] == expected[2]
-    assert (tmp_path / "m2").read_bytes() == expected[0]
-    assert (tmp_path / "r2").read_bytes() == expected[1]
-
-    (tmp_path / "bad").write_bytes(b"\x00" * 64)
-    refused = subprocess.run([sys.executable, "-I", stream_module.__file__, str(tmp_path / "bad"),
-                              "mem", *args[1:]], capture_output=True, text=True, timeout=30)
-    assert refused.returncode == 2 and "version 3" in refused.stderr
