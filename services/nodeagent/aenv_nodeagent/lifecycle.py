@@ -432,8 +432,6 @@ class SandboxLifecycle:
             await rebase_pulled(files, stored.chain.layers, self.layers, template.disk,
                                 top=files[stored.chain.active])
             place_layers(files, stored.chain.layers, self.layers)
-            for layer in stored.chain.layers:
-                files[layer_file(layer)].unlink(missing_ok=True)  # kept: this node had it
             self._sandboxes_dir.mkdir(parents=True, exist_ok=True)
             staging.rename(directory)
         except BaseException:

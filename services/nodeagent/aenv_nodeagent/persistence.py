@@ -237,7 +237,10 @@ async def rebase_pulled(
 
 
 def place_layers(files: Mapping[str, Path], chain: Sequence[str], layers: LayerStore) -> None:
-    """Move pulled layers into `layers/`; one this node already holds is kept as is."""
+    """Move pulled layers into `layers/`; one this node already holds is kept as is (and the
+    pulled copy dropped)."""
     for layer in chain:
-        if not layers.path(layer).is_file():
+        if layers.path(layer).is_file():
+            files[layer_file(layer)].unlink(missing_ok=True)
+        else:
             os.replace(files[layer_file(layer)], layers.path(layer))
