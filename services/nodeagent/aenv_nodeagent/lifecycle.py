@@ -180,7 +180,8 @@ class SandboxLifecycle:
         return self._manager.get(sandbox_id).record
 
     def records(self) -> list[cluster_pb2.SandboxRecord]:
-        running = [sbx.record for sbx in self._manager.all()]
+        running = [sbx.record for sbx in self._manager.all()
+                   if sbx.record.sandbox_id not in self._paused]
         return running + [p.record for p in self._paused.values()]
 
     def paused_ids(self) -> list[str]:
@@ -269,7 +270,6 @@ class SandboxLifecycle:
                     raise
             await timed(timings, "quit", sandbox.vm.shutdown())
             await timed(timings, "network", self._network.destroy_slot(sandbox.slot))
-            await self._manager.detach(sandbox_id)
             record = sandbox.record
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
@@ -278,7 +278,9 @@ class SandboxLifecycle:
             if mode != _FILESYSTEM:
                 self._paused_image(paused)
             self._save(paused)
+            # Paused before it is detached: a lookup during the detach's await must find it.
             self._paused[sandbox_id] = paused
+            await self._manager.detach(sandbox_id)
             await timed(timings, "publish", self._records.put_sandbox(record))
             self._store_soon(paused)
         log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})

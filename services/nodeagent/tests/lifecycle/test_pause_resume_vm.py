@@ -76,7 +76,22 @@ async def test_timeout_pauses_when_asked(node: Node) -> None:
     s = spec(timeout_seconds=1, lifecycle=cluster_pb2.Lifecycle(auto_pause=True))
     await node.lifecycle.create(s)
     end = node.records.records[s.sandbox_id].end_at.ToNanoseconds() / 1e9
+
+    async def slow_publish() -> None:  # a node record put that takes its time (etcd, loaded)
+        await asyncio.sleep(0.3)
+
+    node.manager.on_allocation_change = slow_publish
+    seen: list[int] = []
+
+    async def look_up_throughout() -> None:  # what GetSandbox answers while the pause runs
+        while not seen or seen[-1] != cluster_pb2.SANDBOX_STATE_PAUSED:
+            seen.append(node.lifecycle.record(s.sandbox_id).state)
+            assert [r.sandbox_id for r in node.lifecycle.records()] == [s.sandbox_id]
+            await asyncio.sleep(0.005)
+
+    looking = asyncio.create_task(look_up_throughout())
     assert await node.manager.kill_expired(now=end + 0.1) == [s.sandbox_id]
+    await asyncio.wait_for(looking, 5)  # it never saw the sandbox missing (NotFound)
     assert node.lifecycle.record(s.sandbox_id).state == cluster_pb2.SANDBOX_STATE_PAUSED
 
 
