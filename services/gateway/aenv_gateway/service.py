@@ -89,6 +89,7 @@ class SandboxService:
             idempotency_ttl_s
         )
         self._waking: dict[str, asyncio.Future[Located]] = {}
+        self._resuming: dict[str, asyncio.Future[cluster_pb2.SandboxRecord]] = {}
         self._handover = Handover(directory, scheduler, nodeagents)
 
     async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
@@ -261,11 +262,28 @@ class SandboxService:
     async def _resume(
         self, located: Located, timeout_s: int | None, reboot: bool = False
     ) -> Connected:
+        """One resume per sandbox at a time: concurrent callers wait for the one in flight (and
+        then get the longer time to live they asked for, if any)."""
+        sandbox_id = located.record.sandbox_id
+        pending = self._resuming.get(sandbox_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._resume_once(located, timeout_s, reboot))
+            self._resuming[sandbox_id] = pending
+            pending.add_done_callback(lambda _: self._resuming.pop(sandbox_id, None))
+            return Connected(await asyncio.shield(pending), resumed=True)
+        record = await asyncio.shield(pending)
+        if timeout_s is not None and self._clock() + timeout_s > record.end_at.seconds:
+            record = await self.set_timeout(sandbox_id, timeout_s)
+        return Connected(record, resumed=True)
+
+    async def _resume_once(
+        self, located: Located, timeout_s: int | None, reboot: bool
+    ) -> cluster_pb2.SandboxRecord:
         record = await self._nodeagents.resume(
             located.owner.nodeagent_address, located.record.sandbox_id, timeout_s or 0, reboot
         )
         self._directory.remember(record, located.owner)
-        return Connected(record, resumed=True)
+        return record
 
     async def pause(self, sandbox_id: str, keep_memory: bool = True) -> cluster_pb2.SandboxRecord:
         """Conflict when already paused (the SDK's pause() then returns False). Without memory

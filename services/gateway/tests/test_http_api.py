@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import httpx
 
 from .conftest import API_KEY, Stack
@@ -185,6 +188,21 @@ async def test_connect_running_extends_only(stack: Stack) -> None:
         resumed = await http.post(f"/v2/sandboxes/{sid}/connect", headers=AUTH, json={})
         assert resumed.status_code == 201 and resumed.json()["sandboxID"] == sid
         assert stack.view.sandbox_records[sid].state == 2  # running
+
+
+async def test_concurrent_connects_share_one_resume(stack: Stack) -> None:
+    async with await _client(stack) as http:
+        sid = (await http.post("/v2/sandboxes", headers=AUTH, json={"templateID": "base"})
+               ).json()["sandboxID"]
+        assert (await http.post(f"/sandboxes/{sid}/pause", headers=AUTH, json={})
+                ).status_code == 204
+        answers = await asyncio.gather(*(
+            http.post(f"/sandboxes/{sid}/connect", headers=AUTH, json={"timeout": timeout})
+            for timeout in (60, 60, 3000)))
+        assert [a.status_code for a in answers] == [201, 201, 201], [a.text for a in answers]
+        assert stack.nodeagent.resumes == 1
+        record = stack.view.sandbox_records[sid]
+        assert record.state == 2 and record.end_at.seconds > time.time() + 2000  # the longest
 
 
 async def test_snapshot_and_fork(stack: Stack) -> None:
