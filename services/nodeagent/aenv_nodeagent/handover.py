@@ -19,7 +19,14 @@ from typing import Protocol
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict, NotFound
-from aenv_nodeagent.memimage import DEVICE_STATE, MEMORY
+from aenv_nodeagent.memimage import (
+    BASE_MEMORY,
+    BASE_STATE,
+    DELTA,
+    DEVICE_STATE,
+    MEMORY,
+    delta_image,
+)
 from aenv_nodeagent.persistence import layer_file
 from aenv_nodeagent.recovery import PAUSED_MARKER
 from aenv_nodeagent.sandboxes import SandboxRecords
@@ -49,11 +56,14 @@ def new_paused_image_id(sandbox_id: str) -> str:
 def paused_files(
     directory: Path, layers: list[str], active: str, layer_store: LayerStore, *, memory: bool
 ) -> dict[str, Path]:
-    """The manifest of a paused sandbox: its marker, its memory image (unless only its disk was
-    kept), its active overlay under its own name and the frozen layers below it."""
+    """The manifest of a paused sandbox: its marker, its memory (unless only its disk was kept:
+    a delta capture and its base, or its own memory image), its active overlay under its own
+    name and the frozen layers below it."""
     files = {PAUSED_MARKER: directory / PAUSED_MARKER, active: directory / active}
     if memory:
-        files |= {MEMORY: directory / MEMORY, DEVICE_STATE: directory / DEVICE_STATE}
+        names = ((DELTA, BASE_MEMORY, BASE_STATE) if delta_image(directory) is not None
+                 else (MEMORY, DEVICE_STATE))
+        files |= {name: directory / name for name in names}
     return files | {layer_file(layer): layer_store.path(layer) for layer in layers}
 
 

@@ -1,10 +1,13 @@
 """Pause/resume, snapshots, fork and reset of this node's sandboxes.
 
 Memory: a sandbox maps its base RAM (template, snapshot or its own memory image) copy-on-write
-(share=off), so a capture writes the guest's whole RAM plus device state into one stream. The
-stream is split into a memory image (memimage.py): in the background after a pause (a resume
-waits for it) and after a snapshot, at once for a fork. Whatever is restored from an image maps
-it copy-on-write and loads only device state, so restores share its pages through the page cache.
+(share=off). A pause takes a delta capture (vmm/delta.py): only the pages the guest changed since
+that base, plus device state, loaded onto the same base at resume; the VM is stopped for a time
+that grows with what it dirtied, not with its RAM. A snapshot's capture writes the guest's whole
+RAM plus device state into one stream (QEMU 7.2 migrates share=off RAM in full), split into a
+memory image (memimage.py) in the background, at once for a fork; so is a pause's after a cold
+boot, which has no base image. Whatever is restored from an image maps it copy-on-write and loads
+only device state, so restores share its pages through the page cache.
 Disk: a snapshot freezes the sandbox's active qcow2 overlay into `layers/` and the VM continues on
 a new overlay (external snapshot, taken while the VM is stopped); everything restored from the
 snapshot gets its own overlay over that layer. Past `max_layers` frozen layers under a running
@@ -41,12 +44,20 @@ from aenv_nodeagent.handover import (
     paused_files,
 )
 from aenv_nodeagent.memimage import (
+    BASE_MEMORY,
+    BASE_STATE,
+    DELTA,
     DEVICE_STATE,
     MEMORY,
     MemoryImage,
     MemoryImages,
+    delta_image,
+    discard_delta,
     discard_image,
     discard_interrupted,
+    image_in,
+    partial_delta,
+    pin_base,
 )
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.persistence import (
@@ -81,6 +92,7 @@ from aenv_nodeagent.snapshots import (
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.argv import block_node_name
+from aenv_nodeagent.vmm.delta import mapped_memory, write_delta
 from aenv_nodeagent.vmm.spec import DiskSpec
 
 log = logging.getLogger(__name__)
@@ -89,6 +101,7 @@ MAX_FORK_CHILDREN = 100
 _FULL = cluster_pb2.PAUSE_MODE_UNSPECIFIED
 _FILESYSTEM = cluster_pb2.PAUSE_MODE_FILESYSTEM
 _PAUSED_STATE = "paused.state"
+_DEVICES = "devices.state"  # a delta capture's device state, until the delta holds it
 _DISK = "disk.qcow2"
 # The root disk's block node name in a freshly launched QEMU (overlays added later get others).
 _ROOT_DISK = DiskSpec("root", Path("disk.qcow2"), "qcow2", readonly=False)
@@ -259,12 +272,12 @@ class SandboxLifecycle:
         await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
+            delta = False
             if mode == _FILESYSTEM:
                 await timed(timings, "sync", self._sync(sandbox))
             else:
                 try:
-                    state = sandbox.directory / _PAUSED_STATE
-                    await timed(timings, "capture", sandbox.vm.capture(state))
+                    delta = await self._capture_paused(sandbox, timings)
                 except BaseException:
                     await _keep_running(sandbox.vm)
                     raise
@@ -274,8 +287,11 @@ class SandboxLifecycle:
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
             paused = Paused(record, sandbox.directory, self._chain(sandbox_id))
-            discard_image(paused.directory)  # the one it ran on, if it was resumed before
-            if mode != _FILESYSTEM:
+            if mode == _FILESYSTEM:
+                _discard_memory(paused.directory)
+            elif not delta:  # the images it ran on go; the capture is split into its own
+                discard_image(paused.directory)
+                discard_delta(paused.directory)
                 self._paused_image(paused)
             self._save(paused)
             # Paused before it is detached: a lookup during the detach's await must find it.
@@ -306,8 +322,9 @@ class SandboxLifecycle:
                                 f"{err.message}") from err
             if booting:  # the memory it was paused with (if any) is of no use any more
                 await self.memory_images.cancelled(paused.directory)
-                discard_image(paused.directory)
-                (paused.directory / _PAUSED_STATE).unlink(missing_ok=True)
+                _discard_memory(paused.directory)
+            else:  # loaded: what stays is the base the VM maps now
+                (paused.directory / DELTA).unlink(missing_ok=True)
             record.state = cluster_pb2.SANDBOX_STATE_RUNNING
             record.pause_mode = _FULL
             record.paused_image = ""
@@ -328,6 +345,9 @@ class SandboxLifecycle:
         inputs = self._templates.inputs(paused.chain.template_id)
         if booting:
             return boot_image(inputs)
+        if (delta := delta_image(paused.directory)) is not None:
+            return RestoreImage(inputs, delta.memory, delta.device_state,
+                                paused.record.envd_access_token)
         memory = await timed(timings, "memory_image", asyncio.shield(self._paused_image(paused)))
         return RestoreImage(inputs, memory.memory, memory.device_state,
                             paused.record.envd_access_token)
@@ -361,7 +381,7 @@ class SandboxLifecycle:
 
     async def _paused_files(self, paused: Paused) -> Mapping[str, Path]:
         memory = paused.record.pause_mode != _FILESYSTEM
-        if memory:
+        if memory and delta_image(paused.directory) is None:
             await asyncio.shield(self._paused_image(paused))
         return paused_files(paused.directory, paused.chain.layers, paused.chain.active,
                             self.layers, memory=memory)
@@ -533,6 +553,47 @@ class SandboxLifecycle:
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
         return meta
+
+    async def _capture_paused(self, sandbox: Sandbox, timings: dict[str, float]) -> bool:
+        """A delta capture onto the memory image the VM runs on (True); a full capture into
+        `paused.state` when it runs on none (after a cold boot)."""
+        directory = sandbox.directory
+        base = await self._running_image(sandbox)
+        if base is None:
+            await timed(timings, "capture", sandbox.vm.capture(directory / _PAUSED_STATE))
+            return False
+        base = pin_base(base, directory)
+        discard_image(directory)  # its own image, if it ran on one, is pinned as the base now
+        await timed(timings, "stop", sandbox.vm.pause())
+        devices, delta = directory / _DEVICES, partial_delta(directory)
+        try:
+            await timed(timings, "devices", sandbox.vm.save_device_state(devices))
+            result = await timed(timings, "delta", asyncio.to_thread(
+                write_delta, sandbox.vm.pid, base.memory, base.device_state, devices, delta))
+            delta.replace(directory / DELTA)
+        finally:
+            devices.unlink(missing_ok=True)
+            delta.unlink(missing_ok=True)
+        timings["delta_pages"] = result.pages
+        return True
+
+    async def _running_image(self, sandbox: Sandbox) -> MemoryImage | None:
+        """The memory image the sandbox's RAM maps and its device state: the template's, a
+        snapshot's, or its own (pinned or not); None for a cold boot's RAM."""
+        try:
+            memory = mapped_memory(sandbox.vm.pid)
+        except Internal:
+            return None
+        template = await self._templates.get(self._chain(sandbox.record.sandbox_id).template_id)
+        if _same_file(memory, template.memory):
+            image = MemoryImage(template.memory, template.state)
+        elif memory.name == BASE_MEMORY:
+            image = MemoryImage(memory, memory.with_name(BASE_STATE))
+        elif memory.name == MEMORY:
+            image = image_in(memory.parent)
+        else:
+            return None
+        return image if all(path.is_file() for path in image) else None
 
     async def _freeze_disk(self, sandbox: Sandbox, chain: Chain) -> None:
         """Freeze the active overlay as a new layer; the VM (stopped) continues on a fresh one.
@@ -834,6 +895,20 @@ def _read_paused(marker: Path) -> Paused:
     record = cluster_pb2.SandboxRecord.FromString(bytes.fromhex(data["record"]))
     chain = Chain(str(data["template_id"]), [str(x) for x in data["layers"]], str(data["active"]))
     return Paused(record, marker.parent, chain)
+
+
+def _discard_memory(directory: Path) -> None:
+    """Every memory image a sandbox's directory holds: they are of no use any more."""
+    discard_image(directory)
+    discard_delta(directory)
+    (directory / _PAUSED_STATE).unlink(missing_ok=True)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 async def _keep_running(vm: QemuVm) -> None:

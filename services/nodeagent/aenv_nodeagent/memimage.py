@@ -10,12 +10,18 @@ their pages come from one page cache, and each sandbox owns only the pages it di
 Used for snapshots (eagerly in the background, or before a fork's children) and for paused
 sandboxes (in the background after the pause; a resume waits for it). `device.state` is put in
 place last: its presence means the image is complete.
+
+A pause takes a delta capture instead where it can (vmm/delta.py): `delta.state` holds the pages
+the guest changed and its device state, to be loaded onto `base.memory`, hard links to the
+memory image the sandbox ran on and its device state (`base.state`), so that neither a deleted
+snapshot nor a rebuilt template can take them away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +36,9 @@ log = logging.getLogger(__name__)
 
 MEMORY = "memory"
 DEVICE_STATE = "device.state"
+BASE_MEMORY = "base.memory"
+BASE_STATE = "base.state"
+DELTA = "delta.state"
 
 
 @dataclass(frozen=True)
@@ -61,10 +70,47 @@ def discard_image(directory: Path) -> None:
 
 
 def discard_interrupted(directory: Path) -> None:
-    """What a materialization cut short by a crash left behind. The capture stream is only
-    removed after success, so the image is simply made again on first use."""
-    for leftover in _partial(directory):
+    """What a materialization or delta capture cut short by a crash left behind. The capture
+    stream is only removed after success, so the image is simply made again on first use."""
+    pin_links = (_pin_link(directory / name) for name in (BASE_MEMORY, BASE_STATE))
+    for leftover in (*_partial(directory), partial_delta(directory), *pin_links):
         leftover.unlink(missing_ok=True)
+
+
+def delta_image(directory: Path) -> MemoryImage | None:
+    """A delta capture in `directory`: the memory to map and the stream to load onto it."""
+    image = MemoryImage(directory / BASE_MEMORY, directory / DELTA)
+    complete = image.memory.is_file() and image.device_state.is_file()
+    return image if complete and (directory / BASE_STATE).is_file() else None
+
+
+def partial_delta(directory: Path) -> Path:
+    return directory / f"{DELTA}.part"
+
+
+def pin_base(base: MemoryImage, directory: Path) -> MemoryImage:
+    """`base` (memory and device state) hard-linked into `directory` as the base of its delta
+    captures: it stays, whatever becomes of where it came from."""
+    pinned = MemoryImage(directory / BASE_MEMORY, directory / BASE_STATE)
+    for source, target in zip(base, pinned, strict=True):
+        if target.exists() and os.path.samefile(source, target):
+            continue
+        staged = _pin_link(target)
+        staged.unlink(missing_ok=True)
+        os.link(source, staged)
+        staged.replace(target)
+    return pinned
+
+
+def _pin_link(target: Path) -> Path:
+    return target.with_name(f"{target.name}.link")
+
+
+def discard_delta(directory: Path) -> None:
+    """The delta capture in `directory` and its base (their memory is of no use any more)."""
+    for name in (DELTA, BASE_MEMORY, BASE_STATE):
+        (directory / name).unlink(missing_ok=True)
+    partial_delta(directory).unlink(missing_ok=True)
 
 
 async def materialize(stream: Path, directory: Path) -> MemoryImage:

@@ -204,6 +204,19 @@ class QemuVm:
                 raise
         return self._record(clock)
 
+    async def save_device_state(self, state_path: Path) -> None:
+        """Save every device's state but no RAM (QMP xen-save-devices-state, which any QEMU
+        build has) to `state_path`; the VM must be stopped and stays so. For delta captures
+        (vmm/delta.py), which take the RAM from the process."""
+        if await self.status() == "running":
+            raise Conflict(f"QEMU {self.pid} must be stopped to save its device state")
+        try:
+            await self.execute("xen-save-devices-state",
+                               {"filename": str(state_path), "live": False})
+        except AenvError:
+            _discard_partial_state(state_path)
+            raise
+
     async def restore(
         self, state_path: Path, time_limit: float = 30.0, *, run: bool = True,
         ignore_shared: bool = True,

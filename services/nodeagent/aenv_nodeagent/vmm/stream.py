@@ -63,6 +63,15 @@ class SplitResult:
     rest_bytes: int
 
 
+@dataclass(frozen=True)
+class StreamLayout:
+    """Where a stream's parts end, as byte offsets."""
+
+    sections_start: int  # the end of the header and configuration
+    ram_section_ends: tuple[int, ...]  # the end of each RAM section, in order
+    ram_section_id: int | None
+
+
 class _Reader:
     """Cursor over the mapped stream; every read past the end is an UnsupportedStream."""
 
@@ -154,12 +163,20 @@ class _Splitter:
         self.current: bytes | None = None  # the block named by the last full record
 
     def run(self) -> None:
+        self.sections()
+        self._check_complete()
+        self.kept.append((self.keep_from, len(self.reader.data)))
+
+    def sections(self) -> StreamLayout:
+        """Read the header and the RAM sections; the reader is left at the first other one."""
         r = self.reader
         if bytes(r.data[r.take(len(_MAGIC)):r.pos]) != _MAGIC:
             raise UnsupportedStream("not a QEMU migration stream of version 3")
         if r.peek() == _CONFIGURATION:
             self._configuration()
+        sections_start = r.pos
         ram_section: int | None = None
+        ram_ends: list[int] = []
         while r.peek() in _RAM_SECTIONS:
             kind = r.byte()
             section_id = r.u32()
@@ -174,8 +191,8 @@ class _Splitter:
             self._ram_records()
             if r.byte() != _SECTION_FOOTER or r.u32() != section_id:
                 raise UnsupportedStream("RAM section without its footer")
-        self._check_complete()
-        self.kept.append((self.keep_from, len(r.data)))
+            ram_ends.append(r.pos)
+        return StreamLayout(sections_start, tuple(ram_ends), ram_section)
 
     def _configuration(self) -> None:
         r = self.reader
@@ -294,6 +311,20 @@ def split_ram_block(
         os.close(fd)
         reader.close()
     return SplitResult(splitter.block_bytes, pages.pages, rest_bytes)
+
+
+def stream_layout(stream: Path) -> StreamLayout:
+    """Where `stream`'s configuration and RAM sections end (a device-state-only stream has no
+    RAM section). Reads the RAM sections through; they hold no pages of a block named ""."""
+    with open(stream, "rb") as source:
+        if os.fstat(source.fileno()).st_size == 0:
+            raise UnsupportedStream("migration stream is empty")
+        data = mmap.mmap(source.fileno(), 0, prot=mmap.PROT_READ)
+    reader = _Reader(data)
+    try:
+        return _Splitter(reader, b"", _PageWriter(-1), None).sections()
+    finally:
+        reader.close()
 
 
 def _write_ranges(path: Path, view: memoryview, ranges: list[tuple[int, int]]) -> int:

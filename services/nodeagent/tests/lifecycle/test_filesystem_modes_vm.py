@@ -49,8 +49,22 @@ async def test_filesystem_pause_and_snapshot_keep_files_and_cold_boot(node: Node
                     "cat /root/file") == "snapped\n"
     assert await sh(node.session, sandbox.host, token, "cat /root/file") == "later\n"
 
+    # A cold-booted guest maps no memory image: its pause is a full capture, made into its own
+    # image; the next pause is a delta onto that image.
+    await sh(node.session, sandbox.host, token, "echo in-memory > /run/m")
+    await node.lifecycle.pause(s.sandbox_id)
+    assert not (sandbox.directory / "delta.state").exists()
+    sandbox = await node.lifecycle.resume(s.sandbox_id)
+    assert await sh(node.session, sandbox.host, token, "cat /run/m /root/file") == (
+        "in-memory\nlater\n")
+    await node.lifecycle.pause(s.sandbox_id)
+    assert (sandbox.directory / "delta.state").is_file()
+    assert not (sandbox.directory / "memory").exists()  # pinned as base.memory
+    sandbox = await node.lifecycle.resume(s.sandbox_id)
+    assert await sh(node.session, sandbox.host, token, "cat /run/m") == "in-memory\n"
     # A full pause can still be resumed by a reboot (`on_resume="reboot"`): memory is dropped.
     await node.lifecycle.pause(s.sandbox_id)
     rebooted = await node.lifecycle.resume(s.sandbox_id, reboot=True)
     assert await sh(node.session, rebooted.host, token, "cat /root/file") == "later\n"
-    assert not (rebooted.directory / "paused.state").exists()
+    assert not any((rebooted.directory / name).exists() for name in (
+        "paused.state", "delta.state", "base.memory", "memory"))

@@ -11,7 +11,7 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict
 
-from .conftest import Node, netns_with, qemus_under, spec, until
+from .conftest import Node, netns_with, qemus_under, spec
 from .guest import counter, sh, start_counter
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
@@ -49,27 +49,26 @@ async def test_corrupt_or_missing_state_keeps_the_sandbox_paused(node: Node) -> 
     sandbox = await node.lifecycle.create(s)
     await sh(node.session, sandbox.host, s.envd_access_token, "echo kept > /root/file")
     await node.lifecycle.pause(s.sandbox_id)
-    # The capture becomes a memory image in the background: spoil that.
-    image = sandbox.directory / "memory", sandbox.directory / "device.state"
-    await until(lambda: all(path.is_file() for path in image), "the memory image")
-    good = [path.with_suffix(".good") for path in image]
-    for path, copy in zip(image, good, strict=True):
-        shutil.copyfile(path, copy)
-    with image[1].open("r+b") as fh:
+    # A delta capture onto the template's memory, pinned in the sandbox's directory.
+    delta, base = sandbox.directory / "delta.state", sandbox.directory / "base.memory"
+    assert delta.is_file() and base.is_file() and not (sandbox.directory / "memory").exists()
+    good = delta.with_suffix(".good")
+    shutil.copyfile(delta, good)
+    with delta.open("r+b") as fh:
         fh.seek(64)
         fh.write(b"\xff" * 4096)
     with pytest.raises(AenvError, match="stays paused"):
         await node.lifecycle.resume(s.sandbox_id)
-    image[0].unlink()  # and the capture it was made from is gone too
+    good.rename(delta)
+    base.rename(base.with_suffix(".away"))  # the memory the delta builds on is gone
     with pytest.raises(AenvError, match="stays paused"):
         await node.lifecycle.resume(s.sandbox_id)
     assert node.lifecycle.record(s.sandbox_id).state == cluster_pb2.SANDBOX_STATE_PAUSED
     assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
-    for path, copy in zip(image, good, strict=True):
-        copy.rename(path)
+    base.with_suffix(".away").rename(base)
     sandbox = await node.lifecycle.resume(s.sandbox_id)
     assert await sh(node.session, sandbox.host, s.envd_access_token, "cat /root/file") == "kept\n"
-    assert not (sandbox.directory / "paused.state").exists()
+    assert not delta.exists()  # loaded: only the base it maps stays
 
 
 async def test_timeout_pauses_when_asked(node: Node) -> None:
@@ -103,10 +102,12 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     running = await node.lifecycle.create(running_spec)
     await sh(node.session, running.host, running_spec.envd_access_token, "echo kept > /root/f")
     snapshot = await node.lifecycle.create_snapshot(running_spec.sandbox_id, "s1")
-    # The agent dies while the snapshot's memory image is being made: its VMs keep running,
-    # nothing is cleaned up, and a split cut short left its partial files. A new one starts.
-    await until(lambda: (sandbox.directory / "device.state").is_file(), "the memory image")
-    (sandbox.directory / "memory.part").write_bytes(b"cut short")
+    # The agent dies: its VMs keep running, nothing is cleaned up, and a delta capture and a
+    # split cut short left their partial files. A new one starts.
+    assert (sandbox.directory / "delta.state").is_file()
+    leftovers = [sandbox.directory / name for name in ("delta.state.part", "memory.part")]
+    for leftover in leftovers:
+        leftover.write_bytes(b"cut short")
     restarted = await node.restart()
     # The running sandbox was re-adopted: same VM, same slot, and it keeps working.
     assert node.records.records[running_spec.sandbox_id].state == (
@@ -119,7 +120,7 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     assert [m.snapshot_id for m in restarted.lifecycle.snapshots.listed()] == [
         snapshot.snapshot_id]
     assert len(qemus_under(node.state_dir)) == 1 and len(netns_with(node.prefix)) == 1
-    assert not (sandbox.directory / "memory.part").exists()
+    assert not any(leftover.exists() for leftover in leftovers)
     resumed = await restarted.lifecycle.resume(paused_spec.sandbox_id)
     token = paused_spec.envd_access_token
     assert await sh(node.session, resumed.host, token, "cat /root/f") == "paused\n"

@@ -33,15 +33,21 @@ async def test_snapshot_restores_its_moment_and_delete_waits_for_users(node: Nod
     rtoken = restored_spec.envd_access_token
     assert await sh(node.session, restored.host, rtoken, "cat /root/f1") == "before\n"
     assert await sh(node.session, restored.host, rtoken, "ls /root") == "f1\n"
-    # Deleting it while `restored` stands on its disk layer: gone from the list, disk kept.
+    # Paused as a delta onto the snapshot's memory, which it pins.
+    await sh(node.session, restored.host, rtoken, "echo in-memory > /run/m")
+    await node.lifecycle.pause(restored_spec.sandbox_id)
+    assert (restored.directory / "delta.state").is_file()
+    # Deleting it while `restored` stands on its disk layer and memory: gone from the list, disk
+    # and memory kept.
     await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
     assert node.lifecycle.snapshots.listed() == []
     with pytest.raises(NotFound):
         await node.lifecycle.create(spec(template_id=snapshot.snapshot_id))
     assert node.lifecycle.layers.path(snapshot.layers[0]).is_file()
-    await node.lifecycle.pause(restored_spec.sandbox_id)
+    assert not snapshot.directory.exists()
     restored = await node.lifecycle.resume(restored_spec.sandbox_id)
-    assert await sh(node.session, restored.host, rtoken, "cat /root/f1") == "before\n"
+    assert await sh(node.session, restored.host, rtoken, "cat /run/m /root/f1") == (
+        "in-memory\nbefore\n")
     await node.lifecycle.kill(restored_spec.sandbox_id)
     await node.lifecycle.kill(source.sandbox_id)
     assert list(node.lifecycle.layers.root.glob("*")) == []

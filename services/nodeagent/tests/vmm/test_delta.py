@@ -1,0 +1,129 @@
+"""Delta captures from a real process that maps a file copy-on-write, on streams built here.
+
+That QEMU loads such a delta and the guest comes back intact is tested by every pause in the
+lifecycle VM tests.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aenv_common.errors import Internal
+from aenv_nodeagent.vmm.delta import mapped_memory, write_delta
+from aenv_nodeagent.vmm.stream import PAGE_SIZE, UnsupportedStream, stream_layout
+
+from .test_stream import CONTINUE, DEVICES, PAGE, Stream, eos, name, page, part
+
+# Maps argv[1] copy-on-write, writes pages 1 and 5, reads page 2, then waits to be killed.
+_DIRTIER = """
+import mmap, sys
+with open(sys.argv[1], "r+b") as f:
+    ram = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+ram[1 * 4096:2 * 4096] = b"\\xa1" * 4096
+ram[5 * 4096:6 * 4096] = b"\\xa5" * 4096
+assert ram[2 * 4096] == 2
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Path:
+    path = tmp_path / "memory"
+    path.write_bytes(b"".join(page(i) for i in range(8)))
+    return path
+
+
+@pytest.fixture
+def dirtier(memory: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen([sys.executable, "-c", _DIRTIER, str(memory)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def base_state() -> bytes:
+    """A template's device state: the block list, a ROM block's page, no page of `mem`."""
+    s = Stream({b"mem": 8 * PAGE_SIZE, b"rom": PAGE_SIZE})
+    return (s.header() + part() + s.record(b"rom", 0, page(0x77)) + eos()
+            + part(0x03) + eos() + DEVICES)
+
+
+def device_state() -> bytes:
+    config = b"\x07" + struct.pack(">I", 7) + b"microvm"
+    return b"QEVM" + struct.pack(">I", 3) + config + DEVICES
+
+
+def test_a_delta_carries_the_private_pages_between_the_base_and_the_device_state(
+    tmp_path: Path, memory: Path, dirtier: subprocess.Popen[str]
+) -> None:
+    (tmp_path / "base").write_bytes(base := base_state())
+    (tmp_path / "devices").write_bytes(device_state())
+    result = write_delta(dirtier.pid, memory, tmp_path / "base", tmp_path / "devices",
+                         tmp_path / "delta")
+    assert result.pages == 2  # the two it wrote; the one it only read is still the file's
+    layout = stream_layout(tmp_path / "base")
+    first, last = layout.ram_section_ends[0], layout.ram_section_ends[-1]
+    delta_section = (
+        part() + struct.pack(">Q", 1 * PAGE_SIZE | PAGE) + name(b"mem") + page(0xA1)
+        + struct.pack(">Q", 5 * PAGE_SIZE | PAGE | CONTINUE) + page(0xA5) + eos())
+    expected = base[:first] + delta_section + base[first:last] + DEVICES
+    assert (tmp_path / "delta").read_bytes() == expected
+    assert result.stream_bytes == len(expected)
+    assert stream_layout(tmp_path / "delta").ram_section_ends[-1] == len(expected) - len(DEVICES)
+
+
+def test_the_mapping_is_found_after_the_file_was_renamed(
+    tmp_path: Path, memory: Path, dirtier: subprocess.Popen[str]
+) -> None:
+    (tmp_path / "base").write_bytes(base_state())
+    (tmp_path / "devices").write_bytes(device_state())
+    pinned = memory.rename(tmp_path / "base.memory")
+    result = write_delta(dirtier.pid, pinned, tmp_path / "base", tmp_path / "devices",
+                         tmp_path / "delta")
+    assert result.pages == 2
+
+
+def test_streams_that_do_not_fit_are_refused(
+    tmp_path: Path, memory: Path, dirtier: subprocess.Popen[str]
+) -> None:
+    (tmp_path / "devices").write_bytes(device_state())
+    (tmp_path / "base").write_bytes(base_state())
+    with pytest.raises(UnsupportedStream, match="no RAM sections"):
+        write_delta(dirtier.pid, memory, tmp_path / "devices", tmp_path / "devices",
+                    tmp_path / "delta")
+    with pytest.raises(UnsupportedStream, match="not only device state"):
+        write_delta(dirtier.pid, memory, tmp_path / "base", tmp_path / "base",
+                    tmp_path / "delta")
+    other = tmp_path / "other"
+    other.write_bytes(page(0))
+    with pytest.raises(Internal, match="does not map"):
+        write_delta(dirtier.pid, other, tmp_path / "base", tmp_path / "devices",
+                    tmp_path / "delta")
+
+
+def test_the_memory_file_is_read_from_the_command_line() -> None:
+    backend = "memory-backend-file,id=mem,size=1M,mem-path=/var/a,,b/memory,share=off"
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-object",
+                           backend], stdin=subprocess.PIPE) as proc:
+        try:
+            assert mapped_memory(proc.pid) == Path("/var/a,b/memory")
+        finally:
+            proc.kill()
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                          stdin=subprocess.PIPE) as proc:
+        try:
+            with pytest.raises(Internal, match="no file-backed memory backend"):
+                mapped_memory(proc.pid)
+        finally:
+            proc.kill()
