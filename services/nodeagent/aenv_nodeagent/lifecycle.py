@@ -1,13 +1,14 @@
 """Pause/resume, snapshots, fork and reset of this node's sandboxes.
 
 Memory: a sandbox maps its base RAM (template, snapshot or its own memory image) copy-on-write
-(share=off). A pause takes a delta capture (vmm/delta.py): only the pages the guest changed since
-that base, plus device state, loaded onto the same base at resume; the VM is stopped for a time
-that grows with what it dirtied, not with its RAM. A snapshot's capture writes the guest's whole
-RAM plus device state into one stream (QEMU 7.2 migrates share=off RAM in full), split into a
-memory image (memimage.py) in the background, at once for a fork; so is a pause's after a cold
-boot, which has no base image. Whatever is restored from an image maps it copy-on-write and loads
-only device state, so restores share its pages through the page cache.
+(share=off), and captures write only what the guest changed since (vmm/delta.py): the VM is
+stopped for a time that grows with what it dirtied, not with its RAM. A pause writes a delta,
+loaded onto the same base at resume. A snapshot's memory image is a sparse copy of the base,
+made while the VM still runs, with the changed pages written over it while it is stopped: it is
+complete when the call returns, so a fork's children restore at once. A guest that runs on no
+image (after a cold boot) gets a full capture, split into an image in the background
+(memimage.py). Restores map an image copy-on-write and load only device state, so they share its
+pages through the page cache.
 Disk: a snapshot freezes the sandbox's active qcow2 overlay into `layers/` and the VM continues on
 a new overlay (external snapshot, taken while the VM is stopped); everything restored from the
 snapshot gets its own overlay over that layer. Past `max_layers` frozen layers under a running
@@ -57,7 +58,9 @@ from aenv_nodeagent.memimage import (
     discard_interrupted,
     image_in,
     partial_delta,
+    partial_image,
     pin_base,
+    publish_image,
 )
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.persistence import (
@@ -92,7 +95,7 @@ from aenv_nodeagent.snapshots import (
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.argv import block_node_name
-from aenv_nodeagent.vmm.delta import mapped_memory, write_delta
+from aenv_nodeagent.vmm.delta import copy_sparse, mapped_memory, write_delta, write_image
 from aenv_nodeagent.vmm.spec import DiskSpec
 
 log = logging.getLogger(__name__)
@@ -523,16 +526,25 @@ class SandboxLifecycle:
         snapshot_id = new_snapshot_id()
         directory = self.snapshots.new_directory(snapshot_id)
         timings: dict[str, float] = {}
+        base = await self._running_image(sandbox) if memory else None
         try:
             if not memory:
                 await timed(timings, "sync", self._sync(sandbox))
+            if base is not None:  # the image starts as a copy of its base, while the VM runs
+                await timed(timings, "copy_base", asyncio.to_thread(
+                    copy_sparse, base.memory, partial_image(directory).memory))
             await timed(timings, "stop", sandbox.vm.pause())
             try:
-                if memory:
+                if base is not None:
+                    await timed(timings, "memory", self._write_image(sandbox.vm, base, directory))
+                elif memory:
                     await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
+            await sandbox.vm.close_writable_fds()  # a pooled VM's first overlay is frozen now
+            if base is not None:
+                publish_image(directory)
         except BaseException:
             self.snapshots.discard_directory(directory)
             raise
@@ -553,6 +565,17 @@ class SandboxLifecycle:
         log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                           **ms_fields(timings)})
         return meta
+
+    async def _write_image(self, vm: QemuVm, base: MemoryImage, directory: Path) -> None:
+        """The stopped VM's memory image: the pages it changed written over the copy of its
+        base, and its device state (see vmm/delta.py)."""
+        devices, partial = directory / _DEVICES, partial_image(directory)
+        try:
+            await vm.save_device_state(devices)
+            await asyncio.to_thread(write_image, vm.pid, base.memory, base.device_state,
+                                    devices, partial.memory, partial.device_state)
+        finally:
+            devices.unlink(missing_ok=True)
 
     async def _capture_paused(self, sandbox: Sandbox, timings: dict[str, float]) -> bool:
         """A delta capture onto the memory image the VM runs on (True); a full capture into
@@ -690,7 +713,7 @@ class SandboxLifecycle:
                 await timed(timings, "quit", sandbox.vm.shutdown())
                 for old in sandbox.directory.glob("*.qcow2"):
                     old.unlink()  # this sandbox's overlays; frozen layers live on in layers/
-                discard_image(sandbox.directory)  # the memory it ran on after a resume
+                _discard_memory(sandbox.directory)  # what it ran on after a resume
                 await timed(timings, "overlay", create_overlay(
                     self.layers.path(snapshot.layers[0]), sandbox.directory / _DISK))
                 image = await self._image(snapshot)

@@ -1,20 +1,21 @@
-"""Memory images: a capture turned into RAM that restores map copy-on-write.
+"""Memory images: guest RAM that restores map copy-on-write, and its device state.
 
-A sandbox maps its base RAM (template or memory image) with share=off, which QEMU 7.2 always
-migrates in full: a capture stream holds the guest's whole RAM plus device state. Restoring that
-stream directly would give every restored sandbox a private copy of all of it. Instead the stream
-is split once (vmm/stream.py): the guest RAM block's pages become `memory`, a sparse file, and the
-rest of the stream `device.state`. Restores map `memory` share=off and load only `device.state`:
-their pages come from one page cache, and each sandbox owns only the pages it dirties.
+A sandbox maps its base RAM (template or memory image) with share=off: each sandbox owns only the
+pages it dirties, the rest come from one page cache. An image is `memory`, a sparse file, and
+`device.state`, the stream a restore loads into a QEMU mapping it; `device.state` is put in place
+last: its presence means the image is complete. It is made in one of two ways:
 
-Used for snapshots (eagerly in the background, or before a fork's children) and for paused
-sandboxes (in the background after the pause; a resume waits for it). `device.state` is put in
-place last: its presence means the image is complete.
+- From a capture of a VM running on a memory image (vmm/delta.py), directly: a sparse copy of that
+  image with the pages the guest changed written over it. A snapshot's image is complete when the
+  snapshot call returns.
+- From a full capture stream, of a VM that runs on no image (after a cold boot): QEMU 7.2
+  migrates share=off RAM in full, and the stream is split (vmm/stream.py) into the RAM block's
+  pages and the rest, in the background (a restore waits for it).
 
-A pause takes a delta capture instead where it can (vmm/delta.py): `delta.state` holds the pages
-the guest changed and its device state, to be loaded onto `base.memory`, hard links to the
-memory image the sandbox ran on and its device state (`base.state`), so that neither a deleted
-snapshot nor a rebuilt template can take them away.
+A pause takes a delta capture where it can: `delta.state` holds the pages the guest changed and
+its device state, to be loaded onto `base.memory`: hard links to the image the sandbox ran on and
+its device state (`base.state`), so that neither a deleted snapshot nor a rebuilt template can take
+them away.
 """
 
 from __future__ import annotations
@@ -59,13 +60,22 @@ def complete_image(directory: Path) -> MemoryImage | None:
     return image if image.device_state.is_file() and image.memory.is_file() else None
 
 
-def _partial(directory: Path) -> MemoryImage:
+def partial_image(directory: Path) -> MemoryImage:
     return MemoryImage(directory / f"{MEMORY}.part", directory / f"{DEVICE_STATE}.part")
+
+
+def publish_image(directory: Path) -> MemoryImage:
+    """Put a made image in place: the memory first, as a restore trusts an image once its
+    device state is there."""
+    partial, final = partial_image(directory), image_in(directory)
+    partial.memory.replace(final.memory)
+    partial.device_state.replace(final.device_state)
+    return final
 
 
 def discard_image(directory: Path) -> None:
     """The image (complete or not) in `directory`: before a new capture replaces it."""
-    for path in (*image_in(directory), *_partial(directory)):
+    for path in (*image_in(directory), *partial_image(directory)):
         path.unlink(missing_ok=True)
 
 
@@ -73,7 +83,7 @@ def discard_interrupted(directory: Path) -> None:
     """What a materialization or delta capture cut short by a crash left behind. The capture
     stream is only removed after success, so the image is simply made again on first use."""
     pin_links = (_pin_link(directory / name) for name in (BASE_MEMORY, BASE_STATE))
-    for leftover in (*_partial(directory), partial_delta(directory), *pin_links):
+    for leftover in (*partial_image(directory), partial_delta(directory), *pin_links):
         leftover.unlink(missing_ok=True)
 
 
@@ -116,7 +126,7 @@ def discard_delta(directory: Path) -> None:
 async def materialize(stream: Path, directory: Path) -> MemoryImage:
     """Turn the capture `stream` into `directory/memory` and `directory/device.state`, then drop
     the stream. Leaves nothing behind on failure or cancellation."""
-    partial = _partial(directory)
+    partial = partial_image(directory)
     started = time.perf_counter()
     stop = threading.Event()
     split = asyncio.ensure_future(asyncio.to_thread(
@@ -130,10 +140,7 @@ async def materialize(stream: Path, directory: Path) -> MemoryImage:
             raise
         except OSError as err:
             raise Internal(f"cannot make a memory image from {stream.name}: {err}") from err
-        # The memory file first: a restore trusts the image once device.state is in place.
-        final = image_in(directory)
-        partial.memory.replace(final.memory)
-        partial.device_state.replace(final.device_state)
+        final = publish_image(directory)
     except BaseException:
         discard_interrupted(directory)
         raise

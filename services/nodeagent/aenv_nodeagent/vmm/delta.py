@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.argv import MEMORY_BACKEND_ID
-from aenv_nodeagent.vmm.stream import PAGE_SIZE, UnsupportedStream, stream_layout
+from aenv_nodeagent.vmm.stream import PAGE_SIZE, StreamLayout, UnsupportedStream, stream_layout
 
 # /proc/<pid>/pagemap entries, by their top byte: present (0x80), swapped (0x40), file page or
 # shared anonymous (0x20). A private page is present and not the file's, or swapped out.
@@ -81,31 +81,101 @@ def write_delta(
     """Write to `out` the stream that restores stopped QEMU `pid` onto `memory`, its RAM file:
     `base_state`'s RAM sections, the pages the process holds privately, `device_state`'s
     sections. Blocking; run it in a thread."""
-    base = stream_layout(base_state)
-    devices = stream_layout(device_state)
-    if not base.ram_section_ends or base.ram_section_id is None:
-        raise UnsupportedStream(f"{base_state.name} has no RAM sections to build on")
-    if devices.ram_section_ends:
-        raise UnsupportedStream(f"{device_state.name} holds RAM, not only device state")
-    mappings = _mappings(pid, memory)
-    head = base_state.read_bytes()[:base.ram_section_ends[-1]]
-    first_end = base.ram_section_ends[0]
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    parts = _Parts.read(pid, memory, base_state, device_state)
+    section = parts.base.ram_section_id
+    fd = _create(out)
     try:
         with open(f"/proc/{pid}/mem", "rb", buffering=0) as process_memory:
-            _write_all(fd, [head[:first_end], _SECTION.pack(_SECTION_PART, base.ram_section_id)])
-            pages = _write_private_pages(fd, process_memory.fileno(), pid, mappings)
-        _write_all(fd, [_U64.pack(_EOS), _SECTION.pack(_SECTION_FOOTER, base.ram_section_id),
-                        head[first_end:]])
-        with open(device_state, "rb") as source:
-            source.seek(devices.sections_start)
-            _write_all(fd, [source.read()])
+            _write_all(fd, [parts.head[:parts.first_end], _SECTION.pack(_SECTION_PART, section)])
+            pages = _write_records(fd, _private_chunks(pid, process_memory.fileno(),
+                                                       parts.mappings))
+        _write_all(fd, [_U64.pack(_EOS), _SECTION.pack(_SECTION_FOOTER, section),
+                        parts.head[parts.first_end:], parts.devices])
         size = os.fstat(fd).st_size
     except OSError as err:
         raise Internal(f"cannot write the delta capture of QEMU {pid}: {err}") from err
     finally:
         os.close(fd)
     return DeltaResult(pages, size)
+
+
+def write_image(
+    pid: int, memory: Path, base_state: Path, device_state: Path, out_memory: Path,
+    out_state: Path,
+) -> DeltaResult:
+    """Make a memory image of stopped QEMU `pid` (RAM file `memory`): its private pages written
+    over `out_memory`, which already holds a copy of `memory` (`copy_sparse`), and `out_state`,
+    `base_state`'s RAM sections and `device_state`'s sections. Blocking; run it in a thread."""
+    parts = _Parts.read(pid, memory, base_state, device_state)
+    fd = os.open(out_memory, os.O_WRONLY | os.O_CLOEXEC)
+    pages = 0
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as process_memory:
+            for offset, chunk in _private_chunks(pid, process_memory.fileno(), parts.mappings):
+                if os.pwrite(fd, chunk, offset) != len(chunk):
+                    raise OSError(f"short write of RAM pages at offset {offset}")
+                pages += len(chunk) // PAGE_SIZE
+        state = _create(out_state)
+        try:
+            _write_all(state, [parts.head, parts.devices])
+            size = os.fstat(state).st_size
+        finally:
+            os.close(state)
+    except OSError as err:
+        raise Internal(f"cannot write the memory image of QEMU {pid}: {err}") from err
+    finally:
+        os.close(fd)
+    return DeltaResult(pages, size)
+
+
+def copy_sparse(source: Path, target: Path) -> None:
+    """Copy `source`'s data to a new `target` of the same size, leaving its holes holes (the
+    kernel copies; nothing passes through this process)."""
+    with open(source, "rb") as src:
+        fd = _create(target)
+        try:
+            size = os.fstat(src.fileno()).st_size
+            position = 0
+            while position < size:
+                try:
+                    data = os.lseek(src.fileno(), position, os.SEEK_DATA)
+                except OSError:  # ENXIO: only a hole is left
+                    break
+                hole = os.lseek(src.fileno(), data, os.SEEK_HOLE)
+                while data < hole:
+                    data += os.copy_file_range(src.fileno(), fd, hole - data, data, data)
+                position = hole
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What a capture builds on: the base state's RAM sections (`head`), the device sections
+    QEMU saved (`devices`) and where the process maps the RAM file."""
+
+    base: StreamLayout
+    head: bytes
+    first_end: int  # the end of the first RAM section in `head`
+    devices: bytes
+    mappings: list[_Mapping]
+
+    @classmethod
+    def read(cls, pid: int, memory: Path, base_state: Path, device_state: Path) -> _Parts:
+        base = stream_layout(base_state)
+        layout = stream_layout(device_state)
+        if not base.ram_section_ends or base.ram_section_id is None:
+            raise UnsupportedStream(f"{base_state.name} has no RAM sections to build on")
+        if layout.ram_section_ends:
+            raise UnsupportedStream(f"{device_state.name} holds RAM, not only device state")
+        head = base_state.read_bytes()[:base.ram_section_ends[-1]]
+        devices = device_state.read_bytes()[layout.sections_start:]
+        return cls(base, head, base.ram_section_ends[0], devices, _mappings(pid, memory))
+
+
+def _create(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
 
 
 def _mappings(pid: int, memory: Path) -> list[_Mapping]:
@@ -139,33 +209,37 @@ def _private_runs(pid: int, mapping: _Mapping) -> Iterator[tuple[int, int]]:
         yield run.start(), run.end() - run.start()
 
 
-def _write_private_pages(fd: int, process_memory: int, pid: int,
-                         mappings: list[_Mapping]) -> int:
-    """One PAGE record per private page; the first names the block, the rest continue it."""
-    buffer = bytearray(_CHUNK_PAGES * PAGE_SIZE)
-    view = memoryview(buffer)
-    named = False
-    written = 0
+def _private_chunks(
+    pid: int, process_memory: int, mappings: list[_Mapping]
+) -> Iterator[tuple[int, memoryview]]:
+    """(offset in the RAM file, pages) for runs of private pages, read from the process into a
+    buffer that each next chunk reuses."""
+    buffer = memoryview(bytearray(_CHUNK_PAGES * PAGE_SIZE))
     for mapping in mappings:
         for first, count in _private_runs(pid, mapping):
             for chunk in range(first, first + count, _CHUNK_PAGES):
-                n = min(_CHUNK_PAGES, first + count - chunk)
-                length = n * PAGE_SIZE
-                if os.preadv(process_memory, [view[:length]],
-                             mapping.address + chunk * PAGE_SIZE) != length:
+                length = min(_CHUNK_PAGES, first + count - chunk) * PAGE_SIZE
+                address = mapping.address + chunk * PAGE_SIZE
+                if os.preadv(process_memory, [buffer[:length]], address) != length:
                     raise Internal(f"short read of the memory of QEMU {pid}")
-                offset = mapping.file_offset + chunk * PAGE_SIZE
-                iov: list[bytes | memoryview] = []
-                for i in range(n):
-                    if named:
-                        iov.append(_U64.pack((offset + i * PAGE_SIZE) | _PAGE | _CONTINUE))
-                    else:
-                        iov.append(_U64.pack(offset | _PAGE) + bytes([len(_BLOCK_NAME)])
-                                   + _BLOCK_NAME)
-                        named = True
-                    iov.append(view[i * PAGE_SIZE:(i + 1) * PAGE_SIZE])
-                _write_all(fd, iov)
-                written += n
+                yield mapping.file_offset + chunk * PAGE_SIZE, buffer[:length]
+
+
+def _write_records(fd: int, chunks: Iterator[tuple[int, memoryview]]) -> int:
+    """One PAGE record per page; the first names the block, the rest continue it."""
+    named = False
+    written = 0
+    for offset, chunk in chunks:
+        iov: list[bytes | memoryview] = []
+        for at in range(0, len(chunk), PAGE_SIZE):
+            if named:
+                iov.append(_U64.pack((offset + at) | _PAGE | _CONTINUE))
+            else:
+                iov.append(_U64.pack(offset | _PAGE) + bytes([len(_BLOCK_NAME)]) + _BLOCK_NAME)
+                named = True
+            iov.append(chunk[at:at + PAGE_SIZE])
+        _write_all(fd, iov)
+        written += len(chunk) // PAGE_SIZE
     return written
 
 

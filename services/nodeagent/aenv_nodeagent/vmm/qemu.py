@@ -251,6 +251,19 @@ class QemuVm:
             await self.execute("blockdev-del", {"node-name": new_node})
             raise
 
+    async def close_writable_fds(self) -> None:
+        """Remove the writable descriptors of disks passed by fd from their fd sets. Call once
+        such a disk is a frozen (read-only) layer, with the VM running, when QEMU closes a
+        removed descriptor at once. QEMU reopened the node read-only from the set's read-only
+        descriptor, but the write lock stays on the writable one's open file description while
+        the set holds it, and other QEMUs reading the layer trip over it."""
+        reply = await self.execute("query-fdsets")
+        for fdset in reply if isinstance(reply, list) else []:
+            for entry in fdset.get("fds", []):
+                if _opened_for_writing(self.pid, int(entry["fd"])):
+                    await self.execute("remove-fd", {"fdset-id": fdset["fdset-id"],
+                                                     "fd": entry["fd"]})
+
     async def stream_disk(self, top_node: str, base: Path, time_limit: float = 600.0) -> None:
         """Copy into `top_node` every cluster its backing layers above `base` hold, then make
         `base` its backing: the layers in between leave the chain. The VM keeps running."""
@@ -547,6 +560,16 @@ def _open_disks(spec: VmSpec) -> dict[str, list[int]]:
         _close_all(fds)
         raise Internal(f"cannot open disk {err.filename}: {err.strerror}") from err
     return fds
+
+
+def _opened_for_writing(pid: int, fd: int) -> bool:
+    try:
+        info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+    except OSError:
+        return False
+    flags = next((int(line.split()[1], 8) for line in info.splitlines()
+                  if line.startswith("flags:")), 0)
+    return flags & os.O_ACCMODE != os.O_RDONLY
 
 
 def _close_all(fds: Mapping[str, Sequence[int]]) -> None:

@@ -10,12 +10,13 @@ import struct
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from aenv_common.errors import Internal
-from aenv_nodeagent.vmm.delta import mapped_memory, write_delta
+from aenv_nodeagent.vmm.delta import copy_sparse, mapped_memory, write_delta, write_image
 from aenv_nodeagent.vmm.stream import PAGE_SIZE, UnsupportedStream, stream_layout
 
 from .test_stream import CONTINUE, DEVICES, PAGE, Stream, eos, name, page, part
@@ -114,16 +115,51 @@ def test_streams_that_do_not_fit_are_refused(
 
 def test_the_memory_file_is_read_from_the_command_line() -> None:
     backend = "memory-backend-file,id=mem,size=1M,mem-path=/var/a,,b/memory,share=off"
-    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-object",
-                           backend], stdin=subprocess.PIPE) as proc:
-        try:
-            assert mapped_memory(proc.pid) == Path("/var/a,b/memory")
-        finally:
-            proc.kill()
-    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                          stdin=subprocess.PIPE) as proc:
-        try:
-            with pytest.raises(Internal, match="no file-backed memory backend"):
-                mapped_memory(proc.pid)
-        finally:
-            proc.kill()
+    with _waiting("-object", backend) as pid:
+        assert mapped_memory(pid) == Path("/var/a,b/memory")
+    with _waiting() as pid, pytest.raises(Internal, match="no file-backed memory backend"):
+        mapped_memory(pid)
+
+
+@contextmanager
+def _waiting(*args: str) -> Iterator[int]:
+    """A process with `args` on its command line, until the block ends."""
+    proc = subprocess.Popen([sys.executable, "-c", WAIT, *args], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # exec'd
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+WAIT = "import sys; print('ready', flush=True); sys.stdin.read()"
+
+
+def test_an_image_is_the_copied_base_with_the_private_pages_written_over_it(
+    tmp_path: Path, memory: Path, dirtier: subprocess.Popen[str]
+) -> None:
+    (tmp_path / "base").write_bytes(base := base_state())
+    (tmp_path / "devices").write_bytes(device_state())
+    image = tmp_path / "image"
+    copy_sparse(memory, image)
+    assert image.read_bytes() == memory.read_bytes()
+    result = write_image(dirtier.pid, memory, tmp_path / "base", tmp_path / "devices", image,
+                         tmp_path / "image.state")
+    assert result.pages == 2
+    fills = [0, 0xA1, 2, 3, 4, 0xA5, 6, 7]
+    assert image.read_bytes() == b"".join(page(fill) for fill in fills)
+    last = stream_layout(tmp_path / "base").ram_section_ends[-1]
+    assert (tmp_path / "image.state").read_bytes() == base[:last] + DEVICES
+
+
+def test_a_sparse_copy_keeps_its_holes(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    with source.open("wb") as fh:
+        fh.truncate(1024 * PAGE_SIZE)
+        fh.seek(3 * PAGE_SIZE)
+        fh.write(page(9))
+    copy_sparse(source, tmp_path / "copy")
+    assert (tmp_path / "copy").read_bytes() == source.read_bytes()
+    assert (tmp_path / "copy").stat().st_blocks * 512 <= 16 * PAGE_SIZE
