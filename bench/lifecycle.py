@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import statistics
@@ -96,6 +97,26 @@ async def elapsed(awaitable: Awaitable[Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, result
 
 
+class PhaseLog(logging.Handler):
+    """The `*_ms` phases the lifecycle logs with each pause and snapshot, by message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases: dict[str, dict[str, list[float]]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message in ("sandbox paused", "snapshot taken"):
+            seen = self.phases.setdefault(message, {})
+            for key, value in vars(record).items():
+                if key.endswith("_ms") and isinstance(value, float):
+                    seen.setdefault(key, []).append(value)
+
+    def medians(self, message: str) -> dict[str, float]:
+        return {key: round(statistics.median(values), 1)
+                for key, values in self.phases.get(message, {}).items()}
+
+
 class NodeBench:
     def __init__(self, lifecycle: SandboxLifecycle, manager: SandboxManager,
                  session: aiohttp.ClientSession) -> None:
@@ -170,12 +191,18 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
     lc = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
                           ready_timeout_s=300)
     bench = NodeBench(lc, manager, session)
+    phases = PhaseLog()
+    logging.getLogger("aenv_nodeagent.lifecycle").addHandler(phases)
+    logging.getLogger("aenv_nodeagent.lifecycle").setLevel(logging.INFO)
     try:
         out: dict[str, object] = await bench.pause_resume()
+        out["pause_phases_median_ms"] = phases.medians("sandbox paused")
         out.update(await bench.snapshots())
+        out["snapshot_phases_median_ms"] = phases.medians("snapshot taken")
         out["fork"] = [await bench.fork(n) for n in FORKS]
         return out
     finally:
+        logging.getLogger("aenv_nodeagent.lifecycle").removeHandler(phases)
         await lc.destroy_all()
         await network.destroy_orphans(keep=set())
 

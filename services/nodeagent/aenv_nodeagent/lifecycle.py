@@ -275,7 +275,7 @@ class SandboxLifecycle:
         await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
-            delta = False
+            delta: int | None = None  # the pages a delta capture wrote
             if mode == _FILESYSTEM:
                 await timed(timings, "sync", self._sync(sandbox))
             else:
@@ -292,7 +292,7 @@ class SandboxLifecycle:
             paused = Paused(record, sandbox.directory, self._chain(sandbox_id))
             if mode == _FILESYSTEM:
                 _discard_memory(paused.directory)
-            elif not delta:  # the images it ran on go; the capture is split into its own
+            elif delta is None:  # the images it ran on go; the capture is split into its own
                 discard_image(paused.directory)
                 discard_delta(paused.directory)
                 self._paused_image(paused)
@@ -302,7 +302,8 @@ class SandboxLifecycle:
             await self._manager.detach(sandbox_id)
             await timed(timings, "publish", self._records.put_sandbox(record))
             self._store_soon(paused)
-        log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
+        log.info("sandbox paused", extra={"sandbox_id": sandbox_id, "delta_pages": delta,
+                                          **ms_fields(timings)})
         return record
 
     async def resume(self, sandbox_id: str, timeout_s: int = 0, *, reboot: bool = False) -> Sandbox:
@@ -577,14 +578,14 @@ class SandboxLifecycle:
         finally:
             devices.unlink(missing_ok=True)
 
-    async def _capture_paused(self, sandbox: Sandbox, timings: dict[str, float]) -> bool:
-        """A delta capture onto the memory image the VM runs on (True); a full capture into
-        `paused.state` when it runs on none (after a cold boot)."""
+    async def _capture_paused(self, sandbox: Sandbox, timings: dict[str, float]) -> int | None:
+        """A delta capture onto the memory image the VM runs on (the pages it wrote); a full
+        capture into `paused.state` (None) when it runs on none (after a cold boot)."""
         directory = sandbox.directory
         base = await self._running_image(sandbox)
         if base is None:
             await timed(timings, "capture", sandbox.vm.capture(directory / _PAUSED_STATE))
-            return False
+            return None
         base = pin_base(base, directory)
         discard_image(directory)  # its own image, if it ran on one, is pinned as the base now
         await timed(timings, "stop", sandbox.vm.pause())
@@ -597,8 +598,7 @@ class SandboxLifecycle:
         finally:
             devices.unlink(missing_ok=True)
             delta.unlink(missing_ok=True)
-        timings["delta_pages"] = result.pages
-        return True
+        return result.pages
 
     async def _running_image(self, sandbox: Sandbox) -> MemoryImage | None:
         """The memory image the sandbox's RAM maps and its device state: the template's, a
