@@ -7,7 +7,6 @@ WRITE, delete -> REMOVE, moved-from -> RENAME, attrib -> CHMOD.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import struct
@@ -63,7 +62,7 @@ _libc: ctypes.CDLL | None = None
 def _load_libc() -> ctypes.CDLL:
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        _libc = ctypes.CDLL(None, use_errno=True)  # libc is loaded; finding it forks tools
     return _libc
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import fcntl
 import logging
 import os
@@ -14,12 +12,7 @@ from datetime import datetime
 
 log = logging.getLogger(__name__)
 
-CLOCK_REALTIME = 0
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
 def parse_rfc3339(value: str) -> float:
@@ -36,12 +29,7 @@ def parse_rfc3339(value: str) -> float:
 
 def set_clock(unix_seconds: float) -> None:
     """clock_settime(CLOCK_REALTIME): after a restore the guest clock is behind by the pause."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    whole = int(unix_seconds)
-    spec = _Timespec(whole, int((unix_seconds - whole) * 1e9))
-    if libc.clock_settime(CLOCK_REALTIME, ctypes.byref(spec)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    time.clock_settime_ns(time.CLOCK_REALTIME, round(unix_seconds * 1e9))
 
 
 def reseed_rng(seed: bytes) -> None:
