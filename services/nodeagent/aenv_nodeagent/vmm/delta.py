@@ -14,14 +14,21 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.argv import MEMORY_BACKEND_ID
-from aenv_nodeagent.vmm.stream import PAGE_SIZE, StreamLayout, UnsupportedStream, stream_layout
+from aenv_nodeagent.vmm.stream import (
+    IOV_MAX,
+    PAGE_SIZE,
+    UnsupportedStream,
+    page_record_header,
+    part_section_end,
+    part_section_start,
+    stream_layout,
+)
 
 # /proc/<pid>/pagemap entries, by their top byte: present (0x80), swapped (0x40), file page or
 # shared anonymous (0x20). A private page is present and not the file's, or swapped out.
@@ -29,15 +36,7 @@ _PRIVATE_BY_TOP_BYTE = bytes(
     1 if top & 0x40 or (top & 0x80 and not top & 0x20) else 0 for top in range(256))
 _PRIVATE_RUN = re.compile(b"\x01+")
 
-# Stream records (migration/ram.c, savevm.c), as in vmm/stream.py.
-_PAGE, _EOS, _CONTINUE = 0x08, 0x10, 0x20
-_SECTION_PART, _SECTION_FOOTER = 0x02, 0x7E
-_U64 = struct.Struct(">Q")
-_SECTION = struct.Struct(">BI")
-
-_IOV_MAX = 1024
 _CHUNK_PAGES = 256  # pages read from the process at a time: 2 iovecs each, one writev
-_BLOCK_NAME = MEMORY_BACKEND_ID.encode()
 
 
 @dataclass(frozen=True)
@@ -82,15 +81,14 @@ def write_delta(
     `base_state`'s RAM sections, the pages the process holds privately, `device_state`'s
     sections. Blocking; run it in a thread."""
     parts = _Parts.read(pid, memory, base_state, device_state)
-    section = parts.base.ram_section_id
+    section = parts.section_id
     fd = _create(out)
     try:
         with open(f"/proc/{pid}/mem", "rb", buffering=0) as process_memory:
-            _write_all(fd, [parts.head[:parts.first_end], _SECTION.pack(_SECTION_PART, section)])
+            _write_all(fd, [parts.head[:parts.first_end], part_section_start(section)])
             pages = _write_records(fd, _private_chunks(pid, process_memory.fileno(),
                                                        parts.mappings))
-        _write_all(fd, [_U64.pack(_EOS), _SECTION.pack(_SECTION_FOOTER, section),
-                        parts.head[parts.first_end:], parts.devices])
+        _write_all(fd, [part_section_end(section), parts.head[parts.first_end:], parts.devices])
         size = os.fstat(fd).st_size
     except OSError as err:
         raise Internal(f"cannot write the delta capture of QEMU {pid}: {err}") from err
@@ -155,7 +153,7 @@ class _Parts:
     """What a capture builds on: the base state's RAM sections (`head`), the device sections
     QEMU saved (`devices`) and where the process maps the RAM file."""
 
-    base: StreamLayout
+    section_id: int  # of the RAM section
     head: bytes
     first_end: int  # the end of the first RAM section in `head`
     devices: bytes
@@ -171,7 +169,8 @@ class _Parts:
             raise UnsupportedStream(f"{device_state.name} holds RAM, not only device state")
         head = base_state.read_bytes()[:base.ram_section_ends[-1]]
         devices = device_state.read_bytes()[layout.sections_start:]
-        return cls(base, head, base.ram_section_ends[0], devices, _mappings(pid, memory))
+        return cls(base.ram_section_id, head, base.ram_section_ends[0], devices,
+                   _mappings(pid, memory))
 
 
 def _create(path: Path) -> int:
@@ -227,25 +226,22 @@ def _private_chunks(
 
 def _write_records(fd: int, chunks: Iterator[tuple[int, memoryview]]) -> int:
     """One PAGE record per page; the first names the block, the rest continue it."""
-    named = False
+    block: bytes | None = MEMORY_BACKEND_ID.encode()
     written = 0
     for offset, chunk in chunks:
         iov: list[bytes | memoryview] = []
         for at in range(0, len(chunk), PAGE_SIZE):
-            if named:
-                iov.append(_U64.pack((offset + at) | _PAGE | _CONTINUE))
-            else:
-                iov.append(_U64.pack(offset | _PAGE) + bytes([len(_BLOCK_NAME)]) + _BLOCK_NAME)
-                named = True
+            iov.append(page_record_header(offset + at, block))
             iov.append(chunk[at:at + PAGE_SIZE])
+            block = None
         _write_all(fd, iov)
         written += len(chunk) // PAGE_SIZE
     return written
 
 
 def _write_all(fd: int, buffers: list[bytes | memoryview]) -> None:
-    for start in range(0, len(buffers), _IOV_MAX):
-        batch = buffers[start:start + _IOV_MAX]
+    for start in range(0, len(buffers), IOV_MAX):
+        batch = buffers[start:start + IOV_MAX]
         expected = sum(len(b) for b in batch)
         done = os.writev(fd, batch)
         if done != expected:  # regular files only write short on error (ENOSPC...)

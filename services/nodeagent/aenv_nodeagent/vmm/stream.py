@@ -42,7 +42,7 @@ _CONTINUE = 0x20
 _KNOWN_FLAGS = _ZERO | _MEM_SIZE | _PAGE | _EOS | _CONTINUE
 _FLAG_MASK = PAGE_SIZE - 1
 
-_IOV_MAX = 1024
+IOV_MAX = 1024
 _CANCEL_CHECK_RECORDS = 4096
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -124,7 +124,7 @@ class _PageWriter:
         self.pages = 0
 
     def page(self, offset: int, data: memoryview) -> None:
-        if offset != self._run_end or len(self._run) >= _IOV_MAX:
+        if offset != self._run_end or len(self._run) >= IOV_MAX:
             self.flush()
             self._run_start = offset
         self._run.append(data)
@@ -311,6 +311,23 @@ def split_ram_block(
         os.close(fd)
         reader.close()
     return SplitResult(splitter.block_bytes, pages.pages, rest_bytes)
+
+
+def part_section_start(section_id: int) -> bytes:
+    """The start of one more part of the RAM section `section_id` (streams a capture builds)."""
+    return bytes([_SECTION_PART]) + _U32.pack(section_id)
+
+
+def part_section_end(section_id: int) -> bytes:
+    return _U64.pack(_EOS) + bytes([_SECTION_FOOTER]) + _U32.pack(section_id)
+
+
+def page_record_header(offset: int, block: bytes | None) -> bytes:
+    """The header of a page record at `offset`: naming `block`, or (None) continuing the block
+    the last named record named."""
+    if block is None:
+        return _U64.pack(offset | _PAGE | _CONTINUE)
+    return _U64.pack(offset | _PAGE) + bytes([len(block)]) + block
 
 
 def stream_layout(stream: Path) -> StreamLayout:
