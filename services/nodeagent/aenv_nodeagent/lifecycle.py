@@ -710,6 +710,7 @@ class SandboxLifecycle:
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
             try:
+                await self._manager.cut_traffic(sandbox_id)
                 await timed(timings, "quit", sandbox.vm.shutdown())
                 for old in sandbox.directory.glob("*.qcow2"):
                     old.unlink()  # this sandbox's overlays; frozen layers live on in layers/
@@ -719,6 +720,8 @@ class SandboxLifecycle:
                 image = await self._image(snapshot)
                 sandbox.vm = await self._restore(
                     sandbox.directory, sandbox.slot, image, sandbox.record, timings)
+                # What reached the old VM while it quit waits on nothing.
+                await self._manager.cut_traffic(sandbox_id)
             except BaseException:
                 await self._discard(sandbox)
                 raise

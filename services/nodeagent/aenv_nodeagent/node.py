@@ -28,7 +28,7 @@ from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.persistence import SnapshotPersistence
 from aenv_nodeagent.pool import WarmPool
-from aenv_nodeagent.proxy import build_proxy_app
+from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
 from aenv_nodeagent.recovery import recover
 from aenv_nodeagent.sandboxes import SandboxManager
 from aenv_nodeagent.servicer import NodeAgentServicer
@@ -75,6 +75,7 @@ class NodeAgent:
         self.kernel_version = ""
         self._store: ClusterStore | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._connections = SandboxConnections()
         self._grpc: grpc.aio.Server | None = None
         self._proxy: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task[object]] = []
@@ -106,6 +107,7 @@ class NodeAgent:
             ready_timeout_s=s.restore_ready_timeout_s, pool=self.pool,
             metrics_max_samples=s.metrics_max_samples,
         )
+        self.manager.on_traffic_cut = self._connections.cut
         self.lifecycle = SandboxLifecycle(
             self.manager, self.templates, network, envd, store, s.resolved_state_dir(),
             ready_timeout_s=s.restore_ready_timeout_s, persistence=self._persistence(),
@@ -180,7 +182,7 @@ class NodeAgent:
         assert self.manager is not None and self._session is not None
         host, _, port = self.settings.proxy_listen.rpartition(":")
         config = uvicorn.Config(
-            build_proxy_app(self.manager, self._session), host=host, port=int(port),
+            build_proxy_app(self.manager, self._connections), host=host, port=int(port),
             log_config=None, access_log=False, lifespan="off", timeout_keep_alive=75,
             # Long-lived streams (process output, watches) must not hold up a stop.
             timeout_graceful_shutdown=3,
@@ -229,6 +231,7 @@ class NodeAgent:
                 await task
         if self._registration is not None:
             await self._registration.stop()
+        await self._connections.close()
         if self._session is not None:
             await self._session.close()
         if self._store is not None:

@@ -2,13 +2,19 @@
 
 Requests carry `E2b-Sandbox-Id` / `E2b-Sandbox-Port` (the gateway keeps them); the sandbox's guest
 ports are reachable at its netns address through the DNAT rules of its slot.
+
+Each VM's upstream connections live in a pool of their own that is closed when the VM stops
+serving (kill, pause, reset): a guest that is gone sends no RST, so a request on one of its
+kept-alive connections would otherwise wait forever.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 from starlette.applications import Starlette
@@ -32,7 +38,7 @@ from aenv_common.sandbox_routing import (
     sandbox_not_found,
     target_from_headers,
 )
-from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.sandboxes import Sandbox
 
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"
@@ -41,9 +47,50 @@ TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"
 @dataclass(frozen=True)
 class Upstream:
     sandbox_id: str
-    # The guest port's base URL; None when the sandbox is not running here.
+    # The guest port's base URL; None when the sandbox is not serving here.
     base: str | None
     extra_headers: dict[str, str]
+    proxy: StreamingProxy | None = None
+
+
+@dataclass
+class _Pool:
+    vm: object  # the VM its connections reach; a reset sandbox gets a new one
+    session: aiohttp.ClientSession
+
+
+class SandboxConnections:
+    """One connection pool per sandbox VM, closed (with the requests in flight on it) by `cut`."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, _Pool] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def proxy(self, sandbox: Sandbox) -> StreamingProxy:
+        sandbox_id = sandbox.record.sandbox_id
+        pool = self._pools.get(sandbox_id)
+        if pool is None or pool.vm is not sandbox.vm or pool.session.closed:
+            if pool is not None:  # reached the VM this sandbox had before a reset
+                task = asyncio.get_running_loop().create_task(pool.session.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+            pool = _Pool(sandbox.vm, aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0)))
+            self._pools[sandbox_id] = pool
+        return StreamingProxy(pool.session)
+
+    async def cut(self, sandbox_id: str) -> None:
+        pool = self._pools.pop(sandbox_id, None)
+        if pool is not None:
+            await pool.session.close()
+
+    async def close(self) -> None:
+        for sandbox_id in list(self._pools):
+            await self.cut(sandbox_id)
+        await asyncio.gather(*self._closing)
+
+    def __len__(self) -> int:
+        return len(self._pools)
 
 
 def app_port_headers(
@@ -64,40 +111,49 @@ def app_port_headers(
     return {"Host": mask.replace("${PORT}", str(port))} if mask else {}
 
 
-def build_proxy_app(manager: SandboxManager, session: aiohttp.ClientSession) -> Starlette:
-    proxy = StreamingProxy(session)
+class ServingSandboxes(Protocol):
+    def serving(self, sandbox_id: str) -> Sandbox | None: ...
 
+
+def build_proxy_app(manager: ServingSandboxes, connections: SandboxConnections) -> Starlette:
     def upstream(headers: Mapping[str, str]) -> Upstream:
         target = target_from_headers(headers)
         if target is None:
             return Upstream("", None, {})
-        sandbox = manager.find(target.sandbox_id)
+        sandbox = manager.serving(target.sandbox_id)
         if sandbox is None:
             return Upstream(target.sandbox_id, None, {})
         return Upstream(target.sandbox_id, f"http://{sandbox.host}:{target.port}",
-                        app_port_headers(sandbox.record, target.port, headers))
+                        app_port_headers(sandbox.record, target.port, headers),
+                        connections.proxy(sandbox))
+
+    def gone(sandbox_id: str, err: AenvError) -> JSONResponse:
+        # Cut off because the sandbox left (killed, paused) while the request waited.
+        if manager.serving(sandbox_id) is None:
+            return sandbox_not_found(sandbox_id)
+        return bad_gateway(sandbox_id, f"The sandbox is unreachable: {err.message}")
 
     async def forward(request: Request) -> Response:
         try:
             up = upstream(request.headers)
         except AenvError as err:
             return _error(err)
-        if up.base is None:
+        if up.base is None or up.proxy is None:
             return sandbox_not_found(up.sandbox_id)
         try:
-            return await proxy.forward(request, up.base, up.extra_headers)
+            return await up.proxy.forward(request, up.base, up.extra_headers)
         except UpstreamRefused:
             return port_not_open(up.sandbox_id)
         except UpstreamUnavailable as err:
-            return bad_gateway(up.sandbox_id, f"The sandbox is unreachable: {err.message}")
+            return gone(up.sandbox_id, err)
 
     async def forward_ws(websocket: WebSocket) -> None:
         try:
             up = upstream(websocket.headers)
-            if up.base is None:
+            if up.base is None or up.proxy is None:
                 await deny_websocket(websocket, sandbox_not_found(up.sandbox_id))
                 return
-            await proxy.forward_websocket(websocket, up.base, up.extra_headers)
+            await up.proxy.forward_websocket(websocket, up.base, up.extra_headers)
         except (UpstreamRefused, UpstreamUnavailable):
             await deny_websocket(websocket, port_not_open(up.sandbox_id))
         except AenvError as err:  # a refused token, a bad port, the guest's own refusal

@@ -108,6 +108,8 @@ class SandboxManager:
         self._ready_timeout_s = ready_timeout_s
         self._sandboxes: dict[str, Sandbox] = {}
         self._busy: set[str] = set()
+        # Sandboxes being killed: still tracked, no longer sent traffic.
+        self._leaving: set[str] = set()
         # Filled by a MetricsSampler; a ring lives until its sandbox is killed (kept over a pause).
         self.metrics_history = MetricsHistory(metrics_max_samples)
         # Called after this node's allocation changed (the node record carries it to the
@@ -115,6 +117,8 @@ class SandboxManager:
         self.on_allocation_change: Callable[[], Awaitable[None]] | None = None
         # What an expired sandbox gets instead of a kill (auto-pause), when set.
         self.on_expired: Callable[[str], Awaitable[object]] | None = None
+        # Ends the traffic in flight to a sandbox whose VM stops (the proxy's connections).
+        self.on_traffic_cut: Callable[[str], Awaitable[None]] | None = None
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -126,6 +130,10 @@ class SandboxManager:
 
     def find(self, sandbox_id: str) -> Sandbox | None:
         return self._sandboxes.get(sandbox_id)
+
+    def serving(self, sandbox_id: str) -> Sandbox | None:
+        """The sandbox, if its VM takes traffic (tracked and not being killed)."""
+        return None if sandbox_id in self._leaving else self._sandboxes.get(sandbox_id)
 
     def all(self) -> list[Sandbox]:
         return list(self._sandboxes.values())
@@ -296,8 +304,14 @@ class SandboxManager:
     async def detach(self, sandbox_id: str) -> Sandbox:
         """Stop tracking a sandbox whose VM is gone (paused) without touching its files."""
         sandbox = self._sandboxes.pop(sandbox_id)
+        await self.cut_traffic(sandbox_id)
         await self._allocation_changed()
         return sandbox
+
+    async def cut_traffic(self, sandbox_id: str) -> None:
+        """End the requests in flight to the sandbox's VM: its guest answers none of them now."""
+        if self.on_traffic_cut is not None:
+            await self.on_traffic_cut(sandbox_id)
 
     @property
     def node_id(self) -> str:
@@ -382,11 +396,14 @@ class SandboxManager:
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
 
     async def _destroy(self, sandbox: Sandbox) -> None:
+        sandbox_id = sandbox.record.sandbox_id
+        self._leaving.add(sandbox_id)
+        await self.cut_traffic(sandbox_id)
         # QEMU first: the netns lives on while a process holds it.
         await sandbox.vm.shutdown()
         await self._network.destroy_slot(sandbox.slot)
         _rmtree(sandbox.directory)
-        self._forget(sandbox.record.sandbox_id)
+        self._forget(sandbox_id)
         await self._records.delete_sandbox(sandbox.record.sandbox_id)
         await self._allocation_changed()
 
@@ -400,6 +417,7 @@ class SandboxManager:
 
     def _forget(self, sandbox_id: str) -> None:
         self._sandboxes.pop(sandbox_id, None)
+        self._leaving.discard(sandbox_id)
         self.metrics_history.drop(sandbox_id)
 
     async def kill_expired(self, now: float | None = None) -> list[str]:
