@@ -24,7 +24,7 @@ from aenv_common.errors import (
     InvalidArgument,
     NotFound,
 )
-from aenv_nodeagent.vmm import process
+from aenv_nodeagent.vmm import process, seccomp
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, QMP_CHARDEV_ID, VmFiles, build_argv
 from aenv_nodeagent.vmm.spec import VmSpec
 from aenv_nodeagent.vmm.timing import PhaseClock
@@ -97,9 +97,9 @@ class QemuVm:
         clock = PhaseClock()
         with clock.measure("exec_to_qmp"):
             try:
-                argv = [*argv_prefix, *build_argv(
+                argv = _hole_punch_guard(spec, [*argv_prefix, *build_argv(
                     spec, files, incoming=incoming, console_log=console_log,
-                    qemu_binary=qemu_binary, disk_fds=disk_fds)]
+                    qemu_binary=qemu_binary, disk_fds=disk_fds)])
                 proc = await process.spawn(
                     argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds])
             finally:
@@ -560,6 +560,14 @@ def _open_disks(spec: VmSpec) -> dict[str, list[int]]:
         _close_all(fds)
         raise Internal(f"cannot open disk {err.filename}: {err.strerror}") from err
     return fds
+
+
+def _hole_punch_guard(spec: VmSpec, argv: list[str]) -> list[str]:
+    """Free page reporting in a VM mapping its RAM file copy-on-write: keep QEMU 7.2 from
+    punching the reported pages out of the file (seccomp.py); the VM still gives them back."""
+    if spec.mem_shared or not spec.free_page_reporting:
+        return argv
+    return seccomp.wrapped(argv)
 
 
 def _opened_for_writing(pid: int, fd: int) -> bool:

@@ -66,9 +66,9 @@ class VmSpec:
     accel: AcceleratorChoice
     tcg_tb_mib: int = 64
     # Balloon free page reporting returns freed guest RAM to the host. It is a virtio feature, so
-    # a restore target must use the same value as the VM that was captured. Caution (QEMU 7.2):
-    # in a share=off VM, reported pages are hole-punched in the shared backing file itself, so
-    # a fork child corrupts the frozen RAM its siblings map. Boot fork templates with it off.
+    # a restore target must use the same value as the VM that was captured. A share=off VM runs
+    # under a seccomp filter, without which QEMU 7.2 would punch the reported pages out of the
+    # shared file itself (vmm/seccomp.py).
     free_page_reporting: bool = True
 
     def __post_init__(self) -> None:

@@ -50,6 +50,7 @@ class Node:
     pool: WarmPool
     node_id: str = "test-node"
     snapstore: str = ""
+    templates: TemplateStore | None = None
     successor: Node | None = None
 
     def latest(self) -> Node:
@@ -98,7 +99,7 @@ async def build_node(
     lifecycle = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
                                  ready_timeout_s=60, persistence=persistence)
     return Node(lifecycle, manager, records, network, session, state_dir, prefix, pool, node_id,
-                snapstore=snapstore)
+                snapstore=snapstore, templates=templates)
 
 
 def netns_with(prefix: str) -> list[str]:

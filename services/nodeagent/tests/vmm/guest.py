@@ -82,19 +82,25 @@ def write_ticker_initramfs(target: Path) -> Path:
     return write_initramfs(target, TICKER_INIT, {})
 
 
-def write_memory_churner_initramfs(target: Path, kernel: GuestKernel, free_at_tick: int) -> Path:
-    """A guest with the balloon driver that fills 64 MiB of ramfs at boot, then ticks, and
-    frees that memory at tick `free_at_tick` (printing FREED)."""
+def write_memory_churner_initramfs(
+    target: Path, kernel: GuestKernel, free_at_tick: int, fill_at_tick: int | None = None
+) -> Path:
+    """A guest with the balloon driver that fills 64 MiB of ramfs (at boot, or at tick
+    `fill_at_tick`, printing FILLED), ticks, and frees that memory at tick `free_at_tick`
+    (printing FREED)."""
     loads = "\n".join(f"/bin/busybox insmod /lib/{name}.ko" for name in BALLOON_MODULES)
+    fill = ("/bin/busybox dd if=/dev/urandom of=/fill/data bs=1M count=64 2>/dev/null "
+            "&& echo FILLED")
     init = f"""#!/bin/busybox sh
 /bin/busybox mount -t devtmpfs dev /dev
 {loads}
 /bin/busybox mkdir /fill
-/bin/busybox dd if=/dev/urandom of=/fill/data bs=1M count=64 2>/dev/null
+{fill if fill_at_tick is None else ""}
 echo {BOOT_MARKER}
 i=0
 while true; do
   echo "tick $i"; i=$((i+1))
+  [ $i = {fill_at_tick} ] && {fill}
   [ $i = {free_at_tick} ] && /bin/busybox rm /fill/data && echo FREED
   /bin/busybox usleep 100000
 done
