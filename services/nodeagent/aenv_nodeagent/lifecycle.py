@@ -260,6 +260,7 @@ class SandboxLifecycle:
             self.snapshots.remove(meta.snapshot_id)
         self._chains.clear()
         self.collect_layers()
+        await self._network.settled()
         if self.persistence is not None:  # last: the kills' deletes from snapstore finish
             await self.persistence.close()
 
@@ -285,7 +286,7 @@ class SandboxLifecycle:
                     await _keep_running(sandbox.vm)
                     raise
             await timed(timings, "quit", sandbox.vm.shutdown())
-            await timed(timings, "network", self._network.destroy_slot(sandbox.slot))
+            self._network.release_slot(sandbox.slot)
             record = sandbox.record
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode

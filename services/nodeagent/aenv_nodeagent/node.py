@@ -76,6 +76,7 @@ class NodeAgent:
         self._store: ClusterStore | None = None
         self._session: aiohttp.ClientSession | None = None
         self._connections = SandboxConnections()
+        self.network: NetworkManager | None = None
         self._grpc: grpc.aio.Server | None = None
         self._proxy: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task[object]] = []
@@ -92,7 +93,8 @@ class NodeAgent:
         self._store = store = await ClusterStore.connect(s.common)
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         envd = EnvdClient(self._session)
-        network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
+        self.network = network = NetworkManager(
+            NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
                                   await store.list_sandboxes())
 
@@ -222,6 +224,8 @@ class NodeAgent:
             await self.manager.kill_all()
         if self.pool is not None:
             await self.pool.close()
+        if self.network is not None:
+            await self.network.settled()
         if self._proxy is not None:
             self._proxy.should_exit = True
         for task in self._tasks:

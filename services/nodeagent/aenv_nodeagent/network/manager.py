@@ -37,6 +37,7 @@ class NetworkManager:
         # Policy last applied per netns: re-applying an equal one is skipped, because an nft
         # transaction that deletes rules waits for an RCU grace period (~10-15 ms here).
         self._applied: dict[str, EgressPolicy] = {}
+        self._releases: set[asyncio.Task[None]] = set()
 
     @property
     def config(self) -> NetworkConfig:
@@ -83,6 +84,19 @@ class NetworkManager:
         if removed:
             log.info("network slot destroyed", extra={"netns": slot.netns})
 
+    def release_slot(self, slot: NetSlot) -> None:
+        """Destroy the slot in the background, for a caller that need not wait (a pause: its
+        guest is gone). Its index stays taken until then; what a crash interrupts, the next
+        start's orphan sweep removes."""
+        task = asyncio.get_running_loop().create_task(self._discard(slot))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def settled(self) -> None:
+        """Wait for the slots being released."""
+        while self._releases:
+            await asyncio.gather(*self._releases)
+
     async def update_policy(self, slot: NetSlot, policy: EgressPolicy) -> None:
         """Replace the slot's egress rules in one nft transaction (no-op if unchanged)."""
         if self._applied.get(slot.netns) == policy:
@@ -128,6 +142,7 @@ class NetworkManager:
     async def destroy_orphans(self, keep: set[str]) -> list[str]:
         """Remove this prefix's slots whose netns name is not in ``keep`` (including half-built
         ones: a host veth without its netns). Slots being built right now are spared."""
+        await self.settled()
         indices = set(self._netns_indices()) | set(self._host_veth_indices())
         orphans = [slot_for(self._config, index) for index in sorted(indices - self._building)]
         orphans = [slot for slot in orphans if slot.netns not in keep]
@@ -155,7 +170,7 @@ class NetworkManager:
         try:
             await self.destroy_slot(slot)
         except Internal:
-            log.exception("cleanup of failed network slot failed", extra={"netns": slot.netns})
+            log.exception("destroying a network slot failed", extra={"netns": slot.netns})
 
     def _ruleset(self, slot: NetSlot, policy: EgressPolicy, host_addresses: list[str]) -> str:
         return firewall.render_ruleset(slot, policy, self._blocked_extra(host_addresses))

@@ -59,6 +59,7 @@ class Node:
     async def restart(self) -> Node:
         """A new node agent over the same state dir, after this one died without cleaning up."""
         await self.pool.close()  # its refill task would outlive a real crash no more than this
+        await self.network.settled()  # as would its slot teardowns
         network = NetworkManager(self.network.config)
         # The dead agent's background work (memory image splits) ends with it, and so do its
         # QMP sessions (QEMU serves one at a time).

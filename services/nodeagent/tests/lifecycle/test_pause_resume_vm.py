@@ -28,6 +28,7 @@ async def test_process_memory_files_and_id_survive_pause_resume_cycles(node: Nod
         record = await node.lifecycle.pause(s.sandbox_id)
         assert record.state == cluster_pb2.SANDBOX_STATE_PAUSED
         assert node.records.records[s.sandbox_id].state == cluster_pb2.SANDBOX_STATE_PAUSED
+        await node.network.settled()  # the slot goes after the pause returned
         assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
         with pytest.raises(Conflict):
             await node.lifecycle.pause(s.sandbox_id)
@@ -64,6 +65,7 @@ async def test_corrupt_or_missing_state_keeps_the_sandbox_paused(node: Node) -> 
     with pytest.raises(AenvError, match="stays paused"):
         await node.lifecycle.resume(s.sandbox_id)
     assert node.lifecycle.record(s.sandbox_id).state == cluster_pb2.SANDBOX_STATE_PAUSED
+    await node.network.settled()
     assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
     base.with_suffix(".away").rename(base)
     sandbox = await node.lifecycle.resume(s.sandbox_id)

@@ -130,6 +130,21 @@ async def test_create_builds_every_object_and_destroy_removes_them(
     assert "aenv" not in run_nft("list tables")  # the host's own tables are untouched
 
 
+async def test_a_released_slot_keeps_its_index_until_its_background_teardown_ends(
+    manager: NetworkManager, net_config: NetworkConfig
+) -> None:
+    slot = await manager.create_slot(NO_INTERNET)
+    manager.release_slot(slot)
+    other = await manager.create_slot(NO_INTERNET)  # built while the release runs
+    assert other.index != slot.index
+    await manager.settled()
+    assert kernel_objects(net_config.prefix) == sorted([other.netns, other.host_veth])
+    await manager.destroy_slot(other)
+    reused = await manager.create_slot(NO_INTERNET)
+    assert reused.index == slot.index  # free again once torn down
+    await manager.destroy_slot(reused)
+
+
 async def test_host_reaches_every_guest_port_through_dnat(slot: NetSlot, guest: str) -> None:
     port, stop = await serve_payload(guest, slot.guest_ip, "hello from guest")
     try:
