@@ -2,8 +2,9 @@
 
 - node agent: a SandboxLifecycle over real QEMU, netns and envd (no gateway, scheduler or etcd):
   pause; resume (until envd answers and took /init); snapshot after dirtying 1 GiB of disk and
-  256 MiB of memory in the guest; fork into 1, 4 and 16 children until all answer; host memory per
-  child (PSS from /proc/<pid>/smaps_rollup).
+  256 MiB of memory in the guest (the call, and the part of it the guest is stopped for); fork
+  into 1, 4 and 16 children until all answer; host memory per child (PSS from
+  /proc/<pid>/smaps_rollup).
 - floor, same run: bare QEMU + QMP doing the same operation with no services: stop + capture +
   quit (pause), exec `-incoming defer` + migrate-incoming + cont until envd /health (resume),
   stop + capture + cont after the same dirtying (snapshot), N such restores of the template side
@@ -98,23 +99,35 @@ async def elapsed(awaitable: Awaitable[Any]) -> tuple[float, Any]:
 
 
 class PhaseLog(logging.Handler):
-    """The `*_ms` phases the lifecycle logs with each pause and snapshot, by message."""
+    """The `*_ms` phases and `*_pages` counts the lifecycle logs with each pause and snapshot,
+    by message."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.phases: dict[str, dict[str, list[float]]] = {}
+        self.records: dict[str, list[dict[str, float]]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if message in ("sandbox paused", "snapshot taken"):
-            seen = self.phases.setdefault(message, {})
-            for key, value in vars(record).items():
-                if key.endswith("_ms") and isinstance(value, float):
-                    seen.setdefault(key, []).append(value)
+            self.records.setdefault(message, []).append({
+                key: value for key, value in vars(record).items()
+                if key.endswith(("_ms", "_pages")) and isinstance(value, (int, float))})
 
     def medians(self, message: str) -> dict[str, float]:
-        return {key: round(statistics.median(values), 1)
-                for key, values in self.phases.get(message, {}).items()}
+        seen: dict[str, list[float]] = {}
+        for fields in self.records.get(message, []):
+            for key, value in fields.items():
+                seen.setdefault(key, []).append(value)
+        return {key: round(statistics.median(values), 1) for key, values in seen.items()}
+
+    def sums_s(self, message: str, phases: tuple[str, ...]) -> list[float]:
+        """Per record, the seconds its `phases` took together."""
+        return [sum(fields.get(f"{phase}_ms", 0.0) for phase in phases) / 1000
+                for fields in self.records.get(message, [])]
+
+
+# The part of a snapshot during which the guest does not run.
+STOPPED_PHASES = ("stop", "memory", "disk", "cont")
 
 
 class NodeBench:
@@ -199,6 +212,7 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
         out["pause_phases_median_ms"] = phases.medians("sandbox paused")
         out.update(await bench.snapshots())
         out["snapshot_phases_median_ms"] = phases.medians("snapshot taken")
+        out["snapshot_guest_stopped"] = summary_ms(phases.sums_s("snapshot taken", STOPPED_PHASES))
         out["fork"] = [await bench.fork(n) for n in FORKS]
         return out
     finally:
@@ -267,7 +281,8 @@ class RawFloor:
             await vm.shutdown()
         return {"pause": summary_ms(pauses), "resume_to_ready": summary_ms(resumes),
                 "resume_host_side": summary_ms(host), "resume_guest_wakeup": summary_ms(wake),
-                "snapshot_call": summary_ms(snaps)}
+                # The floor's guest is stopped for the whole of its snapshot.
+                "snapshot_call": summary_ms(snaps), "snapshot_guest_stopped": summary_ms(snaps)}
 
     async def fork(self, count: int) -> dict[str, object]:
         slots = await asyncio.gather(*(self.network.create_slot(EgressPolicy())
@@ -314,7 +329,8 @@ def plot(node: dict[str, Any], floor: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ops = ["pause", "resume_host_side", "resume_guest_wakeup", "snapshot_call"]
+    ops = ["pause", "resume_host_side", "resume_guest_wakeup", "snapshot_call",
+           "snapshot_guest_stopped"]
     labels = ops + [f"fork {f['children']}" for f in node["fork"]]
     ours = [node[o]["p50_ms"] for o in ops] + [f["fork_to_all_ready_ms"] for f in node["fork"]]
     base = [floor[o]["p50_ms"] for o in ops] + [f["fork_to_all_ready_ms"] for f in floor["fork"]]

@@ -12,6 +12,7 @@ packages=(
   docker-registry skopeo umoci        # OCI templates and the test registry
   nginx-light wrk                     # data-plane benchmark floor
   nodejs                              # buf and the e2b JS SDK (npm comes with it)
+  gcc libc6-dev                       # the write-logging library preloaded into QEMU
 )
 missing=()
 for p in "${packages[@]}"; do

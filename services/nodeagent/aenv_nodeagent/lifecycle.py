@@ -22,6 +22,7 @@ netns, then envd `/init` (clock, RNG reseed, the sandbox's own token). The sandb
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -44,6 +45,7 @@ from aenv_nodeagent.handover import (
     orphaned,
     paused_files,
 )
+from aenv_nodeagent.memcapture import CaptureLedger, MemoryCapture, pages_fields
 from aenv_nodeagent.memimage import (
     BASE_MEMORY,
     BASE_STATE,
@@ -95,7 +97,7 @@ from aenv_nodeagent.snapshots import (
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.argv import block_node_name
-from aenv_nodeagent.vmm.delta import copy_sparse, mapped_memory, write_delta, write_image
+from aenv_nodeagent.vmm.delta import mapped_memory, write_delta
 from aenv_nodeagent.vmm.spec import DiskSpec
 
 log = logging.getLogger(__name__)
@@ -182,6 +184,8 @@ class SandboxLifecycle:
         # Past this many frozen layers under a running sandbox, they are merged into its overlay.
         self.max_layers = max_layers
         self._compactions: dict[str, asyncio.Task[None]] = {}
+        self._ledger = CaptureLedger()
+        self._quitting: dict[str, asyncio.Task[None]] = {}  # paused sandboxes' VMs
         # Snapstore: snapshots pushed in the background, pulled when not held here (None: off).
         self.persistence = persistence
         # Paused sandboxes pushed too, so they outlive this node (needs `persistence`).
@@ -228,6 +232,7 @@ class SandboxLifecycle:
     async def kill(self, sandbox_id: str) -> None:
         if paused := self._paused.get(sandbox_id):
             async with self._manager.exclusive(sandbox_id):
+                await self._quitted(sandbox_id)
                 self._paused.pop(sandbox_id, None)
                 self._forget_stored(paused)
                 await self.memory_images.cancelled(paused.directory)
@@ -260,6 +265,7 @@ class SandboxLifecycle:
             self.snapshots.remove(meta.snapshot_id)
         self._chains.clear()
         self.collect_layers()
+        await self.settled()
         await self._network.settled()
         if self.persistence is not None:  # last: the kills' deletes from snapstore finish
             await self.persistence.close()
@@ -285,8 +291,7 @@ class SandboxLifecycle:
                 except BaseException:
                     await _keep_running(sandbox.vm)
                     raise
-            await timed(timings, "quit", sandbox.vm.shutdown())
-            self._network.release_slot(sandbox.slot)
+            self._quit_soon(sandbox)
             record = sandbox.record
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
@@ -307,6 +312,31 @@ class SandboxLifecycle:
                                           **ms_fields(timings)})
         return record
 
+    def _quit_soon(self, sandbox: Sandbox) -> None:
+        """Quit a paused sandbox's VM, then release its slot, in the background: its memory
+        and disk are captured and flushed, so the pause need not wait. What needs its files
+        closed (a resume, a kill, a push to snapstore) waits in `_quitted`."""
+        sandbox_id = sandbox.record.sandbox_id
+
+        async def quit_and_release() -> None:
+            try:
+                await sandbox.vm.shutdown()
+            finally:
+                self._network.release_slot(sandbox.slot)
+
+        task = asyncio.ensure_future(quit_and_release())
+        self._quitting[sandbox_id] = task
+        task.add_done_callback(lambda _: self._quitting.pop(sandbox_id, None)
+                               if self._quitting.get(sandbox_id) is task else None)
+
+    async def _quitted(self, sandbox_id: str) -> None:
+        if task := self._quitting.get(sandbox_id):
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+
+    async def settled(self) -> None:
+        """Wait for the VMs of paused sandboxes to have quit."""
+        await asyncio.gather(*self._quitting.values(), return_exceptions=True)
+
     async def resume(self, sandbox_id: str, timeout_s: int = 0, *, reboot: bool = False) -> Sandbox:
         """Restore a paused sandbox under the same id, or cold-boot it from its disk (`reboot`,
         and always after a filesystem-only pause). On failure it stays paused, intact."""
@@ -318,6 +348,7 @@ class SandboxLifecycle:
             record = cluster_pb2.SandboxRecord()
             record.CopyFrom(paused.record)
             timings: dict[str, float] = {}
+            await timed(timings, "previous_quit", self._quitted(sandbox_id))
             booting = reboot or record.pause_mode == _FILESYSTEM
             try:
                 image = await self._resume_image(paused, booting, timings)
@@ -385,6 +416,7 @@ class SandboxLifecycle:
             labels={"sandbox_id": sandbox_id, "template_id": paused.chain.template_id})
 
     async def _paused_files(self, paused: Paused) -> Mapping[str, Path]:
+        await self._quitted(paused.record.sandbox_id)
         memory = paused.record.pause_mode != _FILESYSTEM
         if memory and delta_image(paused.directory) is None:
             await asyncio.shield(self._paused_image(paused))
@@ -529,27 +561,31 @@ class SandboxLifecycle:
         directory = self.snapshots.new_directory(snapshot_id)
         timings: dict[str, float] = {}
         base = await self._running_image(sandbox) if memory else None
+        ram = None if base is None else MemoryCapture(
+            sandbox.vm, base, partial_image(directory), self._ledger, timings)
         try:
             if not memory:
                 await timed(timings, "sync", self._sync(sandbox))
-            if base is not None:  # the image starts as a copy of its base, while the VM runs
-                await timed(timings, "copy_base", asyncio.to_thread(
-                    copy_sparse, base.memory, partial_image(directory).memory))
+            if ram is not None:  # while the VM runs
+                await ram.while_running()
             await timed(timings, "stop", sandbox.vm.pause())
             try:
-                if base is not None:
-                    await timed(timings, "memory", self._write_image(sandbox.vm, base, directory))
+                if ram is not None:
+                    await timed(timings, "memory", ram.while_stopped(directory))
                 elif memory:
                     await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
             await sandbox.vm.close_writable_fds()  # a pooled VM's first overlay is frozen now
-            if base is not None:
-                publish_image(directory)
+            if ram is not None:
+                ram.done(publish_image(directory).memory, sandbox.directory)
         except BaseException:
             self.snapshots.discard_directory(directory)
             raise
+        finally:
+            if ram is not None:
+                ram.close()
         meta = SnapshotMeta(
             snapshot_id=snapshot_id, sandbox_id=sandbox_id, name=name,
             template_id=chain.template_id, template_key=self._templates.inputs(
@@ -564,20 +600,10 @@ class SandboxLifecycle:
         if memory:  # restores of it are likely (a fork's, certain): make its memory image now
             self._materialize(meta)
         self._persist_soon(meta)
-        log.info("snapshot taken", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
-                                          **ms_fields(timings)})
+        log.info("snapshot taken", extra={
+            "sandbox_id": sandbox_id, "snapshot_id": snapshot_id, **ms_fields(timings),
+            **(pages_fields(ram) if ram is not None else {})})
         return meta
-
-    async def _write_image(self, vm: QemuVm, base: MemoryImage, directory: Path) -> None:
-        """The stopped VM's memory image: the pages it changed written over the copy of its
-        base, and its device state (see vmm/delta.py)."""
-        devices, partial = directory / _DEVICES, partial_image(directory)
-        try:
-            await vm.save_device_state(devices)
-            await asyncio.to_thread(write_image, vm.pid, base.memory, base.device_state,
-                                    devices, partial.memory, partial.device_state)
-        finally:
-            devices.unlink(missing_ok=True)
 
     async def _capture_paused(self, sandbox: Sandbox, timings: dict[str, float]) -> int | None:
         """A delta capture onto the memory image the VM runs on (the pages it wrote); a full
@@ -718,7 +744,7 @@ class SandboxLifecycle:
                 _discard_memory(sandbox.directory)  # what it ran on after a resume
                 await timed(timings, "overlay", create_overlay(
                     self.layers.path(snapshot.layers[0]), sandbox.directory / _DISK))
-                image = await self._image(snapshot)
+                image = _pinned(await self._image(snapshot), sandbox.directory)
                 sandbox.vm = await self._restore(
                     sandbox.directory, sandbox.slot, image, sandbox.record, timings)
                 # What reached the old VM while it quit waits on nothing.
@@ -762,7 +788,8 @@ class SandboxLifecycle:
             )
             cleanup.push(lambda: self._network.destroy_slot(slot))
             record = self._manager.new_record(spec, template, snapshot.envd_version)
-            vm = await self._restore(directory, slot, await self._image(snapshot), record, timings)
+            image = _pinned(await self._image(snapshot), directory)
+            vm = await self._restore(directory, slot, image, record, timings)
             cleanup.push(vm.shutdown)
             sandbox = Sandbox(record, slot, vm, directory, timings)
             self._chains[spec.sandbox_id] = Chain(snapshot.template_id, list(snapshot.layers))
@@ -929,6 +956,16 @@ def _discard_memory(directory: Path) -> None:
     discard_image(directory)
     discard_delta(directory)
     (directory / _PAUSED_STATE).unlink(missing_ok=True)
+
+
+def _pinned(image: RestoreImage, directory: Path) -> RestoreImage:
+    """A snapshot's image hard-linked into a sandbox's directory, and mapped from there: the
+    sandbox keeps the base of its delta pauses and captures when the snapshot is deleted (a
+    fork deletes its own at once)."""
+    if image.memory is None or image.state is None:
+        return image
+    pinned = pin_base(MemoryImage(image.memory, image.state), directory)
+    return dataclasses.replace(image, memory=pinned.memory, state=pinned.device_state)
 
 
 def _same_file(a: Path, b: Path) -> bool:

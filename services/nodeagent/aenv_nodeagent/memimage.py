@@ -5,9 +5,9 @@ pages it dirties, the rest come from one page cache. An image is `memory`, a spa
 `device.state`, the stream a restore loads into a QEMU mapping it; `device.state` is put in place
 last: its presence means the image is complete. It is made in one of two ways:
 
-- From a capture of a VM running on a memory image (vmm/delta.py), directly: a sparse copy of that
-  image with the pages the guest changed written over it. A snapshot's image is complete when the
-  snapshot call returns.
+- From a capture of a VM running on a memory image (memcapture.py), directly: a sparse copy of
+  the image its RAM equalled at its previous capture (or of its base) with the pages the guest
+  wrote since copied over it. A snapshot's image is complete when the snapshot call returns.
 - From a full capture stream, of a VM that runs on no image (after a cold boot): QEMU 7.2
   migrates share=off RAM in full, and the stream is split (vmm/stream.py) into the RAM block's
   pages and the rest, in the background (a restore waits for it).
@@ -40,6 +40,8 @@ DEVICE_STATE = "device.state"
 BASE_MEMORY = "base.memory"
 BASE_STATE = "base.state"
 DELTA = "delta.state"
+# In a running sandbox's directory: the image its RAM equalled at its last capture (memcapture.py).
+CAPTURED = "captured.memory"
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,14 @@ def publish_image(directory: Path) -> MemoryImage:
 
 def discard_image(directory: Path) -> None:
     """The image (complete or not) in `directory`: before a new capture replaces it."""
-    for path in (*image_in(directory), *partial_image(directory)):
+    for path in (*image_in(directory), *partial_image(directory), directory / CAPTURED):
         path.unlink(missing_ok=True)
 
 
 def discard_interrupted(directory: Path) -> None:
     """What a materialization or delta capture cut short by a crash left behind. The capture
     stream is only removed after success, so the image is simply made again on first use."""
-    pin_links = (_pin_link(directory / name) for name in (BASE_MEMORY, BASE_STATE))
+    pin_links = (_pin_link(directory / name) for name in (BASE_MEMORY, BASE_STATE, CAPTURED))
     for leftover in (*partial_image(directory), partial_delta(directory), *pin_links):
         leftover.unlink(missing_ok=True)
 
@@ -103,13 +105,19 @@ def pin_base(base: MemoryImage, directory: Path) -> MemoryImage:
     captures: it stays, whatever becomes of where it came from."""
     pinned = MemoryImage(directory / BASE_MEMORY, directory / BASE_STATE)
     for source, target in zip(base, pinned, strict=True):
-        if target.exists() and os.path.samefile(source, target):
-            continue
-        staged = _pin_link(target)
-        staged.unlink(missing_ok=True)
-        os.link(source, staged)
-        staged.replace(target)
+        link_into(source, target)
     return pinned
+
+
+def link_into(source: Path, target: Path) -> Path:
+    """`target` made a hard link to `source`, replacing whatever it was in one step."""
+    if target.exists() and os.path.samefile(source, target):
+        return target
+    staged = _pin_link(target)
+    staged.unlink(missing_ok=True)
+    os.link(source, staged)
+    staged.replace(target)
+    return target
 
 
 def _pin_link(target: Path) -> Path:

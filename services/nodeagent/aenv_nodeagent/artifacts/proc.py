@@ -25,6 +25,7 @@ TOOL_PACKAGES: dict[str, str] = {
     "mmdebstrap": "mmdebstrap",
     "busybox": "busybox-static",
     "python3.11": "python3.11",
+    "gcc": "gcc",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +30,13 @@ from aenv_nodeagent.vmm.stream import (
     stream_layout,
 )
 
-# /proc/<pid>/pagemap entries, by their top byte: present (0x80), swapped (0x40), file page or
-# shared anonymous (0x20). A private page is present and not the file's, or swapped out.
-_PRIVATE_BY_TOP_BYTE = bytes(
-    1 if top & 0x40 or (top & 0x80 and not top & 0x20) else 0 for top in range(256))
+# /proc/<pid>/pagemap entries (little-endian u64). By the top byte: present (0x80), swapped (0x40),
+# file page or shared anonymous (0x20). A private page is present and not the file's, or swapped
+# out. But a swap entry of type 31 (the low 5 bits of the low byte) is a pte marker: no page at
+# all, as a dirty log (dirtylog.py) leaves on the pages it write-protects before they are faulted.
+_PRESENT_PRIVATE = bytes(1 if top & 0x80 and not top & 0x20 else 0 for top in range(256))
+_SWAPPED = bytes(1 if top & 0x40 and not top & 0x80 else 0 for top in range(256))
+_NOT_A_MARKER = bytes(0 if low & 0x1F == 0x1F else 1 for low in range(256))
 _PRIVATE_RUN = re.compile(b"\x01+")
 
 _CHUNK_PAGES = 256  # pages read from the process at a time: 2 iovecs each, one writev
@@ -46,12 +49,25 @@ class DeltaResult:
 
 
 @dataclass(frozen=True)
-class _Mapping:
+class PageRun:
+    """Consecutive pages of guest RAM: where the process maps them, where the file holds them."""
+
+    address: int
+    file_offset: int
+    length: int  # bytes, a multiple of PAGE_SIZE
+
+
+@dataclass(frozen=True)
+class RamMapping:
     """One mapping of the RAM file in the QEMU process."""
 
     address: int
     length: int
     file_offset: int
+
+    def run(self, start: int, length: int) -> PageRun:
+        """The pages [start, start + length) bytes into this mapping."""
+        return PageRun(self.address + start, self.file_offset + start, length)
 
 
 def mapped_memory(pid: int) -> Path:
@@ -86,8 +102,8 @@ def write_delta(
     try:
         with open(f"/proc/{pid}/mem", "rb", buffering=0) as process_memory:
             _write_all(fd, [parts.head[:parts.first_end], part_section_start(section)])
-            pages = _write_records(fd, _private_chunks(pid, process_memory.fileno(),
-                                                       parts.mappings))
+            pages = _write_records(fd, _chunks(pid, process_memory.fileno(),
+                                               private_runs(pid, parts.mappings)))
         _write_all(fd, [part_section_end(section), parts.head[parts.first_end:], parts.devices])
         size = os.fstat(fd).st_size
     except OSError as err:
@@ -99,20 +115,18 @@ def write_delta(
 
 def write_image(
     pid: int, memory: Path, base_state: Path, device_state: Path, out_memory: Path,
-    out_state: Path,
+    out_state: Path, written: Callable[[], list[PageRun]] | None = None,
 ) -> DeltaResult:
-    """Make a memory image of stopped QEMU `pid` (RAM file `memory`): its private pages written
-    over `out_memory`, which already holds a copy of `memory` (`copy_sparse`), and `out_state`,
-    `base_state`'s RAM sections and `device_state`'s sections. Blocking; run it in a thread."""
+    """Make a memory image of stopped QEMU `pid` (RAM file `memory`): the pages it changed
+    written over `out_memory`, and `out_state`, `base_state`'s RAM sections and `device_state`'s
+    sections. `out_memory` already holds a copy of `memory` (`copy_sparse`), and the changed
+    pages are the process's private ones; or it holds an earlier image of the VM, and
+    `written` (a dirty log's `take`) names the pages written since. Blocking; run it in a
+    thread."""
     parts = _Parts.read(pid, memory, base_state, device_state)
-    fd = os.open(out_memory, os.O_WRONLY | os.O_CLOEXEC)
-    pages = 0
+    runs = written() if written is not None else private_runs(pid, parts.mappings)
     try:
-        with open(f"/proc/{pid}/mem", "rb", buffering=0) as process_memory:
-            for offset, chunk in _private_chunks(pid, process_memory.fileno(), parts.mappings):
-                if os.pwrite(fd, chunk, offset) != len(chunk):
-                    raise OSError(f"short write of RAM pages at offset {offset}")
-                pages += len(chunk) // PAGE_SIZE
+        pages = copy_pages(pid, runs, out_memory)
         state = _create(out_state)
         try:
             _write_all(state, [parts.head, parts.devices])
@@ -121,9 +135,22 @@ def write_image(
             os.close(state)
     except OSError as err:
         raise Internal(f"cannot write the memory image of QEMU {pid}: {err}") from err
+    return DeltaResult(pages, size)
+
+
+def copy_pages(pid: int, runs: Iterable[PageRun], out_memory: Path) -> int:
+    """Copy the `runs` of QEMU `pid`'s RAM to their offsets in `out_memory`; the pages copied."""
+    fd = os.open(out_memory, os.O_WRONLY | os.O_CLOEXEC)
+    pages = 0
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as process_memory:
+            for offset, chunk in _chunks(pid, process_memory.fileno(), runs):
+                if os.pwrite(fd, chunk, offset) != len(chunk):
+                    raise OSError(f"short write of RAM pages at offset {offset}")
+                pages += len(chunk) // PAGE_SIZE
     finally:
         os.close(fd)
-    return DeltaResult(pages, size)
+    return pages
 
 
 def copy_sparse(source: Path, target: Path) -> None:
@@ -157,7 +184,7 @@ class _Parts:
     head: bytes
     first_end: int  # the end of the first RAM section in `head`
     devices: bytes
-    mappings: list[_Mapping]
+    mappings: list[RamMapping]
 
     @classmethod
     def read(cls, pid: int, memory: Path, base_state: Path, device_state: Path) -> _Parts:
@@ -170,14 +197,14 @@ class _Parts:
         head = base_state.read_bytes()[:base.ram_section_ends[-1]]
         devices = device_state.read_bytes()[layout.sections_start:]
         return cls(base.ram_section_id, head, base.ram_section_ends[0], devices,
-                   _mappings(pid, memory))
+                   ram_mappings(pid, memory))
 
 
 def _create(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
 
 
-def _mappings(pid: int, memory: Path) -> list[_Mapping]:
+def ram_mappings(pid: int, memory: Path) -> list[RamMapping]:
     """Where `memory` is mapped in the process, found by inode (its path may have changed)."""
     stat = memory.stat()
     found = []
@@ -190,38 +217,44 @@ def _mappings(pid: int, memory: Path) -> list[_Mapping]:
             if os.makedev(major, minor) != stat.st_dev:
                 continue
             start, end = (int(bound, 16) for bound in fields[0].split("-"))
-            found.append(_Mapping(start, end - start, int(fields[2], 16)))
+            found.append(RamMapping(start, end - start, int(fields[2], 16)))
     if not found:
         raise Internal(f"QEMU {pid} does not map {memory}")
     return found
 
 
-def _private_runs(pid: int, mapping: _Mapping) -> Iterator[tuple[int, int]]:
-    """(first page, page count) of each run of private pages of `mapping`."""
-    pages = mapping.length // PAGE_SIZE
-    with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
-        entries = os.pread(pagemap.fileno(), pages * 8, mapping.address // PAGE_SIZE * 8)
-    if len(entries) != pages * 8:
-        raise Internal(f"short read of the page map of QEMU {pid}")
-    private = entries[7::8].translate(_PRIVATE_BY_TOP_BYTE)  # little-endian: byte 7 is the top
-    for run in _PRIVATE_RUN.finditer(private):
-        yield run.start(), run.end() - run.start()
-
-
-def _private_chunks(
-    pid: int, process_memory: int, mappings: list[_Mapping]
-) -> Iterator[tuple[int, memoryview]]:
-    """(offset in the RAM file, pages) for runs of private pages, read from the process into a
-    buffer that each next chunk reuses."""
-    buffer = memoryview(bytearray(_CHUNK_PAGES * PAGE_SIZE))
+def private_runs(pid: int, mappings: list[RamMapping]) -> Iterator[PageRun]:
+    """The runs of private pages of the process's RAM mappings."""
     for mapping in mappings:
-        for first, count in _private_runs(pid, mapping):
-            for chunk in range(first, first + count, _CHUNK_PAGES):
-                length = min(_CHUNK_PAGES, first + count - chunk) * PAGE_SIZE
-                address = mapping.address + chunk * PAGE_SIZE
-                if os.preadv(process_memory, [buffer[:length]], address) != length:
-                    raise Internal(f"short read of the memory of QEMU {pid}")
-                yield mapping.file_offset + chunk * PAGE_SIZE, buffer[:length]
+        pages = mapping.length // PAGE_SIZE
+        with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
+            entries = os.pread(pagemap.fileno(), pages * 8, mapping.address // PAGE_SIZE * 8)
+        if len(entries) != pages * 8:
+            raise Internal(f"short read of the page map of QEMU {pid}")
+        for run in _PRIVATE_RUN.finditer(_private(entries)):
+            yield mapping.run(run.start() * PAGE_SIZE, (run.end() - run.start()) * PAGE_SIZE)
+
+
+def _private(entries: bytes) -> bytes:
+    """One byte per pagemap entry: 1 for a private page. Bytewise AND/OR as big integers."""
+    top, low = entries[7::8], entries[0::8]
+    present = int.from_bytes(top.translate(_PRESENT_PRIVATE))
+    swapped = int.from_bytes(top.translate(_SWAPPED)) & int.from_bytes(low.translate(_NOT_A_MARKER))
+    return (present | swapped).to_bytes(len(top))
+
+
+def _chunks(
+    pid: int, process_memory: int, runs: Iterable[PageRun]
+) -> Iterator[tuple[int, memoryview]]:
+    """(offset in the RAM file, pages) for `runs`, read from the process into a buffer that
+    each next chunk reuses."""
+    buffer = memoryview(bytearray(_CHUNK_PAGES * PAGE_SIZE))
+    for run in runs:
+        for at in range(0, run.length, len(buffer)):
+            length = min(len(buffer), run.length - at)
+            if os.preadv(process_memory, [buffer[:length]], run.address + at) != length:
+                raise Internal(f"short read of the memory of QEMU {pid}")
+            yield run.file_offset + at, buffer[:length]
 
 
 def _write_records(fd: int, chunks: Iterator[tuple[int, memoryview]]) -> int:

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -93,10 +93,12 @@ def qemu_owning(pidfile: Path) -> int | None:
 
 
 async def spawn(
-    argv: Sequence[str], stderr_log: Path, pass_fds: Sequence[int] = ()
+    argv: Sequence[str], stderr_log: Path, pass_fds: Sequence[int] = (),
+    env: Mapping[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
     """Start `argv` with stderr to a file: a pipe would need draining for the VM's whole life.
-    `pass_fds` stay open in the child (`argv` must exec, not close them)."""
+    `pass_fds` stay open in the child (`argv` must exec, not close them); `env` is added to
+    the agent's environment."""
     with stderr_log.open("wb") as stderr:
         try:
             # Own session: a signal to the agent's process group does not take its VMs down.
@@ -107,6 +109,7 @@ async def spawn(
                 stderr=stderr,
                 start_new_session=True,
                 pass_fds=tuple(pass_fds),
+                env={**os.environ, **env} if env else None,
             )
         except OSError as err:
             raise Internal(f"cannot start {argv[0]}: {err}") from err

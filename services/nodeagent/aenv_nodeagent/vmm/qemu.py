@@ -24,7 +24,7 @@ from aenv_common.errors import (
     InvalidArgument,
     NotFound,
 )
-from aenv_nodeagent.vmm import process, seccomp
+from aenv_nodeagent.vmm import dirtylog, process, seccomp
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, QMP_CHARDEV_ID, VmFiles, build_argv
 from aenv_nodeagent.vmm.spec import VmSpec
 from aenv_nodeagent.vmm.timing import PhaseClock
@@ -67,6 +67,9 @@ class QemuVm:
         self._awaiting_restore = incoming
         self._ignore_shared: bool | None = None  # as last set in QEMU
         self._shutdown_task: asyncio.Task[None] | None = None
+        # Started with the dirty log armed over its RAM (vmm/dirtylog.py): every write the guest
+        # made since QEMU mapped the RAM file is logged.
+        self.logs_writes = False
         # Latest duration of every phase so far (launch, capture, restore), in milliseconds.
         self.timings: dict[str, float] = {}
 
@@ -101,11 +104,13 @@ class QemuVm:
                     spec, files, incoming=incoming, console_log=console_log,
                     qemu_binary=qemu_binary, disk_fds=disk_fds)])
                 proc = await process.spawn(
-                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds])
+                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds],
+                    _dirty_log_env(spec))
             finally:
                 _close_all(disk_fds)  # QEMU holds its own copies
             qmp = await _connect_or_clean_up(proc, files, start_timeout)
         vm = cls(proc, qmp, files, incoming=incoming)
+        vm.logs_writes = spec.dirty_log_library is not None
         vm.timings.update(clock.phases_ms)
         logger.info(
             "QEMU started",
@@ -568,6 +573,12 @@ def _hole_punch_guard(spec: VmSpec, argv: list[str]) -> list[str]:
     if spec.mem_shared or not spec.free_page_reporting:
         return argv
     return seccomp.wrapped(argv)
+
+
+def _dirty_log_env(spec: VmSpec) -> dict[str, str]:
+    if spec.dirty_log_library is None:
+        return {}
+    return dirtylog.preload_env(spec.dirty_log_library, spec.mem_path)
 
 
 def _opened_for_writing(pid: int, fd: int) -> bool:

@@ -56,10 +56,15 @@ class Node:
     def latest(self) -> Node:
         return self.successor.latest() if self.successor else self
 
+    async def settled(self) -> None:
+        """Wait for what a pause leaves to the background: its VM's quit, then its slot."""
+        await self.lifecycle.settled()
+        await self.network.settled()
+
     async def restart(self) -> Node:
         """A new node agent over the same state dir, after this one died without cleaning up."""
         await self.pool.close()  # its refill task would outlive a real crash no more than this
-        await self.network.settled()  # as would its slot teardowns
+        await self.settled()  # as would a paused VM's quit and its slot's teardown
         network = NetworkManager(self.network.config)
         # The dead agent's background work (memory image splits) ends with it, and so do its
         # QMP sessions (QEMU serves one at a time).

@@ -28,7 +28,7 @@ async def test_filesystem_pause_and_snapshot_keep_files_and_cold_boot(node: Node
     record = await node.lifecycle.pause(s.sandbox_id, cluster_pb2.PAUSE_MODE_FILESYSTEM)
     assert record.pause_mode == cluster_pb2.PAUSE_MODE_FILESYSTEM
     assert not (sandbox.directory / "paused.state").exists()  # no memory kept
-    await node.network.settled()
+    await node.settled()
     assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
 
     sandbox = await node.lifecycle.resume(s.sandbox_id)  # a cold boot, same id and token

@@ -99,7 +99,7 @@ async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
         async def refilled(overlays: int) -> set[str]:
             await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays, "vms": 0},
                         "refill")
-            await node.network.settled()  # a paused sandbox's slot goes after the pause
+            await node.settled()  # a paused sandbox's slot goes after the pause
             in_use = {sbx.slot.netns for sbx in node.manager.all()}
             return set(netns_with(node.prefix)) - in_use
 

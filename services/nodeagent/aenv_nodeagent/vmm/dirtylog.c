@@ -1,0 +1,135 @@
+/*
+ * Preloaded into QEMU (LD_PRELOAD) so the node agent can ask which guest RAM pages were written
+ * since it last asked: QEMU 7.2 keeps such a log only inside a migration, and userfaultfd
+ * registration only works from inside the process that maps the memory.
+ *
+ * When QEMU maps the file named by AENV_DIRTY_LOG_MEMORY copy-on-write, this registers the
+ * mapping with an asynchronous write-protect userfaultfd (Linux 6.7+: the kernel resolves the
+ * faults itself and only records them) and write-protects all of it. The node agent then reads
+ * and re-arms the log with the PAGEMAP_SCAN ioctl on /proc/<pid>/pagemap (vmm/dirtylog.py). The
+ * descriptor stays open for the life of the process; nothing else of QEMU changes. Any failure
+ * leaves the mapping unregistered and the node agent falls back to whole captures.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* Linux 6.7 uapi, not in the headers of older distributions. */
+#define AENV_UFFD_API 0xAAULL
+#define AENV_UFFD_FEATURE_WP_UNPOPULATED (1ULL << 13)
+#define AENV_UFFD_FEATURE_WP_ASYNC (1ULL << 15)
+#define AENV_UFFDIO_REGISTER_MODE_WP (1ULL << 1)
+#define AENV_PM_SCAN_WP_MATCHING (1ULL << 0)
+#define AENV_PAGE_IS_WRITTEN (1ULL << 1)
+
+struct aenv_uffdio_api { uint64_t api, features, ioctls; };
+struct aenv_uffdio_register { uint64_t start, len, mode, ioctls; };
+struct aenv_page_region { uint64_t start, end, categories; };
+struct aenv_pm_scan_arg {
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+    uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+
+#define AENV_UFFDIO_API _IOWR(0xAA, 0x3F, struct aenv_uffdio_api)
+#define AENV_UFFDIO_REGISTER _IOWR(0xAA, 0x00, struct aenv_uffdio_register)
+#define AENV_PAGEMAP_SCAN _IOWR('f', 16, struct aenv_pm_scan_arg)
+
+typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
+
+static int tracked_file(int fd)
+{
+    const char *path = getenv("AENV_DIRTY_LOG_MEMORY");
+    struct stat want, got;
+    if (path == NULL || fd < 0 || stat(path, &want) != 0 || fstat(fd, &got) != 0)
+        return 0;
+    return want.st_dev == got.st_dev && want.st_ino == got.st_ino;
+}
+
+static void complain(const char *what)
+{
+    fprintf(stderr, "aenv dirty log: %s: %s\n", what, strerror(errno));
+}
+
+/* Write-protect every page of [start, start + len): from now on the log holds what is written. */
+static int arm(uint64_t start, uint64_t len)
+{
+    struct aenv_page_region regions[64];
+    struct aenv_pm_scan_arg scan = {
+        .size = sizeof(scan), .flags = AENV_PM_SCAN_WP_MATCHING,
+        .start = start, .end = start + len,
+        .vec = (uint64_t)(uintptr_t)regions, .vec_len = 64,
+        .category_mask = AENV_PAGE_IS_WRITTEN, .return_mask = AENV_PAGE_IS_WRITTEN,
+    };
+    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (pagemap < 0)
+        return -1;
+    while (scan.start < scan.end) {
+        if (ioctl(pagemap, AENV_PAGEMAP_SCAN, &scan) < 0) {
+            close(pagemap);
+            return -1;
+        }
+        scan.start = scan.walk_end;
+    }
+    close(pagemap);
+    return 0;
+}
+
+static void track(void *addr, size_t len)
+{
+    int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    struct aenv_uffdio_api api = {
+        .api = AENV_UFFD_API,
+        .features = AENV_UFFD_FEATURE_WP_ASYNC | AENV_UFFD_FEATURE_WP_UNPOPULATED,
+    };
+    struct aenv_uffdio_register reg = {
+        .start = (uint64_t)(uintptr_t)addr, .len = len, .mode = AENV_UFFDIO_REGISTER_MODE_WP,
+    };
+    if (uffd < 0) {
+        complain("userfaultfd");
+        return;
+    }
+    if (ioctl(uffd, AENV_UFFDIO_API, &api) < 0) {
+        complain("UFFDIO_API (asynchronous write-protect needs Linux 6.7)");
+    } else if (ioctl(uffd, AENV_UFFDIO_REGISTER, &reg) < 0) {
+        complain("UFFDIO_REGISTER");
+    } else if (arm(reg.start, reg.len) < 0) {
+        complain("PAGEMAP_SCAN");
+    } else {
+        return; /* registered: the descriptor lives as long as the process */
+    }
+    close(uffd);
+}
+
+static void *mapped(void *addr, size_t len, int prot, int flags, int fd, off_t offset)
+{
+    static mmap_fn real;
+    void *result;
+    if (real == NULL)
+        real = (mmap_fn)dlsym(RTLD_NEXT, "mmap");
+    result = real(addr, len, prot, flags, fd, offset);
+    if (result != MAP_FAILED && (flags & MAP_PRIVATE) && (prot & PROT_WRITE)
+        && tracked_file(fd))
+        track(result, len);
+    return result;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset)
+{
+    return mapped(addr, len, prot, flags, fd, offset);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t offset)
+{
+    return mapped(addr, len, prot, flags, fd, offset);
+}

@@ -1,0 +1,135 @@
+"""The dirty log on a real process: the preloaded library (compiled here with the node's gcc)
+registers the process's copy-on-write mapping of a file, and the node agent reads and re-arms the
+log from outside with PAGEMAP_SCAN, as it does for QEMU."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aenv_nodeagent.artifacts.dirtylog import ensure_dirty_log_library
+from aenv_nodeagent.vmm.delta import PageRun, copy_pages, private_runs, ram_mappings
+from aenv_nodeagent.vmm.dirtylog import DirtyLog, pages, preload_env
+from aenv_nodeagent.vmm.stream import PAGE_SIZE
+
+PAGES = 64
+# Maps argv[1] copy-on-write (through libc's mmap, which the library wraps), then writes the page
+# each line of stdin names, answering "ok" after each.
+_WRITER = """
+import mmap, sys
+with open(sys.argv[1], "r+b") as f:
+    ram = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+print("ok", flush=True)
+for line in sys.stdin:
+    n = int(line)
+    ram[n * 4096:(n + 1) * 4096] = bytes([0x80 + n]) * 4096
+    print("ok", flush=True)
+"""
+
+
+class Writer:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+
+    def write(self, *page_numbers: int) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        for n in page_numbers:
+            self.proc.stdin.write(f"{n}\n")
+            self.proc.stdin.flush()
+            assert self.proc.stdout.readline() == "ok\n"
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("cache")
+    return asyncio.run(ensure_dirty_log_library(cache)).path
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Path:
+    path = tmp_path / "memory"
+    path.write_bytes(b"".join(bytes([n]) * PAGE_SIZE for n in range(PAGES)))
+    return path
+
+
+def _start(memory: Path, env: dict[str, str]) -> Iterator[Writer]:
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(memory)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={**os.environ, **env})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ok\n"
+        yield Writer(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def logged(memory: Path, library: Path) -> Iterator[Writer]:
+    yield from _start(memory, preload_env(library, memory))
+
+
+@pytest.fixture
+def unlogged(memory: Path) -> Iterator[Writer]:
+    yield from _start(memory, {})
+
+
+def _page_numbers(runs: list[PageRun], memory_base: int) -> list[int]:
+    return [(run.file_offset - memory_base) // PAGE_SIZE + i
+            for run in runs for i in range(run.length // PAGE_SIZE)]
+
+
+def test_the_log_holds_the_pages_written_since_the_last_take(
+    logged: Writer, memory: Path
+) -> None:
+    log = DirtyLog.open(logged.proc.pid, memory)
+    assert log is not None
+    try:
+        assert log.take() == []  # armed when the file was mapped
+        logged.write(3, 4, 9)
+        assert _page_numbers(log.take(), 0) == [3, 4, 9]
+        assert log.take() == []  # re-armed by the take
+        logged.write(9, 60)
+        taken = log.take()
+        assert _page_numbers(taken, 0) == [9, 60] and pages(taken) == 2
+    finally:
+        log.close()
+
+
+def test_written_pages_copy_into_an_earlier_image(
+    logged: Writer, memory: Path, tmp_path: Path
+) -> None:
+    log = DirtyLog.open(logged.proc.pid, memory)
+    assert log is not None
+    image = tmp_path / "image"
+    image.write_bytes(memory.read_bytes())
+    try:
+        logged.write(1, 2)
+        assert copy_pages(logged.proc.pid, log.take(), image) == 2
+        logged.write(2, 7)
+        assert copy_pages(logged.proc.pid, log.take(), image) == 2
+    finally:
+        log.close()
+    fills = [0x80 + n if n in (1, 2, 7) else n for n in range(PAGES)]
+    assert image.read_bytes() == b"".join(bytes([fill]) * PAGE_SIZE for fill in fills)
+
+
+def test_write_protected_unfaulted_pages_are_not_taken_for_private_ones(
+    logged: Writer, memory: Path
+) -> None:
+    """The log leaves pte markers, which the page map shows as swap entries."""
+    logged.write(5)
+    runs = list(private_runs(logged.proc.pid, ram_mappings(logged.proc.pid, memory)))
+    assert _page_numbers(runs, 0) == [5]
+
+
+def test_a_process_started_without_the_library_keeps_no_log(
+    unlogged: Writer, memory: Path
+) -> None:
+    assert DirtyLog.open(unlogged.proc.pid, memory) is None
