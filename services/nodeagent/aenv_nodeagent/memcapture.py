@@ -1,16 +1,17 @@
 """The memory half of capturing a running sandbox (a snapshot, a fork): a new memory image.
 
-With a dirty log (vmm/dirtylog.py) the image starts as a copy of the one the VM's RAM equalled at
-its previous capture (or of the image it was restored from), and the pages written since are
-copied while the guest keeps running, in passes that each take what the previous one let slip.
-The guest is then stopped only for what it wrote during the last pass and for its device state.
-Without one (a VM adopted from an earlier run, or a kernel before 6.7) the image is the copy of
-its base with every page the process holds privately written over it, all while stopped.
+With a dirty log (vmm/dirtylog.py), the log is re-armed first and the image is made while the
+guest keeps running: the pages written since the previous capture are read from the process,
+everything else is copied (in the kernel) from that capture's image. Passes then copy what was
+written meanwhile, and the guest is stopped only for the last of them and its device state. When
+the log's start is unknown (a VM adopted from an earlier run, a capture that failed after
+re-arming it), every page the process holds privately is read instead, onto the base.
+Without a log (a kernel before 6.7) the image is the copy of its base with every private page
+written over it, all while the guest is stopped.
 
 `CaptureLedger` remembers, per VM, which file its RAM equalled when its log was last re-armed,
 as a hard link in the sandbox's directory (`CAPTURED`), so that deleting the snapshot does not
-take it away. A capture that re-armed the log and then failed leaves that unknown: the next one
-falls back to the private pages, which re-arms the log from a known state.
+take it away.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ from pathlib import Path
 from aenv_nodeagent.memimage import CAPTURED, MemoryImage, link_into
 from aenv_nodeagent.sandboxes import timed
 from aenv_nodeagent.vmm import QemuVm
-from aenv_nodeagent.vmm.delta import copy_pages, copy_sparse, write_image
-from aenv_nodeagent.vmm.dirtylog import DirtyLog, pages
+from aenv_nodeagent.vmm.delta import (
+    PageRun,
+    copy_pages,
+    copy_sparse,
+    private_runs,
+    ram_mappings,
+    write_image,
+)
+from aenv_nodeagent.vmm.dirtylog import DirtyLog
 
 log = logging.getLogger(__name__)
 
@@ -66,37 +74,41 @@ class MemoryCapture:
     ledger: CaptureLedger
     timings: dict[str, float]
     dirty: DirtyLog | None = None
-    reference: Path | None = None
     copied: dict[str, int] = field(default_factory=dict)  # pages, by phase
 
     async def while_running(self) -> None:
-        """The copy of the reference (or base), then of the pages written since, as passes."""
-        self.dirty = await asyncio.to_thread(DirtyLog.open, self.vm.pid, self.base.memory)
-        self.reference = self.ledger.reference(self.vm, self.base) if self.dirty else None
-        source = self.reference or self.base.memory
-        await timed(self.timings, "copy_base", asyncio.to_thread(
-            copy_sparse, source, self.out.memory))
-        if self.reference is None:
+        """The image made while the guest runs: the pages written since the reference (or,
+        with the log's start unknown, every private page) from the process, the rest from the
+        reference (or the base); then passes over what was written meanwhile."""
+        pid, base = self.vm.pid, self.base.memory
+        self.dirty = await asyncio.to_thread(DirtyLog.open, pid, base)
+        if self.dirty is None:  # the changed pages are copied once the guest is stopped
+            await timed(self.timings, "copy_base", asyncio.to_thread(
+                copy_sparse, base, self.out.memory))
             return
+        reference = self.ledger.reference(self.vm, self.base)
         self.ledger.unknown(self.vm)  # until this capture is done
-        for n in range(_PASSES):
-            copied = await timed(self.timings, f"precopy{n}", asyncio.to_thread(self._pass))
-            self.copied[f"precopy{n}"] = copied
-            if copied < _SETTLED_PAGES:
+        runs = await asyncio.to_thread(self._changed, reference)
+        await timed(self.timings, "copy_base", asyncio.to_thread(
+            copy_sparse, reference or base, self.out.memory, runs))
+        self.copied["precopy0"] = await timed(self.timings, "precopy0", asyncio.to_thread(
+            copy_pages, pid, runs, self.out.memory))
+        for n in range(1, _PASSES):
+            if self.copied[f"precopy{n - 1}"] < _SETTLED_PAGES:
                 break
+            self.copied[f"precopy{n}"] = await timed(
+                self.timings, f"precopy{n}", asyncio.to_thread(self._pass))
 
     async def while_stopped(self, directory: Path) -> None:
-        """The device state and the pages the VM changed that are not in the copy yet."""
+        """The device state and the pages written since the last pass (all the private ones,
+        without a log)."""
         devices = directory / _DEVICES
-        written = self.dirty.take if self.dirty and self.reference else None
         try:
             await self.vm.save_device_state(devices)
             result = await asyncio.to_thread(
                 write_image, self.vm.pid, self.base.memory, self.base.device_state, devices,
-                self.out.memory, self.out.device_state, written)
-            if self.dirty is not None and self.reference is None:
-                self.ledger.unknown(self.vm)
-                await asyncio.to_thread(self.dirty.take)  # re-armed: the image is the reference
+                self.out.memory, self.out.device_state,
+                None if self.dirty is None else self.dirty.take)
         finally:
             devices.unlink(missing_ok=True)
         self.copied["stopped"] = result.pages
@@ -110,11 +122,17 @@ class MemoryCapture:
         if self.dirty is not None:
             self.dirty.close()
 
+    def _changed(self, reference: Path | None) -> list[PageRun]:
+        """Re-arms the log: the pages that differ from `reference`, or from the base."""
+        assert self.dirty is not None
+        written = self.dirty.take()
+        if reference is not None:
+            return written
+        return list(private_runs(self.vm.pid, ram_mappings(self.vm.pid, self.base.memory)))
+
     def _pass(self) -> int:
         assert self.dirty is not None
-        runs = self.dirty.take()
-        copy_pages(self.vm.pid, runs, self.out.memory)
-        return pages(runs)
+        return copy_pages(self.vm.pid, self.dirty.take(), self.out.memory)
 
 
 def pages_fields(capture: MemoryCapture) -> dict[str, int]:

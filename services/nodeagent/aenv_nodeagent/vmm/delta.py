@@ -153,26 +153,51 @@ def copy_pages(pid: int, runs: Iterable[PageRun], out_memory: Path) -> int:
     return pages
 
 
-def copy_sparse(source: Path, target: Path) -> None:
+def copy_sparse(source: Path, target: Path, skip: Iterable[PageRun] = ()) -> None:
     """Copy `source`'s data to a new `target` of the same size, leaving its holes holes (the
-    kernel copies; nothing passes through this process)."""
+    kernel copies; nothing passes through this process). The file ranges of `skip` are left
+    holes too, for the caller to fill."""
+    skipped = sorted((run.file_offset, run.file_offset + run.length) for run in skip)
     with open(source, "rb") as src:
         fd = _create(target)
         try:
             size = os.fstat(src.fileno()).st_size
-            position = 0
-            while position < size:
-                try:
-                    data = os.lseek(src.fileno(), position, os.SEEK_DATA)
-                except OSError:  # ENXIO: only a hole is left
-                    break
-                hole = os.lseek(src.fileno(), data, os.SEEK_HOLE)
-                while data < hole:
-                    data += os.copy_file_range(src.fileno(), fd, hole - data, data, data)
-                position = hole
+            for start, end in _subtract(_data_extents(src.fileno(), size), skipped):
+                while start < end:
+                    start += os.copy_file_range(src.fileno(), fd, end - start, start, start)
             os.ftruncate(fd, size)
         finally:
             os.close(fd)
+
+
+def _data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    position = 0
+    while position < size:
+        try:
+            data = os.lseek(fd, position, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole is left
+            return
+        position = os.lseek(fd, data, os.SEEK_HOLE)
+        yield data, position
+
+
+def _subtract(
+    extents: Iterator[tuple[int, int]], skipped: list[tuple[int, int]]
+) -> Iterator[tuple[int, int]]:
+    """The parts of `extents` outside the sorted ranges `skipped`."""
+    i = 0
+    for start, end in extents:
+        while i < len(skipped) and skipped[i][1] <= start:
+            i += 1
+        j = i
+        while start < end:
+            if j == len(skipped) or skipped[j][0] >= end:
+                yield start, end
+                break
+            if skipped[j][0] > start:
+                yield start, skipped[j][0]
+            start = max(start, skipped[j][1])
+            j += 1
 
 
 @dataclass(frozen=True)
