@@ -615,16 +615,20 @@ class SandboxLifecycle:
             return None
         base = pin_base(base, directory)
         discard_image(directory)  # its own image, if it ran on one, is pinned as the base now
+        dirty = await asyncio.to_thread(self._ledger.since_mapped, sandbox.vm, base.memory)
         await timed(timings, "stop", sandbox.vm.pause())
         devices, delta = directory / _DEVICES, partial_delta(directory)
         try:
             await timed(timings, "devices", sandbox.vm.save_device_state(devices))
             result = await timed(timings, "delta", asyncio.to_thread(
-                write_delta, sandbox.vm.pid, base.memory, base.device_state, devices, delta))
+                write_delta, sandbox.vm.pid, base.memory, base.device_state, devices, delta,
+                None if dirty is None else dirty.written))
             delta.replace(directory / DELTA)
         finally:
             devices.unlink(missing_ok=True)
             delta.unlink(missing_ok=True)
+            if dirty is not None:
+                dirty.close()
         return result.pages
 
     async def _running_image(self, sandbox: Sandbox) -> MemoryImage | None:

@@ -57,6 +57,13 @@ class CaptureLedger:
         # Logged since QEMU mapped its base: what differs from the base is in the log.
         return base.memory if vm.logs_writes else None
 
+    def since_mapped(self, vm: QemuVm, memory: Path) -> DirtyLog | None:
+        """The VM's log, if it holds every page written since QEMU mapped `memory` (no capture
+        re-armed it): those are the pages that differ from it. Blocking."""
+        if vm in self._files or not vm.logs_writes:
+            return None
+        return DirtyLog.open(vm.pid, memory)
+
     def unknown(self, vm: QemuVm) -> None:
         self._files[vm] = None
 

@@ -91,19 +91,22 @@ def _options(arg: str) -> dict[str, str]:
 
 
 def write_delta(
-    pid: int, memory: Path, base_state: Path, device_state: Path, out: Path
+    pid: int, memory: Path, base_state: Path, device_state: Path, out: Path,
+    changed: Callable[[], list[PageRun]] | None = None,
 ) -> DeltaResult:
     """Write to `out` the stream that restores stopped QEMU `pid` onto `memory`, its RAM file:
-    `base_state`'s RAM sections, the pages the process holds privately, `device_state`'s
-    sections. Blocking; run it in a thread."""
+    `base_state`'s RAM sections, the pages that differ from `memory`, `device_state`'s
+    sections. Those pages are the ones the process holds privately, or those `changed` (a dirty
+    log's `written`, when it has logged since QEMU mapped the file) names. Blocking; run it in
+    a thread."""
     parts = _Parts.read(pid, memory, base_state, device_state)
+    runs = changed() if changed is not None else private_runs(pid, parts.mappings)
     section = parts.section_id
     fd = _create(out)
     try:
         with open(f"/proc/{pid}/mem", "rb", buffering=0) as process_memory:
             _write_all(fd, [parts.head[:parts.first_end], part_section_start(section)])
-            pages = _write_records(fd, _chunks(pid, process_memory.fileno(),
-                                               private_runs(pid, parts.mappings)))
+            pages = _write_records(fd, _chunks(pid, process_memory.fileno(), runs))
         _write_all(fd, [part_section_end(section), parts.head[parts.first_end:], parts.devices])
         size = os.fstat(fd).st_size
     except OSError as err:

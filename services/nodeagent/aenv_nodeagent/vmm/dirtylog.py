@@ -69,6 +69,11 @@ class DirtyLog:
         return [run for mapping in self._mappings
                 for run in self._scan(mapping, protect=True)]
 
+    def written(self) -> list[PageRun]:
+        """The runs of pages written since the last `take`, leaving the log as it is."""
+        return [run for mapping in self._mappings
+                for run in self._scan(mapping, protect=False)]
+
     def close(self) -> None:
         os.close(self._pagemap)
 

@@ -133,3 +133,19 @@ def test_a_process_started_without_the_library_keeps_no_log(
     unlogged: Writer, memory: Path
 ) -> None:
     assert DirtyLog.open(unlogged.proc.pid, memory) is None
+
+
+def test_until_first_taken_the_log_names_exactly_the_private_pages(
+    logged: Writer, memory: Path
+) -> None:
+    """What a delta pause relies on: every page that differs from the file was written since
+    the process mapped it. Reading the log leaves it armed as it was."""
+    log = DirtyLog.open(logged.proc.pid, memory)
+    assert log is not None
+    try:
+        logged.write(2, 3, 40)
+        private = list(private_runs(logged.proc.pid, ram_mappings(logged.proc.pid, memory)))
+        assert log.written() == log.written() == private
+        assert _page_numbers(log.take(), 0) == [2, 3, 40]
+    finally:
+        log.close()
