@@ -120,9 +120,10 @@ class PhaseLog(logging.Handler):
                 seen.setdefault(key, []).append(value)
         return {key: round(statistics.median(values), 1) for key, values in seen.items()}
 
-    def sums_s(self, message: str, phases: tuple[str, ...]) -> list[float]:
-        """Per record, the seconds its `phases` took together."""
-        return [sum(fields.get(f"{phase}_ms", 0.0) for phase in phases) / 1000
+    def sums_s(self, message: str, phases: tuple[str, ...] | None = None) -> list[float]:
+        """Per record, the seconds its `phases` (all of them: one after the other) took."""
+        return [sum(value for key, value in fields.items() if key.endswith("_ms") and (
+                    phases is None or key.removesuffix("_ms") in phases)) / 1000
                 for fields in self.records.get(message, [])]
 
 
@@ -213,7 +214,14 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
         out.update(await bench.snapshots())
         out["snapshot_phases_median_ms"] = phases.medians("snapshot taken")
         out["snapshot_guest_stopped"] = summary_ms(phases.sums_s("snapshot taken", STOPPED_PHASES))
-        out["fork"] = [await bench.fork(n) for n in FORKS]
+        forks: list[dict[str, object]] = []
+        for n in FORKS:
+            taken = len(phases.records.get("snapshot taken", []))
+            fork = await bench.fork(n)
+            # The parent's capture, the first part of the fork (its floor takes none).
+            [capture] = phases.sums_s("snapshot taken")[taken:]
+            forks.append({**fork, "parent_capture_ms": round(capture * 1000, 1)})
+        out["fork"] = forks
         return out
     finally:
         logging.getLogger("aenv_nodeagent.lifecycle").removeHandler(phases)
