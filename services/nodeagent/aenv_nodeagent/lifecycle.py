@@ -321,6 +321,9 @@ class SandboxLifecycle:
         async def quit_and_release() -> None:
             try:
                 await sandbox.vm.shutdown()
+            except Exception as err:  # shutdown ends with SIGKILL: only bookkeeping can fail
+                log.warning("paused VM did not quit cleanly",
+                            extra={"sandbox_id": sandbox_id, "error": str(err)})
             finally:
                 self._network.release_slot(sandbox.slot)
 
