@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,17 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
         child.template_id = taken.snapshot_id
         restored = await restarted.lifecycle.create(child)
         assert await sh(node.session, restored.host, child.envd_access_token, script) == expected
+
+
+async def test_a_kill_right_after_a_pause_waits_for_its_vm_to_quit(node: Node) -> None:
+    """A pause leaves its QEMU to quit in the background; a kill at once still ends with it
+    gone before its files are, and nothing left."""
+    s = spec()
+    sandbox = await node.lifecycle.create(s)
+    qemu = Path(f"/proc/{sandbox.vm.pid}")
+    await node.lifecycle.pause(s.sandbox_id)
+    await node.lifecycle.kill(s.sandbox_id)
+    assert not qemu.exists() and not sandbox.directory.exists()
+    await node.settled()
+    assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+    assert s.sandbox_id not in node.records.records
