@@ -51,6 +51,7 @@ from aenv_nodeagent.memimage import (
     BASE_STATE,
     DELTA,
     DEVICE_STATE,
+    DEVICES,
     MEMORY,
     MemoryImage,
     MemoryImages,
@@ -106,7 +107,6 @@ MAX_FORK_CHILDREN = 100
 _FULL = cluster_pb2.PAUSE_MODE_UNSPECIFIED
 _FILESYSTEM = cluster_pb2.PAUSE_MODE_FILESYSTEM
 _PAUSED_STATE = "paused.state"
-_DEVICES = "devices.state"  # a delta capture's device state, until the delta holds it
 _DISK = "disk.qcow2"
 # The root disk's block node name in a freshly launched QEMU (overlays added later get others).
 _ROOT_DISK = DiskSpec("root", Path("disk.qcow2"), "qcow2", readonly=False)
@@ -620,7 +620,7 @@ class SandboxLifecycle:
         discard_image(directory)  # its own image, if it ran on one, is pinned as the base now
         dirty = await asyncio.to_thread(self._ledger.since_mapped, sandbox.vm, base.memory)
         await timed(timings, "stop", sandbox.vm.pause())
-        devices, delta = directory / _DEVICES, partial_delta(directory)
+        devices, delta = directory / DEVICES, partial_delta(directory)
         try:
             await timed(timings, "devices", sandbox.vm.save_device_state(devices))
             result = await timed(timings, "delta", asyncio.to_thread(

@@ -17,12 +17,11 @@ take it away.
 from __future__ import annotations
 
 import asyncio
-import logging
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aenv_nodeagent.memimage import CAPTURED, MemoryImage, link_into
+from aenv_nodeagent.memimage import CAPTURED, DEVICES, MemoryImage, link_into
 from aenv_nodeagent.sandboxes import timed
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.delta import (
@@ -30,14 +29,10 @@ from aenv_nodeagent.vmm.delta import (
     copy_pages,
     copy_sparse,
     private_runs,
-    ram_mappings,
     write_image,
 )
 from aenv_nodeagent.vmm.dirtylog import DirtyLog
 
-log = logging.getLogger(__name__)
-
-_DEVICES = "devices.state"  # the VM's device state, until the image's state holds it
 _PASSES = 3  # copies while the guest runs, at most
 _SETTLED_PAGES = 256  # a pass that copied fewer leaves too little to be worth another
 
@@ -109,7 +104,7 @@ class MemoryCapture:
     async def while_stopped(self, directory: Path) -> None:
         """The device state and the pages written since the last pass (all the private ones,
         without a log)."""
-        devices = directory / _DEVICES
+        devices = directory / DEVICES
         try:
             await self.vm.save_device_state(devices)
             result = await asyncio.to_thread(
@@ -135,7 +130,7 @@ class MemoryCapture:
         written = self.dirty.take()
         if reference is not None:
             return written
-        return list(private_runs(self.vm.pid, ram_mappings(self.vm.pid, self.base.memory)))
+        return list(private_runs(self.vm.pid, self.base.memory))
 
     def _pass(self) -> int:
         assert self.dirty is not None

@@ -101,8 +101,8 @@ def write_delta(
     sections. Those pages are the ones the process holds privately, or those `changed` (a dirty
     log's `written`, when it has logged since QEMU mapped the file) names. Blocking; run it in
     a thread."""
-    parts = _Parts.read(pid, memory, base_state, device_state)
-    runs = changed() if changed is not None else private_runs(pid, parts.mappings)
+    parts = _Parts.read(base_state, device_state)
+    runs = changed() if changed is not None else private_runs(pid, memory)
     section = parts.section_id
     fd = _create(out)
     try:
@@ -127,8 +127,8 @@ def write_image(
     pages are the process's private ones; or it holds an earlier image of the VM, and
     `written` (a dirty log's `take`) names the pages written since. Blocking; run it in a
     thread."""
-    parts = _Parts.read(pid, memory, base_state, device_state)
-    runs = written() if written is not None else private_runs(pid, parts.mappings)
+    parts = _Parts.read(base_state, device_state)
+    runs = written() if written is not None else private_runs(pid, memory)
     try:
         pages = copy_pages(pid, runs, out_memory)
         state = _create(out_state)
@@ -206,17 +206,16 @@ def _subtract(
 
 @dataclass(frozen=True)
 class _Parts:
-    """What a capture builds on: the base state's RAM sections (`head`), the device sections
-    QEMU saved (`devices`) and where the process maps the RAM file."""
+    """What a capture builds on: the base state's RAM sections (`head`) and the device
+    sections QEMU saved (`devices`)."""
 
     section_id: int  # of the RAM section
     head: bytes
     first_end: int  # the end of the first RAM section in `head`
     devices: bytes
-    mappings: list[RamMapping]
 
     @classmethod
-    def read(cls, pid: int, memory: Path, base_state: Path, device_state: Path) -> _Parts:
+    def read(cls, base_state: Path, device_state: Path) -> _Parts:
         base = stream_layout(base_state)
         layout = stream_layout(device_state)
         if not base.ram_section_ends or base.ram_section_id is None:
@@ -225,8 +224,7 @@ class _Parts:
             raise UnsupportedStream(f"{device_state.name} holds RAM, not only device state")
         head = base_state.read_bytes()[:base.ram_section_ends[-1]]
         devices = device_state.read_bytes()[layout.sections_start:]
-        return cls(base.ram_section_id, head, base.ram_section_ends[0], devices,
-                   ram_mappings(pid, memory))
+        return cls(base.ram_section_id, head, base.ram_section_ends[0], devices)
 
 
 def _create(path: Path) -> int:
@@ -252,8 +250,12 @@ def ram_mappings(pid: int, memory: Path) -> list[RamMapping]:
     return found
 
 
-def private_runs(pid: int, mappings: list[RamMapping]) -> Iterator[PageRun]:
-    """The runs of private pages of the process's RAM mappings."""
+def private_runs(pid: int, memory: Path) -> Iterator[PageRun]:
+    """The runs of private pages where the process maps `memory` (found now, read lazily)."""
+    return _private_runs(pid, ram_mappings(pid, memory))
+
+
+def _private_runs(pid: int, mappings: list[RamMapping]) -> Iterator[PageRun]:
     for mapping in mappings:
         pages = mapping.length // PAGE_SIZE
         with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:

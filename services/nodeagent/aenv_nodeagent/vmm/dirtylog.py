@@ -20,7 +20,6 @@ import struct
 from pathlib import Path
 
 from aenv_nodeagent.vmm.delta import PageRun, RamMapping, ram_mappings
-from aenv_nodeagent.vmm.stream import PAGE_SIZE
 
 SOURCE = Path(__file__).with_name("dirtylog.c")
 LIBRARY_NAME = "libaenv-dirtylog.so"
@@ -95,7 +94,3 @@ class DirtyLog:
                 break
             start = walk_end
         return runs
-
-
-def pages(runs: list[PageRun]) -> int:
-    return sum(run.length for run in runs) // PAGE_SIZE

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from aenv_nodeagent.artifacts.dirtylog import ensure_dirty_log_library
-from aenv_nodeagent.vmm.delta import PageRun, copy_pages, private_runs, ram_mappings
-from aenv_nodeagent.vmm.dirtylog import DirtyLog, pages, preload_env
+from aenv_nodeagent.vmm.delta import PageRun, copy_pages, private_runs
+from aenv_nodeagent.vmm.dirtylog import DirtyLog, preload_env
 from aenv_nodeagent.vmm.stream import PAGE_SIZE
 
 PAGES = 64
@@ -80,6 +80,10 @@ def unlogged(memory: Path) -> Iterator[Writer]:
     yield from _start(memory, {})
 
 
+def pages(runs: list[PageRun]) -> int:
+    return sum(run.length for run in runs) // PAGE_SIZE
+
+
 def _page_numbers(runs: list[PageRun], memory_base: int) -> list[int]:
     return [(run.file_offset - memory_base) // PAGE_SIZE + i
             for run in runs for i in range(run.length // PAGE_SIZE)]
@@ -125,7 +129,7 @@ def test_write_protected_unfaulted_pages_are_not_taken_for_private_ones(
 ) -> None:
     """The log leaves pte markers, which the page map shows as swap entries."""
     logged.write(5)
-    runs = list(private_runs(logged.proc.pid, ram_mappings(logged.proc.pid, memory)))
+    runs = list(private_runs(logged.proc.pid, memory))
     assert _page_numbers(runs, 0) == [5]
 
 
@@ -144,7 +148,7 @@ def test_until_first_taken_the_log_names_exactly_the_private_pages(
     assert log is not None
     try:
         logged.write(2, 3, 40)
-        private = list(private_runs(logged.proc.pid, ram_mappings(logged.proc.pid, memory)))
+        private = list(private_runs(logged.proc.pid, memory))
         assert log.written() == log.written() == private
         assert _page_numbers(log.take(), 0) == [2, 3, 40]
     finally:
