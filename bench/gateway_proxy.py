@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "gatew
 from tests.upstreams import MiniNodeProxy, serve
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.testing.ports import free_port
 from aenv_gateway.config import GatewaySettings
 from aenv_gateway.directory import InMemoryClusterView
 
@@ -47,16 +48,10 @@ async def _hello(_: Request) -> Response:
     return Response(b"hello", media_type="text/plain")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def nginx(upstream_port: int) -> Iterator[int]:
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         conf = Path(tmp) / "nginx.conf"
         conf.write_text(f"""

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, fields
 
-LOOPBACK = "127.0.0.1"
+from aenv_common.testing.ports import LOOPBACK, free_port
 
 
 @dataclass(frozen=True)
@@ -30,9 +29,3 @@ class PlatformPorts:
 def address(port: int) -> str:
     return f"{LOOPBACK}:{port}"
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port

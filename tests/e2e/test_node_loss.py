@@ -18,10 +18,11 @@ from e2b.exceptions import SandboxNotFoundException
 
 from aenv_cli.children import ChildProcess
 from aenv_cli.platform import Platform
-from aenv_cli.ports import address, free_port
+from aenv_cli.ports import address
 from aenv_cli.readiness import GrpcHealthProbe
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
+from aenv_common.testing.ports import free_port
 
 from ..conftest import netns_names, qemu_pids_under
 from .conftest import COUNTER, counter

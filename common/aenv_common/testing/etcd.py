@@ -8,7 +8,6 @@ test, so tests never see each other's keys).
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,16 +20,10 @@ from pathlib import Path
 import pytest
 
 from aenv_common.config import CommonSettings
+from aenv_common.testing.ports import free_port
 
 ETCD_BINARY = "/usr/bin/etcd"
 START_TIMEOUT_SECONDS = 30.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class EtcdServer:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -16,16 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from aenv_common.testing.ports import free_port
+
 REPO = Path(__file__).resolve().parents[3]
 ENVD_PYTHONPATH = os.pathsep.join(
     [str(REPO / "gen" / "python" / "src"), str(REPO / "services" / "envd")]
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -17,13 +17,6 @@ from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.config import S3Settings, SnapstoreSettings
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

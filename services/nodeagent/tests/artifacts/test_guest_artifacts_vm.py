@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from aenv_common.testing.ports import free_port
 from aenv_nodeagent.artifacts import GuestArtifacts, kernel_cmdline
 from aenv_nodeagent.artifacts.toolsdisk import python_command
 from aenv_nodeagent.vmm import detect_accelerator
@@ -36,13 +36,6 @@ SLIRP_NET = ("aenv.ip=10.0.2.15/24", "aenv.gw=10.0.2.2")
 # per attempt; raise it on a loaded host (TCG guests get little CPU when the cores are busy)
 BOOT_TIMEOUT = float(os.environ.get("AENV_TEST_BOOT_TIMEOUT", "60"))
 VERBOSE_BOOT = os.environ.get("AENV_TEST_VERBOSE_BOOT") == "1"  # kernel + init trace on serial
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
