@@ -121,14 +121,18 @@ class PhaseLog(logging.Handler):
         return {key: round(statistics.median(values), 1) for key, values in seen.items()}
 
     def sums_s(self, message: str, phases: tuple[str, ...] | None = None) -> list[float]:
-        """Per record, the seconds its `phases` (all of them: one after the other) took."""
+        """Per record, the seconds its `phases` (all of them but sub-phases: one after the
+        other) took."""
         return [sum(value for key, value in fields.items() if key.endswith("_ms") and (
-                    phases is None or key.removesuffix("_ms") in phases)) / 1000
+                    key.removesuffix("_ms") in phases if phases is not None
+                    else key.removesuffix("_ms") not in SUB_PHASES)) / 1000
                 for fields in self.records.get(message, [])]
 
 
 # The part of a snapshot during which the guest does not run.
 STOPPED_PHASES = ("stop", "memory", "disk", "cont")
+# Timed within another phase ("memory"): not added again to a sum of all phases.
+SUB_PHASES = ("freeze",)
 
 
 class NodeBench:

@@ -28,7 +28,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,12 +60,12 @@ from aenv_nodeagent.memimage import (
     discard_image,
     discard_interrupted,
     image_in,
-    partial_delta,
     partial_image,
     pin_base,
     publish_image,
 )
 from aenv_nodeagent.network import NetSlot, NetworkManager
+from aenv_nodeagent.pausedmemory import PendingDelta
 from aenv_nodeagent.persistence import (
     SnapshotPersistence,
     layer_file,
@@ -98,7 +98,7 @@ from aenv_nodeagent.snapshots import (
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.argv import block_node_name
-from aenv_nodeagent.vmm.delta import mapped_memory, write_delta
+from aenv_nodeagent.vmm.delta import mapped_memory
 from aenv_nodeagent.vmm.spec import DiskSpec
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class SandboxLifecycle:
         await self.compacted(sandbox_id)
         async with self._manager.exclusive(sandbox_id):
             timings: dict[str, float] = {}
-            delta: int | None = None  # the pages a delta capture wrote
+            delta: PendingDelta | None = None  # to write before the VM quits
             if mode == _FILESYSTEM:
                 await timed(timings, "sync", self._sync(sandbox))
             else:
@@ -291,7 +291,8 @@ class SandboxLifecycle:
                 except BaseException:
                     await _keep_running(sandbox.vm)
                     raise
-            self._quit_soon(sandbox)
+            self._ledger.retire(sandbox.vm)
+            self._quit_soon(sandbox, delta)
             record = sandbox.record
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
@@ -308,18 +309,20 @@ class SandboxLifecycle:
             await self._manager.detach(sandbox_id)
             await timed(timings, "publish", self._records.put_sandbox(record))
             self._store_soon(paused)
-        log.info("sandbox paused", extra={"sandbox_id": sandbox_id, "delta_pages": delta,
-                                          **ms_fields(timings)})
+        log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
         return record
 
-    def _quit_soon(self, sandbox: Sandbox) -> None:
-        """Quit a paused sandbox's VM, then release its slot, in the background: its memory
-        and disk are captured and flushed, so the pause need not wait. What needs its files
-        closed (a resume, a kill, a push to snapstore) waits in `_quitted`."""
+    def _quit_soon(self, sandbox: Sandbox, delta: PendingDelta | None) -> None:
+        """Write a paused sandbox's memory delta (if its pause left one to write), quit its VM,
+        then release its slot, in the background: the guest is stopped and its disk flushed, so
+        the pause need not wait. What needs its files (a resume, a kill, a push to snapstore)
+        waits in `_quitted`."""
         sandbox_id = sandbox.record.sandbox_id
 
         async def quit_and_release() -> None:
             try:
+                if delta is not None:
+                    await self._write_delta(sandbox_id, delta)
                 await sandbox.vm.shutdown()
             except Exception as err:  # shutdown ends with SIGKILL: only bookkeeping can fail
                 log.warning("paused VM did not quit cleanly",
@@ -331,6 +334,18 @@ class SandboxLifecycle:
         self._quitting[sandbox_id] = task
         task.add_done_callback(lambda _: self._quitting.pop(sandbox_id, None)
                                if self._quitting.get(sandbox_id) is task else None)
+
+    async def _write_delta(self, sandbox_id: str, delta: PendingDelta) -> None:
+        started = time.perf_counter()
+        try:
+            pages = await asyncio.to_thread(delta.write)
+        except Exception as err:  # it stays paused; a resume reports the missing memory
+            log.error("paused sandbox lost its memory: it could not be written",
+                      extra={"sandbox_id": sandbox_id, "error": str(err)})
+            return
+        log.info("paused memory written", extra={
+            "sandbox_id": sandbox_id, "delta_pages": pages,
+            "ms": round((time.perf_counter() - started) * 1000, 1)})
 
     async def _quitted(self, sandbox_id: str) -> None:
         if task := self._quitting.get(sandbox_id):
@@ -581,25 +596,29 @@ class SandboxLifecycle:
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
             await sandbox.vm.close_writable_fds()  # a pooled VM's first overlay is frozen now
-            if ram is not None:
+            if ram is not None and not ram.deferred:
                 ram.done(publish_image(directory).memory, sandbox.directory)
+            meta = SnapshotMeta(
+                snapshot_id=snapshot_id, sandbox_id=sandbox_id, name=name,
+                template_id=chain.template_id, template_key=self._templates.inputs(
+                    chain.template_id).key(),
+                accelerator=template.accelerator, kernel_version=template.kernel_version,
+                artifacts_digest=template.artifacts_digest, layers=list(chain.layers),
+                guest_token=sandbox.record.envd_access_token,
+                envd_version=sandbox.record.envd_version, created_at=time.time(),
+                hidden=hidden, has_memory=memory, directory=directory,
+                image_pending=ram is not None and ram.deferred,
+            )
+            self.snapshots.add(meta)
+            if ram is not None and ram.deferred:
+                self.memory_images.build(directory, self._deferred_image(
+                    meta, ram.finishing(sandbox.directory)))
         except BaseException:
             self.snapshots.discard_directory(directory)
             raise
         finally:
             if ram is not None:
-                ram.close()
-        meta = SnapshotMeta(
-            snapshot_id=snapshot_id, sandbox_id=sandbox_id, name=name,
-            template_id=chain.template_id, template_key=self._templates.inputs(
-                chain.template_id).key(),
-            accelerator=template.accelerator, kernel_version=template.kernel_version,
-            artifacts_digest=template.artifacts_digest, layers=list(chain.layers),
-            guest_token=sandbox.record.envd_access_token,
-            envd_version=sandbox.record.envd_version, created_at=time.time(), hidden=hidden,
-            has_memory=memory, directory=directory,
-        )
-        self.snapshots.add(meta)
+                await ram.close()
         if memory:  # restores of it are likely (a fork's, certain): make its memory image now
             self._materialize(meta)
         self._persist_soon(meta)
@@ -608,9 +627,37 @@ class SandboxLifecycle:
             **(pages_fields(ram) if ram is not None else {})})
         return meta
 
-    async def _capture_paused(self, sandbox: Sandbox, timings: dict[str, float]) -> int | None:
-        """A delta capture onto the memory image the VM runs on (the pages it wrote); a full
-        capture into `paused.state` (None) when it runs on none (after a cold boot)."""
+    async def _deferred_image(
+        self, meta: SnapshotMeta, making: Coroutine[None, None, MemoryImage]
+    ) -> MemoryImage:
+        """A snapshot's image made after its call returned; the snapshot goes if it cannot be
+        made (the guest state it needed is gone with the frozen copy)."""
+        started = time.perf_counter()
+        try:
+            image = await making
+        except Exception as err:
+            log.error("snapshot lost: its memory image could not be written", extra={
+                "snapshot_id": meta.snapshot_id, "sandbox_id": meta.sandbox_id,
+                "error": str(err)})
+            if self.snapshots.find(meta.snapshot_id) is meta:
+                if self.persistence is not None and not meta.hidden:
+                    self.persistence.forget_soon(meta.snapshot_id)
+                self.snapshots.remove(meta.snapshot_id)
+                self.collect_layers()
+            raise
+        meta.image_pending = False
+        self.snapshots.save(meta)
+        log.info("snapshot image written", extra={
+            "snapshot_id": meta.snapshot_id, "sandbox_id": meta.sandbox_id,
+            "ms": round((time.perf_counter() - started) * 1000, 1)})
+        return image
+
+    async def _capture_paused(
+        self, sandbox: Sandbox, timings: dict[str, float]
+    ) -> PendingDelta | None:
+        """Stop the guest and save its device state: its memory is a delta onto the image the
+        VM runs on, written after the pause returns (pausedmemory.py). Or a full capture into
+        `paused.state` (None) when it runs on none (after a cold boot)."""
         directory = sandbox.directory
         base = await self._running_image(sandbox)
         if base is None:
@@ -618,21 +665,17 @@ class SandboxLifecycle:
             return None
         base = pin_base(base, directory)
         discard_image(directory)  # its own image, if it ran on one, is pinned as the base now
+        (directory / DELTA).unlink(missing_ok=True)
         dirty = await asyncio.to_thread(self._ledger.since_mapped, sandbox.vm, base.memory)
-        await timed(timings, "stop", sandbox.vm.pause())
-        devices, delta = directory / DEVICES, partial_delta(directory)
+        pending = PendingDelta(sandbox.vm.pid, directory, dirty)
         try:
-            await timed(timings, "devices", sandbox.vm.save_device_state(devices))
-            result = await timed(timings, "delta", asyncio.to_thread(
-                write_delta, sandbox.vm.pid, base.memory, base.device_state, devices, delta,
-                None if dirty is None else dirty.written))
-            delta.replace(directory / DELTA)
-        finally:
-            devices.unlink(missing_ok=True)
-            delta.unlink(missing_ok=True)
-            if dirty is not None:
-                dirty.close()
-        return result.pages
+            await timed(timings, "stop", sandbox.vm.pause())
+            await timed(timings, "devices", sandbox.vm.save_device_state(directory / DEVICES))
+        except BaseException:
+            pending.close()
+            (directory / DEVICES).unlink(missing_ok=True)
+            raise
+        return pending
 
     async def _running_image(self, sandbox: Sandbox) -> MemoryImage | None:
         """The memory image the sandbox's RAM maps and its device state: the template's, a

@@ -1,6 +1,12 @@
 """The memory half of capturing a running sandbox (a snapshot, a fork): a new memory image.
 
-With a dirty log (vmm/dirtylog.py), the log is re-armed first and the image is made while the
+With a dirty log (vmm/dirtylog.py) and a QEMU that can be frozen (vmm/frozen.py), the guest is
+stopped only to re-arm the log, save its device state and fork QEMU; the image is made in the
+background from the frozen copy (`finish`): the pages written since the previous capture from
+the copy, everything else (in the kernel) from that capture's image. Restores of the snapshot
+wait for it.
+
+With a dirty log but no frozen copy, the log is re-armed first and the image is made while the
 guest keeps running: the pages written since the previous capture are read from the process,
 everything else is copied (in the kernel) from that capture's image. Passes then copy what was
 written meanwhile, and the guest is stopped only for the last of them and its device state. When
@@ -11,20 +17,30 @@ written over it, all while the guest is stopped.
 
 `CaptureLedger` remembers, per VM, which file its RAM equalled when its log was last re-armed,
 as a hard link in the sandbox's directory (`CAPTURED`), so that deleting the snapshot does not
-take it away.
+take it away; and which capture is still making that file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aenv_nodeagent.memimage import CAPTURED, DEVICES, MemoryImage, link_into
+from aenv_nodeagent.memimage import (
+    CAPTURED,
+    DEVICES,
+    MemoryImage,
+    discard_image,
+    link_into,
+    publish_image,
+)
 from aenv_nodeagent.sandboxes import timed
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.delta import (
+    DeltaResult,
+    ImageParts,
     PageRun,
     copy_pages,
     copy_sparse,
@@ -32,18 +48,37 @@ from aenv_nodeagent.vmm.delta import (
     write_image,
 )
 from aenv_nodeagent.vmm.dirtylog import DirtyLog
+from aenv_nodeagent.vmm.frozen import FrozenCopy
+from aenv_nodeagent.vmm.stream import PAGE_SIZE
 
 _PASSES = 3  # copies while the guest runs, at most
 _SETTLED_PAGES = 256  # a pass that copied fewer leaves too little to be worth another
+# In a snapshot's directory while its image is made from a frozen copy: the reference image,
+# linked so that whatever becomes of the sandbox, the copy has it.
+_REFERENCE = "reference.memory"
 
 
 class CaptureLedger:
     """Per VM: the memory file its RAM equals outside the pages its dirty log holds."""
 
     def __init__(self) -> None:
-        # None: the log was re-armed by a capture that failed; what it misses is unknown.
+        # None: the log was re-armed by a capture that failed (or is still making its image).
         self._files: weakref.WeakKeyDictionary[QemuVm, Path | None] = (
             weakref.WeakKeyDictionary())
+        # The capture making the VM's next reference from a frozen copy, done when it is made.
+        self._making: weakref.WeakKeyDictionary[QemuVm, asyncio.Future[None]] = (
+            weakref.WeakKeyDictionary())
+
+    async def settled(self, vm: QemuVm) -> None:
+        """Wait for the capture making the VM's reference, if one is."""
+        if (making := self._making.get(vm)) is not None:
+            await asyncio.shield(making)
+
+    def retire(self, vm: QemuVm) -> None:
+        """The VM is going away (paused, reset): a capture still making an image for it records
+        nothing of it."""
+        self._making.pop(vm, None)
+        self._files.pop(vm, None)
 
     def reference(self, vm: QemuVm, base: MemoryImage) -> Path | None:
         if vm in self._files:
@@ -65,6 +100,22 @@ class CaptureLedger:
     def captured(self, vm: QemuVm, image: Path, sandbox_dir: Path) -> None:
         self._files[vm] = link_into(image, sandbox_dir / CAPTURED)
 
+    def making(self, vm: QemuVm) -> asyncio.Future[None]:
+        """A capture starts making the VM's next reference (set the future's result when it
+        is done, whatever the outcome)."""
+        self.unknown(vm)
+        self._making[vm] = made = asyncio.get_running_loop().create_future()
+        return made
+
+    def made(self, vm: QemuVm, made: asyncio.Future[None], image: Path | None,
+             sandbox_dir: Path) -> None:
+        """The capture behind `made` is over; `image` is its image, None if it failed."""
+        if self._making.get(vm) is made:
+            del self._making[vm]
+            if image is not None and not vm.stopping:
+                self.captured(vm, image, sandbox_dir)
+        made.set_result(None)
+
 
 @dataclass
 class MemoryCapture:
@@ -77,11 +128,17 @@ class MemoryCapture:
     timings: dict[str, float]
     dirty: DirtyLog | None = None
     copied: dict[str, int] = field(default_factory=dict)  # pages, by phase
+    # Whether the image is made from a frozen copy after the guest continues (`finishing`).
+    deferred: bool = False
+    _reference: Path | None = None  # what a deferred image is made on, linked beside it
+    _later: _Later | None = None  # the frozen copy, until `finishing` takes it
 
     async def while_running(self) -> None:
-        """The image made while the guest runs: the pages written since the reference (or,
+        """Before the guest is stopped: with a frozen copy to come, only what the copy needs;
+        else the image made while the guest runs: the pages written since the reference (or,
         with the log's start unknown, every private page) from the process, the rest from the
         reference (or the base); then passes over what was written meanwhile."""
+        await self.ledger.settled(self.vm)
         pid, base = self.vm.pid, self.base.memory
         self.dirty = await asyncio.to_thread(DirtyLog.open, pid, base)
         if self.dirty is None:  # the changed pages are copied once the guest is stopped
@@ -89,6 +146,10 @@ class MemoryCapture:
                 copy_sparse, base, self.out.memory))
             return
         reference = self.ledger.reference(self.vm, self.base)
+        if reference is not None and self.vm.freezes:
+            self._reference = link_into(reference, self.out.memory.with_name(_REFERENCE))
+            self.deferred = True
+            return
         self.ledger.unknown(self.vm)  # until this capture is done
         runs = await asyncio.to_thread(self._changed, reference)
         await timed(self.timings, "copy_base", asyncio.to_thread(
@@ -103,14 +164,16 @@ class MemoryCapture:
 
     async def while_stopped(self, directory: Path) -> None:
         """The device state and the pages written since the last pass (all the private ones,
-        without a log)."""
+        without a log); or, deferred, the pages written since the reference and a frozen copy
+        to read them from."""
         devices = directory / DEVICES
         try:
+            if self.deferred:
+                await self._freeze(devices)
+                return
             await self.vm.save_device_state(devices)
-            result = await asyncio.to_thread(
-                write_image, self.vm.pid, self.base.memory, self.base.device_state, devices,
-                self.out.memory, self.out.device_state,
-                None if self.dirty is None else self.dirty.take)
+            parts = ImageParts.read(self.base.device_state, devices)
+            result = await asyncio.to_thread(self._write_stopped, parts)
         finally:
             devices.unlink(missing_ok=True)
         self.copied["stopped"] = result.pages
@@ -120,9 +183,70 @@ class MemoryCapture:
         if self.dirty is not None:
             self.ledger.captured(self.vm, image, sandbox_dir)
 
-    def close(self) -> None:
+    def finishing(self, sandbox_dir: Path) -> Coroutine[None, None, MemoryImage]:
+        """The deferred image's making, from the frozen copy (which goes after). It leaves
+        nothing behind on failure or cancellation; `close` no longer concerns the copy."""
+        later, self._later = self._later, None
+        reference, self._reference = self._reference, None
+        assert later is not None and reference is not None
+        return self._finish(later, reference, sandbox_dir)
+
+    async def close(self) -> None:
+        """Let go of the log, and of a frozen copy no `finishing` took."""
         if self.dirty is not None:
             self.dirty.close()
+        if self._later is not None:
+            later, self._later = self._later, None
+            await asyncio.to_thread(later.copy.release)
+            self.ledger.made(self.vm, later.made, None, self.out.memory.parent)
+        if self._reference is not None:
+            self._reference.unlink(missing_ok=True)
+
+    async def _finish(self, later: _Later, reference: Path, sandbox_dir: Path) -> MemoryImage:
+        directory = self.out.memory.parent
+        made: Path | None = None
+        try:
+            work = asyncio.ensure_future(asyncio.to_thread(
+                self._write_frozen, later, reference))
+            try:
+                await asyncio.shield(work)
+            except asyncio.CancelledError:  # the thread cannot be interrupted: wait it out
+                await asyncio.gather(work, return_exceptions=True)
+                raise
+            image = publish_image(directory)
+            made = image.memory
+            return image
+        except BaseException:
+            discard_image(directory)
+            raise
+        finally:
+            reference.unlink(missing_ok=True)
+            await asyncio.to_thread(later.copy.release)
+            self.ledger.made(self.vm, later.made, made, sandbox_dir)
+
+    async def _freeze(self, devices: Path) -> None:
+        assert self.dirty is not None
+        made = self.ledger.making(self.vm)
+        try:
+            runs = await asyncio.to_thread(self.dirty.take)
+            await self.vm.save_device_state(devices)
+            parts = ImageParts.read(self.base.device_state, devices)
+            copy = await timed(self.timings, "freeze", self.vm.freeze())
+        except BaseException:
+            self.ledger.made(self.vm, made, None, self.out.memory.parent)
+            raise
+        self._later = _Later(copy, runs, parts, made)
+        self.copied["frozen"] = sum(run.length for run in runs) // PAGE_SIZE
+
+    def _write_stopped(self, parts: ImageParts) -> DeltaResult:
+        runs = (self.dirty.take() if self.dirty is not None
+                else private_runs(self.vm.pid, self.base.memory))
+        return write_image(self.vm.pid, parts, runs, self.out.memory, self.out.device_state)
+
+    def _write_frozen(self, later: _Later, reference: Path) -> None:
+        copy_sparse(reference, self.out.memory, later.runs)
+        write_image(later.copy.pid, later.parts, later.runs, self.out.memory,
+                    self.out.device_state)
 
     def _changed(self, reference: Path | None) -> list[PageRun]:
         """Re-arms the log: the pages that differ from `reference`, or from the base."""
@@ -135,6 +259,16 @@ class MemoryCapture:
     def _pass(self) -> int:
         assert self.dirty is not None
         return copy_pages(self.vm.pid, self.dirty.take(), self.out.memory)
+
+
+@dataclass(frozen=True)
+class _Later:
+    """What a deferred image is made of: a frozen copy, the pages to read from it, the state."""
+
+    copy: FrozenCopy
+    runs: list[PageRun]
+    parts: ImageParts
+    made: asyncio.Future[None]
 
 
 def pages_fields(capture: MemoryCapture) -> dict[str, int]:

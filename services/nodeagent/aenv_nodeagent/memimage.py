@@ -7,15 +7,16 @@ last: its presence means the image is complete. It is made in one of two ways:
 
 - From a capture of a VM running on a memory image (memcapture.py), directly: a sparse copy of
   the image its RAM equalled at its previous capture (or of its base) with the pages the guest
-  wrote since copied over it. A snapshot's image is complete when the snapshot call returns.
+  wrote since copied over it, mostly from a frozen copy of the guest after the snapshot call
+  returned (`MemoryImages.build`; a restore waits for it).
 - From a full capture stream, of a VM that runs on no image (after a cold boot): QEMU 7.2
   migrates share=off RAM in full, and the stream is split (vmm/stream.py) into the RAM block's
   pages and the rest, in the background (a restore waits for it).
 
-A pause takes a delta capture where it can: `delta.state` holds the pages the guest changed and
-its device state, to be loaded onto `base.memory`: hard links to the image the sandbox ran on and
-its device state (`base.state`), so that neither a deleted snapshot nor a rebuilt template can take
-them away.
+A pause takes a delta capture where it can (written after the pause returns, pausedmemory.py):
+`delta.state` holds the pages the guest changed and its device state, to be loaded onto
+`base.memory`: hard links to the image the sandbox ran on and its device state (`base.state`),
+so that neither a deleted snapshot nor a rebuilt template can take them away.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,8 @@ def discard_interrupted(directory: Path) -> None:
     """What a materialization or delta capture cut short by a crash left behind. The capture
     stream is only removed after success, so the image is simply made again on first use."""
     pin_links = (_pin_link(directory / name) for name in (BASE_MEMORY, BASE_STATE, CAPTURED))
-    for leftover in (*partial_image(directory), partial_delta(directory), *pin_links):
+    for leftover in (*partial_image(directory), partial_delta(directory), *pin_links,
+                     directory / DEVICES):
         leftover.unlink(missing_ok=True)
 
 
@@ -128,7 +130,7 @@ def _pin_link(target: Path) -> Path:
 
 def discard_delta(directory: Path) -> None:
     """The delta capture in `directory` and its base (their memory is of no use any more)."""
-    for name in (DELTA, BASE_MEMORY, BASE_STATE):
+    for name in (DELTA, BASE_MEMORY, BASE_STATE, DEVICES):
         (directory / name).unlink(missing_ok=True)
     partial_delta(directory).unlink(missing_ok=True)
 
@@ -163,12 +165,23 @@ async def materialize(stream: Path, directory: Path) -> MemoryImage:
 
 
 class MemoryImages:
-    """One materialization per directory, started eagerly in the background or on first use;
-    concurrent restores of the same image wait for the same one."""
+    """One making of an image per directory: a materialization, started eagerly in the
+    background or on first use, or a capture finishing from a frozen copy (`build`). Concurrent
+    restores of the same image wait for the same one."""
 
     def __init__(self) -> None:
         self._tasks: dict[Path, asyncio.Task[MemoryImage]] = {}
         self._cancelled: set[asyncio.Task[MemoryImage]] = set()
+        self._builds: set[asyncio.Task[MemoryImage]] = set()
+
+    def build(self, directory: Path, making: Coroutine[None, None, MemoryImage]) -> None:
+        """Make `directory`'s image by `making`, now, in the background. Unlike a
+        materialization, what it needs goes with it: `close` waits for it."""
+        task = asyncio.ensure_future(making)
+        task.add_done_callback(lambda t: self._finished(directory, t))
+        task.add_done_callback(self._builds.discard)
+        self._tasks[directory] = task
+        self._builds.add(task)
 
     def ensure(self, stream: Path, directory: Path) -> asyncio.Future[MemoryImage]:
         if (image := complete_image(directory)) is not None:
@@ -183,22 +196,29 @@ class MemoryImages:
         return task
 
     def cancel_soon(self, directory: Path) -> None:
-        """Stop a materialization (its owner is going away); `close` waits for its cleanup."""
-        task = self._tasks.pop(directory, None)
+        """Stop a materialization (its owner is going away); `close` waits for its cleanup. A
+        build is not stopped: it holds a frozen copy of a guest, which only it lets go of."""
+        task = self._tasks.get(directory)
+        if task in self._builds:
+            return
+        self._tasks.pop(directory, None)
         if task is not None and not task.done():
             task.cancel()
             self._cancelled.add(task)
             task.add_done_callback(self._cancelled.discard)
 
     async def cancelled(self, directory: Path) -> None:
-        """Stop a materialization and wait until it has let go of its files."""
+        """Stop a materialization (or let a build end) and wait until it has let go of its
+        files."""
         task = self._tasks.get(directory)
         self.cancel_soon(directory)
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
     async def close(self) -> None:
-        """Cancel every materialization and wait until their threads have stopped."""
+        """Let every build finish; cancel every materialization and wait until their threads
+        have stopped."""
+        await asyncio.gather(*self._builds, return_exceptions=True)
         for directory in list(self._tasks):
             self.cancel_soon(directory)
         await asyncio.gather(*self._cancelled, return_exceptions=True)

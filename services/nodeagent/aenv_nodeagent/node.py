@@ -21,7 +21,7 @@ from aenv_common.cluster import ClusterStore, NodeRegistration
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import start_http_server
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
-from aenv_nodeagent.artifacts.dirtylog import ensure_dirty_log_library
+from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.lifecycle import SandboxLifecycle
@@ -59,15 +59,15 @@ async def base_template_inputs(
 ) -> TemplateInputs:
     """What the `base` template is made of on this node (artifacts are built if missing)."""
     cache = settings.resolved_cache_dir()
-    artifacts, rootfs, dirty_log = await asyncio.gather(
+    artifacts, rootfs, preload = await asyncio.gather(
         ensure_guest_artifacts(cache, default_envd_packages()), ensure_base_rootfs(cache),
-        ensure_dirty_log_library(cache),
+        ensure_preload_library(cache),
     )
     return TemplateInputs(
         BASE_TEMPLATE, artifacts, rootfs, accel,
         vcpus=settings.default_vcpus, memory_mib=settings.default_memory_mib,
         disk_mib=settings.default_disk_mib, tcg_tb_mib=settings.tcg_tb_mib,
-        dirty_log_library=dirty_log.path,
+        preload_library=preload.path,
     )
 
 

@@ -1,17 +1,19 @@
 """Start-up recovery after a crash or restart of the node agent.
 
 Paused sandboxes (a directory with `sandbox.json`: overlay and memory image, no process) are kept;
-`SandboxLifecycle.load` takes them over with the snapshots. A VM that was running is re-adopted
-when its QEMU still runs in its slot, answers QMP, is not stopped half-way through an operation,
-and the cluster still has its record on this node: QMP is reconnected and its netns slot taken
-back (the lifecycle then reads its disk chain from QEMU). Everything else is cleaned up: other
-QEMUs killed, their slots and directories removed, and the records of sandboxes that did not
-survive marked lost, so clients get a clear answer and nothing leaks. Paused sandboxes that the
-cluster now records on another node (taken over while this one was gone) are dropped.
+`SandboxLifecycle.load` takes them over with the snapshots. A pause whose memory was still to be
+written when the agent died has it written first, from its QEMU (pausedmemory.py). A VM that was
+running is re-adopted when its QEMU still runs in its slot, answers QMP, is not stopped half-way
+through an operation, and the cluster still has its record on this node: QMP is reconnected and its
+netns slot taken back (the lifecycle then reads its disk chain from QEMU). Everything else is
+cleaned up: other QEMUs killed, their slots and directories removed, and the records of sandboxes
+that did not survive marked lost, so clients get a clear answer and nothing leaks. Paused sandboxes
+that the cluster now records on another node (taken over while this one was gone) are dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -22,8 +24,10 @@ from pathlib import Path
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_nodeagent.network import NetSlot, NetworkManager
+from aenv_nodeagent.pausedmemory import finish_pending
 from aenv_nodeagent.sandboxes import SandboxRecords
 from aenv_nodeagent.vmm import QemuVm
+from aenv_nodeagent.vmm.argv import VmFiles
 from aenv_nodeagent.vmm.process import qemu_owning
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,12 @@ def kill_stale_qemus(state_dir: Path, spare: frozenset[int] = frozenset()) -> li
                 continue
             killed.append(pid)
     return killed
+
+
+def finish_paused_memory(sandboxes_dir: Path) -> None:
+    """Write the memory that pauses cut short left pending, while their QEMUs still run."""
+    for marker in sandboxes_dir.glob(f"*/{PAUSED_MARKER}"):
+        finish_pending(marker.parent, VmFiles.in_dir(marker.parent / "vm").pidfile)
 
 
 def remove_unpaused_dirs(sandboxes_dir: Path, keep: frozenset[str] = frozenset()) -> set[str]:
@@ -123,6 +133,7 @@ async def recover(
     adopted = [found for rec in ours if rec.state in _ADOPTABLE
                if (found := await adopt(sandboxes_dir / rec.sandbox_id, rec, network))]
     kept = frozenset(a.record.sandbox_id for a in adopted)
+    await asyncio.to_thread(finish_paused_memory, sandboxes_dir)
     killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))
     removed = await network.destroy_orphans(keep={a.slot.netns for a in adopted})
     paused = remove_unpaused_dirs(sandboxes_dir, keep=kept)

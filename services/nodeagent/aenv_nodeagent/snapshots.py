@@ -60,6 +60,9 @@ class SnapshotMeta:
     hidden: bool = False
     # Stored in snapstore (persistence.py): another node can restore it.
     persisted: bool = False
+    # Its memory image is still being made from a frozen copy of the guest (memcapture.py). A
+    # node agent that finds it so on start finds a snapshot it cannot complete.
+    image_pending: bool = False
     directory: Path = field(default=Path("."), compare=False)
 
     @property
@@ -68,8 +71,9 @@ class SnapshotMeta:
 
     @property
     def captured(self) -> bool:
-        """The capture stream, or the memory image made from it, is on disk."""
-        return self.state.is_file() or (self.directory / "device.state").is_file()
+        """The capture stream, or the memory image made from it, is on disk (or being made)."""
+        return (self.image_pending or self.state.is_file()
+                or (self.directory / "device.state").is_file())
 
     @property
     def names(self) -> list[str]:
@@ -153,10 +157,15 @@ class SnapshotStore:
         shutil.rmtree(directory, ignore_errors=True)
 
     def load(self) -> list[SnapshotMeta]:
-        """Snapshots left by an earlier run; hidden ones (an interrupted fork) are removed."""
+        """Snapshots left by an earlier run; hidden ones (an interrupted fork) are removed, and
+        so are those whose memory image was still being made."""
         for meta_file in self._root.glob(f"[!.]*/{_META}"):  # not a pull's staging directory
             meta = read_meta(meta_file, meta_file.parent)
-            if meta.hidden:
+            if meta.image_pending:
+                log.error("snapshot lost: the node agent stopped before its memory image was "
+                          "written", extra={"snapshot_id": meta.snapshot_id,
+                                            "sandbox_id": meta.sandbox_id})
+            if meta.hidden or meta.image_pending:
                 shutil.rmtree(meta.directory, ignore_errors=True)
             else:
                 self._snapshots[meta.snapshot_id] = meta

@@ -72,7 +72,7 @@ class TemplateInputs:
     tcg_tb_mib: int
     # Preloaded into every VM that maps its RAM copy-on-write (vmm/dirtylog.py); not a part of
     # what a snapshot is made of, so not in the key.
-    dirty_log_library: Path | None = None
+    preload_library: Path | None = None
 
     def key(self) -> str:
         return (
@@ -110,7 +110,7 @@ def vm_spec(
         accel=inputs.accel,
         tcg_tb_mib=inputs.tcg_tb_mib,
         free_page_reporting=FREE_PAGE_REPORTING,
-        dirty_log_library=None if mem_shared else inputs.dirty_log_library,
+        preload_library=None if mem_shared else inputs.preload_library,
     )
 
 

@@ -15,7 +15,7 @@ from aenv_common.errors import AenvError
 
 from . import build_guest_artifacts
 from .cache import CacheEntry
-from .dirtylog import ensure_dirty_log_library
+from .preload import ensure_preload_library
 from .rootfs import ensure_base_rootfs_build
 
 app = typer.Typer(add_completion=False, help="Build or reuse aenv guest artifacts.")
@@ -47,12 +47,12 @@ def build(
 
 async def _build(cache_dir: Path, packages: list[Path], with_rootfs: bool) -> None:
     guest = build_guest_artifacts(cache_dir, packages)
-    library = ensure_dirty_log_library(cache_dir)
+    library = ensure_preload_library(cache_dir)
     if with_rootfs:
-        result, dirty_log, base = await asyncio.gather(
+        result, preload, base = await asyncio.gather(
             guest, library, ensure_base_rootfs_build(cache_dir))
     else:
-        (result, dirty_log), base = await asyncio.gather(guest, library), None
+        (result, preload), base = await asyncio.gather(guest, library), None
     table = Table("artifact", "status", "seconds", "path")
     artifacts = result.artifacts
     paths = {"kernel": artifacts.kernel, "initramfs": artifacts.initrd,
@@ -61,7 +61,7 @@ async def _build(cache_dir: Path, packages: list[Path], with_rootfs: bool) -> No
         table.add_row(kind, *_status(entry), str(paths[kind]))
     if base is not None:
         table.add_row("rootfs-base", *_status(base.entry), str(base.image.path))
-    table.add_row("dirtylog", *_status(dirty_log.entry), str(dirty_log.path))
+    table.add_row("qemu preload", *_status(preload.entry), str(preload.path))
     console.print(table)
     console.print(f"kernel {artifacts.kernel_version}  digest {artifacts.digest}")
     console.print(f"cmdline {artifacts.cmdline}")

@@ -101,7 +101,7 @@ def write_delta(
     sections. Those pages are the ones the process holds privately, or those `changed` (a dirty
     log's `written`, when it has logged since QEMU mapped the file) names. Blocking; run it in
     a thread."""
-    parts = _Parts.read(base_state, device_state)
+    parts = ImageParts.read(base_state, device_state)
     runs = changed() if changed is not None else private_runs(pid, memory)
     section = parts.section_id
     fd = _create(out)
@@ -118,17 +118,13 @@ def write_delta(
 
 
 def write_image(
-    pid: int, memory: Path, base_state: Path, device_state: Path, out_memory: Path,
-    out_state: Path, written: Callable[[], list[PageRun]] | None = None,
+    pid: int, parts: ImageParts, runs: Iterable[PageRun], out_memory: Path, out_state: Path
 ) -> DeltaResult:
-    """Make a memory image of stopped QEMU `pid` (RAM file `memory`): the pages it changed
-    written over `out_memory`, and `out_state`, `base_state`'s RAM sections and `device_state`'s
-    sections. `out_memory` already holds a copy of `memory` (`copy_sparse`), and the changed
-    pages are the process's private ones; or it holds an earlier image of the VM, and
-    `written` (a dirty log's `take`) names the pages written since. Blocking; run it in a
-    thread."""
-    parts = _Parts.read(base_state, device_state)
-    runs = written() if written is not None else private_runs(pid, memory)
+    """Make a memory image of QEMU `pid` (stopped, or a frozen copy of it): its `runs` written
+    over `out_memory`, and `out_state`, of the image's `parts`. `out_memory` already holds the
+    rest: a copy of the RAM file (`copy_sparse`) with the process's private pages as `runs`, or
+    an earlier image of the VM with the pages its dirty log names as written since. Blocking;
+    run it in a thread."""
     try:
         pages = copy_pages(pid, runs, out_memory)
         state = _create(out_state)
@@ -205,7 +201,7 @@ def _subtract(
 
 
 @dataclass(frozen=True)
-class _Parts:
+class ImageParts:
     """What a capture builds on: the base state's RAM sections (`head`) and the device
     sections QEMU saved (`devices`)."""
 
@@ -215,7 +211,8 @@ class _Parts:
     devices: bytes
 
     @classmethod
-    def read(cls, base_state: Path, device_state: Path) -> _Parts:
+    def read(cls, base_state: Path, device_state: Path) -> ImageParts:
+        """Of the state a VM was restored from (`base_state`) and its device state now."""
         base = stream_layout(base_state)
         layout = stream_layout(device_state)
         if not base.ram_section_ends or base.ram_section_id is None:

@@ -21,8 +21,6 @@ from pathlib import Path
 
 from aenv_nodeagent.vmm.delta import PageRun, RamMapping, ram_mappings
 
-SOURCE = Path(__file__).with_name("dirtylog.c")
-LIBRARY_NAME = "libaenv-dirtylog.so"
 MEMORY_ENV = "AENV_DIRTY_LOG_MEMORY"  # the RAM file whose copy-on-write mapping is logged
 
 _PAGEMAP_SCAN = 0xC0606610  # _IOWR('f', 16, struct pm_scan_arg)
@@ -31,11 +29,6 @@ _PM_SCAN_CHECK_WPASYNC = 1 << 1  # fail with EPERM on memory not registered for 
 _PAGE_IS_WRITTEN = 1 << 1
 _SCAN_ARG = struct.Struct("12Q")
 _REGIONS = 4096  # page_region entries per ioctl (start, end, categories)
-
-
-def preload_env(library: Path, memory: Path) -> dict[str, str]:
-    """The environment that makes QEMU log writes to its mapping of `memory`."""
-    return {"LD_PRELOAD": str(library), MEMORY_ENV: str(memory)}
 
 
 class DirtyLog:

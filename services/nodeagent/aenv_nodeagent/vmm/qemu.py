@@ -24,8 +24,10 @@ from aenv_common.errors import (
     InvalidArgument,
     NotFound,
 )
-from aenv_nodeagent.vmm import dirtylog, process, seccomp
+from aenv_nodeagent.vmm import process, seccomp
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, QMP_CHARDEV_ID, VmFiles, build_argv
+from aenv_nodeagent.vmm.frozen import FreezeChannel, FrozenCopy
+from aenv_nodeagent.vmm.preload import preload_env
 from aenv_nodeagent.vmm.spec import VmSpec
 from aenv_nodeagent.vmm.timing import PhaseClock
 
@@ -70,6 +72,7 @@ class QemuVm:
         # Started with the dirty log armed over its RAM (vmm/dirtylog.py): every write the guest
         # made since QEMU mapped the RAM file is logged.
         self.logs_writes = False
+        self._freezer: FreezeChannel | None = None  # the preload library's, when it serves one
         # Latest duration of every phase so far (launch, capture, restore), in milliseconds.
         self.timings: dict[str, float] = {}
 
@@ -80,6 +83,11 @@ class QemuVm:
     @property
     def exit_code(self) -> int | None:
         return self._proc.returncode
+
+    @property
+    def stopping(self) -> bool:
+        """Whether QEMU has exited or is being shut down."""
+        return self._shutdown_task is not None or self._proc.returncode is not None
 
     @classmethod
     async def launch(
@@ -97,20 +105,32 @@ class QemuVm:
         `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID."""
         files = _prepare_workdir(workdir)
         disk_fds = _open_disks(spec)
+        freezer, freeze_socket = (None, None) if spec.preload_library is None else (
+            FreezeChannel.pair())
         clock = PhaseClock()
         with clock.measure("exec_to_qmp"):
             try:
                 argv = _hole_punch_guard(spec, [*argv_prefix, *build_argv(
                     spec, files, incoming=incoming, console_log=console_log,
                     qemu_binary=qemu_binary, disk_fds=disk_fds)])
-                proc = await process.spawn(
-                    argv, files.stderr_log, [fd for fds in disk_fds.values() for fd in fds],
-                    _dirty_log_env(spec))
+                inherited = [fd for fds in disk_fds.values() for fd in fds]
+                env = {}
+                if spec.preload_library is not None:
+                    env = preload_env(spec.preload_library, spec.mem_path, freeze_socket)
+                    inherited.append(freeze_socket.fileno())  # type: ignore[union-attr]
+                proc = await process.spawn(argv, files.stderr_log, inherited, env)
+                qmp = await _connect_or_clean_up(proc, files, start_timeout)
+            except BaseException:
+                if freezer is not None:
+                    freezer.close()
+                raise
             finally:
                 _close_all(disk_fds)  # QEMU holds its own copies
-            qmp = await _connect_or_clean_up(proc, files, start_timeout)
+                if freeze_socket is not None:
+                    freeze_socket.close()
         vm = cls(proc, qmp, files, incoming=incoming)
-        vm.logs_writes = spec.dirty_log_library is not None
+        vm.logs_writes = spec.preload_library is not None
+        vm._freezer = freezer
         vm.timings.update(clock.phases_ms)
         logger.info(
             "QEMU started",
@@ -281,8 +301,21 @@ class QemuVm:
         if data.get("error") or data.get("event") == "BLOCK_JOB_CANCELLED":
             raise Internal(f"block-stream of {top_node} failed: {data.get('error', 'cancelled')}")
 
+    @property
+    def freezes(self) -> bool:
+        """Whether `freeze` can fork this QEMU (it was launched by this agent with the preload
+        library, which serves the agent's end of its socket)."""
+        return self._freezer is not None
+
+    async def freeze(self) -> FrozenCopy:
+        """A frozen copy of the memory of this QEMU, which must be stopped (vmm/frozen.py)."""
+        if self._freezer is None:
+            raise Internal(f"QEMU {self.pid} cannot be frozen: it was not launched to be")
+        return await self._freezer.freeze()
+
     async def release(self) -> None:
         """Let go of QEMU without stopping it (a VM not taken over after all)."""
+        self._close_freezer()
         await _disconnect(self._qmp)
         if isinstance(self._proc, process.AdoptedProcess):
             self._proc.close()
@@ -304,9 +337,15 @@ class QemuVm:
             await self._request_quit(grace)
             await process.stop(self._proc, grace)
         finally:
+            self._close_freezer()
             await _disconnect(self._qmp)
             _remove_files(self.files)
         logger.info("QEMU stopped", extra={"pid": self.pid, "exit_code": self._proc.returncode})
+
+    def _close_freezer(self) -> None:
+        if self._freezer is not None:
+            self._freezer.close()
+            self._freezer = None
 
     async def _request_quit(self, grace: float) -> None:
         if self._proc.returncode is not None:
@@ -573,12 +612,6 @@ def _hole_punch_guard(spec: VmSpec, argv: list[str]) -> list[str]:
     if spec.mem_shared or not spec.free_page_reporting:
         return argv
     return seccomp.wrapped(argv)
-
-
-def _dirty_log_env(spec: VmSpec) -> dict[str, str]:
-    if spec.dirty_log_library is None:
-        return {}
-    return dirtylog.preload_env(spec.dirty_log_library, spec.mem_path)
 
 
 def _opened_for_writing(pid: int, fd: int) -> bool:

@@ -70,9 +70,9 @@ class VmSpec:
     # under a seccomp filter, without which QEMU 7.2 would punch the reported pages out of the
     # shared file itself (vmm/seccomp.py).
     free_page_reporting: bool = True
-    # Logs which RAM pages the guest writes, for captures that copy only those
-    # (vmm/dirtylog.py); for a share=off VM only.
-    dirty_log_library: Path | None = None
+    # Logs which RAM pages the guest writes, for captures that copy only those, and forks QEMU
+    # for frozen copies (vmm/preload.py); for a share=off VM only.
+    preload_library: Path | None = None
 
     def __post_init__(self) -> None:
         if self.vcpus < 1:
@@ -81,8 +81,8 @@ class VmSpec:
             raise InvalidArgument(f"memory_mib must be >= 16, got {self.memory_mib}")
         if self.tcg_tb_mib < 1:
             raise InvalidArgument(f"tcg_tb_mib must be >= 1, got {self.tcg_tb_mib}")
-        if self.dirty_log_library is not None and self.mem_shared:
-            raise InvalidArgument("a dirty log is kept only for RAM mapped share=off")
+        if self.preload_library is not None and self.mem_shared:
+            raise InvalidArgument("the QEMU preload library is for RAM mapped share=off only")
         ids = [disk.id for disk in self.disks]
         if len(set(ids)) != len(ids):
             raise InvalidArgument(f"disk ids must be unique, got {ids}")

@@ -59,6 +59,7 @@ async def test_filesystem_pause_and_snapshot_keep_files_and_cold_boot(node: Node
     assert await sh(node.session, sandbox.host, token, "cat /run/m /root/file") == (
         "in-memory\nlater\n")
     await node.lifecycle.pause(s.sandbox_id)
+    await node.settled()  # its memory is written as its VM quits
     assert (sandbox.directory / "delta.state").is_file()
     assert not (sandbox.directory / "memory").exists()  # pinned as base.memory
     sandbox = await node.lifecycle.resume(s.sandbox_id)

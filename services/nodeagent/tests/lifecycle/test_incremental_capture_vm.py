@@ -1,14 +1,23 @@
 """Captures of a running sandbox copy only what its guest wrote since the last one (dirty log),
-and restore exactly the memory it had at each capture."""
+from a frozen copy of the stopped guest after the call returns, and restore exactly the memory
+it had at each capture."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Internal, NotFound
 from aenv_nodeagent.sandboxes import Sandbox
+from aenv_nodeagent.snapshots import SnapshotMeta
+from aenv_nodeagent.vmm import delta
 
 from .conftest import Node, spec
 from .guest import sh
@@ -38,6 +47,17 @@ async def _filled(node: Node) -> tuple[cluster_pb2.SandboxSpec, Sandbox, str]:
     return source, sandbox, await sh(node.session, sandbox.host, source.envd_access_token, FILL)
 
 
+async def _restored_blob(node: Node, snapshot: SnapshotMeta) -> str:
+    """The md5sum line of the blob in a sandbox restored from `snapshot` (then killed)."""
+    restored_spec = spec(template_id=snapshot.snapshot_id)
+    restored = await node.lifecycle.create(restored_spec)
+    try:
+        return await sh(node.session, restored.host, restored_spec.envd_access_token,
+                        f"md5sum {BLOB}")
+    finally:
+        await node.lifecycle.kill(restored_spec.sandbox_id)
+
+
 def _copied(caplog: pytest.LogCaptureFixture) -> dict[str, int]:
     """Pages copied by phase, of the last snapshot taken."""
     taken = [r for r in caplog.records if r.getMessage() == "snapshot taken"]
@@ -53,8 +73,8 @@ async def test_each_capture_copies_what_was_written_since_the_previous_one(
 
     first = await node.lifecycle.create_snapshot(source.sandbox_id)
     copied = _copied(caplog)
-    assert sum(copied.values()) >= 64 * MIB_PAGES, copied
-    assert copied["stopped"] < QUIET, copied  # the rest was copied while it ran
+    # All of it read from a frozen copy, after the call returned.
+    assert list(copied) == ["frozen"] and copied["frozen"] >= 64 * MIB_PAGES, copied
 
     await node.lifecycle.create_snapshot(source.sandbox_id)  # nothing written in between
     idle = sum(_copied(caplog).values())
@@ -67,11 +87,7 @@ async def test_each_capture_copies_what_was_written_since_the_previous_one(
     assert 16 * MIB_PAGES <= sum(copied.values()) < 16 * MIB_PAGES + QUIET, copied
 
     for snapshot, expected in ((first, filled), (third, rewritten)):
-        restored_spec = spec(template_id=snapshot.snapshot_id)
-        restored = await node.lifecycle.create(restored_spec)
-        assert await sh(node.session, restored.host, restored_spec.envd_access_token,
-                        f"md5sum {BLOB}") == expected
-        await node.lifecycle.kill(restored_spec.sandbox_id)
+        assert await _restored_blob(node, snapshot) == expected
     for snapshot in (first, third):
         await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
     # Its last capture's image stays its reference, with the snapshots gone.
@@ -95,6 +111,7 @@ async def test_a_fork_child_pauses_and_captures_as_deltas_of_its_own_base(
     await node.lifecycle.create_snapshot(child.sandbox_id)
     assert sum(_copied(caplog).values()) < QUIET, _copied(caplog)
     await node.lifecycle.pause(child.sandbox_id)
+    await node.settled()  # its memory is written as its VM quits
     assert (child_dir / "delta.state").is_file()
     resumed = await node.lifecycle.resume(child.sandbox_id)
     assert await sh(node.session, resumed.host, token, f"md5sum {BLOB}") == filled
@@ -102,3 +119,76 @@ async def test_a_fork_child_pauses_and_captures_as_deltas_of_its_own_base(
         await node.lifecycle.kill(sandbox_id)
     for meta in node.lifecycle.snapshots.listed():
         await node.lifecycle.delete_snapshot(meta.snapshot_id)
+
+
+@pytest.fixture
+def held_builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Images made from frozen copies wait, before they start, until the event is set."""
+    release = threading.Event()
+
+    def held(*args: object) -> None:
+        assert release.wait(120), "the test never released the build"
+        delta.copy_sparse(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("aenv_nodeagent.memcapture.copy_sparse", held)
+    try:
+        yield release
+    finally:
+        release.set()
+
+
+def _frozen_copies() -> list[int]:
+    """This process's children that are frozen copies of a QEMU (they hold one descriptor)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                name, fields = (entry / "stat").read_text().rsplit(") ", 1)
+                if (int(fields.split()[1]) == os.getpid() and "qemu" in name
+                        and len(os.listdir(entry / "fd")) == 1):
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+async def test_what_the_guest_writes_after_the_call_is_not_in_the_snapshot(
+    node: Node, held_builds: threading.Event
+) -> None:
+    source, sandbox, filled = await _filled(node)
+    token = source.envd_access_token
+    snapshot = await node.lifecycle.create_snapshot(source.sandbox_id)
+    assert snapshot.image_pending and len(_frozen_copies()) == 1
+    rewritten = await sh(node.session, sandbox.host, token, REWRITE)  # while it is being made
+    held_builds.set()
+    # The restore waits for the image, made from the guest as it was at the call.
+    assert await _restored_blob(node, snapshot) == filled != rewritten
+    assert not snapshot.image_pending and _frozen_copies() == []
+    assert await sh(node.session, sandbox.host, token, f"md5sum {BLOB}") == rewritten
+    await node.lifecycle.kill(source.sandbox_id)
+    await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
+
+
+async def test_a_snapshot_whose_frozen_copy_dies_is_dropped_and_the_next_one_is_whole(
+    node: Node, held_builds: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    source, _, filled = await _filled(node)
+    lost = await node.lifecycle.create_snapshot(source.sandbox_id)
+    [copy] = _frozen_copies()
+    os.kill(copy, 9)
+    held_builds.set()
+    with pytest.raises(Internal, match="cannot read the memory"):
+        await node.lifecycle.memory_image(lost.snapshot_id)
+    assert node.lifecycle.snapshots.listed() == [] and not lost.directory.exists()
+    with pytest.raises(NotFound):
+        await node.lifecycle.create(spec(template_id=lost.snapshot_id))
+    assert any(r.getMessage() == "snapshot lost: its memory image could not be written"
+               for r in caplog.records)
+    await asyncio.sleep(0)
+    assert _frozen_copies() == []
+    # The log was re-armed for nothing: the next capture reads every private page instead.
+    second = await node.lifecycle.create_snapshot(source.sandbox_id)
+    assert "frozen" not in _copied(caplog) and not second.image_pending
+    assert await _restored_blob(node, second) == filled
+    await node.lifecycle.kill(source.sandbox_id)
+    await node.lifecycle.delete_snapshot(second.snapshot_id)

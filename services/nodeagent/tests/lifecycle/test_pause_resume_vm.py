@@ -11,6 +11,7 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict
+from aenv_nodeagent.pausedmemory import PendingDelta
 
 from .conftest import Node, netns_with, qemus_under, spec
 from .guest import counter, sh, start_counter
@@ -51,6 +52,7 @@ async def test_corrupt_or_missing_state_keeps_the_sandbox_paused(node: Node) -> 
     sandbox = await node.lifecycle.create(s)
     await sh(node.session, sandbox.host, s.envd_access_token, "echo kept > /root/file")
     await node.lifecycle.pause(s.sandbox_id)
+    await node.settled()  # its memory is written as its VM quits
     # A delta capture onto the template's memory, pinned in the sandbox's directory.
     delta, base = sandbox.directory / "delta.state", sandbox.directory / "base.memory"
     assert delta.is_file() and base.is_file() and not (sandbox.directory / "memory").exists()
@@ -107,6 +109,7 @@ async def test_restart_keeps_paused_sandboxes_and_snapshots(node: Node) -> None:
     snapshot = await node.lifecycle.create_snapshot(running_spec.sandbox_id, "s1")
     # The agent dies: its VMs keep running, nothing is cleaned up, and a delta capture and a
     # split cut short left their partial files. A new one starts.
+    await node.settled()  # its memory is written as its VM quits
     assert (sandbox.directory / "delta.state").is_file()
     leftovers = [sandbox.directory / name for name in ("delta.state.part", "memory.part")]
     for leftover in leftovers:
@@ -161,3 +164,35 @@ async def test_a_kill_right_after_a_pause_waits_for_its_vm_to_quit(node: Node) -
     await node.settled()
     assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
     assert s.sandbox_id not in node.records.records
+
+
+async def test_a_pause_whose_agent_died_before_its_memory_was_written_keeps_it(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause returns before the guest's memory is written; the agent dies right then (no
+    background work at all). The next agent's recovery writes it from the QEMU, still stopped,
+    before it kills that QEMU."""
+    s = spec()
+    sandbox = await node.lifecycle.create(s)
+    token = s.envd_access_token
+    await start_counter(node.session, sandbox.host, token)
+    await sh(node.session, sandbox.host, token, "echo in-ram > /run/m")
+    pid, before = await counter(node.session, sandbox.host, token)
+
+    def died(_sandbox: object, delta: PendingDelta | None) -> None:
+        assert delta is not None
+        delta.close()
+
+    monkeypatch.setattr(node.lifecycle, "_quit_soon", died)
+    await node.lifecycle.pause(s.sandbox_id)
+    assert not (sandbox.directory / "delta.state").exists()
+    assert len(qemus_under(node.state_dir)) == 1  # stopped, its memory not yet written
+    restarted = await node.restart()
+    assert (sandbox.directory / "delta.state").is_file()
+    assert not (sandbox.directory / "devices.state").exists()
+    assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+    resumed = await restarted.lifecycle.resume(s.sandbox_id)
+    assert await sh(node.session, resumed.host, token, "cat /run/m") == "in-ram\n"
+    await asyncio.sleep(2.2)  # > one counter tick
+    after_pid, after = await counter(node.session, resumed.host, token)
+    assert after_pid == pid and after > before

@@ -36,6 +36,7 @@ async def test_snapshot_restores_its_moment_and_delete_waits_for_users(node: Nod
     # Paused as a delta onto the snapshot's memory, which it pins.
     await sh(node.session, restored.host, rtoken, "echo in-memory > /run/m")
     await node.lifecycle.pause(restored_spec.sandbox_id)
+    await node.settled()  # its memory is written as its VM quits
     assert (restored.directory / "delta.state").is_file()
     # Deleting it while `restored` stands on its disk layer and memory: gone from the list, disk
     # and memory kept.

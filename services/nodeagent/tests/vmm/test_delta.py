@@ -17,9 +17,11 @@ import pytest
 
 from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.delta import (
+    ImageParts,
     PageRun,
     copy_sparse,
     mapped_memory,
+    private_runs,
     write_delta,
     write_image,
 )
@@ -151,7 +153,8 @@ def test_an_image_is_the_copied_base_with_the_private_pages_written_over_it(
     image = tmp_path / "image"
     copy_sparse(memory, image)
     assert image.read_bytes() == memory.read_bytes()
-    result = write_image(dirtier.pid, memory, tmp_path / "base", tmp_path / "devices", image,
+    parts = ImageParts.read(tmp_path / "base", tmp_path / "devices")
+    result = write_image(dirtier.pid, parts, private_runs(dirtier.pid, memory), image,
                          tmp_path / "image.state")
     assert result.pages == 2
     fills = [0, 0xA1, 2, 3, 4, 0xA5, 6, 7]

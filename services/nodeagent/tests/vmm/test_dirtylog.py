@@ -5,88 +5,43 @@ log from outside with PAGEMAP_SCAN, as it does for QEMU."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from aenv_nodeagent.artifacts.dirtylog import ensure_dirty_log_library
+from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.vmm.delta import PageRun, copy_pages, private_runs
-from aenv_nodeagent.vmm.dirtylog import DirtyLog, preload_env
+from aenv_nodeagent.vmm.dirtylog import DirtyLog
+from aenv_nodeagent.vmm.preload import preload_env
 from aenv_nodeagent.vmm.stream import PAGE_SIZE
 
-PAGES = 64
-# Maps argv[1] copy-on-write (through libc's mmap, which the library wraps), then writes the page
-# each line of stdin names, answering "ok" after each.
-_WRITER = """
-import mmap, sys
-with open(sys.argv[1], "r+b") as f:
-    ram = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
-print("ok", flush=True)
-for line in sys.stdin:
-    n = int(line)
-    ram[n * 4096:(n + 1) * 4096] = bytes([0x80 + n]) * 4096
-    print("ok", flush=True)
-"""
-
-
-class Writer:
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-
-    def write(self, *page_numbers: int) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        for n in page_numbers:
-            self.proc.stdin.write(f"{n}\n")
-            self.proc.stdin.flush()
-            assert self.proc.stdout.readline() == "ok\n"
+from .preloaded import PAGES, Writer, fill, page_numbers, start_writer
 
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("cache")
-    return asyncio.run(ensure_dirty_log_library(cache)).path
+    return asyncio.run(ensure_preload_library(cache)).path
 
 
 @pytest.fixture
 def memory(tmp_path: Path) -> Path:
-    path = tmp_path / "memory"
-    path.write_bytes(b"".join(bytes([n]) * PAGE_SIZE for n in range(PAGES)))
-    return path
-
-
-def _start(memory: Path, env: dict[str, str]) -> Iterator[Writer]:
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(memory)], text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env={**os.environ, **env})
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ok\n"
-        yield Writer(proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    return fill(tmp_path / "memory")
 
 
 @pytest.fixture
 def logged(memory: Path, library: Path) -> Iterator[Writer]:
-    yield from _start(memory, preload_env(library, memory))
+    yield from start_writer(memory, preload_env(library, memory))
 
 
 @pytest.fixture
 def unlogged(memory: Path) -> Iterator[Writer]:
-    yield from _start(memory, {})
+    yield from start_writer(memory, {})
 
 
 def pages(runs: list[PageRun]) -> int:
     return sum(run.length for run in runs) // PAGE_SIZE
-
-
-def _page_numbers(runs: list[PageRun], memory_base: int) -> list[int]:
-    return [(run.file_offset - memory_base) // PAGE_SIZE + i
-            for run in runs for i in range(run.length // PAGE_SIZE)]
 
 
 def test_the_log_holds_the_pages_written_since_the_last_take(
@@ -97,11 +52,11 @@ def test_the_log_holds_the_pages_written_since_the_last_take(
     try:
         assert log.take() == []  # armed when the file was mapped
         logged.write(3, 4, 9)
-        assert _page_numbers(log.take(), 0) == [3, 4, 9]
+        assert page_numbers(log.take()) == [3, 4, 9]
         assert log.take() == []  # re-armed by the take
         logged.write(9, 60)
         taken = log.take()
-        assert _page_numbers(taken, 0) == [9, 60] and pages(taken) == 2
+        assert page_numbers(taken) == [9, 60] and pages(taken) == 2
     finally:
         log.close()
 
@@ -130,7 +85,7 @@ def test_write_protected_unfaulted_pages_are_not_taken_for_private_ones(
     """The log leaves pte markers, which the page map shows as swap entries."""
     logged.write(5)
     runs = list(private_runs(logged.proc.pid, memory))
-    assert _page_numbers(runs, 0) == [5]
+    assert page_numbers(runs) == [5]
 
 
 def test_a_process_started_without_the_library_keeps_no_log(
@@ -150,6 +105,6 @@ def test_until_first_taken_the_log_names_exactly_the_private_pages(
         logged.write(2, 3, 40)
         private = list(private_runs(logged.proc.pid, memory))
         assert log.written() == log.written() == private
-        assert _page_numbers(log.take(), 0) == [2, 3, 40]
+        assert page_numbers(log.take()) == [2, 3, 40]
     finally:
         log.close()
