@@ -98,6 +98,10 @@ async def elapsed(awaitable: Awaitable[Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, result
 
 
+# What the lifecycle logs with phases: the calls, and what they leave to the background.
+_LOGGED = ("sandbox paused", "paused memory written", "snapshot taken", "snapshot image written")
+
+
 class PhaseLog(logging.Handler):
     """The `*_ms` phases and `*_pages` counts the lifecycle logs with each pause and snapshot,
     by message."""
@@ -108,7 +112,7 @@ class PhaseLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if message in ("sandbox paused", "snapshot taken"):
+        if message in _LOGGED:
             self.records.setdefault(message, []).append({
                 key: value for key, value in vars(record).items()
                 if key.endswith(("_ms", "_pages")) and isinstance(value, (int, float))})
@@ -215,8 +219,12 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
     try:
         out: dict[str, object] = await bench.pause_resume()
         out["pause_phases_median_ms"] = phases.medians("sandbox paused")
+        # After the pause returned, as its VM quits.
+        out["pause_memory_written_median"] = phases.medians("paused memory written")
         out.update(await bench.snapshots())
         out["snapshot_phases_median_ms"] = phases.medians("snapshot taken")
+        # After the call returned, from the frozen copy.
+        out["snapshot_image_phases_median_ms"] = phases.medians("snapshot image written")
         out["snapshot_guest_stopped"] = summary_ms(phases.sums_s("snapshot taken", STOPPED_PHASES))
         forks: list[dict[str, object]] = []
         for n in FORKS:

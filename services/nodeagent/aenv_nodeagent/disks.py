@@ -11,13 +11,15 @@ from aenv_common.errors import Internal
 _QCOW2_MAGIC = b"QFI\xfb"
 
 
-async def create_overlay(backing: Path, path: Path) -> None:
-    """A new empty qcow2 layer at `path` whose reads fall through to `backing`.
+async def create_overlay(backing: Path, path: Path, *, like: Path | None = None) -> None:
+    """A new empty qcow2 layer at `path` whose reads fall through to `backing` (which may not
+    exist yet when it is to be a link to `like`).
 
     The size is read from the backing's header, so qemu-img never opens the backing: it may be
     held by a running QEMU (whose write lock would refuse even a read-only open)."""
-    backing_format = _format_of(backing)
-    size = qcow2_virtual_size(backing) if backing_format == "qcow2" else backing.stat().st_size
+    source = like or backing
+    backing_format = _format_of(source)
+    size = qcow2_virtual_size(source) if backing_format == "qcow2" else source.stat().st_size
     await _qemu_img("create", "-q", "-f", "qcow2", "-F", backing_format,
                     "-b", str(backing), "-u", str(path), str(size))
 

@@ -31,6 +31,7 @@ import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
@@ -345,7 +346,7 @@ class SandboxLifecycle:
             return
         log.info("paused memory written", extra={
             "sandbox_id": sandbox_id, "delta_pages": pages,
-            "ms": round((time.perf_counter() - started) * 1000, 1)})
+            "write_ms": round((time.perf_counter() - started) * 1000, 1)})
 
     async def _quitted(self, sandbox_id: str) -> None:
         if task := self._quitting.get(sandbox_id):
@@ -581,18 +582,20 @@ class SandboxLifecycle:
         base = await self._running_image(sandbox) if memory else None
         ram = None if base is None else MemoryCapture(
             sandbox.vm, base, partial_image(directory), self._ledger, timings)
+        following: _NextLayer | None = None
         try:
             if not memory:
                 await timed(timings, "sync", self._sync(sandbox))
             if ram is not None:  # while the VM runs
                 await ram.while_running()
+            following = await timed(timings, "overlay", self._next_layer(sandbox, chain))
             await timed(timings, "stop", sandbox.vm.pause())
             try:
                 if ram is not None:
                     await timed(timings, "memory", ram.while_stopped(directory))
                 elif memory:
                     await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
-                await timed(timings, "disk", self._freeze_disk(sandbox, chain))
+                await timed(timings, "disk", self._freeze_disk(sandbox, chain, following))
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
             await sandbox.vm.close_writable_fds()  # a pooled VM's first overlay is frozen now
@@ -612,8 +615,10 @@ class SandboxLifecycle:
             self.snapshots.add(meta)
             if ram is not None and ram.deferred:
                 self.memory_images.build(directory, self._deferred_image(
-                    meta, ram.finishing(sandbox.directory)))
+                    meta, ram.finishing(sandbox.directory), ram.image_timings))
         except BaseException:
+            if following is not None and chain.active != following.active:
+                (sandbox.directory / following.active).unlink(missing_ok=True)
             self.snapshots.discard_directory(directory)
             raise
         finally:
@@ -628,7 +633,8 @@ class SandboxLifecycle:
         return meta
 
     async def _deferred_image(
-        self, meta: SnapshotMeta, making: Coroutine[None, None, MemoryImage]
+        self, meta: SnapshotMeta, making: Coroutine[None, None, MemoryImage],
+        timings: dict[str, float],
     ) -> MemoryImage:
         """A snapshot's image made after its call returned; the snapshot goes if it cannot be
         made (the guest state it needed is gone with the frozen copy)."""
@@ -649,7 +655,7 @@ class SandboxLifecycle:
         self.snapshots.save(meta)
         log.info("snapshot image written", extra={
             "snapshot_id": meta.snapshot_id, "sandbox_id": meta.sandbox_id,
-            "ms": round((time.perf_counter() - started) * 1000, 1)})
+            "ms": round((time.perf_counter() - started) * 1000, 1), **ms_fields(timings)})
         return image
 
     async def _capture_paused(
@@ -695,28 +701,33 @@ class SandboxLifecycle:
             return None
         return image if all(path.is_file() for path in image) else None
 
-    async def _freeze_disk(self, sandbox: Sandbox, chain: Chain) -> None:
-        """Freeze the active overlay as a new layer; the VM (stopped) continues on a fresh one.
+    async def _next_layer(self, sandbox: Sandbox, chain: Chain) -> _NextLayer:
+        """The overlay the VM continues on after its active one is frozen as a new layer, made
+        while it still runs: its backing is the layer's file, which does not exist yet."""
+        layer = new_layer_id()
+        following = _NextLayer(layer, self.layers.path(layer), f"{layer}.active.qcow2")
+        await create_overlay(following.frozen, sandbox.directory / following.active,
+                             like=sandbox.directory / chain.active)
+        return following
+
+    async def _freeze_disk(self, sandbox: Sandbox, chain: Chain, following: _NextLayer) -> None:
+        """Freeze the active overlay as the new layer; the VM (stopped) continues on the
+        overlay made for it.
 
         The frozen file is hard-linked into `layers/`, never renamed: QEMU reopens a node by its
         file name when it reactivates disks after a migration, and must find the same inode."""
-        layer = new_layer_id()
-        frozen = self.layers.path(layer)
-        active = f"{layer}.active.qcow2"
-        os.link(sandbox.directory / chain.active, frozen)
+        os.link(sandbox.directory / chain.active, following.frozen)
         try:
-            await create_overlay(frozen, sandbox.directory / active)
             new_node = f"{_OVERLAY_NODE}{chain.overlays_added + 1}"
             await sandbox.vm.switch_disk_to_overlay(
-                chain.top_node, new_node, sandbox.directory / active)
+                chain.top_node, new_node, sandbox.directory / following.active)
         except BaseException:
-            (sandbox.directory / active).unlink(missing_ok=True)
-            frozen.unlink(missing_ok=True)
+            following.frozen.unlink(missing_ok=True)
             raise
         chain.overlays_added += 1
         chain.top_node = new_node
-        chain.active = active
-        chain.layers.insert(0, layer)
+        chain.active = following.active
+        chain.layers.insert(0, following.layer)
 
     def _persist_soon(self, meta: SnapshotMeta) -> None:
         if self.persistence is not None and not meta.hidden:
@@ -991,6 +1002,14 @@ class SandboxLifecycle:
             self._store_soon(paused)  # a push cut short by the last stop
         self.collect_layers()
         return list(self._paused)
+
+
+class _NextLayer(NamedTuple):
+    """A capture's new disk layer: its id and file, and the overlay the VM continues on."""
+
+    layer: str
+    frozen: Path
+    active: str
 
 
 def _read_paused(marker: Path) -> Paused:

@@ -23,6 +23,7 @@ take it away; and which capture is still making that file.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -128,6 +129,7 @@ class MemoryCapture:
     timings: dict[str, float]
     dirty: DirtyLog | None = None
     copied: dict[str, int] = field(default_factory=dict)  # pages, by phase
+    image_timings: dict[str, float] = field(default_factory=dict)  # of a deferred image
     # Whether the image is made from a frozen copy after the guest continues (`finishing`).
     deferred: bool = False
     _reference: Path | None = None  # what a deferred image is made on, linked beside it
@@ -244,9 +246,13 @@ class MemoryCapture:
         return write_image(self.vm.pid, parts, runs, self.out.memory, self.out.device_state)
 
     def _write_frozen(self, later: _Later, reference: Path) -> None:
+        started = time.perf_counter()
         copy_sparse(reference, self.out.memory, later.runs)
+        copied = time.perf_counter()
         write_image(later.copy.pid, later.parts, later.runs, self.out.memory,
                     self.out.device_state)
+        self.image_timings.update(copy_base=(copied - started) * 1000,
+                                  pages=(time.perf_counter() - copied) * 1000)
 
     def _changed(self, reference: Path | None) -> list[PageRun]:
         """Re-arms the log: the pages that differ from `reference`, or from the base."""
