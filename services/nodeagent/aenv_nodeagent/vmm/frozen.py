@@ -9,6 +9,7 @@ the agent closes the other end (`release`) or dies; a QEMU that quits meanwhile 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
@@ -34,7 +35,8 @@ class FrozenCopy:
             return
         os.close(self._pipe)
         self._pipe = -1
-        os.waitpid(self.pid, 0)
+        with contextlib.suppress(ChildProcessError):  # reaped already (SIGCHLD ignored)
+            os.waitpid(self.pid, 0)
 
 
 class FreezeChannel:
