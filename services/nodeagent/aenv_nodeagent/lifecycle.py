@@ -28,7 +28,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -61,6 +61,7 @@ from aenv_nodeagent.memimage import (
     discard_image,
     discard_interrupted,
     image_in,
+    link_into,
     partial_image,
     pin_base,
     publish_image,
@@ -849,8 +850,12 @@ class SandboxLifecycle:
             )
             cleanup.push(lambda: self._network.destroy_slot(slot))
             record = self._manager.new_record(spec, template, snapshot.envd_version)
-            image = _pinned(await self._image(snapshot), directory)
-            vm = await self._restore(directory, slot, image, record, timings)
+            early = self._early_image(snapshot, directory)
+            if early is not None:
+                image, state = early
+            else:
+                image, state = _pinned(await self._image(snapshot), directory), None
+            vm = await self._restore(directory, slot, image, record, timings, state=state)
             cleanup.push(vm.shutdown)
             sandbox = Sandbox(record, slot, vm, directory, timings)
             self._chains[spec.sandbox_id] = Chain(snapshot.template_id, list(snapshot.layers))
@@ -872,6 +877,23 @@ class SandboxLifecycle:
         return RestoreImage(self._templates.inputs(snapshot.template_id), image.memory,
                             image.device_state, snapshot.guest_token)
 
+    def _early_image(
+        self, snapshot: SnapshotMeta, directory: Path
+    ) -> tuple[RestoreImage, Callable[[], Awaitable[Path]]] | None:
+        """While the snapshot's image is still being made from a frozen copy: its memory file
+        pinned now (the same inode, complete once the image is), so that a VM can be launched
+        on it meanwhile; and how to wait for the image and pin its device state."""
+        if not snapshot.has_memory or not self.memory_images.building(snapshot.directory):
+            return None
+        memory = link_into(partial_image(snapshot.directory).memory, directory / BASE_MEMORY)
+
+        async def state() -> Path:
+            image = await asyncio.shield(self._materialize(snapshot))
+            return link_into(image.device_state, directory / BASE_STATE)
+
+        inputs = self._templates.inputs(snapshot.template_id)
+        return RestoreImage(inputs, memory, None, snapshot.guest_token), state
+
     async def memory_image(self, snapshot_id: str) -> MemoryImage:
         """A snapshot's memory image, waiting for (or starting) its materialization."""
         return await asyncio.shield(self._materialize(self.snapshots.get(snapshot_id)))
@@ -885,10 +907,12 @@ class SandboxLifecycle:
     async def _restore(
         self, directory: Path, slot: NetSlot, image: RestoreImage,
         record: cluster_pb2.SandboxRecord, timings: dict[str, float], disk: str = _DISK,
+        *, state: Callable[[], Awaitable[Path]] | None = None,
     ) -> QemuVm:
         """Launch, load the state (or cold-boot a memory-less image), wait for envd and give it
-        this sandbox's identity."""
-        if image.memory is None or image.state is None:
+        this sandbox's identity. `state`: the image's device state is awaited once QEMU runs
+        (its memory is still being written meanwhile)."""
+        if image.memory is None or (image.state is None and state is None):
             vm = await timed(timings, "boot", boot_from_disk(image.inputs, directory, slot, disk))
             ready_timeout_s = self._boot_timeout_s
         else:
@@ -896,8 +920,11 @@ class SandboxLifecycle:
                 image.inputs, directory, image.memory, slot, disk))
             ready_timeout_s = self._ready_timeout_s
         try:
-            if image.state is not None:
-                await timed(timings, "restore", vm.restore(image.state))
+            loaded = image.state
+            if loaded is None and state is not None:
+                loaded = await timed(timings, "memory_image", state())
+            if loaded is not None:
+                await timed(timings, "restore", vm.restore(loaded))
             await timed(timings, "envd_ready",
                         self._envd.wait_healthy(slot.ns_ip, ready_timeout_s))
             record.envd_version = await timed(timings, "envd_init", self._envd.init(

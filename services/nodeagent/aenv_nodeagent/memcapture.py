@@ -23,6 +23,7 @@ take it away; and which capture is still making that file.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import weakref
 from collections.abc import Coroutine
@@ -234,11 +235,22 @@ class MemoryCapture:
             await self.vm.save_device_state(devices)
             parts = ImageParts.read(self.base.device_state, devices)
             copy = await timed(self.timings, "freeze", self.vm.freeze())
+            self._presize()
         except BaseException:
             self.ledger.made(self.vm, made, None, self.out.memory.parent)
             raise
         self._later = _Later(copy, runs, parts, made)
         self.copied["frozen"] = sum(run.length for run in runs) // PAGE_SIZE
+
+    def _presize(self) -> None:
+        """The image's memory file, empty at its final size: restores may map it while it is
+        filled in."""
+        assert self._reference is not None
+        fd = os.open(self.out.memory, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, self._reference.stat().st_size)
+        finally:
+            os.close(fd)
 
     def _write_stopped(self, parts: ImageParts) -> DeltaResult:
         runs = (self.dirty.take() if self.dirty is not None

@@ -195,6 +195,12 @@ class MemoryImages:
             self._tasks[directory] = task
         return task
 
+    def building(self, directory: Path) -> bool:
+        """Whether `directory`'s image is being made by a build (its memory file, at its final
+        size, is filled in meanwhile)."""
+        task = self._tasks.get(directory)
+        return task is not None and task in self._builds and not task.done()
+
     def cancel_soon(self, directory: Path) -> None:
         """Stop a materialization (its owner is going away); `close` waits for its cleanup. A
         build is not stopped: it holds a frozen copy of a guest, which only it lets go of."""

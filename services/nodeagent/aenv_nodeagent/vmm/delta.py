@@ -154,12 +154,12 @@ def copy_pages(pid: int, runs: Iterable[PageRun], out_memory: Path) -> int:
 
 
 def copy_sparse(source: Path, target: Path, skip: Iterable[PageRun] = ()) -> None:
-    """Copy `source`'s data to a new `target` of the same size, leaving its holes holes (the
-    kernel copies; nothing passes through this process). The file ranges of `skip` are left
-    holes too, for the caller to fill."""
+    """Copy `source`'s data to `target` (new, or empty at the same size), leaving its holes
+    holes (the kernel copies; nothing passes through this process). The file ranges of `skip`
+    are left holes too, for the caller to fill."""
     skipped = sorted((run.file_offset, run.file_offset + run.length) for run in skip)
     with open(source, "rb") as src:
-        fd = _create(target)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             size = os.fstat(src.fileno()).st_size
             for start, end in _subtract(_data_extents(src.fileno(), size), skipped):

@@ -19,7 +19,7 @@ from aenv_nodeagent.sandboxes import Sandbox
 from aenv_nodeagent.snapshots import SnapshotMeta
 from aenv_nodeagent.vmm import delta
 
-from .conftest import Node, spec
+from .conftest import Node, qemus_under, spec, until
 from .guest import sh
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
@@ -138,14 +138,15 @@ def held_builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 
 
 def _frozen_copies() -> list[int]:
-    """This process's children that are frozen copies of a QEMU (they hold one descriptor)."""
+    """This process's children that are frozen copies of a QEMU: one thread, where a QEMU
+    runs several (main loop, RCU, vCPU) from its start."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 name, fields = (entry / "stat").read_text().rsplit(") ", 1)
                 if (int(fields.split()[1]) == os.getpid() and "qemu" in name
-                        and len(os.listdir(entry / "fd")) == 1):
+                        and int(fields.split()[17]) == 1):
                     found.append(int(entry.name))
             except (OSError, ValueError, IndexError):
                 continue
@@ -192,3 +193,26 @@ async def test_a_snapshot_whose_frozen_copy_dies_is_dropped_and_the_next_one_is_
     assert await _restored_blob(node, second) == filled
     await node.lifecycle.kill(source.sandbox_id)
     await node.lifecycle.delete_snapshot(second.snapshot_id)
+
+
+async def test_a_restore_launches_its_vm_while_the_image_is_still_being_made(
+    node: Node, held_builds: threading.Event
+) -> None:
+    source, _, filled = await _filled(node)
+    snapshot = await node.lifecycle.create_snapshot(source.sandbox_id)
+    restored_spec = spec(template_id=snapshot.snapshot_id)
+    restoring = asyncio.ensure_future(node.lifecycle.create(restored_spec))
+    try:
+        directory = node.state_dir / "sandboxes" / restored_spec.sandbox_id
+        await until(lambda: bool(qemus_under(directory)), "the restore's QEMU")
+        assert snapshot.image_pending and not restoring.done()
+        held_builds.set()
+        restored = await restoring
+    finally:
+        held_builds.set()
+        await asyncio.gather(restoring, return_exceptions=True)
+    assert await sh(node.session, restored.host, restored_spec.envd_access_token,
+                    f"md5sum {BLOB}") == filled
+    for sandbox_id in (restored_spec.sandbox_id, source.sandbox_id):
+        await node.lifecycle.kill(sandbox_id)
+    await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
