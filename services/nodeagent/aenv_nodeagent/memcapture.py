@@ -2,9 +2,10 @@
 
 With a dirty log (vmm/dirtylog.py) and a QEMU that can be frozen (vmm/frozen.py), the guest is
 stopped only to re-arm the log, save its device state and fork QEMU; the image is made in the
-background from the frozen copy (`finish`): the pages written since the previous capture from
-the copy, everything else (in the kernel) from that capture's image. Restores of the snapshot
-wait for it.
+background from the frozen copy (`finishing`): the pages written since the previous capture from
+the copy, everything else (in the kernel) from that capture's image, into a memory file at its
+final size from the start. Restores of the snapshot may map that file at once; they wait for the
+image to load its device state.
 
 With a dirty log but no frozen copy, the log is re-armed first and the image is made while the
 guest keeps running: the pages written since the previous capture are read from the process,

@@ -8,7 +8,8 @@ last: its presence means the image is complete. It is made in one of two ways:
 - From a capture of a VM running on a memory image (memcapture.py), directly: a sparse copy of
   the image its RAM equalled at its previous capture (or of its base) with the pages the guest
   wrote since copied over it, mostly from a frozen copy of the guest after the snapshot call
-  returned (`MemoryImages.build`; a restore waits for it).
+  returned (`MemoryImages.build`; a restore may launch its VM meanwhile, and waits for it to
+  load the device state).
 - From a full capture stream, of a VM that runs on no image (after a cold boot): QEMU 7.2
   migrates share=off RAM in full, and the stream is split (vmm/stream.py) into the RAM block's
   pages and the rest, in the background (a restore waits for it).
