@@ -134,7 +134,7 @@ class PhaseLog(logging.Handler):
 
 
 # The part of a snapshot during which the guest does not run.
-STOPPED_PHASES = ("stop", "memory", "disk", "cont")
+STOPPED_PHASES = ("stop", "memory", "disk", "forked", "cont")
 # Timed within another phase ("memory"): not added again to a sum of all phases.
 SUB_PHASES = ("freeze",)
 

@@ -597,6 +597,8 @@ class SandboxLifecycle:
                 elif memory:
                     await timed(timings, "memory", sandbox.vm.capture(directory / "state"))
                 await timed(timings, "disk", self._freeze_disk(sandbox, chain, following))
+                if ram is not None:  # the fork of QEMU, started before the disk's freeze
+                    await timed(timings, "forked", ram.frozen())
             finally:
                 await timed(timings, "cont", _keep_running(sandbox.vm))
             await sandbox.vm.close_writable_fds()  # a pooled VM's first overlay is frozen now

@@ -136,6 +136,7 @@ class MemoryCapture:
     deferred: bool = False
     _reference: Path | None = None  # what a deferred image is made on, linked beside it
     _later: _Later | None = None  # the frozen copy, until `finishing` takes it
+    _forking: asyncio.Future[None] | None = None  # the fork started while stopped
 
     async def while_running(self) -> None:
         """Before the guest is stopped: with a frozen copy to come, only what the copy needs;
@@ -197,6 +198,8 @@ class MemoryCapture:
 
     async def close(self) -> None:
         """Let go of the log, and of a frozen copy no `finishing` took."""
+        if self._forking is not None:
+            await asyncio.gather(self._forking, return_exceptions=True)
         if self.dirty is not None:
             self.dirty.close()
         if self._later is not None:
@@ -229,14 +232,33 @@ class MemoryCapture:
             self.ledger.made(self.vm, later.made, made, sandbox_dir)
 
     async def _freeze(self, devices: Path) -> None:
+        """Re-arm the log and save the device state, then start forking QEMU: the fork (a copy
+        of its page tables) may overlap the rest of the stopped work (`frozen` waits for it)."""
         assert self.dirty is not None
         made = self.ledger.making(self.vm)
         try:
             runs = await asyncio.to_thread(self.dirty.take)
             await self.vm.save_device_state(devices)
             parts = ImageParts.read(self.base.device_state, devices)
+        except BaseException:
+            self.ledger.made(self.vm, made, None, self.out.memory.parent)
+            raise
+        self._forking = asyncio.ensure_future(self._fork(runs, parts, made))
+
+    async def frozen(self) -> None:
+        """Wait for the fork a deferred capture started (the guest must stay stopped until)."""
+        if self._forking is not None:
+            await self._forking
+
+    async def _fork(self, runs: list[PageRun], parts: ImageParts,
+                    made: asyncio.Future[None]) -> None:
+        try:
             copy = await timed(self.timings, "freeze", self.vm.freeze())
-            self._presize()
+            try:
+                self._presize()
+            except BaseException:
+                await asyncio.to_thread(copy.release)
+                raise
         except BaseException:
             self.ledger.made(self.vm, made, None, self.out.memory.parent)
             raise
