@@ -18,6 +18,7 @@ from aenv_common.errors import Internal, NotFound
 from aenv_nodeagent.sandboxes import Sandbox
 from aenv_nodeagent.snapshots import SnapshotMeta
 from aenv_nodeagent.vmm import delta
+from aenv_nodeagent.vmm.frozen import FrozenCopy
 
 from .conftest import Node, qemus_under, spec, until
 from .guest import sh
@@ -215,4 +216,30 @@ async def test_a_restore_launches_its_vm_while_the_image_is_still_being_made(
                     f"md5sum {BLOB}") == filled
     for sandbox_id in (restored_spec.sandbox_id, source.sandbox_id):
         await node.lifecycle.kill(sandbox_id)
+    await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
+
+
+async def test_a_restore_after_the_image_is_published_but_before_its_build_ends_uses_it(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build publishes the image, then lets go of its frozen copy: a restore in between
+    (a fork's later children) finds the image complete, not its memory file half-made."""
+    releasing, release = threading.Event(), threading.Event()
+    let_go = FrozenCopy.release
+
+    def held_release(copy: FrozenCopy) -> None:
+        releasing.set()
+        assert release.wait(120), "the test never let the copy go"
+        let_go(copy)
+
+    monkeypatch.setattr(FrozenCopy, "release", held_release)
+    source, _, filled = await _filled(node)
+    snapshot = await node.lifecycle.create_snapshot(source.sandbox_id)
+    try:
+        await until(releasing.is_set, "the build letting go of its copy")
+        assert node.lifecycle.memory_images.building(snapshot.directory)
+        assert await _restored_blob(node, snapshot) == filled
+    finally:
+        release.set()
+    await node.lifecycle.kill(source.sandbox_id)
     await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
