@@ -885,10 +885,8 @@ class SandboxLifecycle:
         """While the snapshot's image is still being made from a frozen copy: its memory file
         pinned now (the same inode, complete once the image is), so that a VM can be launched
         on it meanwhile; and how to wait for the image and pin its device state."""
-        partial = partial_image(snapshot.directory).memory
-        # Published already (the build still lets go of its copy): the image is complete.
-        if (not snapshot.has_memory or not self.memory_images.building(snapshot.directory)
-                or not partial.is_file()):
+        partial = self.memory_images.building_memory(snapshot.directory)
+        if not snapshot.has_memory or partial is None:
             return None
         memory = link_into(partial, directory / BASE_MEMORY)
 

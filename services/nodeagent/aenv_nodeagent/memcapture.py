@@ -190,7 +190,7 @@ class MemoryCapture:
 
     def finishing(self, sandbox_dir: Path) -> Coroutine[None, None, MemoryImage]:
         """The deferred image's making, from the frozen copy (which goes after). It leaves
-        nothing behind on failure or cancellation; `close` no longer concerns the copy."""
+        nothing behind on failure; `close` no longer concerns the copy."""
         later, self._later = self._later, None
         reference, self._reference = self._reference, None
         assert later is not None and reference is not None
@@ -213,13 +213,7 @@ class MemoryCapture:
         directory = self.out.memory.parent
         made: Path | None = None
         try:
-            work = asyncio.ensure_future(asyncio.to_thread(
-                self._write_frozen, later, reference))
-            try:
-                await asyncio.shield(work)
-            except asyncio.CancelledError:  # the thread cannot be interrupted: wait it out
-                await asyncio.gather(work, return_exceptions=True)
-                raise
+            await asyncio.to_thread(self._write_frozen, later, reference)
             image = publish_image(directory)
             made = image.memory
             return image
@@ -240,6 +234,7 @@ class MemoryCapture:
             runs = await asyncio.to_thread(self.dirty.take)
             await self.vm.save_device_state(devices)
             parts = ImageParts.read(self.base.device_state, devices)
+            self._presize()
         except BaseException:
             self.ledger.made(self.vm, made, None, self.out.memory.parent)
             raise
@@ -254,11 +249,6 @@ class MemoryCapture:
                     made: asyncio.Future[None]) -> None:
         try:
             copy = await timed(self.timings, "freeze", self.vm.freeze())
-            try:
-                self._presize()
-            except BaseException:
-                await asyncio.to_thread(copy.release)
-                raise
         except BaseException:
             self.ledger.made(self.vm, made, None, self.out.memory.parent)
             raise

@@ -196,11 +196,13 @@ class MemoryImages:
             self._tasks[directory] = task
         return task
 
-    def building(self, directory: Path) -> bool:
-        """Whether `directory`'s image is being made by a build (its memory file, at its final
-        size, is filled in meanwhile)."""
+    def building_memory(self, directory: Path) -> Path | None:
+        """The memory file a build is filling in (at its final size) while `directory`'s image
+        is not published yet; None otherwise (the build may still be letting go of its copy)."""
         task = self._tasks.get(directory)
-        return task is not None and task in self._builds and not task.done()
+        memory = partial_image(directory).memory
+        building = task is not None and task in self._builds and not task.done()
+        return memory if building and memory.is_file() else None
 
     def cancel_soon(self, directory: Path) -> None:
         """Stop a materialization (its owner is going away); `close` waits for its cleanup. A

@@ -115,9 +115,9 @@ class QemuVm:
                     qemu_binary=qemu_binary, disk_fds=disk_fds)])
                 inherited = [fd for fds in disk_fds.values() for fd in fds]
                 env = {}
-                if spec.preload_library is not None:
+                if spec.preload_library is not None and freeze_socket is not None:
                     env = preload_env(spec.preload_library, spec.mem_path, freeze_socket)
-                    inherited.append(freeze_socket.fileno())  # type: ignore[union-attr]
+                    inherited.append(freeze_socket.fileno())
                 proc = await process.spawn(argv, files.stderr_log, inherited, env)
                 qmp = await _connect_or_clean_up(proc, files, start_timeout)
             except BaseException:

@@ -237,7 +237,7 @@ async def test_a_restore_after_the_image_is_published_but_before_its_build_ends_
     snapshot = await node.lifecycle.create_snapshot(source.sandbox_id)
     try:
         await until(releasing.is_set, "the build letting go of its copy")
-        assert node.lifecycle.memory_images.building(snapshot.directory)
+        assert snapshot.image_pending  # its build has not ended
         assert await _restored_blob(node, snapshot) == filled
     finally:
         release.set()
