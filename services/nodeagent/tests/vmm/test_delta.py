@@ -19,13 +19,14 @@ from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.delta import (
     ImageParts,
     PageRun,
+    copy_pages,
     copy_sparse,
     mapped_memory,
     private_runs,
     write_delta,
     write_image,
 )
-from aenv_nodeagent.vmm.stream import PAGE_SIZE, UnsupportedStream, stream_layout
+from aenv_nodeagent.vmm.stream import IOV_MAX, PAGE_SIZE, UnsupportedStream, stream_layout
 
 from .test_stream import CONTINUE, DEVICES, PAGE, Stream, eos, name, page, part
 
@@ -161,6 +162,51 @@ def test_an_image_is_the_copied_base_with_the_private_pages_written_over_it(
     assert image.read_bytes() == b"".join(page(fill) for fill in fills)
     last = stream_layout(tmp_path / "base").ram_section_ends[-1]
     assert (tmp_path / "image.state").read_bytes() == base[:last] + DEVICES
+
+
+# Maps argv[1] copy-on-write and writes every other page (lone pages, as a guest's writes are).
+_SCATTERED = """
+import mmap, sys
+with open(sys.argv[1], "r+b") as f:
+    ram = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+for n in range(0, len(ram) // 4096, 2):
+    ram[n * 4096:n * 4096 + 8] = n.to_bytes(8, "little")
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_pages_are_copied_in_batches_of_iov_max_runs(tmp_path: Path) -> None:
+    pages = 4 * IOV_MAX + 6  # 2 * IOV_MAX + 3 lone runs: three calls, the last one short
+    memory = tmp_path / "memory"
+    memory.write_bytes(b"\xee" * pages * PAGE_SIZE)
+    proc = subprocess.Popen([sys.executable, "-c", _SCATTERED, str(memory)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        runs = list(private_runs(proc.pid, memory))
+        out = tmp_path / "image"
+        out.write_bytes(bytes(pages * PAGE_SIZE))
+        assert copy_pages(proc.pid, runs, out) == pages // 2
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(runs) == pages // 2
+    image = out.read_bytes()
+    for n in range(pages):
+        written = n.to_bytes(8, "little") + b"\xee" * (PAGE_SIZE - 8)
+        assert image[n * PAGE_SIZE:(n + 1) * PAGE_SIZE] == (
+            written if n % 2 == 0 else bytes(PAGE_SIZE)), n
+
+
+def test_pages_beyond_the_image_are_refused(
+    tmp_path: Path, memory: Path, dirtier: subprocess.Popen[str]
+) -> None:
+    short = tmp_path / "image"
+    short.write_bytes(bytes(4 * PAGE_SIZE))  # page 5 was written: it lies beyond
+    with pytest.raises(Internal, match="beyond"):
+        copy_pages(dirtier.pid, private_runs(dirtier.pid, memory), short)
+    assert short.read_bytes() == bytes(4 * PAGE_SIZE)
 
 
 def test_a_sparse_copy_keeps_its_holes(tmp_path: Path) -> None:
