@@ -37,6 +37,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, Conflict, Internal, InvalidArgument, NotFound, Unavailable
 from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_nodeagent.deferredimage import finish_interrupted, recorded_copy
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.handover import (
@@ -101,6 +102,7 @@ from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.argv import block_node_name
 from aenv_nodeagent.vmm.delta import mapped_memory
+from aenv_nodeagent.vmm.frozen import stray_copies
 from aenv_nodeagent.vmm.spec import DiskSpec
 
 log = logging.getLogger(__name__)
@@ -1016,8 +1018,12 @@ class SandboxLifecycle:
         """Paused sandboxes and snapshots left by an earlier run (call before anything else but
         `adopt`).
         Returns the ids of the paused sandboxes found."""
-        for snapshot in self.snapshots.load():
-            discard_interrupted(snapshot.directory)
+        snapshots = self.snapshots.load()
+        for snapshot in snapshots:
+            if not snapshot.image_pending:
+                discard_interrupted(snapshot.directory)
+        self._finish_interrupted_images([s for s in snapshots if s.image_pending])
+        for snapshot in snapshots:
             self._persist_soon(snapshot)  # a push cut short by the last stop
         for meta_file in self._sandboxes_dir.glob(f"*/{PAUSED_MARKER}"):
             try:
@@ -1032,6 +1038,24 @@ class SandboxLifecycle:
             self._store_soon(paused)  # a push cut short by the last stop
         self.collect_layers()
         return list(self._paused)
+
+
+    def _finish_interrupted_images(self, pending: list[SnapshotMeta]) -> None:
+        """Make the memory images an earlier run left to be made from frozen copies, and kill
+        the copies no snapshot needs (that of a fork cut short, or one made just before that
+        run died)."""
+        copies = {meta.snapshot_id: recorded_copy(meta.directory) for meta in pending}
+        needed = frozenset(copy.pid for copy in copies.values() if copy is not None)
+        strays = stray_copies(f"{self._sandboxes_dir}/", keep=needed)
+        for stray in strays:
+            stray.release()
+        for meta in pending:
+            self.memory_images.build(meta.directory, self._deferred_image(
+                meta, finish_interrupted(meta.directory, copies[meta.snapshot_id]), {}))
+        if pending or strays:
+            log.warning("finishing memory images an earlier run left", extra={
+                "snapshot_ids": [meta.snapshot_id for meta in pending],
+                "copies_found": len(needed), "stray_copies_killed": len(strays)})
 
 
 class _NextLayer(NamedTuple):

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import weakref
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aenv_nodeagent.deferredimage import REFERENCE, fill, forget, recorded
 from aenv_nodeagent.memimage import (
     CAPTURED,
     DEVICES,
@@ -56,9 +56,6 @@ from aenv_nodeagent.vmm.stream import PAGE_SIZE
 
 _PASSES = 3  # copies while the guest runs, at most
 _SETTLED_PAGES = 256  # a pass that copied fewer leaves too little to be worth another
-# In a snapshot's directory while its image is made from a frozen copy: the reference image,
-# linked so that whatever becomes of the sandbox, the copy has it.
-_REFERENCE = "reference.memory"
 
 
 class CaptureLedger:
@@ -152,7 +149,7 @@ class MemoryCapture:
             return
         reference = self.ledger.reference(self.vm, self.base)
         if reference is not None and self.vm.freezes:
-            self._reference = link_into(reference, self.out.memory.with_name(_REFERENCE))
+            self._reference = link_into(reference, self.out.memory.with_name(REFERENCE))
             self.deferred = True
             return
         self.ledger.unknown(self.vm)  # until this capture is done
@@ -192,9 +189,9 @@ class MemoryCapture:
         """The deferred image's making, from the frozen copy (which goes after). It leaves
         nothing behind on failure; `close` no longer concerns the copy."""
         later, self._later = self._later, None
-        reference, self._reference = self._reference, None
-        assert later is not None and reference is not None
-        return self._finish(later, reference, sandbox_dir)
+        self._reference = None
+        assert later is not None
+        return self._finish(later, sandbox_dir)
 
     async def close(self) -> None:
         """Let go of the log, and of a frozen copy no `finishing` took."""
@@ -207,13 +204,14 @@ class MemoryCapture:
             await asyncio.to_thread(later.copy.release)
             self.ledger.made(self.vm, later.made, None, self.out.memory.parent)
         if self._reference is not None:
-            self._reference.unlink(missing_ok=True)
+            forget(self.out.memory.parent)
 
-    async def _finish(self, later: _Later, reference: Path, sandbox_dir: Path) -> MemoryImage:
+    async def _finish(self, later: _Later, sandbox_dir: Path) -> MemoryImage:
         directory = self.out.memory.parent
         made: Path | None = None
         try:
-            await asyncio.to_thread(self._write_frozen, later, reference)
+            self.image_timings.update(await asyncio.to_thread(
+                fill, later.copy.pid, later.runs, directory))
             image = publish_image(directory)
             made = image.memory
             return image
@@ -221,7 +219,7 @@ class MemoryCapture:
             discard_image(directory)
             raise
         finally:
-            reference.unlink(missing_ok=True)
+            forget(directory)
             await asyncio.to_thread(later.copy.release)
             self.ledger.made(self.vm, later.made, made, sandbox_dir)
 
@@ -247,12 +245,21 @@ class MemoryCapture:
 
     async def _fork(self, runs: list[PageRun], parts: ImageParts,
                     made: asyncio.Future[None]) -> None:
+        """Fork QEMU, and put on disk what the agent's next run would need to make the image
+        from the copy (deferredimage.py): a snapshot outlives a crash of the agent."""
+        assert self.dirty is not None
+        directory = self.out.memory.parent
         try:
             copy = await timed(self.timings, "freeze", self.vm.freeze())
+            try:
+                await asyncio.to_thread(recorded, copy, self.dirty.mappings, parts, directory)
+            except BaseException:
+                await asyncio.to_thread(copy.release)
+                raise
         except BaseException:
-            self.ledger.made(self.vm, made, None, self.out.memory.parent)
+            self.ledger.made(self.vm, made, None, directory)
             raise
-        self._later = _Later(copy, runs, parts, made)
+        self._later = _Later(copy, runs, made)
         self.copied["frozen"] = sum(run.length for run in runs) // PAGE_SIZE
 
     def _presize(self) -> None:
@@ -270,15 +277,6 @@ class MemoryCapture:
                 else private_runs(self.vm.pid, self.base.memory))
         return write_image(self.vm.pid, parts, runs, self.out.memory, self.out.device_state)
 
-    def _write_frozen(self, later: _Later, reference: Path) -> None:
-        started = time.perf_counter()
-        copy_sparse(reference, self.out.memory, later.runs)
-        copied = time.perf_counter()
-        write_image(later.copy.pid, later.parts, later.runs, self.out.memory,
-                    self.out.device_state)
-        self.image_timings.update(copy_base=(copied - started) * 1000,
-                                  pages=(time.perf_counter() - copied) * 1000)
-
     def _changed(self, reference: Path | None) -> list[PageRun]:
         """Re-arms the log: the pages that differ from `reference`, or from the base."""
         assert self.dirty is not None
@@ -294,11 +292,11 @@ class MemoryCapture:
 
 @dataclass(frozen=True)
 class _Later:
-    """What a deferred image is made of: a frozen copy, the pages to read from it, the state."""
+    """What a deferred image is made of: a frozen copy and the pages to read from it (its
+    device state is written already)."""
 
     copy: FrozenCopy
     runs: list[PageRun]
-    parts: ImageParts
     made: asyncio.Future[None]
 
 

@@ -60,8 +60,8 @@ class SnapshotMeta:
     hidden: bool = False
     # Stored in snapstore (persistence.py): another node can restore it.
     persisted: bool = False
-    # Its memory image is still being made from a frozen copy of the guest (memcapture.py). A
-    # node agent that finds it so on start finds a snapshot it cannot complete.
+    # Its memory image is still being made from a frozen copy of the guest (memcapture.py); a
+    # node agent that finds it so on start makes it (deferredimage.py), or drops the snapshot.
     image_pending: bool = False
     directory: Path = field(default=Path("."), compare=False)
 
@@ -157,15 +157,11 @@ class SnapshotStore:
         shutil.rmtree(directory, ignore_errors=True)
 
     def load(self) -> list[SnapshotMeta]:
-        """Snapshots left by an earlier run; hidden ones (an interrupted fork) are removed, and
-        so are those whose memory image was still being made."""
+        """Snapshots left by an earlier run (some with their memory image still to be made);
+        hidden ones (an interrupted fork) are removed."""
         for meta_file in self._root.glob(f"[!.]*/{_META}"):  # not a pull's staging directory
             meta = read_meta(meta_file, meta_file.parent)
-            if meta.image_pending:
-                log.error("snapshot lost: the node agent stopped before its memory image was "
-                          "written", extra={"snapshot_id": meta.snapshot_id,
-                                            "sandbox_id": meta.sandbox_id})
-            if meta.hidden or meta.image_pending:
+            if meta.hidden:
                 shutil.rmtree(meta.directory, ignore_errors=True)
             else:
                 self._snapshots[meta.snapshot_id] = meta

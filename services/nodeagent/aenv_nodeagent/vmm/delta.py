@@ -129,15 +129,22 @@ def write_image(
     run it in a thread."""
     try:
         pages = copy_pages(pid, runs, out_memory)
+    except OSError as err:
+        raise Internal(f"cannot write the memory image of QEMU {pid}: {err}") from err
+    return DeltaResult(pages, write_state(parts, out_state))
+
+
+def write_state(parts: ImageParts, out_state: Path) -> int:
+    """An image's device state, of its `parts`; its size. Blocking."""
+    try:
         state = _create(out_state)
         try:
             _write_all(state, [parts.head, parts.devices])
-            size = os.fstat(state).st_size
+            return os.fstat(state).st_size
         finally:
             os.close(state)
     except OSError as err:
-        raise Internal(f"cannot write the memory image of QEMU {pid}: {err}") from err
-    return DeltaResult(pages, size)
+        raise Internal(f"cannot write the device state of a memory image: {err}") from err
 
 
 def copy_pages(pid: int, runs: Iterable[PageRun], out_memory: Path) -> int:
@@ -280,10 +287,11 @@ def ram_mappings(pid: int, memory: Path) -> list[RamMapping]:
 
 def private_runs(pid: int, memory: Path) -> Iterator[PageRun]:
     """The runs of private pages where the process maps `memory` (found now, read lazily)."""
-    return _private_runs(pid, ram_mappings(pid, memory))
+    return private_runs_in(pid, ram_mappings(pid, memory))
 
 
-def _private_runs(pid: int, mappings: list[RamMapping]) -> Iterator[PageRun]:
+def private_runs_in(pid: int, mappings: list[RamMapping]) -> Iterator[PageRun]:
+    """The runs of private pages in the process's `mappings` of its RAM file (read lazily)."""
     for mapping in mappings:
         pages = mapping.length // PAGE_SIZE
         with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:

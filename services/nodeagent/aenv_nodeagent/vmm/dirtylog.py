@@ -55,6 +55,11 @@ class DirtyLog:
             raise
         return log
 
+    @property
+    def mappings(self) -> list[RamMapping]:
+        """Where the process maps its RAM file."""
+        return self._mappings
+
     def take(self) -> list[PageRun]:
         """The runs of pages written since the last `take` (or since QEMU mapped the file),
         write-protected again in the same step so later writes are logged anew."""

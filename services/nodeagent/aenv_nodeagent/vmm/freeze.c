@@ -5,11 +5,11 @@
  * is read from the copy afterwards (vmm/frozen.py).
  *
  * With AENV_FREEZE_FD naming an inherited unix socket, a thread (all signals blocked) serves it:
- * each message carries one byte and the read end of a pipe. The thread forks the process with a
- * raw clone(CLONE_PARENT), so that no atfork handler of QEMU runs and the copy is the node
- * agent's child, and answers with the copy's pid (or -errno). The copy closes every descriptor
- * but the pipe, waits for the pipe to close (the agent is done, or gone) and exits. The thread
- * ends when the socket closes.
+ * each one-byte message asks for a copy. The thread forks the process with a raw
+ * clone(CLONE_PARENT), so that no atfork handler of QEMU runs and the copy is the node agent's
+ * child, and answers with the copy's pid (or -errno). The copy closes every descriptor, names
+ * itself COPY_NAME and sleeps until the agent kills it: it outlives a crash of the agent, whose
+ * next run finishes the image from it. The thread ends when the socket closes.
  *
  * QEMU excludes guest RAM from forks (MADV_DONTFORK, against DMA into pages a child would
  * share). Nothing here does DMA, and a copy without guest RAM is of no use: that advice is
@@ -23,39 +23,27 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 typedef int (*madvise_fn)(void *, size_t, int);
 
+/* What a copy calls itself (its /proc/<pid>/comm), so that a later agent can find it. */
+#define COPY_NAME "aenv-frozen"
+
 static int control_fd = -1;
 
-/* The copy: only raw system calls, as the thread that forked may have held any libc lock. */
-static void run_copy(int pipe_fd)
+/* The copy: only raw system calls, as the thread that forked may have held any libc lock. Every
+ * signal is blocked (the thread's mask), so only SIGKILL ends it. */
+static void run_copy(void)
 {
-    char byte;
-    long got;
-    if (pipe_fd > 0)
-        syscall(SYS_close_range, 0, pipe_fd - 1, 0);
-    syscall(SYS_close_range, pipe_fd + 1, ~0U, 0);
-    do
-        got = syscall(SYS_read, pipe_fd, &byte, 1);
-    while (got > 0 || (got < 0 && errno == EINTR));
-    syscall(SYS_exit_group, 0);
-}
-
-static int received_fd(struct msghdr *msg)
-{
-    struct cmsghdr *cmsg = CMSG_FIRSTHDR(msg);
-    int fd;
-    if (cmsg == NULL || cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS
-        || cmsg->cmsg_len != CMSG_LEN(sizeof(int)))
-        return -1;
-    memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
-    return fd;
+    syscall(SYS_close_range, 0, ~0U, 0);
+    syscall(SYS_prctl, PR_SET_NAME, (unsigned long)COPY_NAME, 0, 0, 0);
+    for (;;)
+        syscall(SYS_ppoll, NULL, 0UL, NULL, NULL, 0UL);  /* no descriptor, no timeout */
 }
 
 static void *serve(void *unused)
@@ -63,29 +51,17 @@ static void *serve(void *unused)
     (void)unused;
     for (;;) {
         char byte;
-        union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
-        struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-        struct msghdr msg = {
-            .msg_iov = &iov, .msg_iovlen = 1,
-            .msg_control = control.buf, .msg_controllen = sizeof(control.buf),
-        };
-        ssize_t got = recvmsg(control_fd, &msg, MSG_CMSG_CLOEXEC);
+        ssize_t got = recv(control_fd, &byte, 1, 0);
         int32_t answer;
-        int pipe_fd;
+        long pid;
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
             break;
-        pipe_fd = received_fd(&msg);
-        if (pipe_fd < 0) {
-            answer = -EINVAL;
-        } else {
-            long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
-            if (pid == 0)
-                run_copy(pipe_fd);
-            answer = pid < 0 ? -errno : (int32_t)pid;
-            close(pipe_fd);
-        }
+        pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
+        if (pid == 0)
+            run_copy();
+        answer = pid < 0 ? -errno : (int32_t)pid;
         if (send(control_fd, &answer, sizeof(answer), MSG_NOSIGNAL) != sizeof(answer))
             break;
     }

@@ -2,8 +2,9 @@
 memory the kernel keeps as it was at the fork while the guest runs on. A capture stops the guest
 only for the fork, and reads its memory image from the copy afterwards.
 
-The copy is the node agent's child. It holds no descriptor but its end of a pipe, and exits when
-the agent closes the other end (`release`) or dies; a QEMU that quits meanwhile does not end it.
+A copy holds no descriptor and sleeps until it is killed (`release`): neither a QEMU that quits
+nor an agent that dies ends it, so the agent's next run can still make the image from it
+(`FrozenCopy.find`, by pid and start time) and kill those nothing needs (`stray_copies`).
 """
 
 from __future__ import annotations
@@ -11,32 +12,92 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
+import signal
 import socket
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 from aenv_common.errors import Internal
 
 FREEZE_FD_ENV = "AENV_FREEZE_FD"  # the inherited socket the library serves
+COPY_NAME = "aenv-frozen"  # a copy's /proc/<pid>/comm (freeze.c)
 _ANSWER = struct.Struct("=i")  # the copy's pid, or -errno
 _ANSWER_TIMEOUT_S = 10.0  # a fork takes milliseconds; QEMU hung otherwise
+_EXIT_TIMEOUT_MS = 30_000  # a killed copy unmaps its memory first: a GiB takes well under this
 
 
 @dataclass
 class FrozenCopy:
-    """A copy of QEMU's memory at the fork: read it at the addresses QEMU maps its RAM."""
+    """A copy of QEMU's memory at the fork: read it at the addresses QEMU maps its RAM. The pid
+    and its start time (clock ticks since boot) say which process it is across agent runs."""
 
     pid: int
-    _pipe: int
+    start_time: int
+    _pidfd: int
+
+    @classmethod
+    def of_child(cls, pid: int) -> FrozenCopy:
+        """A copy just made (our child, so its pid cannot be taken by another process yet)."""
+        pidfd = os.pidfd_open(pid)
+        return cls(pid, _start_time(pid), pidfd)
+
+    @classmethod
+    def find(cls, pid: int, start_time: int) -> FrozenCopy | None:
+        """The copy an earlier run of the agent made, if it still lives."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        # Read after the pidfd is open: a pid reused since is told apart by its start time.
+        if _start_time(pid) != start_time or _name(pid) != COPY_NAME:
+            os.close(pidfd)
+            return None
+        return cls(pid, start_time, pidfd)
 
     def release(self) -> None:
-        """Let the copy exit, and reap it. Blocking (its memory is unmapped first)."""
-        if self._pipe < 0:
+        """Kill the copy and wait until it is gone (its memory unmapped). Blocking."""
+        if self._pidfd < 0:
             return
-        os.close(self._pipe)
-        self._pipe = -1
-        with contextlib.suppress(ChildProcessError):  # reaped already (SIGCHLD ignored)
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        try:
             os.waitpid(self.pid, 0)
+        except ChildProcessError:  # an earlier run's copy: init reaps it
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            poller.poll(_EXIT_TIMEOUT_MS)
+        os.close(self._pidfd)
+        self._pidfd = -1
+
+
+def stray_copies(marker: str, keep: frozenset[int] = frozenset()) -> list[FrozenCopy]:
+    """The live copies whose QEMU's command line holds `marker` (the node's state directory),
+    but the `keep` pids: what an agent that died left, unless a snapshot still needs it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in keep:
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(entry.name)
+            if _name(pid) == COPY_NAME and marker.encode() in (entry / "cmdline").read_bytes():
+                copy = FrozenCopy.find(pid, _start_time(pid))
+                if copy is not None:
+                    found.append(copy)
+    return found
+
+
+def _start_time(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, counted from `state` (3)
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
+    except OSError:
+        return ""
 
 
 class FreezeChannel:
@@ -62,21 +123,20 @@ class FreezeChannel:
         self._sock.close()
 
     def _freeze(self) -> FrozenCopy:
-        pipe_read, pipe_write = os.pipe2(os.O_CLOEXEC)
         try:
-            try:
-                socket.send_fds(self._sock, [b"F"], [pipe_read])
-                answer = self._sock.recv(_ANSWER.size)
-            finally:
-                os.close(pipe_read)
-            if len(answer) != _ANSWER.size:
-                raise Internal("QEMU closed its freeze socket")
-            (pid,) = _ANSWER.unpack(answer)
-            if pid < 0:
-                raise Internal(f"cannot fork QEMU: {os.strerror(-pid)}")
-        except BaseException as err:
-            os.close(pipe_write)
-            if isinstance(err, OSError):
-                raise Internal(f"cannot ask QEMU for a frozen copy: {err}") from err
-            raise
-        return FrozenCopy(pid, pipe_write)
+            self._sock.send(b"F")
+            answer = self._sock.recv(_ANSWER.size)
+        except OSError as err:
+            raise Internal(f"cannot ask QEMU for a frozen copy: {err}") from err
+        if len(answer) != _ANSWER.size:
+            raise Internal("QEMU closed its freeze socket")
+        (pid,) = _ANSWER.unpack(answer)
+        if pid < 0:
+            raise Internal(f"cannot fork QEMU: {os.strerror(-pid)}")
+        try:
+            return FrozenCopy.of_child(pid)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            raise Internal(f"cannot watch the frozen copy of QEMU: {err}") from err

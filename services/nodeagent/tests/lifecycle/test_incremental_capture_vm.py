@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from aenv_common.errors import Internal, NotFound
 from aenv_nodeagent.sandboxes import Sandbox
 from aenv_nodeagent.snapshots import SnapshotMeta
 from aenv_nodeagent.vmm import delta
-from aenv_nodeagent.vmm.frozen import FrozenCopy
+from aenv_nodeagent.vmm.frozen import COPY_NAME, FrozenCopy
 
 from .conftest import Node, qemus_under, spec, until
 from .guest import sh
@@ -131,7 +131,7 @@ def held_builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
         assert release.wait(120), "the test never released the build"
         delta.copy_sparse(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("aenv_nodeagent.memcapture.copy_sparse", held)
+    monkeypatch.setattr("aenv_nodeagent.deferredimage.copy_sparse", held)
     try:
         yield release
     finally:
@@ -140,13 +140,14 @@ def held_builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 
 def _frozen_copies() -> list[int]:
     """This process's children that are frozen copies of a QEMU: one thread, where a QEMU
-    runs several (main loop, RCU, vCPU) from its start."""
+    runs several (main loop, RCU, vCPU) from its start; named so right after the fork."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 name, fields = (entry / "stat").read_text().rsplit(") ", 1)
-                if (int(fields.split()[1]) == os.getpid() and "qemu" in name
+                if (int(fields.split()[1]) == os.getpid()
+                        and ("qemu" in name or COPY_NAME in name)
                         and int(fields.split()[17]) == 1):
                     found.append(int(entry.name))
             except (OSError, ValueError, IndexError):
@@ -243,3 +244,41 @@ async def test_a_restore_after_the_image_is_published_but_before_its_build_ends_
         release.set()
     await node.lifecycle.kill(source.sandbox_id)
     await node.lifecycle.delete_snapshot(snapshot.snapshot_id)
+
+
+# The dying agent's making of the image is dropped unstarted, the coroutine it wraps with it.
+@pytest.mark.filterwarnings("ignore:coroutine 'MemoryCapture._finish' was never awaited")
+async def test_a_snapshot_whose_agent_died_before_its_image_was_made_is_made_by_the_next(
+    node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent dies right as the snapshot call returns: its image's making never starts. The
+    frozen copy outlives it; the next agent makes the image from it, and kills the copy that
+    a capture cut short between its fork and its record left (none of its snapshots needs it)."""
+
+    def died(_directory: Path, making: Coroutine[None, None, object]) -> None:
+        making.close()  # never started: nothing of it runs
+
+    source, sandbox, filled = await _filled(node)
+    token = source.envd_access_token
+    monkeypatch.setattr(node.lifecycle.memory_images, "build", died)
+    monkeypatch.setattr(node.lifecycle, "_materialize", lambda _meta: None)  # nor does this
+    snapshot = await node.lifecycle.create_snapshot(source.sandbox_id)
+    stray = await sandbox.vm.freeze()  # as if the agent died before it recorded this one
+    rewritten = await sh(node.session, sandbox.host, token, REWRITE)  # not in the snapshot
+    assert len(_frozen_copies()) == 2 and not (snapshot.directory / "memory").exists()
+    restarted = await node.restart()
+    assert [m.snapshot_id for m in restarted.lifecycle.snapshots.listed()] == [
+        snapshot.snapshot_id]
+    assert await _restored_blob(restarted, snapshot) == filled != rewritten
+    assert not restarted.lifecycle.snapshots.get(snapshot.snapshot_id).image_pending
+    assert _frozen_copies() == [] and not os.path.exists(f"/proc/{stray.pid}/stat")
+    assert sorted(p.name for p in snapshot.directory.iterdir()) == [
+        "device.state", "memory", "snapshot.json"]
+    found = [r for r in caplog.records
+             if r.getMessage() == "finishing memory images an earlier run left"]
+    assert [(vars(r)["copies_found"], vars(r)["stray_copies_killed"]) for r in found] == [(1, 1)]
+    adopted = restarted.manager.get(source.sandbox_id)  # the VM itself ran on
+    assert await sh(node.session, adopted.host, token, f"md5sum {BLOB}") == rewritten
+    await restarted.lifecycle.kill(source.sandbox_id)
+    await restarted.lifecycle.delete_snapshot(snapshot.snapshot_id)
+    stray.release()  # gone already: closes this test's pidfd
