@@ -73,11 +73,11 @@ def recorded(copy: FrozenCopy, mappings: list[RamMapping], parts: ImageParts,
 
 
 def fill(pid: int, runs: list[PageRun], directory: Path) -> dict[str, float]:
-    """Fill the image's memory file: the reference's data but `runs`, then `runs` from the
-    copy `pid`. Blocking; the phases' milliseconds."""
+    """Fill the image's memory file: the reference's data, then `runs` from the copy `pid`
+    over it. Blocking; the phases' milliseconds."""
     memory = partial_image(directory).memory
     started = time.perf_counter()
-    copy_sparse(directory / REFERENCE, memory, runs)
+    copy_sparse(directory / REFERENCE, memory)
     copied = time.perf_counter()
     copy_pages(pid, runs, memory)
     return {"copy_base": (copied - started) * 1000,

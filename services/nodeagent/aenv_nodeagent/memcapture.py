@@ -155,7 +155,7 @@ class MemoryCapture:
         self.ledger.unknown(self.vm)  # until this capture is done
         runs = await asyncio.to_thread(self._changed, reference)
         await timed(self.timings, "copy_base", asyncio.to_thread(
-            copy_sparse, reference or base, self.out.memory, runs))
+            copy_sparse, reference or base, self.out.memory))
         self.copied["precopy0"] = await timed(self.timings, "precopy0", asyncio.to_thread(
             copy_pages, pid, runs, self.out.memory))
         for n in range(1, _PASSES):

@@ -191,16 +191,16 @@ def _map_shared(fd: int, size: int) -> int:
     return int(address)
 
 
-def copy_sparse(source: Path, target: Path, skip: Iterable[PageRun] = ()) -> None:
+def copy_sparse(source: Path, target: Path) -> None:
     """Copy `source`'s data to `target` (new, or empty at the same size), leaving its holes
-    holes (the kernel copies; nothing passes through this process). The file ranges of `skip`
-    are left holes too, for the caller to fill."""
-    skipped = sorted((run.file_offset, run.file_offset + run.length) for run in skip)
+    holes (the kernel copies; nothing passes through this process). Pages written over the
+    copy afterwards cost far less than pages written into holes left for them: ext4 then
+    only dirties cached pages, where it would allocate each page amid a thousand extents."""
     with open(source, "rb") as src:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             size = os.fstat(src.fileno()).st_size
-            for start, end in _subtract(_data_extents(src.fileno(), size), skipped):
+            for start, end in _data_extents(src.fileno(), size):
                 while start < end:
                     start += os.copy_file_range(src.fileno(), fd, end - start, start, start)
             os.ftruncate(fd, size)
@@ -217,25 +217,6 @@ def _data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
             return
         position = os.lseek(fd, data, os.SEEK_HOLE)
         yield data, position
-
-
-def _subtract(
-    extents: Iterator[tuple[int, int]], skipped: list[tuple[int, int]]
-) -> Iterator[tuple[int, int]]:
-    """The parts of `extents` outside the sorted ranges `skipped`."""
-    i = 0
-    for start, end in extents:
-        while i < len(skipped) and skipped[i][1] <= start:
-            i += 1
-        j = i
-        while start < end:
-            if j == len(skipped) or skipped[j][0] >= end:
-                yield start, end
-                break
-            if skipped[j][0] > start:
-                yield start, skipped[j][0]
-            start = max(start, skipped[j][1])
-            j += 1
 
 
 @dataclass(frozen=True)

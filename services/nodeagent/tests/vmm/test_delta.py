@@ -18,7 +18,6 @@ import pytest
 from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.delta import (
     ImageParts,
-    PageRun,
     copy_pages,
     copy_sparse,
     mapped_memory,
@@ -218,14 +217,3 @@ def test_a_sparse_copy_keeps_its_holes(tmp_path: Path) -> None:
     copy_sparse(source, tmp_path / "copy")
     assert (tmp_path / "copy").read_bytes() == source.read_bytes()
     assert (tmp_path / "copy").stat().st_blocks * 512 <= 16 * PAGE_SIZE
-
-
-def test_a_sparse_copy_leaves_the_skipped_ranges_to_the_caller(tmp_path: Path) -> None:
-    source = tmp_path / "source"
-    source.write_bytes(b"".join(page(i + 1) for i in range(16)))
-    skip = [PageRun(0, 15 * PAGE_SIZE, PAGE_SIZE), PageRun(0, 2 * PAGE_SIZE, 3 * PAGE_SIZE),
-            PageRun(0, 3 * PAGE_SIZE, PAGE_SIZE), PageRun(0, 0, PAGE_SIZE)]
-    copy_sparse(source, tmp_path / "copy", skip)
-    copied = (tmp_path / "copy").read_bytes()
-    kept = [i for i in range(16) if i not in (0, 2, 3, 4, 15)]
-    assert copied == b"".join(page(i + 1) if i in kept else page(0) for i in range(16))
