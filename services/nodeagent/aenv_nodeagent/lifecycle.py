@@ -310,7 +310,7 @@ class SandboxLifecycle:
             self._save(paused)
             # Paused before it is detached: a lookup during the detach's await must find it.
             self._paused[sandbox_id] = paused
-            await self._manager.detach(sandbox_id)
+            await timed(timings, "detach", self._manager.detach(sandbox_id))
             await timed(timings, "publish", self._records.put_sandbox(record))
             self._store_soon(paused)
         log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **ms_fields(timings)})
@@ -670,6 +670,7 @@ class SandboxLifecycle:
         VM runs on, written after the pause returns (pausedmemory.py). Or a full capture into
         `paused.state` (None) when it runs on none (after a cold boot)."""
         directory = sandbox.directory
+        prepared = time.perf_counter()
         base = await self._running_image(sandbox)
         if base is None:
             await timed(timings, "capture", sandbox.vm.capture(directory / _PAUSED_STATE))
@@ -678,6 +679,7 @@ class SandboxLifecycle:
         discard_image(directory)  # its own image, if it ran on one, is pinned as the base now
         (directory / DELTA).unlink(missing_ok=True)
         dirty = await asyncio.to_thread(self._ledger.since_mapped, sandbox.vm, base.memory)
+        timings["prepare"] = (time.perf_counter() - prepared) * 1000
         pending = PendingDelta(sandbox.vm.pid, directory, dirty)
         try:
             await timed(timings, "stop", sandbox.vm.pause())
