@@ -194,6 +194,9 @@ class SandboxLifecycle:
         self.persistence = persistence
         # Paused sandboxes pushed too, so they outlive this node (needs `persistence`).
         self.persist_paused = persist_paused and persistence is not None
+        # Set by the node: withdraws the cluster record of a snapshot whose image could not be
+        # made after its call returned.
+        self.on_snapshot_lost: Callable[[str], Awaitable[None]] | None = None
         manager.on_expired = self.expire
 
     # --- queries -------------------------------------------------------------------------------
@@ -655,6 +658,7 @@ class SandboxLifecycle:
                     self.persistence.forget_soon(meta.snapshot_id)
                 self.snapshots.remove(meta.snapshot_id)
                 self.collect_layers()
+                await self._withdraw(meta)
             raise
         meta.image_pending = False
         self.snapshots.save(meta)
@@ -662,6 +666,15 @@ class SandboxLifecycle:
             "snapshot_id": meta.snapshot_id, "sandbox_id": meta.sandbox_id,
             "ms": round((time.perf_counter() - started) * 1000, 1), **ms_fields(timings)})
         return image
+
+    async def _withdraw(self, meta: SnapshotMeta) -> None:
+        if self.on_snapshot_lost is None or meta.hidden:
+            return
+        try:
+            await self.on_snapshot_lost(meta.snapshot_id)
+        except AenvError as err:  # the next start's sync withdraws it
+            log.warning("cannot withdraw a lost snapshot's record", extra={
+                "snapshot_id": meta.snapshot_id, "error": err.message})
 
     async def _capture_paused(
         self, sandbox: Sandbox, timings: dict[str, float]

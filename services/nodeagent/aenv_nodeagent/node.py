@@ -121,6 +121,7 @@ class NodeAgent:
         snapshot_records = SnapshotPublisher(store, s.node_id)
         if self.lifecycle.persistence is not None:
             self.lifecycle.persistence.on_persisted = snapshot_records.mark_persisted
+        self.lifecycle.on_snapshot_lost = snapshot_records.withdraw
         await self.lifecycle.adopt(recovered.adopted)
         paused = self.lifecycle.load()
         await snapshot_records.sync(self.lifecycle.snapshots.listed())

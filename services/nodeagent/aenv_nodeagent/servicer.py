@@ -130,6 +130,8 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             request.sandbox_id, request.name, filesystem_only=not request.keep_memory)
         if self._snapshot_records is not None:
             await self._snapshot_records.publish(meta, resources)
+            if self._lifecycle.snapshots.find(meta.snapshot_id) is None:  # lost meanwhile
+                await self._snapshot_records.withdraw(meta.snapshot_id)
         return nodeagent_pb2.CreateSnapshotResponse(snapshot=snapshot_info(meta))
 
     async def ListSnapshots(

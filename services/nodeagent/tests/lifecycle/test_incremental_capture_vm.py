@@ -175,6 +175,12 @@ async def test_what_the_guest_writes_after_the_call_is_not_in_the_snapshot(
 async def test_a_snapshot_whose_frozen_copy_dies_is_dropped_and_the_next_one_is_whole(
     node: Node, held_builds: threading.Event, caplog: pytest.LogCaptureFixture
 ) -> None:
+    withdrawn: list[str] = []
+
+    async def withdraw(snapshot_id: str) -> None:
+        withdrawn.append(snapshot_id)
+
+    node.lifecycle.on_snapshot_lost = withdraw  # the node withdraws its cluster record
     source, _, filled = await _filled(node)
     lost = await node.lifecycle.create_snapshot(source.sandbox_id)
     [copy] = _frozen_copies()
@@ -183,6 +189,7 @@ async def test_a_snapshot_whose_frozen_copy_dies_is_dropped_and_the_next_one_is_
     with pytest.raises(Internal, match="cannot read the memory"):
         await node.lifecycle.memory_image(lost.snapshot_id)
     assert node.lifecycle.snapshots.listed() == [] and not lost.directory.exists()
+    await until(lambda: withdrawn == [lost.snapshot_id], "the record withdrawn")
     with pytest.raises(NotFound):
         await node.lifecycle.create(spec(template_id=lost.snapshot_id))
     assert any(r.getMessage() == "snapshot lost: its memory image could not be written"
