@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,33 +68,41 @@ def pss_mib(pid: int) -> float:
     return float("nan")
 
 
-def tcg_code_mib(pid: int) -> float:
-    """What TCG's translation cache holds (QEMU maps it anonymous and rwx): memory a KVM guest's
-    QEMU does not have."""
+def _mapping_pss_mib(pid: int, wanted: Callable[[list[str]], bool]) -> float:
+    """The PSS of the process's mappings whose /proc/<pid>/smaps header line `wanted` picks."""
     total_kib, counting = 0, False
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         fields = line.split()
         if re.match(r"[0-9a-f]+-[0-9a-f]+$", fields[0]):
-            counting = fields[1] == "rwxp" and len(fields) == 5  # no file behind it
-        elif counting and fields[0] == "Rss:":
+            counting = wanted(fields)
+        elif counting and fields[0] == "Pss:":
             total_kib += int(fields[1])
     return total_kib / 1024
 
 
+def _of_inode(inode: str) -> Callable[[list[str]], bool]:
+    return lambda fields: fields[4] == inode
+
+
 def child_memory(pids: list[int]) -> dict[str, float | None]:
-    """Medians over the children: PSS; the guest RAM each dirtied (its private pages of the RAM
-    file); and the rest (PSS beyond them: QEMU itself, its share of the shared pages), whole
-    and without TCG's translation cache. DESIGN §8 asks for that rest to stay under 10 MiB."""
-    keys = ("pss", "dirtied", "beyond_dirtied", "beyond_dirtied_without_tcg_cache")
-    if not pids:
-        return {f"{key}_per_child_mib_median": None for key in keys}
-    pss = [pss_mib(pid) for pid in pids]
-    dirtied = [sum(run.length for run in private_runs(pid, mapped_memory(pid))) / 2**20
-               for pid in pids]
-    beyond = [total - own for total, own in zip(pss, dirtied, strict=True)]
-    without_tcg = [rest - tcg_code_mib(pid) for rest, pid in zip(beyond, pids, strict=True)]
-    return {f"{key}_per_child_mib_median": round(statistics.median(values), 1)
-            for key, values in zip(keys, (pss, dirtied, beyond, without_tcg), strict=True)}
+    """Medians over the children of their PSS, split into: the guest RAM each dirtied (private
+    pages of the RAM file), its share of the guest RAM the children share (the RAM file's pages
+    in the host page cache, split among those mapping them), TCG's translation cache (anonymous
+    and rwx; a KVM host's QEMU has none) and the rest, QEMU's own. DESIGN §8: memory per child
+    = its dirtied pages + < 10 MiB."""
+    parts: dict[str, list[float]] = {
+        key: [] for key in ("pss", "dirtied", "shared_ram_share", "tcg_cache", "qemu_own")}
+    for pid in pids:
+        memory = mapped_memory(pid)
+        inode = str(memory.stat().st_ino)
+        pss, ram = pss_mib(pid), _mapping_pss_mib(pid, _of_inode(inode))
+        dirtied = sum(run.length for run in private_runs(pid, memory)) / 2**20
+        tcg = _mapping_pss_mib(pid, lambda f: f[1] == "rwxp" and len(f) == 5)
+        for key, value in (("pss", pss), ("dirtied", dirtied), ("shared_ram_share", ram - dirtied),
+                           ("tcg_cache", tcg), ("qemu_own", pss - ram - tcg)):
+            parts[key].append(value)
+    return {f"{key}_per_child_mib_median": round(statistics.median(values), 1) if values else None
+            for key, values in parts.items()}
 
 
 async def guest_sh(session: aiohttp.ClientSession, host: str, token: str, script: str) -> None:
@@ -392,14 +400,18 @@ def plot(node: dict[str, Any], floor: dict[str, Any], path: Path) -> None:
     ax.legend()
     ax.set_title(f"lifecycle under {detect_accelerator(None).accel}")
     counts = [str(f["children"]) for f in node["fork"]]
-    ax2.bar([i - 0.2 for i in range(len(counts))],
-            [f["pss_per_child_mib_median"] or 0 for f in node["fork"]], 0.4, label="node agent")
-    ax2.bar([i + 0.2 for i in range(len(counts))],
-            [f["pss_per_child_mib_median"] for f in floor["fork"]], 0.4, label="raw floor")
+    parts = ("dirtied", "shared_ram_share", "tcg_cache", "qemu_own")
+    for shift, runs, hatch in ((-0.2, node["fork"], ""), (0.2, floor["fork"], "//")):
+        bottom = [0.0] * len(counts)
+        for n, part in enumerate(parts):
+            values = [f[f"{part}_per_child_mib_median"] or 0 for f in runs]
+            ax2.bar([i + shift for i in range(len(counts))], values, 0.4, bottom=bottom,
+                    color=f"C{n}", hatch=hatch, label=part if shift < 0 else None)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax2.set_xticks(range(len(counts)), counts)
-    ax2.set_xlabel("fork children")
+    ax2.set_xlabel("fork children (left: node agent, right: raw floor)")
     ax2.set_ylabel("PSS per child, MiB")
-    ax2.legend()
+    ax2.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
 
