@@ -2,7 +2,8 @@
 
 - node agent: a SandboxLifecycle over real QEMU, netns and envd (no gateway, scheduler or etcd):
   pause; resume (until envd answers and took /init); snapshot after dirtying 1 GiB of disk and
-  256 MiB of memory in the guest (the call, and the part of it the guest is stopped for); fork
+  256 MiB of memory in the guest, the host's dirty page cache flushed (the call, the part of it
+  the guest is stopped for, and when its memory image is ready); fork
   into 1, 4 and 16 children until all answer; host memory per child (PSS from
   /proc/<pid>/smaps_rollup, and how much of it is guest RAM the child dirtied).
 - floor, same run: bare QEMU + QMP doing the same operation with no services: stop + capture +
@@ -103,6 +104,12 @@ def child_memory(pids: list[int]) -> dict[str, float | None]:
             parts[key].append(value)
     return {f"{key}_per_child_mib_median": round(statistics.median(values), 1) if values else None
             for key, values in parts.items()}
+
+
+async def settle_host_writeback() -> None:
+    """Flush the host's dirty page cache (the guest's 1 GiB, earlier images) before a measured
+    snapshot, so that neither side's figure depends on what the other left to write back."""
+    await asyncio.to_thread(os.sync)
 
 
 async def guest_sh(session: aiohttp.ClientSession, host: str, token: str, script: str) -> None:
@@ -212,6 +219,7 @@ class NodeBench:
         try:
             for _ in range(ROUNDS):
                 await guest_sh(self.session, sandbox.host, sandbox.record.envd_access_token, DIRTY)
+                await settle_host_writeback()
                 took, meta = await elapsed(self.lc.create_snapshot(sid))
                 calls.append(took)
                 materialize.append((await elapsed(self.lc.memory_image(meta.snapshot_id)))[0])
@@ -328,6 +336,7 @@ class RawFloor:
                 wake.append(w)
             for i in range(ROUNDS):
                 await guest_sh(self.session, slot.ns_ip, "", DIRTY)
+                await settle_host_writeback()
                 t0 = time.perf_counter()
                 await vm.pause()
                 await vm.capture(self.work / f"snap{i}")
