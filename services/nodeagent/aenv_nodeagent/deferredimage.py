@@ -25,6 +25,7 @@ from aenv_nodeagent.memimage import (
     partial_image,
     publish_image,
 )
+from aenv_nodeagent.snapshots import write_private_json
 from aenv_nodeagent.vmm.delta import (
     ImageParts,
     PageRun,
@@ -49,11 +50,9 @@ class FrozenRecord:
     mappings: list[RamMapping]
 
     def write(self, directory: Path) -> None:
-        data = {"pid": self.pid, "start_time": self.start_time,
-                "mappings": [[m.address, m.length, m.file_offset] for m in self.mappings]}
-        staged = directory / f"{RECORD}.tmp"
-        staged.write_text(json.dumps(data))
-        staged.replace(directory / RECORD)
+        write_private_json(directory / RECORD, {
+            "pid": self.pid, "start_time": self.start_time,
+            "mappings": [[m.address, m.length, m.file_offset] for m in self.mappings]})
 
     @classmethod
     def read(cls, directory: Path) -> FrozenRecord | None:
@@ -86,8 +85,9 @@ def fill(pid: int, runs: list[PageRun], directory: Path) -> dict[str, float]:
 
 def forget(directory: Path) -> None:
     """What only the making of the image needed."""
-    for name in (REFERENCE, RECORD, f"{RECORD}.tmp"):
-        (directory / name).unlink(missing_ok=True)
+    record = directory / RECORD
+    for path in (directory / REFERENCE, record, record.with_suffix(".tmp")):  # .tmp: a cut write
+        path.unlink(missing_ok=True)
 
 
 def recorded_copy(directory: Path) -> FrozenCopy | None:

@@ -1054,7 +1054,6 @@ class SandboxLifecycle:
         self.collect_layers()
         return list(self._paused)
 
-
     def _finish_interrupted_images(self, pending: list[SnapshotMeta]) -> None:
         """Make the memory images an earlier run left to be made from frozen copies, and kill
         the copies no snapshot needs (that of a fork cut short, or one made just before that
