@@ -1,6 +1,6 @@
-"""Pause, resume, snapshot and fork through the node agent's lifecycle, beside the raw-QEMU floor.
+"""Pause, resume, snapshot and fork through the node agent's sandbox wing, beside the QEMU floor.
 
-- node agent: a SandboxLifecycle over real QEMU, netns and envd (no gateway, scheduler or etcd):
+- node agent: a SandboxService over real QEMU, netns and envd (no gateway, scheduler or etcd):
   pause; resume (until envd answers and took /init); snapshot after dirtying 1 GiB of disk and
   256 MiB of memory in the guest, the host's dirty page cache flushed (the call, the part of it
   the guest is stopped for, and when its memory image is ready); fork
@@ -39,7 +39,6 @@ from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.network import (
     EgressPolicy,
     NetSlot,
@@ -48,9 +47,10 @@ from aenv_nodeagent.network import (
     netns_exec_prefix,
 )
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
-from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore, vm_spec
-from aenv_nodeagent.vmm import QemuVm, detect_accelerator
+from aenv_nodeagent.vmm import QemuDriver, QemuVm, detect_accelerator
 from aenv_nodeagent.vmm.delta import mapped_memory, private_runs
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -89,8 +89,8 @@ def child_memory(pids: list[int]) -> dict[str, float | None]:
     """Medians over the children of their PSS, split into: the guest RAM each dirtied (private
     pages of the RAM file), its share of the guest RAM the children share (the RAM file's pages
     in the host page cache, split among those mapping them), TCG's translation cache (anonymous
-    and rwx; a KVM host's QEMU has none) and the rest, QEMU's own. DESIGN §8: memory per child
-    = its dirtied pages + < 10 MiB."""
+    and rwx; a KVM host's QEMU has none) and the rest, QEMU's own. The target
+    (docs/architecture.md, Targets): memory per child = its dirtied pages + < 10 MiB."""
     parts: dict[str, list[float]] = {
         key: [] for key in ("pss", "dirtied", "shared_ram_share", "tcg_cache", "qemu_own")}
     for pid in pids:
@@ -185,10 +185,8 @@ SUB_PHASES = ("freeze",)
 
 
 class NodeBench:
-    def __init__(self, lifecycle: SandboxLifecycle, manager: SandboxManager,
-                 session: aiohttp.ClientSession) -> None:
-        self.lc = lifecycle
-        self.manager = manager
+    def __init__(self, sandboxes: SandboxService, session: aiohttp.ClientSession) -> None:
+        self.lc = sandboxes
         self.session = session
 
     async def pause_resume(self) -> dict[str, object]:
@@ -236,7 +234,7 @@ class NodeBench:
         try:
             took, results = await elapsed(self.lc.fork(pid, count, timeout_s=3600))
             children = [r.sandbox.sandbox_id for r in results if r.HasField("sandbox")]
-            memory = child_memory([self.manager.get(c).vm.pid for c in children])
+            memory = child_memory([self.lc.get(c).vm.pid for c in children])
             for child in children:
                 await self.lc.kill(child)
         finally:
@@ -253,14 +251,12 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
                               boot_timeout_s=120, boot_attempts=3)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
     records = MemoryRecords()
-    manager = SandboxManager("bench", state_dir, templates, network, envd, records,
-                             ready_timeout_s=300)
-    lc = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
-                          ready_timeout_s=300)
-    bench = NodeBench(lc, manager, session)
+    lc = SandboxService(SandboxSettings(state_dir, ready_timeout_s=300),
+                        SandboxRegistry("bench"), templates, network, envd, records, QemuDriver())
+    bench = NodeBench(lc, session)
     phases = PhaseLog()
-    logging.getLogger("aenv_nodeagent.lifecycle").addHandler(phases)
-    logging.getLogger("aenv_nodeagent.lifecycle").setLevel(logging.INFO)
+    logging.getLogger("aenv_nodeagent.sandbox").addHandler(phases)
+    logging.getLogger("aenv_nodeagent.sandbox").setLevel(logging.INFO)
     try:
         out: dict[str, object] = await bench.pause_resume()
         out["pause_phases_median_ms"] = phases.medians("sandbox paused")
@@ -281,7 +277,7 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
         out["fork"] = forks
         return out
     finally:
-        logging.getLogger("aenv_nodeagent.lifecycle").removeHandler(phases)
+        logging.getLogger("aenv_nodeagent.sandbox").removeHandler(phases)
         await lc.destroy_all()
         await network.destroy_orphans(keep=set())
 

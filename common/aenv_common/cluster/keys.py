@@ -1,4 +1,4 @@
-"""Key layout of the cluster state in etcd (DESIGN §4).
+"""Key layout of the cluster state in etcd (docs/architecture.md, "Cluster state").
 
 Everything lives under one configurable prefix (default `/aenv/v1`) so several installs or test
 runs can share one etcd: `<prefix>/nodes/<id>`, `<prefix>/sandboxes/<id>`,

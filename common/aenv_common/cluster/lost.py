@@ -1,4 +1,5 @@
-"""Sandboxes of dead nodes are reported lost, never dropped silently (DESIGN §4)."""
+"""Sandboxes of dead nodes are reported lost, never dropped silently (docs/architecture.md,
+"Cluster state")."""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ from datetime import datetime
 log = logging.getLogger(__name__)
 
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
+RNDRESEEDCRNG = 0x5207  # _IO('R', 0x07); needs CAP_SYS_ADMIN
+URANDOM = "/dev/urandom"
 
 
 def parse_rfc3339(value: str) -> float:
@@ -32,15 +34,28 @@ def set_clock(unix_seconds: float) -> None:
     time.clock_settime_ns(time.CLOCK_REALTIME, round(unix_seconds * 1e9))
 
 
-def reseed_rng(seed: bytes) -> None:
-    """Mixes `seed` into the kernel pool and credits it when permitted (forks clone RNG state)."""
-    with open("/dev/urandom", "wb", buffering=0) as pool:
+def reseed_rng(seed: bytes, device: str = URANDOM) -> None:
+    """Mixes `seed` into the kernel pool, credits it when permitted, then reseeds the CRNG.
+
+    A restored guest (fork child, reset, create from a snapshot) runs on a clone of the image's
+    CRNG key and of its reseed schedule (jiffies go on from the capture). Since Linux 5.18 what
+    is written here only reaches the input pool: /dev/urandom and getrandom() take it in at the
+    next scheduled reseed (up to uptime/2 early on, 60 s later), until which every clone reads
+    the same bytes. RNDRESEEDCRNG makes that reseed happen now, and the per-CPU CRNGs follow at
+    their next use (the generation changed)."""
+    with open(device, "wb", buffering=0) as pool:
         pool.write(seed)
         request = struct.pack("ii", len(seed) * 8, len(seed)) + seed
         try:
             fcntl.ioctl(pool.fileno(), RNDADDENTROPY, request)
         except OSError as exc:
             log.info("entropy mixed without credit", extra={"errno": exc.errno})
+        try:
+            fcntl.ioctl(pool.fileno(), RNDRESEEDCRNG)
+        except OSError as exc:  # EPERM unprivileged, ENODATA before the CRNG is ready
+            log.warning("kernel CRNG not reseeded: this guest may read the same random bytes "
+                        "as other restores of its image until its next scheduled reseed",
+                        extra={"errno": exc.errno})
 
 
 @dataclass

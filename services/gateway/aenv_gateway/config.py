@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv_common.config import CommonSettings
+from aenv_common.limits import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
 
 class GatewaySettings(BaseSettings):
@@ -24,8 +25,9 @@ class GatewaySettings(BaseSettings):
     # Host-based data-plane routing `<port>-<id>.<domain>`; also returned as `domain` to SDKs.
     # Unset: header routing only and `domain: null` in responses.
     domain: str | None = None
-    default_timeout_s: int = 300
-    max_timeout_s: int = 86400
+    # A deployment may lower the node agents' bounds (aenv_common.limits), never raise them.
+    default_timeout_s: int = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
+    max_timeout_s: int = Field(default=MAX_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     # An Idempotency-Key reused within this window returns the sandbox created first.
     idempotency_ttl_s: float = 600.0
     # Deadlines of calls to the scheduler / node agents (create includes a VM restore).

@@ -18,6 +18,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
 from aenv_gateway.handover import Handover
@@ -30,7 +31,6 @@ RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
 PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
 # States a client may see; the others are transitional or terminal and stay internal.
 VISIBLE_STATES = frozenset({RUNNING, PAUSED})
-MAX_FORK_CHILDREN = 100
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ import contextlib
 import importlib.util
 import logging
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 
 import aiohttp
-import grpc
 import uvicorn
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -24,18 +24,18 @@ from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
-from aenv_nodeagent.persistence import SnapshotPersistence
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
-from aenv_nodeagent.recovery import recover
-from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.restart.recovery import recover
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.servicer import NodeAgentServicer
-from aenv_nodeagent.snapshot_records import SnapshotPublisher
+from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
-from aenv_nodeagent.vmm import AcceleratorChoice, detect_accelerator
+from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
 
 log = logging.getLogger(__name__)
 
@@ -72,72 +72,66 @@ async def base_template_inputs(
 
 
 class NodeAgent:
+    """Starts its parts in order, each registered with its stop on one exit stack, so `stop`
+    undoes exactly what `start` did, in reverse."""
+
     def __init__(self, settings: NodeAgentSettings) -> None:
         self.settings = settings
         self.accel: AcceleratorChoice | None = None
         self.kernel_version = ""
-        self._store: ClusterStore | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._connections = SandboxConnections()
-        self.network: NetworkManager | None = None
-        self._grpc: grpc.aio.Server | None = None
-        self._proxy: uvicorn.Server | None = None
-        self._tasks: list[asyncio.Task[object]] = []
-        self._registration: NodeRegistration | None = None
-        self.manager: SandboxManager | None = None
-        self.lifecycle: SandboxLifecycle | None = None
+        self.registry = SandboxRegistry(settings.node_id)
+        self.sandboxes: SandboxService | None = None
         self.templates: TemplateStore | None = None
-        self.pool: WarmPool | None = None
         self.grpc_port = 0
+        self._stack = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
-        s = self.settings
+        s, stack = self.settings, self._stack
         self.accel = detect_accelerator(s.pvm_guest_kernel)
-        self._store = store = await ClusterStore.connect(s.common)
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        envd = EnvdClient(self._session)
-        self.network = network = NetworkManager(
-            NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
+        store = await ClusterStore.connect(s.common)
+        stack.push_async_callback(store.close)
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        stack.push_async_callback(session.close)
+        connections = SandboxConnections()
+        stack.push_async_callback(connections.close)
+        envd = EnvdClient(session)
+        network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
+        stack.push_async_callback(network.settled)
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
                                   await store.list_sandboxes())
-
-        self.templates = await self._prepare_templates(network, envd)
-        self.pool = WarmPool(network, s.resolved_state_dir() / "pool",
-                             slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
-                             vms_per_template=s.warm_pool_vms,
-                             vm_root=s.resolved_state_dir() / "sandboxes")
-        self.pool.start()
-        self.manager = SandboxManager(
-            s.node_id, s.resolved_state_dir(), self.templates, network, envd, store,
-            ready_timeout_s=s.restore_ready_timeout_s, pool=self.pool,
-            metrics_max_samples=s.metrics_max_samples,
-        )
-        self.manager.on_traffic_cut = self._connections.cut
-        self.lifecycle = SandboxLifecycle(
-            self.manager, self.templates, network, envd, store, s.resolved_state_dir(),
-            ready_timeout_s=s.restore_ready_timeout_s, persistence=self._persistence(),
-            persist_paused=s.snapstore_persist_paused,
-        )
-        snapshot_records = SnapshotPublisher(store, s.node_id)
-        if self.lifecycle.persistence is not None:
-            self.lifecycle.persistence.on_persisted = snapshot_records.mark_persisted
-        self.lifecycle.on_snapshot_lost = snapshot_records.withdraw
-        await self.lifecycle.adopt(recovered.adopted)
-        paused = self.lifecycle.load()
-        await snapshot_records.sync(self.lifecycle.snapshots.listed())
-        servicer = NodeAgentServicer(
-            self.manager, self.lifecycle, self.node_record, snapshot_records)
-        self._grpc, self.grpc_port = await start_grpc_server(
+        self.templates = templates = await self._prepare_templates(store, network, envd)
+        pool = WarmPool(network, s.resolved_state_dir() / "pool",
+                        slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
+                        vms_per_template=s.warm_pool_vms,
+                        vm_root=s.resolved_state_dir() / "sandboxes")
+        pool.start()
+        stack.push_async_callback(pool.close)
+        # Stopped after the sandboxes are killed: until then the cluster sees the node alive.
+        registration = NodeRegistration(store, self.node_record, ttl=s.heartbeat_ttl_s)
+        stack.push_async_callback(registration.stop)
+        publisher = SnapshotPublisher(store, s.node_id)
+        self.sandboxes = sandboxes = SandboxService(
+            SandboxSettings(s.resolved_state_dir(), ready_timeout_s=s.restore_ready_timeout_s,
+                            persist_paused=s.snapstore_persist_paused,
+                            metrics_max_samples=s.metrics_max_samples),
+            self.registry, templates, network, envd, store, QemuDriver(), pool=pool,
+            persistence=self._persistence(publisher), publisher=publisher,
+            cut_traffic=connections.cut, allocation_changed=registration.publish)
+        stack.push_async_callback(sandboxes.stop)
+        await sandboxes.adopt(recovered.adopted)
+        paused = sandboxes.load()
+        await publisher.sync(sandboxes.snapshots.listed())
+        grpc_server, self.grpc_port = await start_grpc_server(
             s.listen,
-            [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer,
+            [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server,
+              NodeAgentServicer(sandboxes, self.node_record),
               "aenv.nodeagent.v1.NodeAgentService")],
         )
-        await self._start_proxy()
-        self._registration = NodeRegistration(store, self.node_record, ttl=s.heartbeat_ttl_s)
-        await self._registration.start()
-        self.manager.on_allocation_change = self._registration.publish
-        self._tasks.append(asyncio.create_task(self.manager.run_expiry()))
-        self._tasks.append(asyncio.create_task(self._metrics_sampler().run()))
+        stack.push_async_callback(grpc_server.stop, 1.0)
+        await self._start_proxy(connections)
+        await registration.start()
+        self._run(sandboxes.run_expiry())
+        self._run(self._metrics_sampler(sandboxes).run())
         log.info(
             "node agent ready",
             extra={"node_id": s.node_id, "accelerator": str(self.accel.accel),
@@ -145,25 +139,42 @@ class NodeAgent:
                    "paused_sandboxes": len(paused)},
         )
 
-    def _persistence(self) -> SnapshotPersistence | None:
+    async def stop(self) -> None:
+        """Undo `start`: the running sandboxes are killed (paused ones and snapshots stay on
+        disk for the next start), then the servers and connections close."""
+        await self._stack.aclose()
+
+    def _run(self, work: Coroutine[None, None, object]) -> None:
+        task = asyncio.create_task(work)
+
+        async def cancel() -> None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+        self._stack.push_async_callback(cancel)
+
+    def _persistence(self, publisher: SnapshotPublisher) -> SnapshotPersistence | None:
         s = self.settings
         if not s.snapstore_address:
             return None
-        return SnapshotPersistence(s.snapstore_address, max_pushes=s.snapstore_max_pushes)
+        return SnapshotPersistence(s.snapstore_address, max_pushes=s.snapstore_max_pushes,
+                                   on_persisted=publisher.mark_persisted)
 
-    def _metrics_sampler(self) -> MetricsSampler:
-        assert self.manager is not None and self.lifecycle is not None
-        lifecycle, s = self.lifecycle, self.settings
+    def _metrics_sampler(self, sandboxes: SandboxService) -> MetricsSampler:
+        s = self.settings
         return MetricsSampler(
-            self.manager, self.manager.metrics_history,
+            sandboxes, sandboxes.metrics_history,
             interval_s=s.metrics_interval_s, timeout_s=s.metrics_sample_timeout_s,
             # Paused sandboxes keep their history (no new samples) until they are killed.
-            kept=lambda: {record.sandbox_id for record in lifecycle.records()},
+            kept=lambda: {record.sandbox_id for record in sandboxes.records()},
         )
 
-    async def _prepare_templates(self, network: NetworkManager, envd: EnvdClient) -> TemplateStore:
+    async def _prepare_templates(
+        self, store: ClusterStore, network: NetworkManager, envd: EnvdClient
+    ) -> TemplateStore:
         s = self.settings
-        assert self.accel is not None and self._store is not None
+        assert self.accel is not None
         inputs = await base_template_inputs(s, self.accel)
         self.kernel_version = inputs.artifacts.kernel_version
         templates = TemplateStore(
@@ -174,7 +185,7 @@ class NodeAgent:
         snap = await templates.get(BASE_TEMPLATE)
         created = Timestamp()
         created.GetCurrentTime()
-        await self._store.put_template(cluster_pb2.TemplateRecord(
+        await store.put_template(cluster_pb2.TemplateRecord(
             template_id=BASE_TEMPLATE,
             aliases=[BASE_TEMPLATE],
             default_resources=cluster_pb2.Resources(
@@ -184,65 +195,38 @@ class NodeAgent:
         ))
         return templates
 
-    async def _start_proxy(self) -> None:
-        assert self.manager is not None and self._session is not None
+    async def _start_proxy(self, connections: SandboxConnections) -> None:
         host, _, port = self.settings.proxy_listen.rpartition(":")
         config = uvicorn.Config(
-            build_proxy_app(self.manager, self._connections), host=host, port=int(port),
+            build_proxy_app(self.registry, connections), host=host, port=int(port),
             log_config=None, access_log=False, lifespan="off", timeout_keep_alive=75,
             # Long-lived streams (process output, watches) must not hold up a stop.
             timeout_graceful_shutdown=3,
         )
-        self._proxy, serving = await start_http_server(config)
-        self._tasks.append(serving)
+        proxy, serving = await start_http_server(config)
+
+        async def stop() -> None:
+            proxy.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await serving
+
+        self._stack.push_async_callback(stop)
 
     def node_record(self) -> cluster_pb2.NodeRecord:
         s = self.settings
         now = Timestamp()
         now.FromNanoseconds(time.time_ns())
-        manager, templates = self.manager, self.templates
+        templates = self.templates
         return cluster_pb2.NodeRecord(
             node_id=s.node_id,
             nodeagent_address=s.nodeagent_address(),
             proxy_address=s.proxy_address(),
             capacity=cluster_pb2.Resources(
                 vcpus=s.capacity_vcpus, memory_mib=s.capacity_memory_mib),
-            allocated=manager.allocated() if manager else cluster_pb2.Resources(),
-            sandbox_count=len(manager.all()) if manager else 0,
+            allocated=self.registry.allocated(),
+            sandbox_count=len(self.registry.all()),
             cached_templates=[t.template_id for t in templates.cached()] if templates else [],
             accelerator=str(self.accel.accel) if self.accel else "",
             kernel_version=self.kernel_version,
             heartbeat_time=now,
         )
-
-    async def stop(self) -> None:
-        """Kills the running sandboxes (paused ones and snapshots stay on disk for the next
-        start), then closes the servers."""
-        if self._grpc is not None:
-            await self._grpc.stop(grace=1.0)
-        if self.lifecycle is not None:
-            await self.lifecycle.memory_images.close()
-            if self.lifecycle.persistence is not None:
-                await self.lifecycle.persistence.close()
-        if self.manager is not None:
-            await self.manager.kill_all()
-        if self.pool is not None:
-            await self.pool.close()
-        if self.lifecycle is not None:
-            await self.lifecycle.settled()
-        if self.network is not None:
-            await self.network.settled()
-        if self._proxy is not None:
-            self._proxy.should_exit = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self._registration is not None:
-            await self._registration.stop()
-        await self._connections.close()
-        if self._session is not None:
-            await self._session.close()
-        if self._store is not None:
-            await self._store.close()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
-from aenv_nodeagent.vmm import QemuVm
+from aenv_nodeagent.vmm.driver import Vm
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ VM_DIR_PREFIX = ".pool-"
 class PooledVm:
     directory: Path
     slot: NetSlot
-    vm: QemuVm
+    vm: Vm
 
 
 # Prepares `directory` (its disk) and starts the QEMU waiting for the template's state.
-VmLauncher = Callable[[Path, NetSlot], Awaitable[QemuVm]]
+VmLauncher = Callable[[Path, NetSlot], Awaitable[Vm]]
 
 
 class WarmPool:

@@ -38,7 +38,7 @@ from aenv_common.sandbox_routing import (
     sandbox_not_found,
     target_from_headers,
 )
-from aenv_nodeagent.sandboxes import Sandbox
+from aenv_nodeagent.sandbox.model import Sandbox
 
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"

@@ -1,6 +1,6 @@
-"""gRPC edge of the node agent (`aenv.nodeagent.v1.NodeAgentService`): thin over SandboxManager
-and SandboxLifecycle (pause/resume, snapshots, fork, reset).
-Typed errors become gRPC statuses in the shared interceptor."""
+"""gRPC edge of the node agent (`aenv.nodeagent.v1.NodeAgentService`): requests to calls of the
+sandbox wing (sandbox/service.py), results to responses. Typed errors become gRPC statuses in the
+shared interceptor."""
 
 from __future__ import annotations
 
@@ -11,56 +11,50 @@ import grpc
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
-from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.metrics import Window
-from aenv_nodeagent.sandboxes import SandboxManager
-from aenv_nodeagent.snapshot_records import SnapshotPublisher
-from aenv_nodeagent.snapshots import SnapshotMeta
+from aenv_nodeagent.sandbox.service import SandboxService
+from aenv_nodeagent.snapshots.store import SnapshotMeta
 
 
 class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     def __init__(
         self,
-        manager: SandboxManager,
-        lifecycle: SandboxLifecycle,
+        sandboxes: SandboxService,
         node_record: Callable[[], cluster_pb2.NodeRecord],
-        snapshot_records: SnapshotPublisher | None = None,
     ) -> None:
-        self._manager = manager
-        self._lifecycle = lifecycle
+        self._sandboxes = sandboxes
         self._node_record = node_record
-        self._snapshot_records = snapshot_records
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSandboxResponse:
-        sandbox = await self._lifecycle.create(request.spec)
+        sandbox = await self._sandboxes.create(request.spec)
         return nodeagent_pb2.CreateSandboxResponse(sandbox=sandbox.record)
 
     async def KillSandbox(
         self, request: nodeagent_pb2.KillSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.KillSandboxResponse:
-        await self._lifecycle.kill(request.sandbox_id)
+        await self._sandboxes.kill(request.sandbox_id)
         return nodeagent_pb2.KillSandboxResponse()
 
     async def GetSandbox(
         self, request: nodeagent_pb2.GetSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxResponse:
         return nodeagent_pb2.GetSandboxResponse(
-            sandbox=self._lifecycle.record(request.sandbox_id)
+            sandbox=self._sandboxes.record(request.sandbox_id)
         )
 
     async def ListSandboxes(
         self, request: nodeagent_pb2.ListSandboxesRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ListSandboxesResponse:
         return nodeagent_pb2.ListSandboxesResponse(
-            sandboxes=self._lifecycle.records()
+            sandboxes=self._sandboxes.records()
         )
 
     async def SetSandboxTimeout(
         self, request: nodeagent_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.SetSandboxTimeoutResponse:
-        record = await self._manager.set_timeout(request.sandbox_id, request.timeout_seconds)
+        record = await self._sandboxes.set_timeout(request.sandbox_id, request.timeout_seconds)
         return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=record)
 
     async def GetNodeInfo(
@@ -71,13 +65,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def GetSandboxMetrics(
         self, request: nodeagent_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxMetricsResponse:
-        window = Window.of(request)
-        record = self._lifecycle.record(request.sandbox_id)  # NotFound for unknown ids
-        if record.state == cluster_pb2.SANDBOX_STATE_PAUSED:
-            # No guest to ask: what was sampled before the pause.
-            samples = self._manager.metrics_history.window(request.sandbox_id, window)
-        else:
-            samples = await self._manager.metrics(request.sandbox_id, window)
+        samples = await self._sandboxes.metrics(request.sandbox_id, Window.of(request))
         return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[s.to_proto() for s in samples])
 
     async def GetLatestSandboxMetrics(
@@ -86,7 +74,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> nodeagent_pb2.GetLatestSandboxMetricsResponse:
         ids = list(dict.fromkeys(request.sandbox_ids))
-        latest = await asyncio.gather(*(self._manager.latest_metric(sid) for sid in ids))
+        latest = await asyncio.gather(*(self._sandboxes.latest_metric(sid) for sid in ids))
         return nodeagent_pb2.GetLatestSandboxMetricsResponse(metrics={
             sid: sample.to_proto() for sid, sample in zip(ids, latest, strict=True) if sample
         })
@@ -96,7 +84,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         request: nodeagent_pb2.UpdateSandboxNetworkRequest,
         context: grpc.aio.ServicerContext,
     ) -> nodeagent_pb2.UpdateSandboxNetworkResponse:
-        record = await self._manager.update_network(request.sandbox_id, request.network)
+        record = await self._sandboxes.update_network(request.sandbox_id, request.network)
         return nodeagent_pb2.UpdateSandboxNetworkResponse(sandbox=record)
 
     async def PauseSandbox(
@@ -104,20 +92,20 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.PauseSandboxResponse:
         mode = (cluster_pb2.PAUSE_MODE_UNSPECIFIED if request.keep_memory
                 else cluster_pb2.PAUSE_MODE_FILESYSTEM)
-        record = await self._lifecycle.pause(request.sandbox_id, mode)
+        record = await self._sandboxes.pause(request.sandbox_id, mode)
         return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
 
     async def ResumeSandbox(
         self, request: nodeagent_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResumeSandboxResponse:
-        sandbox = await self._lifecycle.resume(
+        sandbox = await self._sandboxes.resume(
             request.sandbox_id, request.timeout_seconds, reboot=request.reboot)
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=sandbox.record)
 
     async def TakeOverSandbox(
         self, request: nodeagent_pb2.TakeOverSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.TakeOverSandboxResponse:
-        paused = await self._lifecycle.take_over(request.sandbox_id, discard=request.discard)
+        paused = await self._sandboxes.take_over(request.sandbox_id, discard=request.discard)
         if paused is None:
             return nodeagent_pb2.TakeOverSandboxResponse()
         return nodeagent_pb2.TakeOverSandboxResponse(sandbox=paused.record)
@@ -125,34 +113,27 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def CreateSnapshot(
         self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSnapshotResponse:
-        resources = self._lifecycle.record(request.sandbox_id).resources
-        meta = await self._lifecycle.create_snapshot(
+        meta = await self._sandboxes.create_snapshot(
             request.sandbox_id, request.name, filesystem_only=not request.keep_memory)
-        if self._snapshot_records is not None:
-            await self._snapshot_records.publish(meta, resources)
-            if self._lifecycle.snapshots.find(meta.snapshot_id) is None:  # lost meanwhile
-                await self._snapshot_records.withdraw(meta.snapshot_id)
         return nodeagent_pb2.CreateSnapshotResponse(snapshot=snapshot_info(meta))
 
     async def ListSnapshots(
         self, request: nodeagent_pb2.ListSnapshotsRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ListSnapshotsResponse:
         return nodeagent_pb2.ListSnapshotsResponse(snapshots=[
-            snapshot_info(meta) for meta in self._lifecycle.snapshots.listed(request.sandbox_id)
+            snapshot_info(meta) for meta in self._sandboxes.snapshots.listed(request.sandbox_id)
         ])
 
     async def DeleteSnapshot(
         self, request: nodeagent_pb2.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.DeleteSnapshotResponse:
-        await self._lifecycle.delete_snapshot(request.snapshot_id)
-        if self._snapshot_records is not None:
-            await self._snapshot_records.withdraw(request.snapshot_id)
+        await self._sandboxes.delete_snapshot(request.snapshot_id)
         return nodeagent_pb2.DeleteSnapshotResponse()
 
     async def ForkSandbox(
         self, request: nodeagent_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ForkSandboxResponse:
-        results = await self._lifecycle.fork(
+        results = await self._sandboxes.fork(
             request.sandbox_id, request.count or 1, request.timeout_seconds,
             request.child_ids, request.child_tokens,
         )
@@ -161,7 +142,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def ResetSandbox(
         self, request: nodeagent_pb2.ResetSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResetSandboxResponse:
-        record = await self._lifecycle.reset(request.sandbox_id, request.snapshot_id)
+        record = await self._sandboxes.reset(request.sandbox_id, request.snapshot_id)
         return nodeagent_pb2.ResetSandboxResponse(sandbox=record)
 
 

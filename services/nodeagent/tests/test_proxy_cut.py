@@ -18,7 +18,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.sandbox_routing import NOT_FOUND_MESSAGE, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER
 from aenv_nodeagent.network.slots import NetSlot
 from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
-from aenv_nodeagent.sandboxes import Sandbox
+from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.vmm import QemuVm
 
 

@@ -3,7 +3,7 @@ round trip (an S3 HEAD) per chunk per push.
 
 Sound within one snapstore process: chunks are immutable, and only this process's garbage
 collection deletes them, which calls `forget`. With several replicas, garbage collection must run
-on one of them and the others' entries can be stale for up to `ttl` (see DESIGN gaps).
+on one of them and the others' entries can be stale for up to `ttl`.
 """
 
 from __future__ import annotations

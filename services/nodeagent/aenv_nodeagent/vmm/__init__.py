@@ -2,7 +2,7 @@
 
 from aenv_nodeagent.vmm.accel import Accelerator, AcceleratorChoice, detect_accelerator
 from aenv_nodeagent.vmm.argv import VmFiles, build_argv
-from aenv_nodeagent.vmm.driver import QemuDriver, VmHandle, VmmDriver
+from aenv_nodeagent.vmm.driver import QemuDriver, Vm, VmmDriver
 from aenv_nodeagent.vmm.qemu import QemuVm
 from aenv_nodeagent.vmm.spec import DiskSpec, NetSpec, VmSpec
 
@@ -13,8 +13,8 @@ __all__ = [
     "NetSpec",
     "QemuDriver",
     "QemuVm",
+    "Vm",
     "VmFiles",
-    "VmHandle",
     "VmSpec",
     "VmmDriver",
     "build_argv",

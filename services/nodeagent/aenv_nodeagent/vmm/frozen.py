@@ -50,8 +50,9 @@ class FrozenCopy:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             return None
-        # Read after the pidfd is open: a pid reused since is told apart by its start time.
-        if _start_time(pid) != start_time or _name(pid) != COPY_NAME:
+        # Read after the pidfd is open: a pid reused since is told apart by its start time. (Not
+        # by its name: a copy found right after the fork may not have renamed itself yet.)
+        if _start_time(pid) != start_time:
             os.close(pidfd)
             return None
         return cls(pid, start_time, pidfd)

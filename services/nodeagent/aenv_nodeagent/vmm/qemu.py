@@ -3,39 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import socket
-import time
-from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
 from qemu.qmp import EventListener, ExecuteError, QMPClient, QMPError
 
-from aenv_common.errors import (
-    AenvError,
-    Conflict,
-    DeadlineExceeded,
-    Internal,
-    InvalidArgument,
-    NotFound,
-)
-from aenv_nodeagent.vmm import process, seccomp
-from aenv_nodeagent.vmm.argv import QEMU_BINARY, QMP_CHARDEV_ID, VmFiles, build_argv
+from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, Internal, NotFound
+from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.vmm import process, qemu_disks, qmp_connect, seccomp
+from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles, build_argv
 from aenv_nodeagent.vmm.frozen import FreezeChannel, FrozenCopy
 from aenv_nodeagent.vmm.preload import preload_env
+from aenv_nodeagent.vmm.qemu_disks import DiskChain
 from aenv_nodeagent.vmm.spec import VmSpec
-from aenv_nodeagent.vmm.timing import PhaseClock
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_QMP_POLL_S = 0.002
 _FINAL_MIGRATION_STATES = frozenset({"completed", "failed", "cancelled"})
 _TRANSIENT_MIGRATION_RUNSTATES = frozenset({"finish-migrate", "inmigrate"})
 _RUNSTATE_POLL_S = 0.001
@@ -103,12 +92,12 @@ class QemuVm:
     ) -> QemuVm:
         """Start QEMU and return once its QMP session is up. `argv_prefix` must exec QEMU (as
         `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID."""
-        files = _prepare_workdir(workdir)
-        disk_fds = _open_disks(spec)
+        files = qmp_connect.prepare_workdir(workdir)
+        disk_fds = qemu_disks.open_disks(spec)
         freezer, freeze_socket = (None, None) if spec.preload_library is None else (
             FreezeChannel.pair())
-        clock = PhaseClock()
-        with clock.measure("exec_to_qmp"):
+        clock = PhaseTimer("qemu")
+        with clock.phase("exec_to_qmp"):
             try:
                 argv = _hole_punch_guard(spec, [*argv_prefix, *build_argv(
                     spec, files, incoming=incoming, console_log=console_log,
@@ -119,13 +108,13 @@ class QemuVm:
                     env = preload_env(spec.preload_library, spec.mem_path, freeze_socket)
                     inherited.append(freeze_socket.fileno())
                 proc = await process.spawn(argv, files.stderr_log, inherited, env)
-                qmp = await _connect_or_clean_up(proc, files, start_timeout)
+                qmp = await qmp_connect.connect_or_clean_up(proc, files, start_timeout)
             except BaseException:
                 if freezer is not None:
                     freezer.close()
                 raise
             finally:
-                _close_all(disk_fds)  # QEMU holds its own copies
+                qemu_disks.close_all(disk_fds)  # QEMU holds its own copies
                 if freeze_socket is not None:
                     freeze_socket.close()
         vm = cls(proc, qmp, files, incoming=incoming)
@@ -153,31 +142,15 @@ class QemuVm:
             raise NotFound(f"no QEMU runs in {workdir}") from None
         socket_path = files.qmp_socket
         if not socket_path.exists():
-            socket_path = _qmp_socket_of(pid) or socket_path
+            socket_path = qmp_connect.socket_of(pid) or socket_path
         try:
-            qmp = await _connect_qmp(proc, socket_path, time_limit)
+            qmp = await qmp_connect.connect(proc, socket_path, time_limit)
         except BaseException:
             proc.close()  # QEMU stays running; it is not ours after all
             raise
         logger.info("QEMU adopted", extra={"pid": pid, "workdir": str(workdir)})
         return cls(proc, qmp, VmFiles(socket_path, files.pidfile, files.stderr_log),
                    incoming=False)
-
-    async def disk_chain(self, disk_id: str) -> DiskChain:
-        """The layers under disk `disk_id` as QEMU has them open: its top node and file, then
-        each backing file as the layer above names it."""
-        reply = await self.execute("query-block")
-        for device in reply if isinstance(reply, list) else []:
-            if device.get("qdev") == disk_id and "inserted" in device:
-                image = device["inserted"]["image"]
-                backing: list[Path] = []
-                layer = image
-                while name := layer.get("backing-filename"):
-                    backing.append(Path(name))
-                    layer = layer.get("backing-image", {})
-                return DiskChain(str(device["inserted"]["node-name"]),
-                                 _image_file(str(image["filename"])), backing)
-        raise NotFound(f"QEMU {self.pid} has no disk {disk_id!r}")
 
     async def __aenter__(self) -> QemuVm:
         return self
@@ -216,10 +189,10 @@ class QemuVm:
         `state_path`. The VM stays stopped; disks are flushed and consistent. Returns phase
         durations in ms. `ignore_shared=False` saves share=on RAM too (share=off RAM is always
         saved); a full stream can then be loaded into a share=on RAM file."""
-        clock = PhaseClock()
-        with clock.measure("stop"):
+        clock = PhaseTimer("qemu")
+        with clock.phase("stop"):
             await self.execute("stop")
-        with clock.measure("migrate"):
+        with clock.phase("migrate"):
             await self._set_migration_capabilities(ignore_shared=ignore_shared)
             try:
                 await self._migrate_via_file("migrate", state_path, os.O_WRONLY | os.O_CREAT
@@ -251,55 +224,40 @@ class QemuVm:
         Returns phase durations in ms."""
         if not self._awaiting_restore:
             raise Conflict(f"QEMU {self.pid} was not launched incoming, or has already restored")
-        clock = PhaseClock()
-        with clock.measure("migrate_incoming"):
+        clock = PhaseTimer("qemu")
+        with clock.phase("migrate_incoming"):
             await self._set_migration_capabilities(ignore_shared=ignore_shared)
             await self._migrate_via_file("migrate-incoming", state_path, os.O_RDONLY, time_limit)
         if run:
-            with clock.measure("cont"):
+            with clock.phase("cont"):
                 await self.execute("cont")
         return self._record(clock)
 
+    async def disk_chain(self, disk_id: str) -> DiskChain:
+        """The layers under disk `disk_id` as QEMU has them open (vmm/qemu_disks.py)."""
+        return await qemu_disks.disk_chain(self, disk_id)
+
     async def switch_disk_to_overlay(self, top_node: str, new_node: str, overlay: Path) -> None:
-        """Make `overlay` (a qcow2 file whose backing is the current top layer) the disk's new top
-        layer: the VM writes there from now on and the old layer is frozen (external snapshot).
-        Call while stopped so no write is in flight."""
-        await self.execute("blockdev-add", {
-            "driver": "qcow2", "node-name": new_node, "discard": "unmap",
-            "file": {"driver": "file", "filename": str(overlay)},
-            # The backing is the node already open (attached by blockdev-snapshot), not a reopen.
-            "backing": None,
-        })
-        try:
-            await self.execute("blockdev-snapshot", {"node": top_node, "overlay": new_node})
-        except Internal:
-            await self.execute("blockdev-del", {"node-name": new_node})
-            raise
+        """Make `overlay` the disk's new top layer, freezing the old one (vmm/qemu_disks.py)."""
+        await qemu_disks.switch_disk_to_overlay(self, top_node, new_node, overlay)
 
     async def close_writable_fds(self) -> None:
-        """Remove the writable descriptors of disks passed by fd from their fd sets. Call once
-        such a disk is a frozen (read-only) layer, with the VM running, when QEMU closes a
-        removed descriptor at once. QEMU reopened the node read-only from the set's read-only
-        descriptor, but the write lock stays on the writable one's open file description while
-        the set holds it, and other QEMUs reading the layer trip over it."""
-        reply = await self.execute("query-fdsets")
-        for fdset in reply if isinstance(reply, list) else []:
-            for entry in fdset.get("fds", []):
-                if _opened_for_writing(self.pid, int(entry["fd"])):
-                    await self.execute("remove-fd", {"fdset-id": fdset["fdset-id"],
-                                                     "fd": entry["fd"]})
+        """Drop the writable descriptors of by-fd disks now frozen (vmm/qemu_disks.py)."""
+        await qemu_disks.close_writable_fds(self)
 
     async def stream_disk(self, top_node: str, base: Path, time_limit: float = 600.0) -> None:
-        """Copy into `top_node` every cluster its backing layers above `base` hold, then make
-        `base` its backing: the layers in between leave the chain. The VM keeps running."""
-        job = f"stream-{top_node}"
-        with self._qmp.listener(("BLOCK_JOB_COMPLETED", "BLOCK_JOB_CANCELLED")) as listener:
-            await self.execute("block-stream", {"job-id": job, "device": top_node,
-                                                "base": str(base)})
-            data = await self._unless_exited(_job_end(listener, job), time_limit,
-                                             what="block-stream")
-        if data.get("error") or data.get("event") == "BLOCK_JOB_CANCELLED":
-            raise Internal(f"block-stream of {top_node} failed: {data.get('error', 'cancelled')}")
+        """Merge the layers between `top_node` and `base` into it (vmm/qemu_disks.py)."""
+        await qemu_disks.stream_disk(self, top_node, base, time_limit)
+
+    async def run_job(
+        self, command: str, arguments: Mapping[str, object], events: tuple[str, ...],
+        until: Callable[[EventListener], Awaitable[T]], time_limit: float,
+    ) -> T:
+        """Run QMP `command` and await `until` over the `events` QEMU emits from then on,
+        failing fast if QEMU exits, and with DeadlineExceeded after `time_limit` s."""
+        with self._qmp.listener(events) as listener:
+            await self.execute(command, arguments)
+            return await self._unless_exited(until(listener), time_limit, what=command)
 
     @property
     def freezes(self) -> bool:
@@ -316,7 +274,7 @@ class QemuVm:
     async def release(self) -> None:
         """Let go of QEMU without stopping it (a VM not taken over after all)."""
         self._close_freezer()
-        await _disconnect(self._qmp)
+        await qmp_connect.disconnect(self._qmp)
         if isinstance(self._proc, process.AdoptedProcess):
             self._proc.close()
 
@@ -338,8 +296,8 @@ class QemuVm:
             await process.stop(self._proc, grace)
         finally:
             self._close_freezer()
-            await _disconnect(self._qmp)
-            _remove_files(self.files)
+            await qmp_connect.disconnect(self._qmp)
+            qmp_connect.remove_files(self.files)
         logger.info("QEMU stopped", extra={"pid": self.pid, "exit_code": self._proc.returncode})
 
     def _close_freezer(self) -> None:
@@ -440,7 +398,7 @@ class QemuVm:
                            f"(status {self._proc.returncode}): {tail}")
         raise DeadlineExceeded(f"{what} did not finish within {time_limit}s (QEMU {self.pid})")
 
-    def _record(self, clock: PhaseClock) -> dict[str, float]:
+    def _record(self, clock: PhaseTimer) -> dict[str, float]:
         self.timings.update(clock.phases_ms)
         logger.info("QEMU phases", extra={"pid": self.pid, "phases_ms": clock.phases_ms})
         return dict(clock.phases_ms)
@@ -453,14 +411,6 @@ async def _final_migration_status(listener: EventListener) -> str:
         status = str(data.get("status", "")) if isinstance(data, dict) else ""
         if status in _FINAL_MIGRATION_STATES:
             return status
-
-
-async def _job_end(listener: EventListener, job: str) -> dict[str, object]:
-    while True:
-        event = await listener.get()
-        data = event.get("data")
-        if isinstance(data, dict) and data.get("device") == job:
-            return {**data, "event": event.get("event")}
 
 
 def _open_state_file(state_path: Path, flags: int) -> int:
@@ -480,156 +430,9 @@ def _discard_partial_state(state_path: Path) -> None:
         state_path.unlink()
 
 
-def _prepare_workdir(workdir: Path) -> VmFiles:
-    files = VmFiles.in_dir(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    files.qmp_socket.parent.mkdir(parents=True, exist_ok=True)
-    _remove_files(files)  # stale files of an earlier QEMU in this workdir
-    return files
-
-
-async def _connect_or_clean_up(
-    proc: process.VmProcess, files: VmFiles, time_limit: float
-) -> QMPClient:
-    """Connect QMP; on any failure stop and reap QEMU, remove its files, report its stderr."""
-    try:
-        qmp = await _connect_qmp(proc, files.qmp_socket, time_limit)
-        _check_pidfile(proc.pid, files.pidfile)
-        return qmp
-    except AenvError as err:
-        await process.stop(proc, grace=0.5)
-        tail = process.stderr_tail(files.stderr_log)
-        _remove_files(files)
-        raise type(err)(
-            f"QEMU failed to start (exit status {proc.returncode}): {err.message}; "
-            f"QEMU stderr: {tail or '(empty)'}"
-        ) from err
-    except BaseException:
-        await process.stop(proc, grace=0.5)
-        _remove_files(files)
-        raise
-
-
-async def _connect_qmp(
-    proc: process.VmProcess, socket_path: Path, time_limit: float
-) -> QMPClient:
-    deadline = time.monotonic() + time_limit
-    sock = await _wait_for_socket(proc, socket_path, deadline)
-    qmp = QMPClient(f"qemu-{proc.pid}")
-    try:
-        await asyncio.wait_for(qmp.connect(sock), max(0.0, deadline - time.monotonic()))
-    except (QMPError, OSError, TimeoutError) as err:
-        sock.close()
-        await _disconnect(qmp)
-        raise Internal(f"QEMU {proc.pid} did not complete the QMP handshake: {err}") from err
-    return qmp
-
-
-async def _wait_for_socket(
-    proc: process.VmProcess, socket_path: Path, deadline: float
-) -> socket.socket:
-    """Poll until QEMU's QMP socket accepts a connection. A plain socket (not qemu.qmp) polls
-    quietly: qemu.qmp logs an error for every refused attempt."""
-    while True:
-        if proc.returncode is not None:
-            raise Internal(f"QEMU exited with status {proc.returncode} before opening QMP")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(str(socket_path))
-            return sock
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
-        if time.monotonic() > deadline:
-            raise Internal(f"QEMU {proc.pid} did not open QMP at {socket_path} in time")
-        await asyncio.sleep(_QMP_POLL_S)
-
-
-@dataclass(frozen=True)
-class DiskChain:
-    top_node: str
-    top_file: Path
-    backing_files: list[Path]  # nearest first
-
-
-def _image_file(filename: str) -> Path:
-    """The file of a node QEMU names by a `json:` pseudo-filename (one opened with options)."""
-    if filename.startswith("json:"):
-        return Path(json.loads(filename[len("json:"):])["file"]["filename"])
-    return Path(filename)
-
-
-def _qmp_socket_of(pid: int) -> Path | None:
-    """The QMP socket path on QEMU's command line (the `-chardev socket,id=qmp,path=...`)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    except OSError:
-        return None
-    prefix = f"socket,id={QMP_CHARDEV_ID},path="
-    for arg in argv:
-        if arg.startswith(prefix):
-            return Path(arg[len(prefix):].split(",server=")[0].replace(",,", ","))
-    return None
-
-
-def _check_pidfile(pid: int, pidfile: Path) -> None:
-    written = pidfile.read_text().strip()
-    if written != str(pid):
-        raise InvalidArgument(
-            f"QEMU runs as pid {written} but the started process is {pid}: argv_prefix must exec"
-        )
-
-
-async def _disconnect(qmp: QMPClient) -> None:
-    try:
-        await qmp.disconnect()
-    except (QMPError, OSError, EOFError) as err:
-        # disconnect re-raises what broke the session (QEMU exiting); nothing is left to close.
-        logger.debug("QMP disconnect reported an error", extra={"error": str(err)})
-
-
-def _open_disks(spec: VmSpec) -> dict[str, list[int]]:
-    """Descriptors for `by_fd` disks. A writable disk gets a read-only one too: QEMU reopens a
-    node read-only when it becomes a backing layer (a snapshot), and takes from the fd set only
-    a descriptor of the access mode it asks for; a node left writable keeps a write lock that
-    other QEMUs reading the frozen layer then trip over."""
-    fds: dict[str, list[int]] = {}
-    try:
-        for disk in spec.disks:
-            if disk.by_fd:
-                modes = [os.O_RDONLY] if disk.readonly else [os.O_RDWR, os.O_RDONLY]
-                fds[disk.id] = []
-                for mode in modes:
-                    fds[disk.id].append(os.open(disk.path, mode | os.O_CLOEXEC))
-    except OSError as err:
-        _close_all(fds)
-        raise Internal(f"cannot open disk {err.filename}: {err.strerror}") from err
-    return fds
-
-
 def _hole_punch_guard(spec: VmSpec, argv: list[str]) -> list[str]:
     """Free page reporting in a VM mapping its RAM file copy-on-write: keep QEMU 7.2 from
     punching the reported pages out of the file (seccomp.py); the VM still gives them back."""
     if spec.mem_shared or not spec.free_page_reporting:
         return argv
     return seccomp.wrapped(argv)
-
-
-def _opened_for_writing(pid: int, fd: int) -> bool:
-    try:
-        info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-    except OSError:
-        return False
-    flags = next((int(line.split()[1], 8) for line in info.splitlines()
-                  if line.startswith("flags:")), 0)
-    return flags & os.O_ACCMODE != os.O_RDONLY
-
-
-def _close_all(fds: Mapping[str, Sequence[int]]) -> None:
-    for descriptors in fds.values():
-        for fd in descriptors:
-            os.close(fd)
-
-
-def _remove_files(files: VmFiles) -> None:
-    for path in files.all():
-        path.unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""A node's lifecycle machinery against real parts: QEMU restores of the real `base` template,
+"""A node's sandbox wing against real parts: QEMU restores of the real `base` template,
 real netns slots and the real envd in the guest. State lives in a short /tmp directory (QMP socket
 paths are limited to 107 bytes). Every test ends with nothing left: no QEMU, netns or files."""
 
@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -25,23 +25,36 @@ from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
-from aenv_nodeagent.persistence import SnapshotPersistence
 from aenv_nodeagent.pool import WarmPool
-from aenv_nodeagent.recovery import recover
-from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.restart.recovery import recover
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateStore
-from aenv_nodeagent.vmm import detect_accelerator
+from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
+
+
+class AllocationSink:
+    """Where a node publishes its allocation (the node record in etcd): counts the puts, each
+    taking `delay_s`."""
+
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+        self.published = 0
+
+    async def publish(self) -> None:
+        await asyncio.sleep(self.delay_s)
+        self.published += 1
 
 
 @dataclass
 class Node:
     """One node agent's worth of parts over a state directory (re-creatable: a restart)."""
 
-    lifecycle: SandboxLifecycle
-    manager: SandboxManager
+    sandboxes: SandboxService
     records: MemoryRecords
     network: NetworkManager
     session: aiohttp.ClientSession
@@ -51,6 +64,7 @@ class Node:
     node_id: str = "test-node"
     snapstore: str = ""
     templates: TemplateStore | None = None
+    allocation: AllocationSink = field(default_factory=AllocationSink)
     successor: Node | None = None
 
     def latest(self) -> Node:
@@ -58,7 +72,7 @@ class Node:
 
     async def settled(self) -> None:
         """Wait for what a pause leaves to the background: its VM's quit, then its slot."""
-        await self.lifecycle.settled()
+        await self.sandboxes.settled()
         await self.network.settled()
 
     async def restart(self) -> Node:
@@ -68,17 +82,17 @@ class Node:
         network = NetworkManager(self.network.config)
         # The dead agent's background work (memory image splits) ends with it, and so do its
         # QMP sessions (QEMU serves one at a time).
-        await self.lifecycle.memory_images.close()
-        if self.lifecycle.persistence is not None:
-            await self.lifecycle.persistence.close()
-        for sandbox in self.manager.all():
+        await self.sandboxes.memory_images.close()
+        if self.sandboxes.persistence is not None:
+            await self.sandboxes.persistence.close()
+        for sandbox in self.sandboxes.all():
             await sandbox.vm.release()
         recovered = await recover(self.node_id, self.state_dir, network, self.records,
                                   list(self.records.records.values()))
         node = await build_node(self.state_dir, self.prefix, self.session, self.records, network,
                                 snapstore=self.snapstore, node_id=self.node_id)
-        await node.lifecycle.adopt(recovered.adopted)
-        node.lifecycle.load()
+        await node.sandboxes.adopt(recovered.adopted)
+        node.sandboxes.load()
         self.successor = node
         return node
 
@@ -99,13 +113,14 @@ async def build_node(
                     overlays_per_backing=pool_overlays, vms_per_template=pool_vms,
                     vm_root=state_dir / "sandboxes")
     pool.start()
-    manager = SandboxManager(node_id, state_dir, templates, network, envd, records,
-                             ready_timeout_s=60, pool=pool)
     persistence = SnapshotPersistence(snapstore, retry_delays_s=(0.2,)) if snapstore else None
-    lifecycle = SandboxLifecycle(manager, templates, network, envd, records, state_dir,
-                                 ready_timeout_s=60, persistence=persistence)
-    return Node(lifecycle, manager, records, network, session, state_dir, prefix, pool, node_id,
-                snapstore=snapstore, templates=templates)
+    allocation = AllocationSink()
+    sandboxes = SandboxService(
+        SandboxSettings(state_dir, ready_timeout_s=60), SandboxRegistry(node_id), templates,
+        network, envd, records, QemuDriver(), pool=pool, persistence=persistence,
+        publisher=SnapshotPublisher(records, node_id), allocation_changed=allocation.publish)
+    return Node(sandboxes, records, network, session, state_dir, prefix, pool, node_id,
+                snapstore=snapstore, templates=templates, allocation=allocation)
 
 
 def netns_with(prefix: str) -> list[str]:
@@ -150,7 +165,7 @@ async def node_parts(
             finally:
                 # A test may have restarted the node: clean up through the newest one.
                 current = first.latest()
-                await current.lifecycle.destroy_all()
+                await current.sandboxes.destroy_all()
                 await current.pool.close()
                 await current.network.destroy_orphans(keep=set())
         assert qemus_under(state_dir) == []

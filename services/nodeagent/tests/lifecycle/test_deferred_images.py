@@ -13,15 +13,15 @@ import pytest
 
 from aenv_common.errors import Internal
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
-from aenv_nodeagent.deferredimage import (
+from aenv_nodeagent.memory.deferred import (
     REFERENCE,
     FrozenRecord,
     finish_interrupted,
     recorded,
     recorded_copy,
 )
-from aenv_nodeagent.memimage import MemoryImage, MemoryImages, image_in
-from aenv_nodeagent.snapshots import SnapshotMeta, SnapshotStore, new_snapshot_id
+from aenv_nodeagent.memory.images import MemoryImage, MemoryImages, image_in
+from aenv_nodeagent.snapshots.store import SnapshotMeta, SnapshotStore, new_snapshot_id
 from aenv_nodeagent.vmm.delta import ImageParts, ram_mappings
 from aenv_nodeagent.vmm.frozen import FreezeChannel
 from aenv_nodeagent.vmm.preload import preload_env

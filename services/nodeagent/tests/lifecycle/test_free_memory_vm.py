@@ -24,7 +24,7 @@ def private_mib(pid: int) -> float:
 
 async def test_a_sandbox_returns_the_memory_its_guest_frees(node: Node) -> None:
     s = spec()
-    sandbox = await node.lifecycle.create(s)
+    sandbox = await node.sandboxes.create(s)
     assert node.templates is not None
     template_memory = (await node.templates.get(s.template_id)).memory
     before = hashlib.sha256(template_memory.read_bytes()).hexdigest()
@@ -36,4 +36,4 @@ async def test_a_sandbox_returns_the_memory_its_guest_frees(node: Node) -> None:
     # The guest reports freed pages every 2 s or so, once enough of them pile up.
     await until(lambda: private_mib(sandbox.vm.pid) < filled - 96, "freed memory returned", 30)
     assert hashlib.sha256(template_memory.read_bytes()).hexdigest() == before
-    await node.lifecycle.kill(s.sandbox_id)
+    await node.sandboxes.kill(s.sandbox_id)

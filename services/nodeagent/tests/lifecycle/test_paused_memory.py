@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aenv_nodeagent.memimage import DELTA, DEVICES
-from aenv_nodeagent.pausedmemory import finish_pending, is_pending
+from aenv_nodeagent.memory.images import DELTA, DEVICES
+from aenv_nodeagent.memory.paused import finish_pending, is_pending
 
 
 def test_only_a_device_state_without_a_delta_is_pending(tmp_path: Path) -> None:
@@ -29,7 +29,7 @@ def test_a_pending_pause_whose_vm_is_gone_is_reported_lost(
     pidfile = directory / "vm" / "qemu.pid"
     pidfile.parent.mkdir()
     pidfile.write_text("999999999")  # no such process
-    with caplog.at_level(logging.ERROR, logger="aenv_nodeagent.pausedmemory"):
+    with caplog.at_level(logging.ERROR, logger="aenv_nodeagent.memory.paused"):
         finish_pending(directory, pidfile)
     [lost] = caplog.records
     assert lost.getMessage().startswith("paused sandbox lost its memory")
@@ -39,6 +39,6 @@ def test_a_pending_pause_whose_vm_is_gone_is_reported_lost(
 
 def test_a_finished_pause_is_left_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / DELTA).write_bytes(b"delta")
-    with caplog.at_level(logging.INFO, logger="aenv_nodeagent.pausedmemory"):
+    with caplog.at_level(logging.INFO, logger="aenv_nodeagent.memory.paused"):
         finish_pending(tmp_path, tmp_path / "vm" / "qemu.pid")
     assert caplog.records == [] and (tmp_path / DELTA).read_bytes() == b"delta"

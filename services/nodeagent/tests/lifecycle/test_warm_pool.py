@@ -94,13 +94,13 @@ async def test_disabled_pool_builds_on_demand_and_keeps_nothing(
 @pytest.mark.vm
 async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
     async with node_parts(pool_slots=2, pool_overlays=1) as node:
-        lc, pool = node.lifecycle, node.pool
+        lc, pool = node.sandboxes, node.pool
 
         async def refilled(overlays: int) -> set[str]:
             await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays, "vms": 0},
                         "refill")
             await node.settled()  # a paused sandbox's slot goes after the pause
-            in_use = {sbx.slot.netns for sbx in node.manager.all()}
+            in_use = {sbx.slot.netns for sbx in node.sandboxes.all()}
             return set(netns_with(node.prefix)) - in_use
 
         pooled = await refilled(0)
@@ -121,13 +121,13 @@ async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
                         "cat /root/x") == "x\n"
         pooled = await refilled(1)
         results = await lc.fork(first.record.sandbox_id, 2)
-        assert {node.manager.get(r.sandbox.sandbox_id).slot.netns for r in results} == pooled
+        assert {node.sandboxes.get(r.sandbox.sandbox_id).slot.netns for r in results} == pooled
 
 
 @pytest.mark.vm
 async def test_create_takes_a_prestarted_vm_that_then_lives_a_full_life() -> None:
     async with node_parts(pool_vms=1) as node:
-        lc, pool = node.lifecycle, node.pool
+        lc, pool = node.sandboxes, node.pool
         await lc.create(spec())  # the template's first create: VMs are pre-started from now on
         await until(lambda: pool.sizes()["vms"] == 1, "a pre-started VM")
         [waiting] = [d for d in (node.state_dir / "sandboxes").iterdir()

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from aenv_nodeagent.disks import create_overlay
-from aenv_nodeagent.memimage import DEVICE_STATE, MEMORY
-from aenv_nodeagent.persistence import SnapshotPersistence, layer_file
-from aenv_nodeagent.snapshots import (
+from aenv_nodeagent.memory.images import DEVICE_STATE, MEMORY
+from aenv_nodeagent.snapshots.persistence import SnapshotPersistence, layer_file
+from aenv_nodeagent.snapshots.store import (
     SNAPSHOT_META,
     LayerStore,
     SnapshotMeta,
@@ -93,13 +93,13 @@ async def persist(at: Site, meta: SnapshotMeta) -> None:
 
 
 async def test_persist_dedups_and_another_node_restores(snapstore: str, tmp_path: Path) -> None:
-    here, there = site(tmp_path / "a", snapstore), site(tmp_path / "b", snapstore)
     persisted: list[str] = []
 
     async def on_persisted(meta: SnapshotMeta) -> None:
         persisted.append(meta.snapshot_id)
 
-    here.persistence.on_persisted = on_persisted
+    here = site(tmp_path / "a", snapstore, on_persisted=on_persisted)
+    there = site(tmp_path / "b", snapstore)
     try:
         memory = os.urandom(8 * MIB)
         first = await take(here, [], memory=memory)

@@ -1,5 +1,5 @@
 """Metrics history without VMs: the per-sandbox ring, windows, the periodic sampler, and the
-manager's and servicer's answers, against fakes of envd and of the sandbox manager."""
+sandbox service's and servicer's answers, against fakes of envd, the network and the VM."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument, NotFound, Unavailable
 from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.lifecycle import SandboxLifecycle
 from aenv_nodeagent.metrics import MetricSample, MetricsHistory, MetricsSampler, Window
 from aenv_nodeagent.network import NetworkManager
-from aenv_nodeagent.sandboxes import Sandbox, SandboxManager
+from aenv_nodeagent.sandbox.model import Chain, Paused, Sandbox
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.vmm.driver import VmmDriver
 
 
 def _sample(ts: float, cpu: float = 1.0) -> MetricSample:
@@ -211,14 +213,16 @@ class FakeNetwork:
         return None
 
 
-async def _manager(tmp_path: Path, envd: FakeEnvd) -> SandboxManager:
-    manager = SandboxManager(
-        "node", tmp_path, cast(TemplateStore, None), cast(NetworkManager, FakeNetwork()),
-        cast(EnvdClient, envd), MemoryRecords(), ready_timeout_s=1, metrics_max_samples=4,
+async def _manager(tmp_path: Path, envd: FakeEnvd) -> SandboxService:
+    manager = SandboxService(
+        SandboxSettings(tmp_path, ready_timeout_s=1, metrics_max_samples=4),
+        SandboxRegistry("node"), cast(TemplateStore, None), cast(NetworkManager, FakeNetwork()),
+        cast(EnvdClient, envd), MemoryRecords(), cast(VmmDriver, None),
     )
     record = cluster_pb2.SandboxRecord(sandbox_id="sbx1", state=cluster_pb2.SANDBOX_STATE_RUNNING)
     slot: Any = SimpleNamespace(ns_ip="10.0.0.2")
-    await manager.register(Sandbox(record, slot, cast(Any, FakeVm()), tmp_path / "sbx1"))
+    manager.registry.add_running(
+        Sandbox(record, slot, cast(Any, FakeVm()), tmp_path / "sbx1"), Chain("base", []))
     return manager
 
 
@@ -237,7 +241,7 @@ async def test_a_fresh_sandbox_answers_with_one_live_sample(tmp_path: Path) -> N
 async def test_a_busy_or_silent_sandbox_is_not_probed_by_a_read(tmp_path: Path) -> None:
     envd = FakeEnvd()
     manager = await _manager(tmp_path, envd)
-    async with manager.exclusive("sbx1"):
+    with manager.registry.exclusive("sbx1"):
         assert await manager.metrics("sbx1") == [] and envd.calls == 0
         assert manager.sampling_targets() == []
     envd.down = True
@@ -256,19 +260,9 @@ async def test_kill_drops_the_history(tmp_path: Path) -> None:
     assert not manager.metrics_history.has("sbx1")
 
 
-class FakeLifecycle:
-    def __init__(self, manager: SandboxManager) -> None:
-        self.manager = manager
-        self.paused: dict[str, cluster_pb2.SandboxRecord] = {}
-
-    def record(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
-        return self.paused.get(sandbox_id) or self.manager.get(sandbox_id).record
-
-
 async def test_servicer_windows_and_paused_history(tmp_path: Path) -> None:
     manager = await _manager(tmp_path, FakeEnvd())
-    lifecycle = FakeLifecycle(manager)
-    servicer = NodeAgentServicer(manager, cast(SandboxLifecycle, lifecycle), cluster_pb2.NodeRecord)
+    servicer = NodeAgentServicer(manager, cluster_pb2.NodeRecord)
     context: Any = None
     for ts in (100.0, 105.0, 110.0):
         manager.metrics_history.add("sbx1", _sample(ts))
@@ -279,8 +273,9 @@ async def test_servicer_windows_and_paused_history(tmp_path: Path) -> None:
     assert len(got.metrics) == 3
     # Paused: what was kept, never a probe of the stopped guest.
     manager.metrics_history.add("paused1", _sample(50.0))
-    lifecycle.paused["paused1"] = cluster_pb2.SandboxRecord(
-        sandbox_id="paused1", state=cluster_pb2.SANDBOX_STATE_PAUSED)
+    manager.registry.add_paused(Paused(cluster_pb2.SandboxRecord(
+        sandbox_id="paused1", state=cluster_pb2.SANDBOX_STATE_PAUSED), tmp_path / "p1",
+        Chain("base", [])))
     got = await servicer.GetSandboxMetrics(request(sandbox_id="paused1", end=60), context)
     assert [m.timestamp.seconds for m in got.metrics] == [50]
     with pytest.raises(NotFound):

@@ -1,6 +1,6 @@
-"""SandboxManager against real parts: QEMU restores of the real `base` template, real netns slots
-and the real envd in the guest. Records go to an in-memory sink (etcd has its own tests and the
-end-to-end tests use it)."""
+"""Creates from templates against real parts: QEMU restores of the real `base` template, real
+netns slots and the real envd in the guest. Records go to an in-memory sink (etcd has its own
+tests and the end-to-end tests use it)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
-from aenv_nodeagent.sandboxes import SandboxManager
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.templates import TemplateStore
-from aenv_nodeagent.vmm import detect_accelerator
+from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
 
@@ -36,7 +37,7 @@ def _netns(prefix: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
 
 
-Env = tuple[SandboxManager, MemoryRecords, str, TemplateStore]
+Env = tuple[SandboxService, MemoryRecords, str, TemplateStore]
 
 
 @pytest_asyncio.fixture
@@ -50,12 +51,13 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                                   boot_timeout_s=90, boot_attempts=3)
         templates.register(await base_template_inputs(settings, detect_accelerator(None)))
         records = MemoryRecords()
-        manager = SandboxManager("test-node", settings.resolved_state_dir(), templates, network,
-                                 envd, records, ready_timeout_s=60)
+        manager = SandboxService(
+            SandboxSettings(settings.resolved_state_dir(), ready_timeout_s=60),
+            SandboxRegistry("test-node"), templates, network, envd, records, QemuDriver())
         try:
             yield manager, records, prefix, templates
         finally:
-            await manager.kill_all()
+            await manager.stop()
             await network.destroy_orphans(keep=set())
     assert _netns(prefix) == []
 
@@ -94,6 +96,8 @@ async def test_create_restores_and_kill_removes_everything(env: Env) -> None:
 
 
 async def test_failed_restore_leaks_nothing(env: Env, tmp_path: Path) -> None:
+    """A restore that fails at its last QEMU step (a corrupt device state) undoes every step
+    before it: VM, slot, directory, record."""
     manager, records, prefix, templates = env
     good = await templates.get(BASE_TEMPLATE)
     broken_dir = tmp_path / "broken-template"
@@ -107,7 +111,7 @@ async def test_failed_restore_leaks_nothing(env: Env, tmp_path: Path) -> None:
     assert manager.all() == []
     assert records.records == {}
     assert _netns(prefix) == []
-    assert not (manager._dir / spec.sandbox_id).exists()
+    assert not (tmp_path / "state" / "sandboxes" / spec.sandbox_id).exists()
 
 
 async def test_bad_specs_are_rejected_before_any_work(env: Env) -> None:

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import SNAPSHOTS
-from aenv_nodeagent.snapshots import SnapshotMeta
+from aenv_nodeagent.snapshots.store import SnapshotMeta
 
 log = logging.getLogger(__name__)
 

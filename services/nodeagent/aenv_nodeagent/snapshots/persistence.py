@@ -1,4 +1,4 @@
-"""Snapshots persisted to snapstore, so any node can restore them (DESIGN §3 "Persist").
+"""Snapshots persisted to snapstore, so any node can restore them (docs/architecture.md, "Persist").
 
 After a snapshot's memory image is materialized (at once for a filesystem-only snapshot), its
 `snapshot.json`, `memory`, `device.state` and every frozen disk layer it stands on are pushed as
@@ -29,8 +29,8 @@ from aenv_common.snapshots import PushStats, pull_files, push_files, snapstore_s
 from aenv_common.snapshots._rpc import typed_rpc_errors
 from aenv_common.snapshots.codec import check_name
 from aenv_nodeagent.disks import rebase_overlay
-from aenv_nodeagent.memimage import DEVICE_STATE, MEMORY
-from aenv_nodeagent.snapshots import (
+from aenv_nodeagent.memory.images import DEVICE_STATE, MEMORY
+from aenv_nodeagent.snapshots.store import (
     SNAPSHOT_META,
     LayerStore,
     SnapshotMeta,
@@ -57,6 +57,7 @@ class SnapshotPersistence:
     def __init__(
         self, address: str, *, max_pushes: int = 2,
         retry_delays_s: Sequence[float] = DEFAULT_RETRY_DELAYS_S,
+        on_persisted: OnPersisted | None = None,
     ) -> None:
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = snapstore_stub(self._channel)
@@ -65,8 +66,8 @@ class SnapshotPersistence:
         self._pushes: dict[str, asyncio.Task[None]] = {}
         self._pulls: dict[str, asyncio.Task[SnapshotMeta | None]] = {}
         self._deletes: set[asyncio.Task[None]] = set()
-        # Set by the node: records "persisted" in the snapshot's cluster record.
-        self.on_persisted: OnPersisted | None = None
+        # Records "persisted" in the snapshot's cluster record.
+        self._on_persisted = on_persisted
         # The last push of each snapshot (tests and benchmarks read them).
         self.stats: dict[str, PushStats] = {}
 
@@ -79,8 +80,8 @@ class SnapshotPersistence:
         async def pushed() -> None:
             meta.persisted = True
             store.save(meta)
-            if self.on_persisted is not None:
-                await self.on_persisted(meta)
+            if self._on_persisted is not None:
+                await self._on_persisted(meta)
 
         self.push_soon(meta.snapshot_id, files, pushed, labels={
             "template_id": meta.template_id, "sandbox_id": meta.sandbox_id})

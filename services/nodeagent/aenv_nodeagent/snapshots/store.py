@@ -1,9 +1,9 @@
 """Captured sandbox states on this node: snapshot metadata and the frozen disk layers they use.
 
 A snapshot is a directory `snapshots/<id>/` holding `snapshot.json` and `state` (device state
-plus guest RAM), which memimage.py turns into `memory` + `device.state` (the stream is then gone).
-Its disk is a frozen qcow2 layer in `layers/`, shared with the sandbox it was
-taken from and with every sandbox created from it. Layers are reference-counted by chains: a
+plus guest RAM), which memory/images.py turns into `memory` + `device.state` (the stream is then
+gone). Its disk is a frozen qcow2 layer in `layers/`, shared with the sandbox it was taken from
+and with every sandbox created from it. Layers are reference-counted by chains: a
 layer file is removed only when no snapshot and no sandbox (running or paused) has it in its
 chain, so deleting a snapshot that live sandboxes still use is safe (the disk stays until they
 are gone).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import shutil
 from collections.abc import Iterable
@@ -21,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from aenv_common.errors import Conflict, NotFound
+from aenv_nodeagent.private_files import write_private_json
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +114,13 @@ class SnapshotStore:
         return directory
 
     def add(self, meta: SnapshotMeta) -> None:
-        _write_private(meta.directory / _META, json.dumps(asdict(meta), default=str))
+        write_private_json(meta.directory / _META, asdict(meta))
         self._snapshots[meta.snapshot_id] = meta
 
     def save(self, meta: SnapshotMeta) -> None:
         """Rewrite the metadata of a snapshot still held (it may have been deleted meanwhile)."""
         if self._snapshots.get(meta.snapshot_id) is meta:
-            _write_private(meta.directory / _META, json.dumps(asdict(meta), default=str))
+            write_private_json(meta.directory / _META, asdict(meta))
 
     def staging_directory(self, snapshot_id: str) -> Path:
         """Where a pull lands first; `load` removes it if a crash leaves it behind."""
@@ -178,16 +178,3 @@ def read_meta(meta_file: Path, directory: Path) -> SnapshotMeta:
     data = json.loads(meta_file.read_text())
     data["directory"] = directory
     return SnapshotMeta(**data)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write atomically (a crash leaves the old or the new file) and readable by root only."""
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    tmp.replace(path)
-
-
-def write_private_json(path: Path, data: object) -> None:
-    _write_private(path, json.dumps(data, default=str))

@@ -30,8 +30,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aenv_nodeagent.deferredimage import REFERENCE, fill, forget, recorded
-from aenv_nodeagent.memimage import (
+from aenv_nodeagent.memory.deferred import REFERENCE, fill, forget, recorded
+from aenv_nodeagent.memory.images import (
     CAPTURED,
     DEVICES,
     MemoryImage,
@@ -39,8 +39,7 @@ from aenv_nodeagent.memimage import (
     link_into,
     publish_image,
 )
-from aenv_nodeagent.sandboxes import timed
-from aenv_nodeagent.vmm import QemuVm
+from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.vmm.delta import (
     DeltaResult,
     ImageParts,
@@ -51,6 +50,7 @@ from aenv_nodeagent.vmm.delta import (
     write_image,
 )
 from aenv_nodeagent.vmm.dirtylog import DirtyLog
+from aenv_nodeagent.vmm.driver import Vm
 from aenv_nodeagent.vmm.frozen import FrozenCopy
 from aenv_nodeagent.vmm.stream import PAGE_SIZE
 
@@ -63,51 +63,51 @@ class CaptureLedger:
 
     def __init__(self) -> None:
         # None: the log was re-armed by a capture that failed (or is still making its image).
-        self._files: weakref.WeakKeyDictionary[QemuVm, Path | None] = (
+        self._files: weakref.WeakKeyDictionary[Vm, Path | None] = (
             weakref.WeakKeyDictionary())
         # The capture making the VM's next reference from a frozen copy, done when it is made.
-        self._making: weakref.WeakKeyDictionary[QemuVm, asyncio.Future[None]] = (
+        self._making: weakref.WeakKeyDictionary[Vm, asyncio.Future[None]] = (
             weakref.WeakKeyDictionary())
 
-    async def settled(self, vm: QemuVm) -> None:
+    async def settled(self, vm: Vm) -> None:
         """Wait for the capture making the VM's reference, if one is."""
         if (making := self._making.get(vm)) is not None:
             await asyncio.shield(making)
 
-    def retire(self, vm: QemuVm) -> None:
+    def retire(self, vm: Vm) -> None:
         """The VM is going away (paused, reset): a capture still making an image for it records
         nothing of it."""
         self._making.pop(vm, None)
         self._files.pop(vm, None)
 
-    def reference(self, vm: QemuVm, base: MemoryImage) -> Path | None:
+    def reference(self, vm: Vm, base: MemoryImage) -> Path | None:
         if vm in self._files:
             found = self._files[vm]
             return found if found is not None and found.is_file() else None
         # Logged since QEMU mapped its base: what differs from the base is in the log.
         return base.memory if vm.logs_writes else None
 
-    def since_mapped(self, vm: QemuVm, memory: Path) -> DirtyLog | None:
+    def since_mapped(self, vm: Vm, memory: Path) -> DirtyLog | None:
         """The VM's log, if it holds every page written since QEMU mapped `memory` (no capture
         re-armed it): those are the pages that differ from it. Blocking."""
         if vm in self._files or not vm.logs_writes:
             return None
         return DirtyLog.open(vm.pid, memory)
 
-    def unknown(self, vm: QemuVm) -> None:
+    def unknown(self, vm: Vm) -> None:
         self._files[vm] = None
 
-    def captured(self, vm: QemuVm, image: Path, sandbox_dir: Path) -> None:
+    def captured(self, vm: Vm, image: Path, sandbox_dir: Path) -> None:
         self._files[vm] = link_into(image, sandbox_dir / CAPTURED)
 
-    def making(self, vm: QemuVm) -> asyncio.Future[None]:
+    def making(self, vm: Vm) -> asyncio.Future[None]:
         """A capture starts making the VM's next reference (set the future's result when it
         is done, whatever the outcome)."""
         self.unknown(vm)
         self._making[vm] = made = asyncio.get_running_loop().create_future()
         return made
 
-    def made(self, vm: QemuVm, made: asyncio.Future[None], image: Path | None,
+    def made(self, vm: Vm, made: asyncio.Future[None], image: Path | None,
              sandbox_dir: Path) -> None:
         """The capture behind `made` is over; `image` is its image, None if it failed."""
         if self._making.get(vm) is made:
@@ -121,11 +121,11 @@ class CaptureLedger:
 class MemoryCapture:
     """One capture of `vm`'s memory (RAM mapped from `base`) into `out`."""
 
-    vm: QemuVm
+    vm: Vm
     base: MemoryImage
     out: MemoryImage
     ledger: CaptureLedger
-    timings: dict[str, float]
+    timer: PhaseTimer  # the capture's operation
     dirty: DirtyLog | None = None
     copied: dict[str, int] = field(default_factory=dict)  # pages, by phase
     image_timings: dict[str, float] = field(default_factory=dict)  # of a deferred image
@@ -144,7 +144,7 @@ class MemoryCapture:
         pid, base = self.vm.pid, self.base.memory
         self.dirty = await asyncio.to_thread(DirtyLog.open, pid, base)
         if self.dirty is None:  # the changed pages are copied once the guest is stopped
-            await timed(self.timings, "copy_base", asyncio.to_thread(
+            await self.timer.timed("copy_base", asyncio.to_thread(
                 copy_sparse, base, self.out.memory))
             return
         reference = self.ledger.reference(self.vm, self.base)
@@ -154,15 +154,15 @@ class MemoryCapture:
             return
         self.ledger.unknown(self.vm)  # until this capture is done
         runs = await asyncio.to_thread(self._changed, reference)
-        await timed(self.timings, "copy_base", asyncio.to_thread(
+        await self.timer.timed("copy_base", asyncio.to_thread(
             copy_sparse, reference or base, self.out.memory))
-        self.copied["precopy0"] = await timed(self.timings, "precopy0", asyncio.to_thread(
+        self.copied["precopy0"] = await self.timer.timed("precopy0", asyncio.to_thread(
             copy_pages, pid, runs, self.out.memory))
         for n in range(1, _PASSES):
             if self.copied[f"precopy{n - 1}"] < _SETTLED_PAGES:
                 break
-            self.copied[f"precopy{n}"] = await timed(
-                self.timings, f"precopy{n}", asyncio.to_thread(self._pass))
+            self.copied[f"precopy{n}"] = await self.timer.timed(
+                f"precopy{n}", asyncio.to_thread(self._pass))
 
     async def while_stopped(self, directory: Path) -> None:
         """The device state and the pages written since the last pass (all the private ones,
@@ -250,7 +250,7 @@ class MemoryCapture:
         assert self.dirty is not None
         directory = self.out.memory.parent
         try:
-            copy = await timed(self.timings, "freeze", self.vm.freeze())
+            copy = await self.timer.timed("freeze", self.vm.freeze())
             try:
                 await asyncio.to_thread(recorded, copy, self.dirty.mappings, parts, directory)
             except BaseException:

@@ -7,19 +7,18 @@ the scheduler's sweeper then keeps the sandbox PAUSED when its node is gone inst
 it lost, and any live node may claim it. A claim checks the record (paused, stored, its node not
 registered), pulls the manifest, points the qcow2 files at its own paths and takes the record over
 with a compare-and-swap, so exactly one node wins. A resume or kill deletes the manifest. A node
-that comes back after its paused sandboxes were claimed drops its copies at start (recovery.py).
+that comes back after its paused sandboxes were claimed drops its copies at start
+(restart/recovery.py).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict, NotFound
-from aenv_nodeagent.memimage import (
+from aenv_nodeagent.memory.images import (
     BASE_MEMORY,
     BASE_STATE,
     DELTA,
@@ -27,25 +26,13 @@ from aenv_nodeagent.memimage import (
     MEMORY,
     delta_image,
 )
-from aenv_nodeagent.persistence import layer_file
-from aenv_nodeagent.recovery import PAUSED_MARKER
-from aenv_nodeagent.sandboxes import SandboxRecords
-from aenv_nodeagent.snapshots import LayerStore
+from aenv_nodeagent.sandbox.model import PAUSED_MARKER
+from aenv_nodeagent.sandbox.records import ClusterRecords
+from aenv_nodeagent.snapshots.persistence import layer_file
+from aenv_nodeagent.snapshots.store import LayerStore
 
 _PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
 _LOST = cluster_pb2.SANDBOX_STATE_LOST
-
-
-class ClusterRecords(SandboxRecords, Protocol):
-    """The cluster state a claim reads and swaps (etcd in production)."""
-
-    async def get_sandbox(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None: ...
-
-    async def update_sandbox(
-        self, sandbox_id: str, mutate: Callable[[cluster_pb2.SandboxRecord], None]
-    ) -> cluster_pb2.SandboxRecord: ...
-
-    async def get_node(self, node_id: str) -> cluster_pb2.NodeRecord | None: ...
 
 
 def new_paused_image_id(sandbox_id: str) -> str:

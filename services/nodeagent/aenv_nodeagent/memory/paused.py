@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_nodeagent.memimage import BASE_MEMORY, BASE_STATE, DELTA, DEVICES, partial_delta
+from aenv_nodeagent.memory.images import BASE_MEMORY, BASE_STATE, DELTA, DEVICES, partial_delta
 from aenv_nodeagent.vmm.delta import write_delta
 from aenv_nodeagent.vmm.dirtylog import DirtyLog
 from aenv_nodeagent.vmm.process import qemu_owning

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aenv_common.errors import Internal
-from aenv_nodeagent.memimage import (
+from aenv_nodeagent.memory.images import (
     MemoryImage,
     complete_image,
     discard_image,
     partial_image,
     publish_image,
 )
-from aenv_nodeagent.snapshots import write_private_json
+from aenv_nodeagent.private_files import write_private_json
 from aenv_nodeagent.vmm.delta import (
     ImageParts,
     PageRun,

@@ -1,7 +1,7 @@
 """Start-up recovery after a crash or restart of the node agent.
 
 Paused sandboxes (a directory with `sandbox.json`: overlay and memory image, no process) are kept;
-`SandboxLifecycle.load` takes them over with the snapshots. A pause whose memory was still to be
+`restart/takeback.py` takes them over with the snapshots. A pause whose memory was still to be
 written when the agent died has it written first, from its QEMU (pausedmemory.py). A VM that was
 running is re-adopted when its QEMU still runs in its slot, answers QMP, is not stopped half-way
 through an operation, and the cluster still has its record on this node: QMP is reconnected and its
@@ -23,16 +23,16 @@ from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_nodeagent.memory.paused import finish_pending
 from aenv_nodeagent.network import NetSlot, NetworkManager
-from aenv_nodeagent.pausedmemory import finish_pending
-from aenv_nodeagent.sandboxes import SandboxRecords
+from aenv_nodeagent.sandbox.model import PAUSED_MARKER
+from aenv_nodeagent.sandbox.records import SandboxRecords
 from aenv_nodeagent.vmm import QemuVm
 from aenv_nodeagent.vmm.argv import VmFiles
 from aenv_nodeagent.vmm.process import qemu_owning
 
 log = logging.getLogger(__name__)
 
-PAUSED_MARKER = "sandbox.json"
 _PIDFILES = "sandboxes/*/vm/qemu.pid"  # where the QEMUs of an earlier run left their pidfiles
 _ADOPTABLE = (cluster_pb2.SANDBOX_STATE_RUNNING, cluster_pb2.SANDBOX_STATE_LOST)
 

@@ -1,0 +1,75 @@
+"""How a multi-step operation is timed, traced and undone.
+
+`PhaseTimer` is the one timing mechanism: an operation opens a trace span, each phase a child span,
+and the phases' milliseconds are kept for the operation's log line and its result. `Undo` is the
+one cleanup mechanism: the steps a failure must take back, run newest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+from opentelemetry import trace
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+
+class PhaseTimer:
+    """The phases of one operation, in milliseconds, each traced as `<span_prefix>.<phase>`."""
+
+    def __init__(self, span_prefix: str = "sandbox") -> None:
+        self.phases_ms: dict[str, float] = {}
+        self._span_prefix = span_prefix
+
+    @classmethod
+    @contextlib.contextmanager
+    def operation(cls, name: str, **attributes: str) -> Iterator[PhaseTimer]:
+        """A timer whose phases are children of a new span `name` (e.g. `sandbox.create`)."""
+        with tracer.start_as_current_span(name) as span:
+            for key, value in attributes.items():
+                span.set_attribute(key.replace("_", "."), value)
+            yield cls()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        with tracer.start_as_current_span(f"{self._span_prefix}.{name}"):
+            try:
+                yield
+            finally:
+                self.phases_ms[name] = (time.perf_counter() - started) * 1000
+
+    async def timed(self, name: str, awaitable: Awaitable[T]) -> T:
+        with self.phase(name):
+            return await awaitable
+
+    def fields(self) -> dict[str, float]:
+        """The phases as structured log fields (`<phase>_ms`)."""
+        return {f"{name}_ms": round(ms, 2) for name, ms in self.phases_ms.items()}
+
+
+class Undo:
+    """Undo steps of a multi-step operation, run newest first when it fails; a step that fails
+    is logged and the others still run."""
+
+    def __init__(self) -> None:
+        self._steps: list[Callable[[], Awaitable[object] | object]] = []
+
+    def push(self, step: Callable[[], Awaitable[object] | object]) -> None:
+        self._steps.append(step)
+
+    async def run(self) -> None:
+        for step in reversed(self._steps):
+            try:
+                result = step()
+                if asyncio.iscoroutine(result):
+                    await asyncio.shield(result)
+            except Exception:
+                log.exception("cleanup step failed")

@@ -1,0 +1,90 @@
+"""Creating a sandbox: a restore of its template's snapshot, or of a snapshot when the template
+id names one (pulled from snapstore when this node lacks it). A create never cold-boots a
+template's guest."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.sandbox.model import Sandbox
+from aenv_nodeagent.sandbox.records import check_resources, validate_spec
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.restore import Restorer
+from aenv_nodeagent.sandbox.sources import RestoreSources
+from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.snapshots.store import LayerStore, SnapshotMeta, SnapshotStore
+from aenv_nodeagent.templates import TemplateStore
+
+log = logging.getLogger(__name__)
+
+
+class Creates:
+    """New sandboxes from templates and snapshots."""
+
+    def __init__(
+        self, registry: SandboxRegistry, templates: TemplateStore, snapshots: SnapshotStore,
+        layers: LayerStore, restorer: Restorer, sources: RestoreSources,
+        persistence: SnapshotPersistence | None = None,
+    ) -> None:
+        self._registry = registry
+        self._templates = templates
+        self._snapshots = snapshots
+        self._layers = layers
+        self._restorer = restorer
+        self._sources = sources
+        self._persistence = persistence
+
+    async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
+        """From a template, or from a snapshot when `template_id` names one.
+
+        :raise InvalidArgument: a bad spec, or a size the template does not have.
+        :raise NotFound: no such template or snapshot.
+        :raise Conflict: the id is taken, or the snapshot cannot be restored here.
+        :raise AenvError: the restore failed; nothing of it is left.
+        """
+        validate_spec(spec)
+        snapshot = self._snapshots.find(spec.template_id) or await self._pull(spec.template_id)
+        if snapshot is not None:
+            return await self.from_snapshot(self._snapshots.get(spec.template_id), spec)
+        with self._registry.creating(spec.sandbox_id), PhaseTimer.operation(
+                "sandbox.create", sandbox_id=spec.sandbox_id,
+                template_id=spec.template_id) as timer:
+            template = await timer.timed("template", self._templates.get(spec.template_id))
+            check_resources(spec, template)
+            sandbox = await self._restorer.restore(
+                self._sources.from_template(spec, template), timer)
+        log.info("sandbox created", extra={
+            "sandbox_id": spec.sandbox_id, "template": spec.template_id, **timer.fields()})
+        return sandbox
+
+    async def from_snapshot(
+        self, snapshot: SnapshotMeta, spec: cluster_pb2.SandboxSpec
+    ) -> Sandbox:
+        """A new sandbox restored from one of this node's snapshots (a create, a fork child).
+
+        :raise InvalidArgument, Conflict, AenvError: as `create`.
+        """
+        validate_spec(spec)
+        with self._registry.creating(spec.sandbox_id), PhaseTimer.operation(
+                "sandbox.create", sandbox_id=spec.sandbox_id,
+                template_id=snapshot.snapshot_id) as timer:
+            template = await self._templates.get(snapshot.template_id)
+            sandbox = await self._restorer.restore(
+                self._sources.from_snapshot(spec, snapshot, template), timer)
+        log.info("sandbox restored from snapshot", extra={
+            "sandbox_id": spec.sandbox_id, "snapshot_id": snapshot.snapshot_id,
+            **timer.fields()})
+        return sandbox
+
+    async def _pull(self, snapshot_id: str) -> SnapshotMeta | None:
+        """A snapshot this node lacks, from snapstore (never asked for a known template)."""
+        if self._persistence is None or self._templates.has(snapshot_id):
+            return None
+        return await self._persistence.fetch(
+            snapshot_id, self._snapshots, self._layers, self._template_disk)
+
+    async def _template_disk(self, template_id: str) -> Path:
+        return (await self._templates.get(template_id)).disk

@@ -1,0 +1,151 @@
+"""Fork and reset: many sandboxes branched from one moment of a running one, and a running
+sandbox rewound to a snapshot in place.
+
+A fork is one hidden capture of the parent, which then continues, and `count` children restored
+from it by the one restore pipeline, each with an id, token and network of its own; the capture
+goes when they run (they hold its memory image and disk layer). A child that fails gets an error
+entry; the others live. A reset quits the sandbox's VM and restores the snapshot into its own
+directory and slot: same id, token and address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Awaitable, Callable, Sequence
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2
+from aenv_common.errors import AenvError, InvalidArgument
+from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_common.limits import MAX_FORK_CHILDREN
+from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.sandbox.create import Creates
+from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.model import Sandbox
+from aenv_nodeagent.sandbox.pause import discard_memory
+from aenv_nodeagent.sandbox.records import SandboxRecords
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.restore import Restorer
+from aenv_nodeagent.sandbox.snapshot import Snapshots
+from aenv_nodeagent.sandbox.sources import RestoreSources
+
+log = logging.getLogger(__name__)
+
+
+class Forks:
+    """Fork and reset of running sandboxes."""
+
+    def __init__(
+        self, registry: SandboxRegistry, snapshots: Snapshots, creates: Creates,
+        restorer: Restorer, sources: RestoreSources, layers: DiskLayers,
+        network: NetworkManager, records: SandboxRecords,
+        cut_traffic: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self._registry = registry
+        self._snapshots = snapshots
+        self._creates = creates
+        self._restorer = restorer
+        self._sources = sources
+        self._layers = layers
+        self._network = network
+        self._records = records
+        self._cut_traffic = cut_traffic
+
+    async def fork(
+        self, sandbox_id: str, count: int, timeout_s: int = 0,
+        child_ids: Sequence[str] = (), child_tokens: Sequence[str] = (),
+    ) -> list[nodeagent_pb2.ForkResult]:
+        """`count` children of the sandbox as it is now, one result per child.
+
+        :raise InvalidArgument: a bad count, or ids/tokens not one per child.
+        :raise NotFound, Conflict: no such running sandbox, or it is busy.
+        :raise AenvError: the parent's capture failed (no child was made).
+        """
+        ids, tokens = _child_identities(count, child_ids, child_tokens)
+        parent = self._registry.get(sandbox_id).record
+        snapshot = await self._snapshots.create(sandbox_id, hidden=True)
+        try:
+            outcomes = await asyncio.gather(
+                *(self._creates.from_snapshot(snapshot, _child_spec(parent, cid, token, timeout_s))
+                  for cid, token in zip(ids, tokens, strict=True)),
+                return_exceptions=True,
+            )
+        finally:
+            await self._snapshots.delete(snapshot.snapshot_id)
+        return [_fork_result(outcome) for outcome in outcomes]
+
+    async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
+        """Rewind a running sandbox to one of the snapshots in place: same id, token, network.
+
+        :raise NotFound: no such running sandbox or snapshot.
+        :raise Conflict: busy, or a snapshot this node cannot restore.
+        :raise AenvError: the restore failed; the sandbox is gone (its old state was discarded).
+        """
+        sandbox = self._registry.get(sandbox_id)
+        snapshot = self._sources.check(self._snapshots.store.get(snapshot_id))
+        await self._layers.compacted(sandbox_id)
+        with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
+                "sandbox.reset", sandbox_id=sandbox_id) as timer:
+            try:
+                await self._cut_traffic(sandbox_id)
+                await timer.timed("quit", sandbox.vm.shutdown())
+                for old in sandbox.directory.glob("*.qcow2"):
+                    old.unlink()  # this sandbox's overlays; frozen layers live on in layers/
+                discard_memory(sandbox.directory)  # what it ran on after a resume
+                reset = await self._restorer.restore(
+                    self._sources.for_reset(sandbox, snapshot), timer)
+                # What reached the old VM while it quit waits on nothing.
+                await self._cut_traffic(sandbox_id)
+            except BaseException:
+                await self._discard(sandbox)
+                raise
+        log.info("sandbox reset", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
+                                         **timer.fields()})
+        return reset.record
+
+    async def _discard(self, sandbox: Sandbox) -> None:
+        """Remove a sandbox whose VM is already gone (a reset that failed half-way)."""
+        self._registry.remove_running(sandbox.sandbox_id)
+        await self._cut_traffic(sandbox.sandbox_id)
+        await self._network.destroy_slot(sandbox.slot)
+        shutil.rmtree(sandbox.directory, ignore_errors=True)
+        await self._records.delete_sandbox(sandbox.sandbox_id)
+        self._layers.collect()
+
+
+def _child_identities(
+    count: int, ids: Sequence[str], tokens: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    if not 1 <= count <= MAX_FORK_CHILDREN:
+        raise InvalidArgument(f"count must be between 1 and {MAX_FORK_CHILDREN}")
+    if (ids and len(ids) != count) or (tokens and len(tokens) != count):
+        raise InvalidArgument("child_ids and child_tokens must have one entry per child")
+    return (list(ids) or [new_sandbox_id() for _ in range(count)],
+            list(tokens) or [new_secret() for _ in range(count)])
+
+
+def _child_spec(
+    parent: cluster_pb2.SandboxRecord, sandbox_id: str, token: str, timeout_s: int
+) -> cluster_pb2.SandboxSpec:
+    return cluster_pb2.SandboxSpec(
+        sandbox_id=sandbox_id, template_id=parent.template_id, envd_access_token=token,
+        env_vars=parent.env_vars, metadata=parent.metadata, timeout_seconds=timeout_s,
+        network=parent.network, lifecycle=parent.lifecycle, resources=parent.resources,
+        # A child is a sandbox of its own: private app ports get a token of their own too.
+        traffic_access_token=new_secret() if parent.network.private_traffic else "",
+    )
+
+
+def _fork_result(outcome: Sandbox | BaseException) -> nodeagent_pb2.ForkResult:
+    if isinstance(outcome, Sandbox):
+        return nodeagent_pb2.ForkResult(sandbox=outcome.record)
+    if not isinstance(outcome, Exception):
+        raise outcome
+    code = outcome.http_status if isinstance(outcome, AenvError) else 500
+    message = outcome.message if isinstance(outcome, AenvError) else "internal error"
+    if not isinstance(outcome, AenvError):
+        log.error("fork child failed", exc_info=outcome)
+    return nodeagent_pb2.ForkResult(error=nodeagent_pb2.ForkError(code=code, message=message))

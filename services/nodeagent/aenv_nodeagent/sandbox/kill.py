@@ -1,0 +1,111 @@
+"""Ending sandboxes: a kill (running or paused), the timeout's action (a kill, or a pause when
+the sandbox asked for one), and the kill of everything at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+
+from aenv_common.errors import Conflict, NotFound
+from aenv_nodeagent.metrics import MetricsHistory
+from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.model import Sandbox
+from aenv_nodeagent.sandbox.pause import Pauses
+from aenv_nodeagent.sandbox.records import SandboxRecords
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+
+log = logging.getLogger(__name__)
+
+
+class Kills:
+    """Kills and expiries of this node's sandboxes."""
+
+    def __init__(
+        self, registry: SandboxRegistry, pauses: Pauses, layers: DiskLayers,
+        network: NetworkManager, records: SandboxRecords, metrics_history: MetricsHistory,
+        cut_traffic: Callable[[str], Awaitable[None]],
+        allocation_changed: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._registry = registry
+        self._pauses = pauses
+        self._layers = layers
+        self._network = network
+        self._records = records
+        self._metrics_history = metrics_history
+        self._cut_traffic = cut_traffic
+        self._allocation_changed = allocation_changed
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Remove the sandbox, running or paused, with everything it holds.
+
+        :raise NotFound: no such sandbox.
+        :raise Conflict: busy.
+        """
+        if paused := self._registry.paused(sandbox_id):
+            await self._pauses.kill(paused)
+        else:
+            sandbox = self._registry.get(sandbox_id)
+            with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
+                    "sandbox.kill", sandbox_id=sandbox_id):
+                await self._destroy(sandbox)
+        self._metrics_history.drop(sandbox_id)
+        self._layers.collect()
+        log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
+
+    async def expire(self, sandbox_id: str) -> None:
+        """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause), else kill."""
+        sandbox = self._registry.find(sandbox_id)
+        if sandbox is not None and sandbox.record.lifecycle.auto_pause:
+            await self._pauses.pause(sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode)
+        else:
+            await self.kill(sandbox_id)
+
+    async def expire_due(self, now: float | None = None) -> list[str]:
+        """Run the timeout's action on every running sandbox past its end; their ids."""
+        now = time.time() if now is None else now
+        expired = [sbx.sandbox_id for sbx in self._registry.all()
+                   if sbx.record.end_at.ToNanoseconds() / 1e9 <= now
+                   and not self._registry.is_busy(sbx.sandbox_id)]
+        for sandbox_id in expired:
+            with contextlib.suppress(NotFound):
+                await self.expire(sandbox_id)
+        return expired
+
+    async def run_expiry(self, interval_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.expire_due()
+            except Exception:
+                log.exception("expiry pass failed")
+
+    async def kill_running(self) -> None:
+        """Every running sandbox (paused ones stay for the next start)."""
+        results = await asyncio.gather(
+            *(self.kill(sbx.sandbox_id) for sbx in self._registry.all()), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NotFound):
+                log.error("kill on shutdown failed", extra={"error": repr(result)})
+
+    async def kill_paused(self) -> None:
+        for sandbox_id in self._registry.paused_ids():
+            with contextlib.suppress(NotFound, Conflict):
+                await self.kill(sandbox_id)
+
+    async def _destroy(self, sandbox: Sandbox) -> None:
+        sandbox_id = sandbox.sandbox_id
+        self._registry.leaving(sandbox_id)
+        await self._cut_traffic(sandbox_id)
+        # QEMU first: the netns lives on while a process holds it.
+        await sandbox.vm.shutdown()
+        await self._network.destroy_slot(sandbox.slot)
+        shutil.rmtree(sandbox.directory, ignore_errors=True)
+        self._registry.remove_running(sandbox_id)
+        await self._records.delete_sandbox(sandbox_id)
+        await self._allocation_changed()

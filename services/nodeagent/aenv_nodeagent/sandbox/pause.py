@@ -1,0 +1,255 @@
+"""Pause and resume: a sandbox stops keeping its memory and disk (or only its flushed disk),
+and comes back under the same id.
+
+Pause = the guest is stopped and its device state saved; the pages it changed since the image
+its RAM maps are written as a delta onto that image (pinned in its directory) after the call
+returns, by its VM's background quit, which then releases its network slot (memory/paused.py).
+A guest that runs on no image (after a cold boot) gets a full capture instead, split into an
+image of its own in the background. A filesystem pause keeps only the flushed disk. The
+sandbox's directory (overlay, state, `sandbox.json`) survives node agent restarts.
+Resume = the one restore pipeline (sandbox/restore.py) on the sandbox's own files, in a new QEMU
+and netns; it cold-boots after a filesystem pause. On failure it stays paused, intact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import AenvError, Conflict
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.memory.capture import CaptureLedger
+from aenv_nodeagent.memory.images import (
+    DELTA,
+    DEVICES,
+    MemoryImages,
+    discard_delta,
+    discard_image,
+    pin_base,
+)
+from aenv_nodeagent.memory.paused import PendingDelta
+from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.sandbox.background import SandboxTasks
+from aenv_nodeagent.sandbox.handover import Handover
+from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.model import (
+    FILESYSTEM,
+    FULL,
+    PAUSED_MARKER,
+    PAUSED_STATE,
+    Paused,
+    Sandbox,
+)
+from aenv_nodeagent.sandbox.records import SandboxRecords
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.restore import Restorer
+from aenv_nodeagent.sandbox.sources import RestoreSources, resumes_by_boot
+from aenv_nodeagent.sandbox.vms import keep_running
+
+log = logging.getLogger(__name__)
+
+
+class Pauses:
+    """Pause, resume and kill of paused sandboxes."""
+
+    def __init__(
+        self, registry: SandboxRegistry, restorer: Restorer, sources: RestoreSources,
+        layers: DiskLayers, handover: Handover, memory_images: MemoryImages,
+        ledger: CaptureLedger, network: NetworkManager, envd: EnvdClient,
+        records: SandboxRecords, cut_traffic: Callable[[str], Awaitable[None]],
+        allocation_changed: Callable[[], Awaitable[None]], quits: SandboxTasks,
+        *, ready_timeout_s: float,
+    ) -> None:
+        self._registry = registry
+        self._restorer = restorer
+        self._sources = sources
+        self._layers = layers
+        self._handover = handover
+        self._images = memory_images
+        self._ledger = ledger
+        self._network = network
+        self._envd = envd
+        self._records = records
+        self._cut_traffic = cut_traffic
+        self._allocation_changed = allocation_changed
+        self._quits = quits  # paused sandboxes' VMs, quitting
+        self._ready_timeout_s = ready_timeout_s
+
+    async def pause(
+        self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL
+    ) -> cluster_pb2.SandboxRecord:
+        """Stop the guest keeping memory and disk, or (filesystem mode) only its flushed disk.
+
+        :raise NotFound: no such running sandbox.
+        :raise Conflict: already paused, or busy.
+        :raise AenvError: the capture failed; the sandbox runs on.
+        """
+        if self._registry.paused(sandbox_id) is not None:
+            raise Conflict(f"sandbox \"{sandbox_id}\" is already paused")
+        sandbox = self._registry.get(sandbox_id)
+        await self._layers.compacted(sandbox_id)
+        with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
+                "sandbox.pause", sandbox_id=sandbox_id) as timer:
+            delta: PendingDelta | None = None  # to write before the VM quits
+            if mode == FILESYSTEM:
+                await timer.timed("sync", self.sync(sandbox))
+            else:
+                try:
+                    delta = await self._capture(sandbox, timer)
+                except BaseException:
+                    await keep_running(sandbox.vm)
+                    raise
+            self._ledger.retire(sandbox.vm)
+            self._quit_soon(sandbox, delta)
+            record = sandbox.record
+            record.state = cluster_pb2.SANDBOX_STATE_PAUSED
+            record.pause_mode = mode
+            paused = Paused(record, sandbox.directory, self._registry.chain(sandbox_id))
+            if mode == FILESYSTEM:
+                discard_memory(paused.directory)
+            elif delta is None:  # the images it ran on go; the capture is split into its own
+                discard_image(paused.directory)
+                discard_delta(paused.directory)
+                self._sources.paused_capture(paused)
+            paused.save()
+            # Paused before it is detached: a lookup during the detach's await must find it.
+            self._registry.add_paused(paused)
+            await timer.timed("detach", self._detach(sandbox_id))
+            await timer.timed("publish", self._records.put_sandbox(record))
+            self._handover.store_soon(paused)
+        log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **timer.fields()})
+        return record
+
+    async def resume(self, sandbox_id: str, timeout_s: int = 0, *, reboot: bool = False) -> Sandbox:
+        """Restore a paused sandbox under the same id, or cold-boot it from its disk (`reboot`,
+        and always after a filesystem-only pause).
+
+        :raise NotFound: no such sandbox.
+        :raise Conflict: it is not paused, or busy.
+        :raise AenvError: the restore failed; it stays paused, intact.
+        """
+        paused = self._registry.paused(sandbox_id)
+        if paused is None:
+            self._registry.get(sandbox_id)  # NotFound for unknown ids
+            raise Conflict(f"sandbox \"{sandbox_id}\" is not paused")
+        with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
+                "sandbox.resume", sandbox_id=sandbox_id) as timer:
+            await timer.timed("previous_quit", self._quits.done(sandbox_id))
+            boots = resumes_by_boot(paused, reboot)
+            plan = self._sources.for_resume(paused, timeout_s, boots=boots, timer=timer)
+            try:
+                sandbox = await self._restorer.restore(plan, timer)
+            except AenvError as err:
+                raise type(err)(f"resume of \"{sandbox_id}\" failed, it stays paused: "
+                                f"{err.message}") from err
+            self._registry.remove_paused(sandbox_id)
+            if boots:  # the memory it was paused with (if any) is of no use any more
+                await self._images.cancelled(paused.directory)
+                discard_memory(paused.directory)
+            else:  # loaded: what stays is the base the VM maps now
+                (paused.directory / DELTA).unlink(missing_ok=True)
+            (paused.directory / PAUSED_MARKER).unlink(missing_ok=True)
+            self._handover.forget_stored(paused)
+        log.info("sandbox resumed", extra={"sandbox_id": sandbox_id, **timer.fields()})
+        return sandbox
+
+    async def kill(self, paused: Paused) -> None:
+        """Drop a paused sandbox: its files, its stored state and its record.
+
+        :raise Conflict: busy.
+        """
+        sandbox_id = paused.record.sandbox_id
+        with self._registry.exclusive(sandbox_id):
+            await self._quits.done(sandbox_id)
+            self._registry.remove_paused(sandbox_id)
+            self._handover.forget_stored(paused)
+            await self._images.cancelled(paused.directory)
+            shutil.rmtree(paused.directory, ignore_errors=True)
+            await self._records.delete_sandbox(sandbox_id)
+
+    async def sync(self, sandbox: Sandbox) -> None:
+        """The guest's file systems flushed to its disk."""
+        await self._envd.sync(sandbox.host, sandbox.record.envd_access_token,
+                              timeout_s=self._ready_timeout_s)
+
+    async def settled(self) -> None:
+        """Wait for the VMs of paused sandboxes to have quit."""
+        await self._quits.all_done()
+
+    async def _detach(self, sandbox_id: str) -> None:
+        """Stop tracking a running sandbox whose VM goes (paused), without touching its files."""
+        self._registry.remove_running(sandbox_id)
+        await self._cut_traffic(sandbox_id)
+        await self._allocation_changed()
+
+    async def _capture(self, sandbox: Sandbox, timer: PhaseTimer) -> PendingDelta | None:
+        """Stop the guest and save its device state: its memory is a delta onto the image the
+        VM runs on, written after the pause returns (memory/paused.py). Or a full capture into
+        `paused.state` (None) when it runs on none (after a cold boot)."""
+        directory = sandbox.directory
+        with timer.phase("prepare"):
+            base = await self._sources.running_image(
+                sandbox, self._registry.chain(sandbox.sandbox_id))
+            if base is not None:
+                base = pin_base(base, directory)
+                discard_image(directory)  # its own image, if it ran on one, is the base now
+                (directory / DELTA).unlink(missing_ok=True)
+                dirty = await asyncio.to_thread(self._ledger.since_mapped, sandbox.vm,
+                                                base.memory)
+        if base is None:
+            await timer.timed("capture", sandbox.vm.capture(directory / PAUSED_STATE))
+            return None
+        pending = PendingDelta(sandbox.vm.pid, directory, dirty)
+        try:
+            await timer.timed("stop", sandbox.vm.pause())
+            await timer.timed("devices", sandbox.vm.save_device_state(directory / DEVICES))
+        except BaseException:
+            pending.close()
+            (directory / DEVICES).unlink(missing_ok=True)
+            raise
+        return pending
+
+    def _quit_soon(self, sandbox: Sandbox, delta: PendingDelta | None) -> None:
+        """Write a paused sandbox's memory delta (if its pause left one to write), quit its VM,
+        then release its slot, in the background: the guest is stopped and its disk flushed, so
+        the pause need not wait. What needs its files (a resume, a kill, a push to snapstore)
+        waits for the quit."""
+        sandbox_id = sandbox.sandbox_id
+
+        async def quit_and_release() -> None:
+            try:
+                if delta is not None:
+                    await self._write_delta(sandbox_id, delta)
+                await sandbox.vm.shutdown()
+            except Exception as err:  # shutdown ends with SIGKILL: only bookkeeping can fail
+                log.warning("paused VM did not quit cleanly",
+                            extra={"sandbox_id": sandbox_id, "error": str(err)})
+            finally:
+                self._network.release_slot(sandbox.slot)
+
+        self._quits.start(sandbox_id, quit_and_release())
+
+    async def _write_delta(self, sandbox_id: str, delta: PendingDelta) -> None:
+        started = time.perf_counter()
+        try:
+            pages = await asyncio.to_thread(delta.write)
+        except Exception as err:  # it stays paused; a resume reports the missing memory
+            log.error("paused sandbox lost its memory: it could not be written",
+                      extra={"sandbox_id": sandbox_id, "error": str(err)})
+            return
+        log.info("paused memory written", extra={
+            "sandbox_id": sandbox_id, "delta_pages": pages,
+            "write_ms": round((time.perf_counter() - started) * 1000, 1)})
+
+
+def discard_memory(directory: Path) -> None:
+    """Every memory image a sandbox's directory holds: they are of no use any more."""
+    discard_image(directory)
+    discard_delta(directory)
+    (directory / PAUSED_STATE).unlink(missing_ok=True)

@@ -1,0 +1,203 @@
+"""The one restore pipeline: every sandbox that gets a VM gets it here.
+
+A create from a template (a restore of the template's snapshot), a create from a snapshot, a
+fork's children, a resume and a reset all run the same steps, with one undo stack:
+
+    slot ∥ overlay → QEMU (pre-started from the warm pool, or launched now) → device state
+    → envd /health → envd /init (clock, entropy, this sandbox's token) → record → publish
+
+What differs between them is the `RestorePlan` (sandbox/sources.py makes them): where the
+sandbox's directory is and whether the restore makes it, what its disk overlay stands on, the
+image its RAM comes back from (none: a cold boot), and whether it keeps a network slot it has.
+Whatever fails is undone in reverse, so a failed restore leaves nothing but what it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_nodeagent.disks import create_overlay
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
+from aenv_nodeagent.phases import PhaseTimer, Undo
+from aenv_nodeagent.pool import PooledVm, WarmPool
+from aenv_nodeagent.sandbox.model import DISK, Chain, RestoreImage, Sandbox
+from aenv_nodeagent.sandbox.records import SandboxRecords, egress_policy
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.vms import boot_from_disk, launch_restore_target
+from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
+from aenv_nodeagent.vmm.driver import Vm, VmmDriver
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """One restore: the sandbox it makes, where it lives, and what it comes back from."""
+
+    record: cluster_pb2.SandboxRecord  # published once its guest answers
+    directory: Path
+    chain: Chain  # what its disk stands on once it runs
+    # The image its RAM comes back from, resolved once `directory` exists (it may pin files
+    # into it).
+    image: Callable[[Path], Awaitable[RestoreImage]]
+    # A new overlay `disk.qcow2` is made over this; None: the VM opens `chain.active` as it is.
+    backing: Path | None
+    # The restore makes `directory` (and removes it if it fails).
+    fresh: bool
+    # A template's own restore: a pre-started VM of it may be taken from the warm pool.
+    template: TemplateSnapshot | None = None
+    # Keep this network slot (a reset) instead of taking a new one.
+    slot: NetSlot | None = None
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.record.sandbox_id
+
+
+@dataclass(frozen=True)
+class RestoreTimeouts:
+    ready_s: float  # a restored guest's envd answers within this
+    boot_s: float  # a cold-booted one's
+
+
+class Restorer:
+    """Runs restore plans on this node."""
+
+    def __init__(
+        self, registry: SandboxRegistry, templates: TemplateStore, network: NetworkManager,
+        envd: EnvdClient, records: SandboxRecords, driver: VmmDriver,
+        allocation_changed: Callable[[], Awaitable[None]], timeouts: RestoreTimeouts,
+        pool: WarmPool | None = None,
+    ) -> None:
+        self._registry = registry
+        self._templates = templates
+        self._network = network
+        self._envd = envd
+        self._records = records
+        self._driver = driver
+        self._allocation_changed = allocation_changed
+        self._timeouts = timeouts
+        self._pool = pool
+
+    async def restore(self, plan: RestorePlan, timer: PhaseTimer) -> Sandbox:
+        """The sandbox of `plan`, running, registered and published.
+
+        :raise AenvError: a step failed; everything the restore made is undone.
+        """
+        undo = Undo()
+        try:
+            pooled = self._pooled(plan)
+            if pooled is not None:
+                slot, vm = await self._take_pooled(plan, pooled, timer, undo)
+                image = await plan.image(plan.directory)
+            else:
+                slot = await self._prepare(plan, timer, undo)
+                image = await plan.image(plan.directory)
+                vm = await self._launch(plan, image, slot, timer)
+                undo.push(vm.shutdown)
+            await self._wake(vm, slot, image, plan.record, timer)
+            sandbox = Sandbox(plan.record, slot, vm, plan.directory, timer.phases_ms)
+            self._registry.add_running(sandbox, plan.chain)
+            undo.push(lambda: self._registry.remove_running(plan.sandbox_id))
+            await timer.timed("publish", self._records.put_sandbox(plan.record))
+        except BaseException:
+            await undo.run()
+            raise
+        await self._allocation_changed()
+        return sandbox
+
+    def _pooled(self, plan: RestorePlan) -> PooledVm | None:
+        if self._pool is None or plan.template is None:
+            return None
+        template = plan.template
+        self._pool.want_vms(template.template_id, functools.partial(self._launch_pooled, template))
+        return self._pool.take_vm(template.template_id)
+
+    async def _take_pooled(
+        self, plan: RestorePlan, pooled: PooledVm, timer: PhaseTimer, undo: Undo
+    ) -> tuple[NetSlot, Vm]:
+        assert self._pool is not None
+        undo.push(lambda: shutil.rmtree(pooled.directory, ignore_errors=True))
+        undo.push(lambda: shutil.rmtree(plan.directory, ignore_errors=True))
+        undo.push(lambda: self._network.destroy_slot(pooled.slot))
+        undo.push(pooled.vm.shutdown)
+        pooled.directory.rename(plan.directory)
+        await timer.timed("pooled_vm", self._pool.adopt_policy(
+            pooled.slot, egress_policy(plan.record.network)))
+        return pooled.slot, pooled.vm
+
+    async def _launch_pooled(
+        self, template: TemplateSnapshot, directory: Path, slot: NetSlot
+    ) -> Vm:
+        await create_overlay(template.disk, directory / DISK)
+        inputs = self._templates.inputs(template.template_id)
+        return await launch_restore_target(self._driver, inputs, directory, template.memory,
+                                           slot, disk_by_fd=True)
+
+    async def _prepare(self, plan: RestorePlan, timer: PhaseTimer, undo: Undo) -> NetSlot:
+        """The directory, and the slot built while the overlay is made."""
+        if plan.fresh:
+            plan.directory.mkdir(parents=True, exist_ok=False)
+            undo.push(lambda: shutil.rmtree(plan.directory, ignore_errors=True))
+        if plan.slot is not None:
+            if plan.backing is not None:
+                await timer.timed("overlay", self._overlay(plan, plan.backing))
+            return plan.slot
+        slot_task = asyncio.ensure_future(
+            timer.timed("network", self._new_slot(egress_policy(plan.record.network))))
+        try:
+            if plan.backing is not None:
+                await timer.timed("overlay", self._overlay(plan, plan.backing))
+        finally:
+            # Built meanwhile: whatever happened to the overlay, the slot is undone with the rest.
+            slot = await slot_task
+            undo.push(lambda: self._network.destroy_slot(slot))
+        return slot
+
+    async def _new_slot(self, policy: EgressPolicy) -> NetSlot:
+        if self._pool is not None:
+            return await self._pool.take_slot(policy)
+        return await self._network.create_slot(policy)
+
+    async def _overlay(self, plan: RestorePlan, backing: Path) -> None:
+        target = plan.directory / DISK
+        if self._pool is not None and plan.template is not None:
+            await self._pool.take_overlay(backing, target)  # templates' overlays are pooled
+        else:
+            await create_overlay(backing, target)
+
+    async def _launch(
+        self, plan: RestorePlan, image: RestoreImage, slot: NetSlot, timer: PhaseTimer
+    ) -> Vm:
+        if image.boots:
+            return await timer.timed("boot", boot_from_disk(
+                self._driver, image.inputs, plan.directory, slot, plan.chain.active))
+        assert image.memory is not None
+        return await timer.timed("launch", launch_restore_target(
+            self._driver, image.inputs, plan.directory, image.memory, slot, plan.chain.active))
+
+    async def _wake(
+        self, vm: Vm, slot: NetSlot, image: RestoreImage, record: cluster_pb2.SandboxRecord,
+        timer: PhaseTimer,
+    ) -> None:
+        """Load the device state (unless it boots), wait for envd and give it the sandbox's
+        identity; the record gets the envd version that answered."""
+        state = image.state
+        if state is None and image.later_state is not None and not image.boots:
+            state = await timer.timed("memory_image", image.later_state())
+        if state is not None and not image.boots:
+            await timer.timed("restore", vm.restore(state))
+        ready_s = self._timeouts.boot_s if image.boots else self._timeouts.ready_s
+        await timer.timed("envd_ready", self._envd.wait_healthy(slot.ns_ip, ready_s))
+        record.envd_version = await timer.timed("envd_init", self._envd.init(
+            slot.ns_ip, env_vars=record.env_vars, access_token=record.envd_access_token,
+            current_token=image.guest_token or None,
+            # Many guests woken at once (a fork) share the host's CPUs: as long as /health.
+            timeout_s=self._timeouts.ready_s,
+        ))
+

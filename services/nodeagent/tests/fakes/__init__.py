@@ -1,0 +1,1 @@
+"""Fakes of the node agent's seams (no QEMU, no processes) for fast unit tests."""
