@@ -73,8 +73,12 @@ class Kills:
                    if sbx.record.end_at.ToNanoseconds() / 1e9 <= now
                    and not self._registry.is_busy(sbx.sandbox_id)]
         for sandbox_id in expired:
-            with contextlib.suppress(NotFound):
+            try:
                 await self.expire(sandbox_id)
+            except NotFound:
+                pass  # killed meanwhile
+            except Exception:  # the next pass tries again; the others expire now
+                log.exception("timeout action failed", extra={"sandbox_id": sandbox_id})
         return expired
 
     async def run_expiry(self, interval_s: float = 1.0) -> None:
@@ -100,6 +104,9 @@ class Kills:
 
     async def _destroy(self, sandbox: Sandbox) -> None:
         sandbox_id = sandbox.sandbox_id
+        # The record first: if etcd refuses, nothing is gone yet and a retry does it all. (A
+        # crash after it leaves a VM no record names: the next start's recovery kills it.)
+        await self._records.delete_sandbox(sandbox_id)
         self._registry.leaving(sandbox_id)
         await self._cut_traffic(sandbox_id)
         # QEMU first: the netns lives on while a process holds it.
@@ -107,5 +114,4 @@ class Kills:
         await self._network.destroy_slot(sandbox.slot)
         shutil.rmtree(sandbox.directory, ignore_errors=True)
         self._registry.remove_running(sandbox_id)
-        await self._records.delete_sandbox(sandbox_id)
         await self._allocation_changed()

@@ -88,7 +88,7 @@ class Pauses:
 
         :raise NotFound: no such running sandbox.
         :raise Conflict: already paused, or busy.
-        :raise AenvError: the capture failed; the sandbox runs on.
+        :raise AenvError: the capture or the record's publication failed; the sandbox runs on.
         """
         if self._registry.paused(sandbox_id) is not None:
             raise Conflict(f"sandbox \"{sandbox_id}\" is already paused")
@@ -105,11 +105,18 @@ class Pauses:
                 except BaseException:
                     await keep_running(sandbox.vm)
                     raise
-            self._ledger.retire(sandbox.vm)
-            self._quit_soon(sandbox, delta)
-            record = sandbox.record
+            record = cluster_pb2.SandboxRecord()
+            record.CopyFrom(sandbox.record)
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
+            try:  # before the point of no return: if etcd refuses, the sandbox runs on
+                await timer.timed("publish", self._records.put_sandbox(record))
+            except BaseException:
+                _drop_capture(sandbox, delta)
+                await keep_running(sandbox.vm)
+                raise
+            self._ledger.retire(sandbox.vm)
+            self._quit_soon(sandbox, delta)
             paused = Paused(record, sandbox.directory, self._registry.chain(sandbox_id))
             if mode == FILESYSTEM:
                 discard_memory(paused.directory)
@@ -121,7 +128,6 @@ class Pauses:
             # Paused before it is detached: a lookup during the detach's await must find it.
             self._registry.add_paused(paused)
             await timer.timed("detach", self._detach(sandbox_id))
-            await timer.timed("publish", self._records.put_sandbox(record))
             self._handover.store_soon(paused)
         log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **timer.fields()})
         return record
@@ -167,11 +173,11 @@ class Pauses:
         sandbox_id = paused.record.sandbox_id
         with self._registry.exclusive(sandbox_id):
             await self._quits.done(sandbox_id)
+            await self._records.delete_sandbox(sandbox_id)  # first: a failure leaves it all
             self._registry.remove_paused(sandbox_id)
             self._handover.forget_stored(paused)
             await self._images.cancelled(paused.directory)
             shutil.rmtree(paused.directory, ignore_errors=True)
-            await self._records.delete_sandbox(sandbox_id)
 
     async def sync(self, sandbox: Sandbox) -> None:
         """The guest's file systems flushed to its disk."""
@@ -246,6 +252,14 @@ class Pauses:
         log.info("paused memory written", extra={
             "sandbox_id": sandbox_id, "delta_pages": pages,
             "write_ms": round((time.perf_counter() - started) * 1000, 1)})
+
+
+def _drop_capture(sandbox: Sandbox, delta: PendingDelta | None) -> None:
+    """What a pause captured, when it does not go ahead after all."""
+    if delta is not None:
+        delta.close()
+        (sandbox.directory / DEVICES).unlink(missing_ok=True)
+    (sandbox.directory / PAUSED_STATE).unlink(missing_ok=True)
 
 
 def discard_memory(directory: Path) -> None:

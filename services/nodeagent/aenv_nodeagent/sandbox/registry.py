@@ -20,6 +20,7 @@ class SandboxRegistry:
         self._running: dict[str, Sandbox] = {}
         self._paused: dict[str, Paused] = {}
         self._chains: dict[str, Chain] = {}  # of running sandboxes
+        self._restoring: dict[str, Chain] = {}  # of sandboxes being restored
         self._busy: set[str] = set()
         # Being killed: still tracked, no longer sent traffic.
         self._leaving: set[str] = set()
@@ -67,9 +68,17 @@ class SandboxRegistry:
             chain = self._chains[sandbox_id] = Chain(self.get(sandbox_id).record.template_id, [])
         return chain
 
+    def restoring(self, sandbox_id: str, chain: Chain) -> None:
+        """A restore onto `chain` began: its layers are in use from now on."""
+        self._restoring[sandbox_id] = chain
+
+    def restore_ended(self, sandbox_id: str) -> None:
+        self._restoring.pop(sandbox_id, None)
+
     def add_running(self, sandbox: Sandbox, chain: Chain) -> None:
         self._running[sandbox.sandbox_id] = sandbox
         self._chains[sandbox.sandbox_id] = chain
+        self._restoring.pop(sandbox.sandbox_id, None)
 
     def remove_running(self, sandbox_id: str) -> Sandbox | None:
         self._leaving.discard(sandbox_id)
@@ -113,8 +122,9 @@ class SandboxRegistry:
         return running + [p.record for p in self._paused.values()]
 
     def layers_in_use(self) -> set[str]:
-        """The frozen disk layers a running or paused sandbox stands on."""
-        chains = [*self._chains.values(), *(p.chain for p in self._paused.values())]
+        """The frozen disk layers a running, paused or restoring sandbox stands on."""
+        chains = [*self._chains.values(), *self._restoring.values(),
+                  *(p.chain for p in self._paused.values())]
         return {layer for chain in chains for layer in chain.layers}
 
     # --- one operation at a time ---------------------------------------------------------------

@@ -90,6 +90,8 @@ class Restorer:
         :raise AenvError: a step failed; everything the restore made is undone.
         """
         undo = Undo()
+        self._registry.restoring(plan.sandbox_id, plan.chain)  # before any await: its layers stay
+        undo.push(lambda: self._registry.restore_ended(plan.sandbox_id))
         try:
             pooled = self._pooled(plan)
             if pooled is not None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
 
-from aenv_common.errors import AenvError
+from aenv_common.errors import AenvError, NotFound
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.memory.capture import CaptureLedger, MemoryCapture, pages_fields
 from aenv_nodeagent.memory.images import (
@@ -93,15 +93,22 @@ class Snapshots:
 
     async def delete(self, snapshot_id: str) -> None:
         """Remove the snapshot at once (from snapstore and the cluster too); its disk layer
-        stays while sandboxes still use it."""
+        stays while sandboxes still use it.
+
+        :raise NotFound: the node holds no such snapshot (its record is withdrawn all the same).
+        """
         meta = self.store.find(snapshot_id)
-        if meta is not None:
-            await self._images.cancelled(meta.directory)
-            if self._persistence is not None and not meta.hidden:
-                self._persistence.forget_soon(snapshot_id)
+        if meta is None:
+            # Lost here (its record's withdrawal may have failed then): the record goes now.
+            if self._publisher is not None:
+                await self._publisher.withdraw(snapshot_id)
+            raise NotFound(f"snapshot \"{snapshot_id}\" not found")
+        await self._images.cancelled(meta.directory)
+        if self._persistence is not None and not meta.hidden:
+            self._persistence.forget_soon(snapshot_id)
         self.store.remove(snapshot_id)
         self._layers.collect()
-        if self._publisher is not None and (meta is None or not meta.hidden):
+        if self._publisher is not None and not meta.hidden:
             await self._publisher.withdraw(snapshot_id)
         log.info("snapshot deleted", extra={"snapshot_id": snapshot_id})
 

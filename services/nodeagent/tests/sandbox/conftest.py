@@ -1,0 +1,129 @@
+"""A node's sandbox wing (`SandboxService`) assembled over fakes in tmp_path: FakeDriver's VMs,
+a fake network, envd and template store, and in-memory cluster records."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.sandbox.model import Sandbox
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.snapshots.records import SnapshotPublisher
+from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
+
+from ..fakes.envd import FakeEnvd
+from ..fakes.network import FakeNetwork
+from ..fakes.records import RecordingRecords
+from ..fakes.templates import FakeTemplates
+from ..fakes.vm import FakeDriver, FakeVm
+
+NODE_ID = "fake-node"
+TEMPLATE = "base"
+RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
+PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
+FILESYSTEM = cluster_pb2.PAUSE_MODE_FILESYSTEM
+
+
+@dataclass
+class Allocations:
+    """Counts the node's allocation publications (the node record, in production)."""
+
+    published: int = 0
+
+    async def publish(self) -> None:
+        self.published += 1
+
+
+@dataclass
+class Wing:
+    """One node agent's sandbox wing and the fakes behind it (re-creatable: a restart)."""
+
+    service: SandboxService
+    state_dir: Path
+    records: RecordingRecords
+    templates: FakeTemplates
+    template: TemplateSnapshot
+    driver: FakeDriver = field(default_factory=FakeDriver)
+    network: FakeNetwork = field(default_factory=FakeNetwork)
+    envd: FakeEnvd = field(default_factory=FakeEnvd)
+    allocations: Allocations = field(default_factory=Allocations)
+    successor: Wing | None = None
+
+    def latest(self) -> Wing:
+        return self.successor.latest() if self.successor else self
+
+    def spec(self, **fields: object) -> cluster_pb2.SandboxSpec:
+        defaults: dict[str, object] = {"sandbox_id": new_sandbox_id(), "template_id": TEMPLATE,
+                                       "envd_access_token": new_secret()}
+        return cluster_pb2.SandboxSpec(**{**defaults, **fields})  # type: ignore[arg-type]
+
+    async def create(self, **fields: object) -> Sandbox:
+        return await self.service.create(self.spec(**fields))
+
+    def directory(self, sandbox_id: str) -> Path:
+        return self.state_dir / "sandboxes" / sandbox_id
+
+    def layer_files(self) -> set[str]:
+        """The ids of the frozen disk layers on disk."""
+        return {path.stem for path in (self.state_dir / "layers").glob("*.qcow2")}
+
+    def vm(self, sandbox: Sandbox) -> FakeVm:
+        assert isinstance(sandbox.vm, FakeVm)
+        return sandbox.vm
+
+    async def settled(self) -> None:
+        """What a pause leaves to the background is done: its VM's quit, then its slot's
+        release."""
+        await self.service.settled()
+        await self.network.settled()
+
+    async def restart(self) -> Wing:
+        """A new node agent over the same state dir and cluster records (templates stay
+        cached), after this one's background work ended, as a crash would end it. Nothing is
+        taken back yet: that is its `service.load()`."""
+        await self.settled()
+        await self.service.memory_images.close()
+        successor = build_wing(self.state_dir, self.records, self.templates, self.template)
+        self.successor = successor
+        return successor
+
+
+def build_wing(
+    state_dir: Path, records: RecordingRecords, templates: FakeTemplates,
+    template: TemplateSnapshot,
+) -> Wing:
+    driver, network, envd, allocations = FakeDriver(), FakeNetwork(), FakeEnvd(), Allocations()
+    service = SandboxService(
+        SandboxSettings(state_dir, ready_timeout_s=5, boot_timeout_s=5),
+        SandboxRegistry(NODE_ID), cast(TemplateStore, templates), cast(NetworkManager, network),
+        cast(EnvdClient, envd), records, driver,
+        publisher=SnapshotPublisher(records, NODE_ID), allocation_changed=allocations.publish)
+    return Wing(service, state_dir, records, templates, template, driver, network, envd,
+                allocations)
+
+
+@pytest.fixture
+def templates(tmp_path: Path) -> FakeTemplates:
+    """A template store holding the template `base`."""
+    store = FakeTemplates(tmp_path / "templates")
+    store.add(TEMPLATE)
+    return store
+
+
+@pytest.fixture
+async def wing(tmp_path: Path, templates: FakeTemplates) -> AsyncIterator[Wing]:
+    template = await templates.get(TEMPLATE)
+    first = build_wing(tmp_path / "state", RecordingRecords(), templates, template)
+    yield first
+    # Background work (a paused VM's quit, a compaction) must not outlive the test's loop.
+    # A test may have restarted the node: clean up through the newest one.
+    await first.latest().service.destroy_all()

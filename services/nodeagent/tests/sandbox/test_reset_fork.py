@@ -1,0 +1,84 @@
+"""Reset to a filesystem snapshot (in place: same id, directory, slot and token), its failure
+(the sandbox is gone), and a fork whose children cannot be restored (only the parent is left)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aenv_common.cluster import SNAPSHOTS
+from aenv_common.errors import Internal, NotFound
+
+from .conftest import RUNNING, Wing
+
+
+async def test_a_reset_boots_the_snapshot_in_place(wing: Wing) -> None:
+    sandbox = await wing.create()
+    sandbox_id = sandbox.sandbox_id
+    meta = await wing.service.create_snapshot(sandbox_id, filesystem_only=True)
+    later = await wing.service.create_snapshot(sandbox_id, filesystem_only=True)
+
+    record = await wing.service.reset(sandbox_id, meta.snapshot_id)
+
+    reset = wing.service.get(sandbox_id)
+    assert reset is not sandbox
+    assert (reset.directory, reset.slot) == (sandbox.directory, sandbox.slot)
+    assert record.envd_access_token == sandbox.record.envd_access_token
+    assert wing.network.live == [sandbox.slot] and len(wing.network.created) == 1
+    assert wing.vm(sandbox).stopping
+    vm = wing.vm(reset)
+    assert not vm.incoming
+    assert vm.chains["root"].backing_files[0] == wing.service.layers.path(meta.layers[0])
+    chain = wing.service.registry.chain(sandbox_id)
+    assert (chain.layers, chain.active) == (meta.layers, "disk.qcow2")
+    assert not any(sandbox.directory.glob("*.active.qcow2"))  # the old overlays are gone
+    assert wing.records.states(sandbox_id) == [RUNNING, RUNNING]
+    assert {"quit", "overlay", "boot", "publish"} <= set(reset.timings_ms)
+    # Both snapshots still stand on their layers.
+    assert wing.layer_files() == set(later.layers)
+
+
+async def test_a_failed_reset_leaves_nothing_of_the_sandbox(wing: Wing) -> None:
+    sandbox = await wing.create()
+    meta = await wing.service.create_snapshot(sandbox.sandbox_id, filesystem_only=True)
+    wing.driver.launch_failures.append(Internal("QEMU failed to start"))
+
+    with pytest.raises(Internal):
+        await wing.service.reset(sandbox.sandbox_id, meta.snapshot_id)
+
+    assert not wing.service.registry.has(sandbox.sandbox_id)
+    assert not sandbox.directory.exists()
+    assert wing.network.live == []
+    assert sandbox.sandbox_id not in wing.records.records
+    assert wing.service.snapshots.find(meta.snapshot_id) is meta  # the snapshot stays
+    assert wing.layer_files() == set(meta.layers)
+
+
+async def test_a_reset_to_an_unknown_snapshot_touches_nothing(wing: Wing) -> None:
+    sandbox = await wing.create()
+    with pytest.raises(NotFound):
+        await wing.service.reset(sandbox.sandbox_id, "snap-nosuch")
+    assert wing.service.get(sandbox.sandbox_id) is sandbox
+    assert not wing.vm(sandbox).stopping
+
+
+async def test_a_fork_whose_children_fail_leaves_the_parent_alone(wing: Wing) -> None:
+    # A FakeVm's capture is no QEMU stream: no memory image can be made of it for the children.
+    parent = await wing.create()
+    children = ["childa", "childb"]
+
+    results = await wing.service.fork(parent.sandbox_id, 2, child_ids=children)
+
+    assert [result.WhichOneof("result") for result in results] == ["error", "error"]
+    assert all(result.error.code == 500 for result in results)
+    assert wing.service.all() == [parent]
+    assert not wing.vm(parent).stopping
+    assert wing.network.live == [parent.slot]
+    for child in children:
+        assert not wing.directory(child).exists()
+        assert child not in wing.records.records
+    # The fork's hidden capture is gone and was never published; its layer, which the parent
+    # continues on, stays.
+    assert wing.service.snapshots.listed() == []
+    assert list((wing.state_dir / "snapshots").iterdir()) == []
+    assert wing.records.by_kind.get(SNAPSHOTS, {}) == {}
+    assert wing.layer_files() == set(wing.service.registry.chain(parent.sandbox_id).layers)
