@@ -246,7 +246,7 @@ class MemoryCapture:
     async def _fork(self, runs: list[PageRun], parts: ImageParts,
                     made: asyncio.Future[None]) -> None:
         """Fork QEMU, and put on disk what the agent's next run would need to make the image
-        from the copy (deferredimage.py): a snapshot outlives a crash of the agent."""
+        from the copy (memory/deferred.py): a snapshot outlives a crash of the agent."""
         assert self.dirty is not None
         directory = self.out.memory.parent
         try:

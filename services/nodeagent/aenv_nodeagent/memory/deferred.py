@@ -1,5 +1,5 @@
 """A snapshot's memory image made after its call returned, from a frozen copy of the guest
-(memcapture.py), and finished by the agent's next run if this one dies first.
+(memory/capture.py), and finished by the agent's next run if this one dies first.
 
 Before the call returns, the snapshot's directory holds all the image needs besides the copy: the
 image it builds on (`REFERENCE`, linked), its device state (`device.state.part`) and which process

@@ -5,7 +5,7 @@ pages it dirties, the rest come from one page cache. An image is `memory`, a spa
 `device.state`, the stream a restore loads into a QEMU mapping it; `device.state` is put in place
 last: its presence means the image is complete. It is made in one of two ways:
 
-- From a capture of a VM running on a memory image (memcapture.py), directly: a sparse copy of
+- From a capture of a VM running on a memory image (memory/capture.py), directly: a sparse copy of
   the image its RAM equalled at its previous capture (or of its base) with the pages the guest
   wrote since copied over it, mostly from a frozen copy of the guest after the snapshot call
   returned (`MemoryImages.build`; a restore may launch its VM meanwhile, and waits for it to
@@ -14,7 +14,7 @@ last: its presence means the image is complete. It is made in one of two ways:
   migrates share=off RAM in full, and the stream is split (vmm/stream.py) into the RAM block's
   pages and the rest, in the background (a restore waits for it).
 
-A pause takes a delta capture where it can (written after the pause returns, pausedmemory.py):
+A pause takes a delta capture where it can (written after the pause returns, memory/paused.py):
 `delta.state` holds the pages the guest changed and its device state, to be loaded onto
 `base.memory`: hard links to the image the sandbox ran on and its device state (`base.state`),
 so that neither a deleted snapshot nor a rebuilt template can take them away.
@@ -44,7 +44,8 @@ BASE_STATE = "base.state"
 DELTA = "delta.state"
 # A capture's device state as QEMU saved it, until the image's or delta's state holds it.
 DEVICES = "devices.state"
-# In a running sandbox's directory: the image its RAM equalled at its last capture (memcapture.py).
+# In a running sandbox's directory: the image its RAM equalled at its last capture
+# (memory/capture.py).
 CAPTURED = "captured.memory"
 
 

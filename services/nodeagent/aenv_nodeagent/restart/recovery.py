@@ -2,7 +2,7 @@
 
 Paused sandboxes (a directory with `sandbox.json`: overlay and memory image, no process) are kept;
 `restart/takeback.py` takes them over with the snapshots. A pause whose memory was still to be
-written when the agent died has it written first, from its QEMU (pausedmemory.py). A VM that was
+written when the agent died has it written first, from its QEMU (memory/paused.py). A VM that was
 running is re-adopted when its QEMU still runs in its slot, answers QMP, is not stopped half-way
 through an operation, and the cluster still has its record on this node: QMP is reconnected and its
 netns slot taken back (the lifecycle then reads its disk chain from QEMU). Everything else is
@@ -163,8 +163,8 @@ def drop_paused_of_others(
     sandboxes_dir: Path, paused: set[str], ours: list[cluster_pb2.SandboxRecord]
 ) -> set[str]:
     """Remove the paused sandboxes the cluster no longer records on this node: another node took
-    them over (handover.py) while this one was gone, or they were killed there. No API could
-    reach these copies any more."""
+    them over (snapshots/handover.py) while this one was gone, or they were killed there. No API
+    could reach these copies any more."""
     dropped = paused - {rec.sandbox_id for rec in ours}
     for sandbox_id in dropped:
         shutil.rmtree(sandboxes_dir / sandbox_id, ignore_errors=True)

@@ -58,10 +58,10 @@ class SnapshotMeta:
     has_memory: bool = True
     # Internal snapshots (a fork's capture) are not listed and go away with their operation.
     hidden: bool = False
-    # Stored in snapstore (persistence.py): another node can restore it.
+    # Stored in snapstore (snapshots/persistence.py): another node can restore it.
     persisted: bool = False
-    # Its memory image is still being made from a frozen copy of the guest (memcapture.py); a
-    # node agent that finds it so on start makes it (deferredimage.py), or drops the snapshot.
+    # Its memory image is still being made from a frozen copy of the guest (memory/capture.py); a
+    # node agent that finds it so on start makes it (memory/deferred.py), or drops the snapshot.
     image_pending: bool = False
     directory: Path = field(default=Path("."), compare=False)
 
