@@ -13,6 +13,11 @@ from envd.filesystem import filesystem_pb2 as pb
 from .users import owner_names
 
 METADATA_XATTR_PREFIX = "user.e2b."
+# An xattr name is at most 255 bytes; ext4 keeps all of an inode's xattrs in one 4 KiB block.
+MAX_METADATA_KEY = 255 - len(METADATA_XATTR_PREFIX)
+MAX_METADATA_TOTAL = 4096
+# What listxattr/setxattr answer on filesystems without (user) xattrs, e.g. procfs, sysfs.
+XATTR_UNSUPPORTED = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
 
 # Go's os.FileMode.String(): one letter per type/special bit, in this order, then rwx triplets.
 _GO_MODE_LETTERS = "dalTLDpSugct?"
@@ -49,30 +54,52 @@ def _file_type(st_mode: int) -> int:
     return pb.FILE_TYPE_FILE
 
 
-def read_metadata(path: str) -> dict[str, str]:
-    """`user.e2b.<key>` extended attributes with the prefix stripped."""
+def read_metadata(target: str | int) -> dict[str, str]:
+    """`user.e2b.<key>` extended attributes of a path or open file, the prefix stripped."""
     try:
-        names = os.listxattr(path)
+        names = os.listxattr(target)
     except OSError:
         return {}
     metadata: dict[str, str] = {}
     for name in names:
         if name.startswith(METADATA_XATTR_PREFIX):
             try:
-                value = os.getxattr(path, name)
+                value = os.getxattr(target, name)
             except OSError:
                 continue
             metadata[name[len(METADATA_XATTR_PREFIX) :]] = value.decode(errors="replace")
     return metadata
 
 
-def write_metadata(path: str, metadata: dict[str, str]) -> None:
-    """Replaces the file's metadata with `metadata`."""
-    for name in os.listxattr(path):
-        if name.startswith(METADATA_XATTR_PREFIX):
-            os.removexattr(path, name)
+def metadata_problem(metadata: dict[str, str]) -> str | None:
+    """Why upstream would refuse this metadata (before any syscall), or None."""
+    total = 0
     for key, value in metadata.items():
-        os.setxattr(path, METADATA_XATTR_PREFIX + key, value.encode())
+        if len(key) > MAX_METADATA_KEY:
+            return f"metadata key {key!r} exceeds {MAX_METADATA_KEY} bytes"
+        for label, text in (("key", key), (f"value for key {key!r}", value)):
+            if not (text.isascii() and text.isprintable()):
+                return f"metadata {label} must be printable ASCII"
+        total += len(METADATA_XATTR_PREFIX) + len(key) + len(value)
+    if total > MAX_METADATA_TOTAL:
+        return f"total metadata size {total} exceeds {MAX_METADATA_TOTAL} bytes"
+    return None
+
+
+def write_metadata(target: str | int, metadata: dict[str, str]) -> None:
+    """Replaces the metadata of a path or open file: keys absent from `metadata` are removed,
+    so `{}` clears it."""
+    for name in os.listxattr(target):
+        if name.startswith(METADATA_XATTR_PREFIX) and (
+            name[len(METADATA_XATTR_PREFIX) :] not in metadata
+        ):
+            try:
+                os.removexattr(target, name)
+            except OSError as exc:
+                if exc.errno != errno.ENODATA:
+                    raise
+    for key, value in metadata.items():
+        os.setxattr(target, METADATA_XATTR_PREFIX + key, value.encode())
 
 
 def entry_info(path: str) -> pb.EntryInfo:

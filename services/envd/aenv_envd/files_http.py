@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from .entry_info import write_metadata
-from .errors import UNAUTHORIZED_MESSAGE, EnvdError, invalid_argument
+from .entry_info import XATTR_UNSUPPORTED, metadata_problem, read_metadata, write_metadata
+from .errors import EnvdError, invalid_argument
 from .multipart import MultipartParser, PartData, PartEnd, PartStart, parse_header_params
-from .signing import signature_valid
+from .signing import signature_error
 from .state import SandboxState
 from .users import User, chown_to, make_dirs_owned, os_error_to_envd, resolve_path
 
@@ -52,23 +52,23 @@ class FilesEndpoint:
         token = self._state.access_token
         if not token:
             return
+        # An empty header counts as absent, as upstream (Go's Header.Get) sees it.
         presented = request.headers.get("x-access-token")
-        if presented is not None:
+        if presented:
             if self._state.token_matches(presented):
                 return
-        else:
-            query = request.query_params
-            signature = query.get("signature")
-            if signature and signature_valid(
-                signature,
-                query.get("signature_expiration"),
-                query.get("path", ""),
-                operation,
-                query.get("username", ""),
-                token,
-            ):
-                return
-        raise EnvdError("unauthenticated", UNAUTHORIZED_MESSAGE)
+            raise EnvdError("unauthenticated", "access token present in header but does not match")
+        query = request.query_params
+        refusal = signature_error(
+            query.get("signature"),
+            query.get("signature_expiration"),
+            query.get("path", ""),
+            operation,
+            query.get("username", ""),
+            token,
+        )
+        if refusal is not None:
+            raise EnvdError("unauthenticated", refusal)
 
     def _user(self, request: Request) -> User:
         return self._state.resolve_user(request.query_params.get("username") or None)
@@ -95,19 +95,19 @@ class FilesEndpoint:
             "content-disposition": f'inline; filename="{os.path.basename(path)}"',
         }
         try:
-            first = await asyncio.to_thread(os.read, fd, DISK_CHUNK)
+            head, length = await asyncio.to_thread(_read_head, fd)
         except OSError as exc:
             os.close(fd)
             return http_error(os_error_to_envd(exc, path))
         gzip_accepted = accepts_gzip(request.headers.get("accept-encoding", ""))
         if gzip_accepted:
             headers["vary"] = "Accept-Encoding"
-        if gzip_accepted and _compressible(first, self._gzip_level):
+        body = _read_chunks(fd, head, length)
+        if gzip_accepted and _compressible(head, self._gzip_level):
             headers["content-encoding"] = "gzip"
-            body = _gzip_stream(_read_chunks(fd, first), self._gzip_level)
-        else:
-            headers["content-length"] = str(os.fstat(fd).st_size)
-            body = _read_chunks(fd, first)
+            body = _gzip_stream(body, self._gzip_level)
+        elif length is not None:
+            headers["content-length"] = str(length)
         return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
     # ----- upload ------------------------------------------------------------------------------
@@ -242,12 +242,17 @@ class FileUpload:
 
     async def finish(self, metadata: dict[str, str] | None) -> WrittenFile:
         await self._flush()
-        if metadata is not None:
-            try:
-                write_metadata(self.path, metadata)
-            except OSError as exc:
+        # Every upload replaces the metadata, none included: O_TRUNC keeps the xattrs of the
+        # file's previous upload, which would otherwise outlive the content they described.
+        try:
+            write_metadata(self.fd, metadata or {})
+        except OSError as exc:
+            if exc.errno not in XATTR_UNSUPPORTED:
                 raise _upload_error(exc, self.path) from exc
-        return WrittenFile(self.path, metadata)
+            # procfs/sysfs (writable through this API too) have no xattrs: the content is
+            # written; the answer, read back below, does not claim the metadata was kept.
+            log.warning("no xattrs on '%s': metadata not kept", self.path)
+        return WrittenFile(self.path, read_metadata(self.fd) or None)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -273,13 +278,18 @@ def _upload_error(exc: OSError, path: str) -> EnvdError:
 
 
 def _metadata_headers(request: Request) -> dict[str, str] | None:
+    """`X-Metadata-<key>: <value>` headers, keys lowercased; as upstream, a bare
+    `X-Metadata-` is ignored and a repeated header's first value wins."""
     metadata: dict[str, str] = {}
     for name, value in request.headers.items():
-        if name.lower().startswith(METADATA_HEADER_PREFIX):
-            key = name[len(METADATA_HEADER_PREFIX) :].lower()
-            if not key or not (key + value).isascii() or not (key + value).isprintable():
-                raise invalid_argument(f"metadata '{key}' must be printable ASCII")
-            metadata[key] = value
+        lowered = name.lower()
+        if lowered.startswith(METADATA_HEADER_PREFIX):
+            key = lowered[len(METADATA_HEADER_PREFIX) :]
+            if key:
+                metadata.setdefault(key, value)
+    problem = metadata_problem(metadata)
+    if problem is not None:
+        raise invalid_argument(f"invalid metadata: {problem}")
     return metadata or None
 
 
@@ -308,11 +318,39 @@ async def _decoded_body(request: Request) -> AsyncIterator[bytes]:
         raise invalid_argument(f"invalid {encoding} body: {exc}") from exc
 
 
-async def _read_chunks(fd: int, first: bytes) -> AsyncIterator[bytes]:
+def _read_head(fd: int) -> tuple[bytes, int | None]:
+    """The file's first chunk and the body length, or None when only reading to EOF tells.
+
+    Pseudo files report a size unrelated to what they hold (procfs 0, sysfs 4096), so a
+    short file is read to EOF and its length is what was read; the size stat reports is only
+    believed for a regular file that occupies disk blocks and is not shorter than its head."""
+    head = os.read(fd, DISK_CHUNK)
+    if len(head) < DISK_CHUNK:
+        more = os.read(fd, DISK_CHUNK)
+        if not more:
+            return head, len(head)
+        head += more
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_blocks > 0 and info.st_size >= len(head):
+        return head, info.st_size
+    return head, None
+
+
+async def _read_chunks(fd: int, head: bytes, length: int | None) -> AsyncIterator[bytes]:
+    """`head`, then the rest of the file to EOF, never more than a declared `length` (a file
+    growing during the download must not overrun its Content-Length)."""
     try:
-        chunk = first
+        remaining = length
+        chunk = head
         while chunk:
-            yield chunk
+            if remaining is not None:
+                if len(chunk) > remaining:
+                    chunk = chunk[:remaining]
+                remaining -= len(chunk)
+            if chunk:
+                yield chunk
+            if remaining == 0:
+                return
             chunk = await asyncio.to_thread(os.read, fd, DISK_CHUNK)
     finally:
         os.close(fd)

@@ -9,7 +9,7 @@ import shutil
 import stat
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from envd.filesystem import filesystem_pb2 as pb
 
@@ -40,29 +40,41 @@ def stat_entry(path: str) -> pb.EntryInfo:
 
 
 def list_entries(root: str, depth: int) -> list[pb.EntryInfo]:
-    """Entries below `root` up to `depth` levels; symlinks are listed but not descended."""
+    """Entries below `root` up to `depth` levels, in upstream's order (Go's filepath.WalkDir):
+    depth first, each directory's names sorted by their bytes, a directory's contents right
+    after it. Symlinks are listed but not descended."""
     entries: list[pb.EntryInfo] = []
-    pending = deque([(root, 1)])
-    while pending:
-        directory, level = pending.popleft()
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError as exc:
-            if directory == root:
-                raise os_error_to_envd(exc, directory) from exc
+    try:
+        names = _sorted_names(root)
+    except OSError as exc:
+        raise os_error_to_envd(exc, root) from exc
+    # An explicit stack of (directory, level, names left): trees deeper than Python's
+    # recursion limit are listed too.
+    stack: list[tuple[str, int, Iterator[str]]] = [(root, 1, iter(names))]
+    while stack:
+        directory, level, pending = stack[-1]
+        name = next(pending, None)
+        if name is None:
+            stack.pop()
             continue
-        for name in names:
-            path = os.path.join(directory, name)
+        path = os.path.join(directory, name)
+        try:
+            entry = entry_info(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise os_error_to_envd(exc, path) from exc
+        entries.append(entry)
+        if level < depth and entry.type == pb.FILE_TYPE_DIRECTORY and not entry.is_symlink:
             try:
-                entry = entry_info(path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise os_error_to_envd(exc, path) from exc
-            entries.append(entry)
-            if level < depth and entry.type == pb.FILE_TYPE_DIRECTORY and not entry.is_symlink:
-                pending.append((path, level + 1))
+                stack.append((path, level + 1, iter(_sorted_names(path))))
+            except OSError:
+                continue  # vanished or unreadable below the root: listed, not descended
     return entries
+
+
+def _sorted_names(directory: str) -> list[str]:
+    return sorted(os.listdir(directory), key=os.fsencode)
 
 
 def fs_event(event: FsEvent, include_entry: bool) -> pb.FilesystemEvent:

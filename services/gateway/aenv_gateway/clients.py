@@ -88,16 +88,27 @@ class NodeAgentClients:
         await call(lambda: stub.KillSandbox(request, timeout=self._deadline))
 
     async def set_timeout(
-        self, address: str, sandbox_id: str, timeout_s: int
+        self, address: str, sandbox_id: str, timeout_s: int, *, extend_only: bool = False
     ) -> cluster_pb2.SandboxRecord:
         request = nodeagent_pb2.SetSandboxTimeoutRequest(
-            sandbox_id=sandbox_id, timeout_seconds=timeout_s
+            sandbox_id=sandbox_id, timeout_seconds=timeout_s, extend_only=extend_only
         )
         stub = self._stub(address)
+        # 0 runs the timeout's action before the answer: a pause takes as long as a create.
+        deadline = self._create_deadline if timeout_s == 0 else self._deadline
         response: nodeagent_pb2.SetSandboxTimeoutResponse = await call(
-            lambda: stub.SetSandboxTimeout(request, timeout=self._deadline)
+            lambda: stub.SetSandboxTimeout(request, timeout=deadline)
         )
         return response.sandbox
+
+    async def logs(
+        self, address: str, request: nodeagent_pb2.GetSandboxLogsRequest
+    ) -> list[nodeagent_pb2.SandboxLogEntry]:
+        stub = self._stub(address)
+        response: nodeagent_pb2.GetSandboxLogsResponse = await call(
+            lambda: stub.GetSandboxLogs(request, timeout=self._deadline)
+        )
+        return list(response.entries)
 
     async def metrics(
         self, address: str, sandbox_id: str, start: int | None = None, end: int | None = None

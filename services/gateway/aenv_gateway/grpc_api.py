@@ -9,7 +9,8 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.service import CreateRequest, ListQuery, SandboxService
+from aenv_gateway.listing import ListQuery
+from aenv_gateway.service import CreateRequest, SandboxService
 from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
 
 # Children's time to live when the request leaves it 0 (the E2B SDK's default too).

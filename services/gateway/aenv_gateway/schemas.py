@@ -18,7 +18,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.service import PAUSED, RUNNING, VISIBLE_STATES, CreateRequest, ListQuery
+from aenv_gateway.listing import PAUSED, RUNNING, VISIBLE_STATES, ListQuery
+from aenv_gateway.service import REFRESH_MAX_S, CreateRequest
 from aenv_gateway.snapshots import SnapshotQuery
 
 T = TypeVar("T")
@@ -155,6 +156,14 @@ def parse_memory(body: Mapping[str, Any]) -> bool:
 
 def parse_timeout(body: Mapping[str, Any], required: bool) -> int | None:
     return _field(body, "timeout", int, required=required)
+
+
+def parse_refresh(body: Mapping[str, Any]) -> int | None:
+    """SandboxRefreshRequest: an optional `duration` in seconds, within E2B's OpenAPI bounds."""
+    duration = _field(body, "duration", int)
+    if duration is not None and not 0 <= duration <= REFRESH_MAX_S:
+        raise InvalidArgument(f"duration must be between 0 and {REFRESH_MAX_S} seconds")
+    return duration
 
 
 def parse_limit(params: Mapping[str, str]) -> int:

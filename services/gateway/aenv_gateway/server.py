@@ -27,6 +27,7 @@ from aenv_gateway.config import GatewaySettings
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
+from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.templates import SnapshotRoutes
 from aenv_gateway.schemas import Presenter
@@ -98,6 +99,7 @@ async def start_gateway(
         snapshots,
         Presenter(settings.domain, settings.fallback_envd_version),
         settings.default_timeout_s,
+        SandboxLogs(service, nodeagents),
     )
     routes = control_routes(sandbox_routes, SnapshotRoutes(snapshots), auth)
     app = GatewayApp(

@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
@@ -23,14 +22,23 @@ from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
 from aenv_gateway.handover import Handover
 from aenv_gateway.idempotency import IdempotencyCache
+from aenv_gateway.listing import (
+    PAUSED,
+    RUNNING,
+    VISIBLE_STATES,
+    ListQuery,
+    Page,
+    matches,
+    order_key,
+)
 from aenv_gateway.paging import paginate
 
 log = logging.getLogger(__name__)
 
-RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
-PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
-# States a client may see; the others are transitional or terminal and stay internal.
-VISIBLE_STATES = frozenset({RUNNING, PAUSED})
+# E2B's refresh keeps a sandbox alive at least this long (its SandboxTimeoutDefault), and takes
+# a duration of at most this (its OpenAPI's maximum).
+REFRESH_MIN_S = 15
+REFRESH_MAX_S = 3600
 
 
 @dataclass(frozen=True)
@@ -44,23 +52,6 @@ class CreateRequest:
     )
     lifecycle: cluster_pb2.Lifecycle = field(default_factory=cluster_pb2.Lifecycle)
     idempotency_key: str | None = None
-
-
-@dataclass(frozen=True)
-class ListQuery:
-    states: frozenset[int] = VISIBLE_STATES
-    metadata: dict[str, str] = field(default_factory=dict)
-    template: str | None = None
-    started_after: datetime | None = None
-    newest_first: bool = True
-    limit: int | None = None
-    cursor: str | None = None
-
-
-@dataclass(frozen=True)
-class Page:
-    items: list[cluster_pb2.SandboxRecord]
-    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -137,9 +128,9 @@ class SandboxService:
         return _visible(record)
 
     def list(self, query: ListQuery) -> Page:
-        matching = [r for r in self._directory.records() if _matches(r, query)]
+        matching = [r for r in self._directory.records() if matches(r, query)]
         items, next_cursor = paginate(
-            matching, _order_key, newest_first=query.newest_first, limit=query.limit,
+            matching, order_key, newest_first=query.newest_first, limit=query.limit,
             cursor=query.cursor,
         )
         return Page(items, next_cursor)
@@ -159,12 +150,43 @@ class SandboxService:
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> cluster_pb2.SandboxRecord:
-        """Sets the time to live to `timeout_s` from now (may shorten it)."""
-        self.check_timeout(timeout_s)
+        """Sets the time to live to `timeout_s` from now (may shorten it). 0 is E2B's "now":
+        the timeout's action (kill, or pause as the lifecycle asks) runs before the answer."""
+        if not 0 <= timeout_s <= self._max_timeout:
+            raise InvalidArgument(f"timeout must be between 0 and {self._max_timeout} seconds")
         located = await self._locate(sandbox_id)
-        return await self._nodeagents.set_timeout(
+        record = await self._nodeagents.set_timeout(
             located.owner.nodeagent_address, sandbox_id, timeout_s
         )
+        if record.state == cluster_pb2.SANDBOX_STATE_KILLING:
+            self._directory.forget(sandbox_id)
+            log.info("sandbox killed", extra={"sandbox_id": sandbox_id, "reason": "timeout 0"})
+        elif timeout_s == 0:
+            self._directory.remember(record, located.owner)
+        return record
+
+    async def refresh(self, sandbox_id: str, duration_s: int | None) -> None:
+        """E2B's keep-alive: the sandbox lives `duration_s` (default and at least 15 s, at most
+        the longest timeout) from now, unless it lives longer already: never shortened."""
+        located = self._directory.locate(sandbox_id)
+        if located.record.state != RUNNING:
+            raise NotFound(f'sandbox "{sandbox_id}" not found')
+        ttl = min(max(duration_s or REFRESH_MIN_S, REFRESH_MIN_S), self._max_timeout)
+        await self._nodeagents.set_timeout(
+            located.owner.nodeagent_address, sandbox_id, ttl, extend_only=True)
+
+    def observed(self, sandbox_id: str) -> Located | None:
+        """Where a sandbox's metrics and logs are read: its node; None for a paused sandbox
+        whose node is gone (what the node kept is gone with it).
+
+        :raise NotFound: no such sandbox visible to clients.
+        """
+        if self._handover.stored_orphan(sandbox_id) is not None:
+            return None
+        located = self._directory.locate(sandbox_id)
+        if located.record.state not in VISIBLE_STATES:
+            raise NotFound(f'sandbox "{sandbox_id}" not found')
+        return located
 
     async def metrics(
         self, sandbox_id: str, start: int | None = None, end: int | None = None
@@ -172,11 +194,9 @@ class SandboxService:
         """The guest's CPU, memory and disk figures sampled by its node agent, oldest first,
         within [start, end] (unix seconds). Paused sandboxes answer what was kept (none once
         their node is gone)."""
-        if self._handover.stored_orphan(sandbox_id) is not None:
+        located = self.observed(sandbox_id)
+        if located is None:
             return []
-        located = self._directory.locate(sandbox_id)
-        if located.record.state not in VISIBLE_STATES:
-            raise NotFound(f'sandbox "{sandbox_id}" not found')
         return await self._nodeagents.metrics(
             located.owner.nodeagent_address, sandbox_id, start, end
         )
@@ -372,20 +392,3 @@ def _visible(record: cluster_pb2.SandboxRecord) -> cluster_pb2.SandboxRecord:
     if record.state == cluster_pb2.SANDBOX_STATE_LOST:
         raise NotFound(f'sandbox "{record.sandbox_id}" was lost with its node')
     raise NotFound(f'sandbox "{record.sandbox_id}" not found')
-
-
-def _matches(record: cluster_pb2.SandboxRecord, query: ListQuery) -> bool:
-    if record.state not in query.states:
-        return False
-    if any(record.metadata.get(k) != v for k, v in query.metadata.items()):
-        return False
-    if query.template is not None and query.template not in (record.template_id, record.alias):
-        return False
-    if query.started_after is not None:
-        started_s: float = record.started_at.ToNanoseconds() / 1e9
-        return started_s > query.started_after.timestamp()
-    return True
-
-
-def _order_key(record: cluster_pb2.SandboxRecord) -> tuple[int, str]:
-    return (record.started_at.ToNanoseconds(), record.sandbox_id)

@@ -63,6 +63,9 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.metric_requests: list[nodeagent_pb2.GetSandboxMetricsRequest] = []
         self.latest_requests: list[list[str]] = []
         self.takeovers: list[tuple[str, bool]] = []
+        # Each sandbox's log entries, oldest first; and the log requests seen.
+        self.logs: dict[str, list[nodeagent_pb2.SandboxLogEntry]] = {}
+        self.log_requests: list[nodeagent_pb2.GetSandboxLogsRequest] = []
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
@@ -112,8 +115,40 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.SetSandboxTimeoutResponse:
         record = self._record(request.sandbox_id)
-        record.end_at.CopyFrom(_timestamp(time.time() + request.timeout_seconds))
+        if record.state != cluster_pb2.SANDBOX_STATE_RUNNING:
+            raise NotFound(f'sandbox "{request.sandbox_id}" not found')
+        end = time.time() + request.timeout_seconds
+        if request.extend_only and end <= record.end_at.ToNanoseconds() / 1e9:
+            return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=record)
+        record.end_at.CopyFrom(_timestamp(end))
+        if request.timeout_seconds == 0:  # the timeout's action, as the real agent runs it
+            if record.lifecycle.auto_pause:
+                record.state = cluster_pb2.SANDBOX_STATE_PAUSED
+                record.pause_mode = record.lifecycle.auto_pause_mode
+            else:
+                del self.view.sandbox_records[request.sandbox_id]
+                killed = cluster_pb2.SandboxRecord()
+                killed.CopyFrom(record)
+                killed.state = cluster_pb2.SANDBOX_STATE_KILLING
+                return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=killed)
         return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=record)
+
+    async def GetSandboxLogs(
+        self, request: nodeagent_pb2.GetSandboxLogsRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.GetSandboxLogsResponse:
+        self._record(request.sandbox_id)
+        self.log_requests.append(request)
+
+        def selected(entry: nodeagent_pb2.SandboxLogEntry) -> bool:
+            ms = entry.timestamp.ToMilliseconds()
+            return ((not request.HasField("start_ms") or ms >= request.start_ms)
+                    and (not request.HasField("end_ms") or ms < request.end_ms)
+                    and entry.level >= request.min_level and request.search in entry.message)
+
+        entries = self.logs.get(request.sandbox_id, [])
+        ordered = list(reversed(entries)) if request.backward else entries
+        return nodeagent_pb2.GetSandboxLogsResponse(
+            entries=[e for e in ordered if selected(e)][:request.limit])
 
     async def GetSandboxMetrics(
         self, request: nodeagent_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext

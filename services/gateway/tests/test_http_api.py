@@ -97,6 +97,8 @@ async def test_error_bodies(stack: Stack) -> None:
             (http.get("/sandboxes/missing", headers=AUTH), 404),
             (http.post("/sandboxes/missing/timeout", headers=AUTH, json={}), 400),
             (http.post("/sandboxes/missing/timeout", headers=AUTH, json={"timeout": 5}), 404),
+            (http.post("/sandboxes/missing/refreshes", headers=AUTH, json={}), 404),
+            (http.get("/v2/sandboxes/missing/logs", headers=AUTH), 404),
             (http.get("/v2/sandboxes?limit=0", headers=AUTH), 400),
             (http.get("/v2/sandboxes?state=weird", headers=AUTH), 400),
             (http.get("/v2/sandboxes?nextToken=%%%", headers=AUTH), 400),
@@ -110,8 +112,6 @@ async def test_error_bodies(stack: Stack) -> None:
             body = response.json()
             assert body["code"] == status and isinstance(body["message"], str)
         assert (await http.get("/health")).json() == {"status": "ok"}
-        unimplemented = await http.post("/sandboxes/x/refreshes", headers=AUTH, json={})
-        assert unimplemented.headers["should-retry"] == "false"
 
 
 async def test_idempotency_key_returns_same_sandbox(stack: Stack) -> None:

@@ -132,6 +132,7 @@ class NodeAgent:
         await registration.start()
         self._run(sandboxes.run_expiry())
         self._run(self._metrics_sampler(sandboxes).run())
+        self._run(sandboxes.run_log_collection())
         log.info(
             "node agent ready",
             extra={"node_id": s.node_id, "accelerator": str(self.accel.accel),

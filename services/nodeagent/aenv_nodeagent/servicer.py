@@ -12,6 +12,7 @@ import grpc
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv_nodeagent.metrics import Window
+from aenv_nodeagent.sandbox.logs import LogQuery
 from aenv_nodeagent.sandbox.service import SandboxService
 from aenv_nodeagent.snapshots.store import SnapshotMeta
 
@@ -54,7 +55,8 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def SetSandboxTimeout(
         self, request: nodeagent_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.SetSandboxTimeoutResponse:
-        record = await self._sandboxes.set_timeout(request.sandbox_id, request.timeout_seconds)
+        record = await self._sandboxes.set_timeout(
+            request.sandbox_id, request.timeout_seconds, extend_only=request.extend_only)
         return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=record)
 
     async def GetNodeInfo(
@@ -78,6 +80,12 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         return nodeagent_pb2.GetLatestSandboxMetricsResponse(metrics={
             sid: sample.to_proto() for sid, sample in zip(ids, latest, strict=True) if sample
         })
+
+    async def GetSandboxLogs(
+        self, request: nodeagent_pb2.GetSandboxLogsRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.GetSandboxLogsResponse:
+        entries = self._sandboxes.logs(request.sandbox_id, LogQuery.of(request))
+        return nodeagent_pb2.GetSandboxLogsResponse(entries=[e.to_proto() for e in entries])
 
     async def UpdateSandboxNetwork(
         self,

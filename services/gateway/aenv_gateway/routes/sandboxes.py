@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -13,7 +13,14 @@ from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.grpc_api import FORK_DEFAULT_TIMEOUT_S
-from aenv_gateway.http_errors import Endpoint, NotImplementedYet, json_errors
+from aenv_gateway.http_errors import Endpoint, json_errors
+from aenv_gateway.logs import (
+    SandboxLogs,
+    parse_logs_v1,
+    parse_logs_v2,
+    present_entry,
+    present_line,
+)
 from aenv_gateway.schemas import (
     Presenter,
     parse_json_object,
@@ -21,6 +28,7 @@ from aenv_gateway.schemas import (
     parse_memory,
     parse_network_update,
     parse_new_sandbox,
+    parse_refresh,
     parse_timeout,
     present_metric,
     present_snapshot,
@@ -37,13 +45,6 @@ def authenticated(auth: ApiKeyAuth, endpoint: Endpoint) -> Endpoint:
     return json_errors(checked)
 
 
-def not_implemented(feature: str) -> Endpoint:
-    async def endpoint(_: Request) -> Response:
-        raise NotImplementedYet(f"{feature} is not implemented yet")
-
-    return endpoint
-
-
 class SandboxRoutes:
     def __init__(
         self,
@@ -51,9 +52,11 @@ class SandboxRoutes:
         snapshots: SnapshotService,
         presenter: Presenter,
         default_timeout_s: int,
+        logs: SandboxLogs,
     ) -> None:
         self._service = service
         self._snapshots = snapshots
+        self._logs = logs
         self._present = presenter
         self._default_timeout = default_timeout_s
 
@@ -87,6 +90,23 @@ class SandboxRoutes:
         assert timeout is not None  # required=True
         await self._service.set_timeout(request.path_params["sandbox_id"], timeout)
         return Response(status_code=204)
+
+    async def refresh(self, request: Request) -> Response:
+        duration = parse_refresh(parse_json_object(await request.body()))
+        await self._service.refresh(request.path_params["sandbox_id"], duration)
+        return Response(status_code=204)
+
+    async def logs_v1(self, request: Request) -> Response:
+        """Deprecated by E2B, still served: `logs` (raw lines) and `logEntries`, oldest first."""
+        query = parse_logs_v1(request.query_params, self._logs.clock_ms())
+        entries = await self._logs.read(request.path_params["sandbox_id"], query)
+        return JSONResponse({"logs": [present_line(e) for e in entries],
+                             "logEntries": [present_entry(e) for e in entries]})
+
+    async def logs_v2(self, request: Request) -> Response:
+        query = parse_logs_v2(request.query_params, self._logs.clock_ms())
+        entries = await self._logs.read(request.path_params["sandbox_id"], query)
+        return JSONResponse({"logs": [present_entry(e) for e in entries]})
 
     async def connect_v2(self, request: Request) -> Response:
         return await self._connect(request, timeout_required=False)
@@ -165,7 +185,6 @@ class SandboxRoutes:
         def route(path: str, endpoint: Endpoint, method: str) -> Route:
             return Route(path, authenticated(auth, endpoint), methods=[method])
 
-        later: Callable[[str], Endpoint] = not_implemented
         sid = "/sandboxes/{sandbox_id}"
         return [
             route("/v2/sandboxes", self.create, "POST"),
@@ -185,9 +204,9 @@ class SandboxRoutes:
             route(f"{sid}/reset", self.reset, "POST"),
             route(f"{sid}/network", self.update_network, "PUT"),
             route(f"{sid}/metrics", self.metrics, "GET"),
-            route(f"{sid}/refreshes", later("refreshes"), "POST"),
-            route(f"{sid}/logs", later("sandbox logs"), "GET"),
-            route(f"/v2{sid}/logs", later("sandbox logs"), "GET"),
+            route(f"{sid}/refreshes", self.refresh, "POST"),
+            route(f"{sid}/logs", self.logs_v1, "GET"),
+            route(f"/v2{sid}/logs", self.logs_v2, "GET"),
         ]
 
 

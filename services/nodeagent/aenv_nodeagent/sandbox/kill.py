@@ -1,5 +1,6 @@
 """Ending sandboxes: a kill (running or paused), the timeout's action (a kill, or a pause when
-the sandbox asked for one), and the kill of everything at shutdown."""
+the sandbox asked for one) when its end comes or is set to now, and the kill of everything at
+shutdown."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 
-from aenv_common.errors import Conflict, NotFound
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_nodeagent.metrics import MetricsHistory
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.pause import Pauses
-from aenv_nodeagent.sandbox.records import SandboxRecords
+from aenv_nodeagent.sandbox.records import SandboxRecords, timestamp
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 
 log = logging.getLogger(__name__)
@@ -58,13 +60,42 @@ class Kills:
         self._layers.collect()
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
 
-    async def expire(self, sandbox_id: str) -> None:
-        """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause), else kill."""
+    async def expire(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
+        """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause, keeping what its
+        auto_pause_mode says: memory too unless it asked for the filesystem only), else kill.
+        The paused record, or None once killed."""
         sandbox = self._registry.find(sandbox_id)
         if sandbox is not None and sandbox.record.lifecycle.auto_pause:
-            await self._pauses.pause(sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode)
-        else:
-            await self.kill(sandbox_id)
+            return await self._pauses.pause(
+                sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode)
+        await self.kill(sandbox_id)
+        return None
+
+    async def expire_now(self, sandbox: Sandbox) -> cluster_pb2.SandboxRecord:
+        """A timeout of 0 (E2B: "now"): the sandbox's end is now and its timeout action runs at
+        once. The record as it leaves it: paused, or a copy in state KILLING once killed. When
+        another operation holds the sandbox, or the action fails, the sandbox keeps running
+        with its end now, published: the next expiry pass runs the action.
+
+        :raise AenvError: not even the new end could be published.
+        """
+        sandbox_id = sandbox.sandbox_id
+        sandbox.record.end_at.CopyFrom(timestamp(time.time()))
+        killed = cluster_pb2.SandboxRecord()
+        killed.CopyFrom(sandbox.record)
+        killed.state = cluster_pb2.SANDBOX_STATE_KILLING
+        if not self._registry.is_busy(sandbox_id):
+            try:
+                return await self.expire(sandbox_id) or killed
+            except NotFound:  # killed meanwhile
+                return killed
+            except AenvError as err:
+                log.warning("timeout action failed, the expiry pass retries",
+                            extra={"sandbox_id": sandbox_id, "error": err.message})
+                if self._registry.serving(sandbox_id) is None:  # its record is gone already
+                    return killed
+        await self._records.put_sandbox(sandbox.record)
+        return sandbox.record
 
     async def expire_due(self, now: float | None = None) -> list[str]:
         """Run the timeout's action on every running sandbox past its end; their ids."""

@@ -37,6 +37,7 @@ from aenv_nodeagent.sandbox.fork import Forks
 from aenv_nodeagent.sandbox.handover import Handover
 from aenv_nodeagent.sandbox.kill import Kills
 from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.logs import CONSOLE_LOG, ConsoleLogs, LogEntry, LogQuery
 from aenv_nodeagent.sandbox.model import FULL, Paused, Sandbox
 from aenv_nodeagent.sandbox.pause import Pauses
 from aenv_nodeagent.sandbox.records import ClusterRecords, egress_policy, timestamp
@@ -83,6 +84,7 @@ class SandboxService:
         self.registry = registry
         self.persistence = persistence
         self.metrics_history = MetricsHistory(settings.metrics_max_samples)
+        self.console_logs = ConsoleLogs()
         self.memory_images = MemoryImages()
         self._envd = envd
         self._network = network
@@ -194,12 +196,23 @@ class SandboxService:
     async def compacted(self, sandbox_id: str) -> None:
         await self._disk.compacted(sandbox_id)
 
-    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> cluster_pb2.SandboxRecord:
-        """:raise InvalidArgument: out of range. :raise NotFound: no such running sandbox."""
+    async def set_timeout(
+        self, sandbox_id: str, timeout_s: int, *, extend_only: bool = False
+    ) -> cluster_pb2.SandboxRecord:
+        """The sandbox ends `timeout_s` from now; 0 ends it now, its timeout action (kill, or
+        pause) run at once (kill.py `expire_now`). `extend_only` never shortens it.
+
+        :raise InvalidArgument: out of range. :raise NotFound: no such running sandbox.
+        """
         if not 0 <= timeout_s <= MAX_TIMEOUT_S:
             raise InvalidArgument(f"timeout must be between 0 and {MAX_TIMEOUT_S} seconds")
         sandbox = self.registry.get(sandbox_id)
-        sandbox.record.end_at.CopyFrom(timestamp(time.time() + timeout_s))
+        end = time.time() + timeout_s
+        if extend_only and end <= sandbox.record.end_at.ToNanoseconds() / 1e9:
+            return sandbox.record
+        if timeout_s == 0:
+            return await self._kills.expire_now(sandbox)
+        sandbox.record.end_at.CopyFrom(timestamp(end))
         await self._records.put_sandbox(sandbox.record)
         return sandbox.record
 
@@ -265,6 +278,28 @@ class SandboxService:
             log.debug("live metrics sample failed",
                       extra={"sandbox_id": sandbox_id, "error": repr(err)})
         return self.metrics_history.latest(sandbox_id)
+
+    # --- guest logs ----------------------------------------------------------------------------
+
+    def logs(self, sandbox_id: str, query: LogQuery) -> list[LogEntry]:
+        """The sandbox's console lines in the query's window, read up to now (sandbox/logs.py).
+
+        :raise NotFound: no such sandbox, running or paused.
+        """
+        paused = self.registry.paused(sandbox_id)
+        directory = paused.directory if paused else self.registry.get(sandbox_id).directory
+        self.console_logs.collect(sandbox_id, directory / CONSOLE_LOG)
+        return self.console_logs.query(sandbox_id, query)
+
+    async def run_log_collection(self, interval_s: float = 0.5) -> None:
+        await self.console_logs.run(self._consoles, self._keeps_logs, interval_s)
+
+    def _consoles(self) -> list[tuple[str, Path]]:
+        return [(sbx.sandbox_id, sbx.directory / CONSOLE_LOG) for sbx in self.registry.all()] + [
+            (p.record.sandbox_id, p.directory / CONSOLE_LOG) for p in self.registry.all_paused()]
+
+    def _keeps_logs(self, sandbox_id: str) -> bool:
+        return self.registry.has(sandbox_id) or self.registry.is_busy(sandbox_id)
 
     # --- start and stop ------------------------------------------------------------------------
 

@@ -3,12 +3,26 @@ import datetime
 from aenv.cluster.v1 import cluster_pb2 as _cluster_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class LogLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOG_LEVEL_UNSPECIFIED: _ClassVar[LogLevel]
+    LOG_LEVEL_DEBUG: _ClassVar[LogLevel]
+    LOG_LEVEL_INFO: _ClassVar[LogLevel]
+    LOG_LEVEL_WARN: _ClassVar[LogLevel]
+    LOG_LEVEL_ERROR: _ClassVar[LogLevel]
+LOG_LEVEL_UNSPECIFIED: LogLevel
+LOG_LEVEL_DEBUG: LogLevel
+LOG_LEVEL_INFO: LogLevel
+LOG_LEVEL_WARN: LogLevel
+LOG_LEVEL_ERROR: LogLevel
 
 class TakeOverSandboxRequest(_message.Message):
     __slots__ = ("sandbox_id", "discard")
@@ -78,6 +92,51 @@ class GetLatestSandboxMetricsResponse(_message.Message):
     METRICS_FIELD_NUMBER: _ClassVar[int]
     metrics: _containers.MessageMap[str, SandboxMetric]
     def __init__(self, metrics: _Optional[_Mapping[str, SandboxMetric]] = ...) -> None: ...
+
+class SandboxLogEntry(_message.Message):
+    __slots__ = ("timestamp", "level", "message", "fields", "line")
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    timestamp: _timestamp_pb2.Timestamp
+    level: LogLevel
+    message: str
+    fields: _containers.ScalarMap[str, str]
+    line: str
+    def __init__(self, timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[_Union[LogLevel, str]] = ..., message: _Optional[str] = ..., fields: _Optional[_Mapping[str, str]] = ..., line: _Optional[str] = ...) -> None: ...
+
+class GetSandboxLogsRequest(_message.Message):
+    __slots__ = ("sandbox_id", "start_ms", "end_ms", "limit", "backward", "min_level", "search")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_FIELD_NUMBER: _ClassVar[int]
+    MIN_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    start_ms: int
+    end_ms: int
+    limit: int
+    backward: bool
+    min_level: LogLevel
+    search: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., limit: _Optional[int] = ..., backward: _Optional[bool] = ..., min_level: _Optional[_Union[LogLevel, str]] = ..., search: _Optional[str] = ...) -> None: ...
+
+class GetSandboxLogsResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[SandboxLogEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[SandboxLogEntry, _Mapping]]] = ...) -> None: ...
 
 class UpdateSandboxNetworkRequest(_message.Message):
     __slots__ = ("sandbox_id", "network")
@@ -272,12 +331,14 @@ class ListSandboxesResponse(_message.Message):
     def __init__(self, sandboxes: _Optional[_Iterable[_Union[_cluster_pb2.SandboxRecord, _Mapping]]] = ...) -> None: ...
 
 class SetSandboxTimeoutRequest(_message.Message):
-    __slots__ = ("sandbox_id", "timeout_seconds")
+    __slots__ = ("sandbox_id", "timeout_seconds", "extend_only")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EXTEND_ONLY_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     timeout_seconds: int
-    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+    extend_only: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., extend_only: _Optional[bool] = ...) -> None: ...
 
 class SetSandboxTimeoutResponse(_message.Message):
     __slots__ = ("sandbox",)

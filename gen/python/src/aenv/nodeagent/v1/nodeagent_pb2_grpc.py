@@ -74,6 +74,11 @@ class NodeAgentServiceStub:
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsRequest.SerializeToString,
                 response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsResponse.FromString,
                 _registered_method=True)
+        self.GetSandboxLogs = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/GetSandboxLogs',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxLogsRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxLogsResponse.FromString,
+                _registered_method=True)
         self.UpdateSandboxNetwork = channel.unary_unary(
                 '/aenv.nodeagent.v1.NodeAgentService/UpdateSandboxNetwork',
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.UpdateSandboxNetworkRequest.SerializeToString,
@@ -150,7 +155,9 @@ class NodeAgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetSandboxTimeout(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A timeout of 0 ends the sandbox now: its timeout action (kill, or pause when its lifecycle
+        asks for one) runs before the call returns.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -171,6 +178,14 @@ class NodeAgentServiceServicer:
 
     def GetLatestSandboxMetrics(self, request, context):
         """The newest sample of each of several sandboxes on this node (batch metrics).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSandboxLogs(self, request, context):
+        """A sandbox's logs: the lines its guest writes to the console (envd's log), each stamped by the
+        node when it read it, kept in a bounded ring while the sandbox exists (also while paused).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -280,6 +295,11 @@ def add_NodeAgentServiceServicer_to_server(servicer, server):
                     servicer.GetLatestSandboxMetrics,
                     request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsRequest.FromString,
                     response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsResponse.SerializeToString,
+            ),
+            'GetSandboxLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSandboxLogs,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxLogsRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxLogsResponse.SerializeToString,
             ),
             'UpdateSandboxNetwork': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateSandboxNetwork,
@@ -543,6 +563,33 @@ class NodeAgentService:
             '/aenv.nodeagent.v1.NodeAgentService/GetLatestSandboxMetrics',
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsRequest.SerializeToString,
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetLatestSandboxMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSandboxLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/GetSandboxLogs',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxLogsRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.GetSandboxLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,
