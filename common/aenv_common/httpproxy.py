@@ -5,6 +5,11 @@ response bodies are forwarded chunk by chunk as aiohttp reads them, so Connect s
 long-lived command output flow through at once. A client that disconnects cancels the response
 iterator, which closes the upstream connection, so the upstream sees the disconnect too.
 
+The other way round, a body the upstream breaks off (or that `cut` ends) is not ended cleanly:
+the client's connection is dropped, so the client sees a broken stream, as E2B's proxies make it
+see one when a sandbox dies mid-request. The SDKs then probe the sandbox's health and report it
+killed; a clean end would pass for a complete download, or a Connect stream that just stopped.
+
 Connection failures become typed errors (`UpstreamRefused`, `UpstreamUnavailable`) that the caller
 turns into its own 502 body (the gateway and node proxy word them per the E2B contract).
 """
@@ -70,6 +75,21 @@ class UpstreamUnavailable(AenvError):
     """The upstream could not be reached or failed before sending a response."""
 
     http_status = 502
+
+
+class StreamBroken(Exception):
+    """Raised from a relayed body whose upstream broke off: the server drops the connection
+    (uvicorn closes it when the app fails after the response started)."""
+
+
+class _QuietBreaks(logging.Filter):
+    """uvicorn logs every app failure with its traceback; a broken stream is no failure here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], StreamBroken))
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietBreaks())
 
 
 class HandshakeRejected(AenvError):
@@ -150,6 +170,16 @@ class StreamingProxy:
     ) -> None:
         self._session = session
         self._timeout = timeout
+        # The response bodies being relayed, for `cut`.
+        self._relaying: set[aiohttp.ClientResponse] = set()
+
+    def cut(self, reason: str) -> None:
+        """Break off every response body being relayed, now: each client sees its stream broken.
+        Closing the session alone would not do it: aiohttp detaches a body from the connection
+        it closes, and a read waiting on that body waits forever. Requests still waiting for
+        their upstream's answer end when the session closes."""
+        for upstream in list(self._relaying):
+            upstream.content.set_exception(aiohttp.ClientPayloadError(reason))
 
     async def forward(
         self,
@@ -177,7 +207,7 @@ class StreamingProxy:
             )
         except aiohttp.ClientError as err:
             raise _to_typed_error(err, url) from err
-        response = StreamingResponse(_relay_body(upstream), status_code=upstream.status)
+        response = StreamingResponse(self._relay_body(upstream), status_code=upstream.status)
         # Set raw headers directly: keeps repeated headers (Set-Cookie) and adds none of our own.
         response.raw_headers = [
             (k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -219,18 +249,20 @@ class StreamingProxy:
             await websocket.accept(subprotocol=upstream.protocol)
             await _pump_websocket(websocket, upstream)
 
-
-async def _relay_body(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in upstream.content.iter_any():
-            yield chunk
-    except aiohttp.ClientError as err:
-        # Status and headers are already sent: all we can do is end the stream early.
-        log.warning("upstream stream broke", extra={"url": str(upstream.url), "error": str(err)})
-    finally:
-        # On client disconnect the iterator is cancelled/closed here: closing (not releasing)
-        # drops the upstream connection, so the upstream notices the client went away.
-        upstream.close()
+    async def _relay_body(self, upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        self._relaying.add(upstream)
+        try:
+            async for chunk in upstream.content.iter_any():
+                yield chunk
+        except aiohttp.ClientError as err:
+            # Status and headers are already sent: the client can only be shown the break.
+            log.info("upstream stream broke", extra={"url": str(upstream.url), "error": str(err)})
+            raise StreamBroken(str(err)) from err
+        finally:
+            self._relaying.discard(upstream)
+            # On client disconnect the iterator is cancelled/closed here: closing (not releasing)
+            # drops the upstream connection, so the upstream notices the client went away.
+            upstream.close()
 
 
 async def _pump_websocket(client: WebSocket, upstream: aiohttp.ClientWebSocketResponse) -> None:

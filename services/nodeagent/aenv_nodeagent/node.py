@@ -131,6 +131,7 @@ class NodeAgent:
         await self._start_proxy(connections)
         await registration.start()
         self._run(sandboxes.run_expiry())
+        self._run(sandboxes.run_exit_watch())
         self._run(self._metrics_sampler(sandboxes).run())
         self._run(sandboxes.run_log_collection())
         log.info(

@@ -4,8 +4,10 @@ Requests carry `E2b-Sandbox-Id` / `E2b-Sandbox-Port` (the gateway keeps them); t
 ports are reachable at its netns address through the DNAT rules of its slot.
 
 Each VM's upstream connections live in a pool of their own that is closed when the VM stops
-serving (kill, pause, reset): a guest that is gone sends no RST, so a request on one of its
-kept-alive connections would otherwise wait forever.
+serving (kill, expiry, pause, reset, a VM that exited on its own): a guest that is gone sends no
+RST, so a request on one of its kept-alive connections would otherwise wait forever. The streams
+in flight on it are broken off, so the gateway and the client see them end at once and probe the
+sandbox, which then answers "not found".
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ class Upstream:
 class _Pool:
     vm: object  # the VM its connections reach; a reset sandbox gets a new one
     session: aiohttp.ClientSession
+    proxy: StreamingProxy
+
+    async def close(self, sandbox_id: str) -> None:
+        self.proxy.cut(f"the connection to sandbox {sandbox_id} was cut: it stopped serving")
+        await self.session.close()
 
 
 class SandboxConnections:
@@ -71,18 +78,19 @@ class SandboxConnections:
         pool = self._pools.get(sandbox_id)
         if pool is None or pool.vm is not sandbox.vm or pool.session.closed:
             if pool is not None:  # reached the VM this sandbox had before a reset
-                task = asyncio.get_running_loop().create_task(pool.session.close())
+                task = asyncio.get_running_loop().create_task(pool.close(sandbox_id))
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
-            pool = _Pool(sandbox.vm, aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0)))
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            pool = _Pool(sandbox.vm, session, StreamingProxy(session))
             self._pools[sandbox_id] = pool
-        return StreamingProxy(pool.session)
+        return pool.proxy
 
     async def cut(self, sandbox_id: str) -> None:
+        """End every request and stream in flight to the sandbox's VM."""
         pool = self._pools.pop(sandbox_id, None)
         if pool is not None:
-            await pool.session.close()
+            await pool.close(sandbox_id)
 
     async def close(self) -> None:
         for sandbox_id in list(self._pools):

@@ -45,6 +45,7 @@ from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.restore import Restorer, RestoreTimeouts
 from aenv_nodeagent.sandbox.snapshot import Snapshots
 from aenv_nodeagent.sandbox.sources import RestoreSources
+from aenv_nodeagent.sandbox.watch import VmExits
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.snapshots.store import LayerStore, SnapshotMeta, SnapshotStore
@@ -118,6 +119,7 @@ class SandboxService:
                             self._disk, network, records, cut_traffic)
         self._kills = Kills(registry, self._pauses, self._disk, network, records,
                             self.metrics_history, cut_traffic, self._allocation_changed)
+        self._exits = VmExits(registry, records, self._kills.kill, cut_traffic)
         self._takeback = TakeBack(registry, templates, self._disk, self._snapshots,
                                   self._handover, self.memory_images, records, sandboxes_dir,
                                   self._kills.kill)
@@ -235,6 +237,10 @@ class SandboxService:
 
     async def run_expiry(self, interval_s: float = 1.0) -> None:
         await self._kills.run_expiry(interval_s)
+
+    async def run_exit_watch(self) -> None:
+        """Lose the sandboxes whose VM exits on its own (sandbox/watch.py)."""
+        await self._exits.run()
 
     # --- guest metrics -------------------------------------------------------------------------
 
