@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TypeVar
 
 from opentelemetry import trace
@@ -52,7 +52,12 @@ class PhaseTimer:
 
     def fields(self) -> dict[str, float]:
         """The phases as structured log fields (`<phase>_ms`)."""
-        return {f"{name}_ms": round(ms, 2) for name, ms in self.phases_ms.items()}
+        return ms_fields(self.phases_ms)
+
+
+def ms_fields(phases_ms: Mapping[str, float]) -> dict[str, float]:
+    """Phase durations as structured log fields (`<phase>_ms`)."""
+    return {f"{name}_ms": round(ms, 2) for name, ms in phases_ms.items()}
 
 
 class Undo:

@@ -146,20 +146,20 @@ class Restorer:
         if plan.fresh:
             plan.directory.mkdir(parents=True, exist_ok=False)
             undo.push(lambda: shutil.rmtree(plan.directory, ignore_errors=True))
-        if plan.slot is not None:
-            if plan.backing is not None:
-                await timer.timed("overlay", self._overlay(plan, plan.backing))
-            return plan.slot
-        slot_task = asyncio.ensure_future(
-            timer.timed("network", self._new_slot(egress_policy(plan.record.network))))
+        kept, slot_task = plan.slot, None
+        if kept is None:
+            slot_task = asyncio.ensure_future(
+                timer.timed("network", self._new_slot(egress_policy(plan.record.network))))
         try:
             if plan.backing is not None:
                 await timer.timed("overlay", self._overlay(plan, plan.backing))
         finally:
-            # Built meanwhile: whatever happened to the overlay, the slot is undone with the rest.
-            slot = await slot_task
-            undo.push(lambda: self._network.destroy_slot(slot))
-        return slot
+            if slot_task is not None:
+                # Built meanwhile: whatever happened to the overlay, it is undone with the rest.
+                kept = new = await slot_task
+                undo.push(lambda: self._network.destroy_slot(new))
+        assert kept is not None
+        return kept
 
     async def _new_slot(self, policy: EgressPolicy) -> NetSlot:
         if self._pool is not None:

@@ -27,7 +27,7 @@ from aenv_nodeagent.memory.images import (
     partial_image,
     publish_image,
 )
-from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.phases import PhaseTimer, ms_fields
 from aenv_nodeagent.sandbox.layers import DiskLayers, NextLayer
 from aenv_nodeagent.sandbox.model import Chain, Sandbox
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
@@ -144,7 +144,7 @@ class Snapshots:
         log.info("snapshot image written", extra={
             "snapshot_id": meta.snapshot_id, "sandbox_id": meta.sandbox_id,
             "ms": round((time.perf_counter() - started) * 1000, 1),
-            **{f"{phase}_ms": round(ms, 2) for phase, ms in timings.items()}})
+            **ms_fields(timings)})
         return image
 
     async def _lost(self, meta: SnapshotMeta) -> None:
