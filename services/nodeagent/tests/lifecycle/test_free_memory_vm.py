@@ -33,7 +33,9 @@ async def test_a_sandbox_returns_the_memory_its_guest_frees(node: Node) -> None:
              "dd if=/dev/urandom of=/dev/shm/fill bs=1M count=128 2>/dev/null")
     filled = private_mib(sandbox.vm.pid)
     await sh(node.session, sandbox.host, token, "rm /dev/shm/fill")
-    # The guest reports freed pages every 2 s or so, once enough of them pile up.
-    await until(lambda: private_mib(sandbox.vm.pid) < filled - 96, "freed memory returned", 30)
+    # The guest reports freed pages every 2 s or so, once enough of them pile up, and only whole
+    # free 2 MiB blocks (page_reporting_order 9): pages left in fragmented blocks stay with QEMU,
+    # measured 16-35 MiB of the 128. Without reporting nothing comes back.
+    await until(lambda: private_mib(sandbox.vm.pid) < filled - 64, "freed memory returned", 30)
     assert hashlib.sha256(template_memory.read_bytes()).hexdigest() == before
     await node.sandboxes.kill(s.sandbox_id)
