@@ -3,7 +3,7 @@
 - kernel: PVH vmlinux of Debian's cloud kernel (kernel.py)
 - initramfs: busybox + virtio modules, mounts root and tools disks (initramfs.py)
 - tools disk: read-only ext4 at /opt/aenv with Python, envd, busybox, tini, aenv-init (toolsdisk.py)
-- base rootfs: Debian bookworm minbase template as read-only qcow2 (rootfs.py)
+- base rootfs: Debian bookworm minbase + the tools of E2B's base, as read-only qcow2 (rootfs.py)
 """
 
 from __future__ import annotations

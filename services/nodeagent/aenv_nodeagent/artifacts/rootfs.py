@@ -1,4 +1,5 @@
-"""Base template rootfs: Debian bookworm minbase + a few tools + user `user`, as read-only qcow2.
+"""Base template rootfs: Debian bookworm minbase + E2B's base tools + user `user`, as read-only
+qcow2.
 
 mmdebstrap is given the host's own apt source files (never a mirror name), so the build uses
 whatever mirror or snapshot this machine is configured for.
@@ -19,7 +20,23 @@ from .proc import run
 
 _BUILD_VERSION = "1"
 SUITE = "bookworm"
-BASE_PACKAGES = ("bash", "coreutils", "python3", "procps", "iproute2", "ca-certificates", "sudo")
+# What E2B's `base` (python:3.11 + Node 20 + git, gh, curl, build-essential) gives agent code,
+# from Debian's own packages: bookworm ships Python 3.11 and Node.js 18. mmdebstrap installs no
+# Recommends, so what those would have pulled in and agents use is listed
+# (docs/e2b-compatibility.md, "The base template").
+BASE_PACKAGES = (
+    "bash", "coreutils", "procps", "iproute2", "ca-certificates", "sudo",
+    "python3", "python-is-python3", "python3-pip", "python3-venv", "python3-dev",
+    "nodejs", "npm", "git", "gh", "curl", "wget", "build-essential",
+    "openssh-client", "less", "netbase", "tzdata", "xz-utils", "unzip",
+)
+# Translations, man pages and docs (~120 MiB of the tools above): nothing here reads them (no `man`)
+# and the locale is C. Kept in the image's dpkg config, so later installs skip them too.
+_DPKG_OPTIONS = (
+    "path-exclude=/usr/share/locale/*", "path-include=/usr/share/locale/locale.alias",
+    "path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+)
 IMAGE_SIZE = "2G"  # sparse: only written blocks use host disk
 USER_NAME = "user"
 USER_UID = 1000
@@ -36,6 +53,9 @@ _CUSTOMIZE = (
     'echo "nameserver 8.8.8.8" > "$1/etc/resolv.conf"',
     'printf "127.0.0.1 localhost\\n127.0.1.1 aenv\\n::1 localhost\\n" > "$1/etc/hosts"',
     'mkdir -p "$1/opt/aenv"',
+    # E2B's Python is not Debian's, so `pip install x` works there; here PEP 668 would refuse it
+    # (externally-managed-environment). Root installs go to /usr/local, `user`'s to ~/.local.
+    'printf "[global]\\nbreak-system-packages = true\\n" > "$1/etc/pip.conf"',
 )
 
 
@@ -65,9 +85,10 @@ def host_apt_sources() -> list[Path]:
 
 async def _debootstrap(target: Path) -> None:
     customize = [arg for hook in _CUSTOMIZE for arg in ("--customize-hook", hook)]
+    dpkg = [f"--dpkgopt={option}" for option in _DPKG_OPTIONS]
     await run([
         "mmdebstrap", "--quiet", "--mode=root", "--variant=minbase", "--format=directory",
-        "--include=" + ",".join(BASE_PACKAGES), *customize, SUITE, target,
+        "--include=" + ",".join(BASE_PACKAGES), *dpkg, *customize, SUITE, target,
         *host_apt_sources(),
     ])
     # apt lists and caches are useless in a template and large
@@ -95,6 +116,7 @@ async def ensure_base_rootfs_build(cache_dir: Path) -> RootfsBuild:
         .add("build", _BUILD_VERSION)
         .add("suite", SUITE)
         .add("packages", ",".join(BASE_PACKAGES))
+        .add("dpkg", "\n".join(_DPKG_OPTIONS))
         .add("customize", "\n".join(_CUSTOMIZE))
         .add("size", IMAGE_SIZE)
         .hexdigest()

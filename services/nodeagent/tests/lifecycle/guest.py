@@ -31,13 +31,16 @@ def _frames(body: bytes) -> list[dict[str, object]]:
     return out
 
 
-async def sh(session: aiohttp.ClientSession, host: str, token: str, script: str) -> str:
-    """Run `sh -c script` as root; return its stdout; fail on a non-zero exit."""
+async def sh(
+    session: aiohttp.ClientSession, host: str, token: str, script: str, *, user: str = "root"
+) -> str:
+    """Run `sh -c script` as `user` (envd takes it from Basic auth, as the E2B SDKs send it);
+    return its stdout; fail on a non-zero exit."""
     request = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", script]}}).encode()
     async with session.post(
         f"http://{host}:{ENVD_PORT}/process.Process/Start", data=_envelope(request),
         headers={"content-type": "application/connect+json", "X-Access-Token": token,
-                 "authorization": "Basic " + base64.b64encode(b"root:").decode()},
+                 "authorization": "Basic " + base64.b64encode(f"{user}:".encode()).decode()},
         timeout=aiohttp.ClientTimeout(total=60),
     ) as resp:
         body = await resp.read()
