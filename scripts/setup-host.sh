@@ -11,6 +11,7 @@ packages=(
   python3.11 python3-venv             # the guest's self-contained Python comes from Debian's
   docker-registry skopeo umoci        # OCI templates and the test registry
   nginx-light wrk                     # data-plane benchmark floor
+  dnsmasq-base                        # wildcard DNS of the E2B_DOMAIN test (no system service)
   nodejs                              # buf and the e2b JS SDK (npm comes with it)
   gcc libc6-dev                       # the write-logging library preloaded into QEMU
 )

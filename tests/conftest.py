@@ -3,6 +3,7 @@ node agent, gateway), started as `aenv up` starts it, with a temporary home and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from aenv_cli.edge import PublicEdge
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
 from aenv_nodeagent.config import NodeAgentSettings
@@ -68,13 +70,21 @@ async def platform(
             "AENV_NODEAGENT_METRICS_INTERVAL_S": str(METRICS_INTERVAL_S),
         }
     )
-    plat = Platform(home, PlatformPorts.free(), base_env=env)
+    async with running_platform(home, env, net_prefix) as plat:
+        yield plat
+
+
+@contextlib.asynccontextmanager
+async def running_platform(
+    home: Path, env: dict[str, str], net_prefix: str, edge: PublicEdge | None = None
+) -> AsyncIterator[Platform]:
+    """A platform on free ports; once stopped, nothing of it may be left (netns, QEMU)."""
+    plat = Platform(home, PlatformPorts.free(), base_env=env, edge=edge)
     await plat.start()
     try:
         yield plat
     finally:
         await plat.stop()
-        # Nothing of the platform may outlive it.
         assert netns_names(net_prefix) == []
         assert qemu_pids_under(home) == []
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
+from aenv_cli.edge import DEFAULT_LISTEN, PublicEdge
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
 from aenv_cli.status import PlatformStatus, collect_status
@@ -54,6 +55,19 @@ def up(
     etcd_peer_port: Annotated[int, typer.Option(help="etcd peer port (loopback).")] = 2380,
     gateway_port: Annotated[int, typer.Option(help="Gateway HTTP port (E2B API).")] = 3000,
     gateway_grpc_port: Annotated[int, typer.Option(help="Gateway native gRPC port.")] = 50050,
+    domain: Annotated[
+        str | None,
+        typer.Option(envvar="AENV_DOMAIN", help="Serve E2B_DOMAIN-only SDKs: HTTPS for "
+                     "api.<domain> and <port>-<id>.<domain> (prints the DNS it needs)."),
+    ] = None,
+    https_listen: Annotated[
+        str, typer.Option(help="Address of the HTTPS edge (with --domain).")
+    ] = DEFAULT_LISTEN,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate for <domain> and *.<domain>; "
+                                  "else one from this node's own CA.")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The certificate's PEM key.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log the launcher.")] = False,
 ) -> None:
     """Start etcd and every service on this node, in the foreground; Ctrl-C stops them all."""
@@ -64,7 +78,11 @@ def up(
         gateway_http=gateway_port,
         gateway_grpc=gateway_grpc_port,
     )
-    code = asyncio.run(run_platform(Platform(home, ports), console))
+    try:
+        edge = PublicEdge(domain, https_listen, tls_cert, tls_key) if domain else None
+    except AenvError as err:
+        raise _fail(err.message) from None
+    code = asyncio.run(run_platform(Platform(home, ports, edge=edge), console))
     raise typer.Exit(code)
 
 

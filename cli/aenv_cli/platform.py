@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from aenv_cli.children import ChildProcess
+from aenv_cli.edge import PublicEdge
 from aenv_cli.files import (
     API_KEY_FILE,
     E2B_ENV_FILE,
@@ -64,14 +65,19 @@ class Platform:
         *,
         commands: Mapping[str, Sequence[str]] | None = None,
         base_env: Mapping[str, str] | None = None,
+        edge: PublicEdge | None = None,
     ) -> None:
         self.home = home.absolute()
         self.ports = ports or PlatformPorts()
+        # The HTTPS edge for E2B_DOMAIN-only SDK programs; None: loopback HTTP only.
+        self.edge = edge
         table = default_service_table(self.home, self.ports)
         self.services: list[ServiceSpec] = with_commands(table, commands or {})
         self._env = service_environment(
             self.home, self.ports, os.environ if base_env is None else base_env
         )
+        if edge is not None:
+            self._env.update(edge.gateway_environment(self.home))
         self._lock = HomeLock(self.home)
         self._children: list[ChildProcess] = []
         self._api_key: str | None = None
@@ -109,9 +115,9 @@ class Platform:
         return list(self._children)
 
     def e2b_env(self) -> dict[str, str]:
-        """The E2B_* variables an SDK program needs to use this platform."""
-        lines = e2b_env_lines(self.api_key, self.api_url, self.sandbox_url)
-        return dict(line.split("=", 1) for line in lines)
+        """The variables an SDK program needs to use this platform: E2B_API_KEY and either the
+        edge's E2B_DOMAIN (with SSL_CERT_FILE for a self-signed edge) or loopback URLs."""
+        return dict(line.split("=", 1) for line in self.e2b_env_lines())
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -122,6 +128,8 @@ class Platform:
         self._lock.acquire()
         try:
             save_ports(self.home, self.ports)
+            if self.edge is not None:
+                self.edge.prepare(self.home)
             for spec in self.services:
                 await self._start_service(spec)
             self._api_key = await self._wait_for_api_key()
@@ -178,6 +186,8 @@ class Platform:
         return waits[done.pop()]
 
     def e2b_env_lines(self) -> list[str]:
+        if self.edge is not None:
+            return self.edge.e2b_env_lines(self.api_key, self.home)
         return e2b_env_lines(self.api_key, self.api_url, self.sandbox_url)
 
     # -- internals -----------------------------------------------------------------------------

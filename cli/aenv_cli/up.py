@@ -9,6 +9,7 @@ import signal
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import TypeVar
 
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from aenv_cli.children import ChildProcess
+from aenv_cli.edge import PublicEdge, advertised_addresses, dns_records
 from aenv_cli.platform import Platform, PlatformStartError
 from aenv_common.errors import AenvError
 
@@ -122,12 +124,32 @@ def _ready_panel(platform: Platform) -> Panel:
     body.append("gRPC API     ", style="bold")
     body.append(platform.grpc_address + "\n")
     body.append("API key      ", style="bold")
-    body.append(platform.api_key + "\n\n")
+    body.append(platform.api_key + "\n")
+    if platform.edge is not None:
+        edge = platform.edge
+        body.append(edge_text(edge, platform.home, advertised_addresses(edge.listen_host)))
+    body.append("\n")
     body.append("\n".join(platform.e2b_env_lines()) + "\n\n", style="green")
     body.append(f"saved to {platform.e2b_env_path} (mode 0600); use it with\n", style="dim")
     body.append(f"  set -a; . {platform.e2b_env_path}; set +a\n", style="dim")
     body.append(f"logs: {platform.home / 'logs'}   Ctrl-C stops everything", style="dim")
     return Panel(body, title="aenv is running", border_style="green")
+
+
+def edge_text(edge: PublicEdge, home: Path, addresses: list[str]) -> Text:
+    """The HTTPS edge's part of the ready panel: where it listens, its CA, the DNS it needs."""
+    body = Text()
+    body.append("E2B domain   ", style="bold")
+    body.append(f"https://api.{edge.domain} on {edge.listen}\n")
+    own = edge.tls_files(home)
+    if own is not None:
+        body.append("TLS CA       ", style="bold")
+        body.append(f"{own.ca} (self-signed; clients trust it with SSL_CERT_FILE={own.bundle})\n")
+    body.append(f"DNS {edge.domain} needs:\n", style="bold")
+    if not addresses:
+        body.append(f"  api.{edge.domain} and *.{edge.domain} → this node's address\n")
+    body.append("".join(f"  {line}\n" for line in dns_records(edge.domain, addresses)))
+    return body
 
 
 def _print_start_failure(console: Console, platform: Platform, err: PlatformStartError) -> None:

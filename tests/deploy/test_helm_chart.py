@@ -27,6 +27,7 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set", "snapstore.s3.endpointUrl=http://minio:9000",
         "--set", "gateway.apiKey.value=e2b_0123456789abcdef0123456789abcdef01234567",
         "--set", "gateway.domain=sandbox.example.com",
+        "--set", "gateway.tls.secretName=sandbox-example-com-tls",
     ],
     "fs-backend-existing-secrets": [
         "--set", "snapstore.backend=fs",
@@ -138,3 +139,25 @@ def test_missing_required_values_fail_the_render() -> None:
     assert no_etcd.returncode != 0 and "etcd.external.endpoints is required" in no_etcd.stderr
     fs = helm("template", "t", str(CHART), "--set", "snapstore.backend=fs")
     assert fs.returncode != 0 and "snapstore.fs.existingClaim is required" in fs.stderr
+
+
+def test_the_gateway_serves_https_for_its_domain_from_a_tls_secret() -> None:
+    docs = by_kind_name(render(VALUE_SETS["external-etcd-s3-credentials"]))
+    deployment = docs[("Deployment", "t-aenv-gateway")]
+    (gateway,) = containers(deployment)
+    env = env_of(gateway)
+    assert env["AENV_GATEWAY_DOMAIN"] == "sandbox.example.com"
+    assert env["AENV_GATEWAY_TLS_LISTEN"] == "0.0.0.0:8443"
+    mounts = {m["name"]: m["mountPath"] for m in gateway["volumeMounts"]}
+    assert env["AENV_GATEWAY_TLS_CERT_FILE"] == f"{mounts['tls']}/tls.crt"
+    assert env["AENV_GATEWAY_TLS_KEY_FILE"] == f"{mounts['tls']}/tls.key"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "sandbox-example-com-tls"
+    ports = {p["name"]: p for p in docs[("Service", "t-aenv-gateway")]["spec"]["ports"]}
+    assert ports["https"]["port"] == 443 and ports["https"]["targetPort"] == "https"
+    # Without a secret there is no HTTPS edge; a secret without a domain is refused.
+    (plain,) = containers(by_kind_name(render([]))[("Deployment", "t-aenv-gateway")])
+    assert "AENV_GATEWAY_TLS_LISTEN" not in env_of(plain)
+    refused = helm("template", "t", str(CHART), "--set", "gateway.tls.secretName=x")
+    assert refused.returncode != 0
+    assert "gateway.tls.secretName needs gateway.domain" in refused.stderr

@@ -13,9 +13,10 @@ from starlette.websockets import WebSocket
 
 from aenv_common.errors import AenvError
 from aenv_common.httpproxy import deny_websocket
+from aenv_common.sandbox_routing import target_from_headers
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.dataplane import DataPlane, drain_body
-from aenv_gateway.dispatch import sandbox_target
+from aenv_gateway.dispatch import target_from_host
 from aenv_gateway.http_errors import error_response, typed_error_response
 from aenv_gateway.routes import health
 from aenv_gateway.routes.sandboxes import SandboxRoutes
@@ -49,13 +50,18 @@ class GatewayApp:
         if scope["type"] not in ("http", "websocket"):
             await self._router(scope, receive, send)
             return
+        if self._domain and (
+            by_host := target_from_host(Headers(scope=scope).get("host", ""), self._domain)
+        ):
+            await self._dataplane(scope, receive, send, by_host)
+            return
         match = self._control_match(scope)
         # Ambiguous paths (GET /health) are the sandbox's when the request names a sandbox.
         if match is Match.FULL and scope["path"] not in AMBIGUOUS_PATHS:
             await self._router(scope, receive, send)
             return
         try:
-            target = sandbox_target(Headers(scope=scope), self._domain)
+            target = target_from_headers(Headers(scope=scope))
             if target is None and match is not Match.FULL:
                 target = self._signed_files.target(scope)
         except AenvError as err:

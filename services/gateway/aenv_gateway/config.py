@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv_common.config import CommonSettings
 from aenv_common.limits import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
+
+
+class TlsCertificate(NamedTuple):
+    cert: Path
+    key: Path
+
+
+class TlsEdge(NamedTuple):
+    listen: str
+    certificate: TlsCertificate
 
 
 class GatewaySettings(BaseSettings):
@@ -25,6 +36,12 @@ class GatewaySettings(BaseSettings):
     # Host-based data-plane routing `<port>-<id>.<domain>`; also returned as `domain` to SDKs.
     # Unset: header routing only and `domain: null` in responses.
     domain: str | None = None
+    # The HTTPS edge the SDKs reach with only E2B_DOMAIN set (`https://api.<domain>`,
+    # `https://<port>-<id>.<domain>`), e.g. "0.0.0.0:443"; needs `domain` and a certificate for
+    # `<domain>` and `*.<domain>`. Unset: plain HTTP on `listen` only.
+    tls_listen: str | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     # A deployment may lower the node agents' bounds (aenv_common.limits), never raise them.
     default_timeout_s: int = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     max_timeout_s: int = Field(default=MAX_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
@@ -38,6 +55,25 @@ class GatewaySettings(BaseSettings):
     # On stop, open streams (process output may flow for hours) get this long to finish before
     # their connections are closed.
     shutdown_grace_s: int = 3
+
+    @model_validator(mode="after")
+    def _tls_complete(self) -> GatewaySettings:
+        if self.tls_listen is None:
+            return self
+        missing = [name for name, value in (("domain", self.domain),
+                                            ("tls_cert_file", self.tls_cert_file),
+                                            ("tls_key_file", self.tls_key_file)) if not value]
+        if missing:
+            names = ", ".join(f"AENV_GATEWAY_{name.upper()}" for name in missing)
+            raise ValueError(f"AENV_GATEWAY_TLS_LISTEN needs {names}")
+        return self
+
+    @property
+    def tls(self) -> TlsEdge | None:
+        """The HTTPS edge, when configured (the validator saw it complete)."""
+        if self.tls_listen is None or self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return TlsEdge(self.tls_listen, TlsCertificate(self.tls_cert_file, self.tls_key_file))
 
     def resolved_api_key_file(self) -> Path:
         return self.api_key_file or self.common.home / "api-key"

@@ -1,24 +1,16 @@
-"""Which requests are sandbox traffic (spec e2b-compat Appendix A): those carrying
-`E2b-Sandbox-Id` (port from `E2b-Sandbox-Port`, default envd's), or whose Host is
-`<port>-<sandbox id>.<our domain>`. Control-plane routes are matched first, elsewhere."""
+"""Which requests are sandbox traffic (spec e2b-compat Appendix A): those whose Host is
+`<port>-<sandbox id>.<our domain>` (all of them, whatever the path: an app's `/sandboxes` is the
+app's), or that carry `E2b-Sandbox-Id` (port from `E2b-Sandbox-Port`, default envd's) on a path
+that is no control-plane route."""
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
-
 from aenv_common.ids import is_valid_sandbox_id
-from aenv_common.sandbox_routing import SandboxTarget, target_from_headers
+from aenv_common.sandbox_routing import SandboxTarget
 
 
-def sandbox_target(headers: Headers, domain: str | None) -> SandboxTarget | None:
-    """The sandbox a request is for, or None if it is not sandbox traffic."""
-    target = target_from_headers(headers)
-    if target is None and domain:
-        return _target_from_host(headers.get("host", ""), domain)
-    return target
-
-
-def _target_from_host(host: str, domain: str) -> SandboxTarget | None:
+def target_from_host(host: str, domain: str) -> SandboxTarget | None:
+    """The sandbox a Host `<port>-<sandbox id>.<domain>` names (None for `api.<domain>`)."""
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
     suffix = "." + domain.lower().strip(".")
     name = name.lower()

@@ -9,21 +9,24 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from dataclasses import dataclass
 
 import aiohttp
 import grpc
 import uvicorn
 from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
 
 from aenv.gateway.v1 import gateway_pb2_grpc
+from aenv_common.errors import InvalidArgument
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import EmbeddedServer, start_http_server
 from aenv_common.httpproxy import StreamingProxy
 from aenv_gateway.app import GatewayApp, control_routes, instrumented
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
-from aenv_gateway.config import GatewaySettings
+from aenv_gateway.config import GatewaySettings, TlsCertificate
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
@@ -41,28 +44,31 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunningGateway:
     http_port: int
+    # The HTTPS edge's port (settings.tls_listen), None without one.
+    https_port: int | None
     grpc_port: int
     service: SandboxService
     directory: SandboxDirectory
     # The control-plane routes served (the OpenAPI test checks each is documented).
     routes: list[BaseRoute]
-    _uvicorn: EmbeddedServer
-    _serve_task: asyncio.Task[None]
+    _edges: list[tuple[EmbeddedServer, asyncio.Task[None]]]
     _grpc: grpc.aio.Server
     _session: aiohttp.ClientSession
     _pool: ChannelPool
 
     async def stop(self) -> None:
-        self._uvicorn.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._serve_task
+        for server, _ in self._edges:
+            server.should_exit = True
+        for _, task in self._edges:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await self._grpc.stop(grace=2)
         await self._session.close()
         await self._pool.close()
         log.info("gateway stopped")
 
     async def wait(self) -> None:
-        await self._serve_task
+        await asyncio.gather(*(task for _, task in self._edges))
 
 
 def _bind(address: str) -> socket.socket:
@@ -75,10 +81,28 @@ def _bind(address: str) -> socket.socket:
     return sock
 
 
+def _check_certificate(certificate: TlsCertificate) -> None:
+    """Loads the certificate as uvicorn will, so a bad one fails with its reason (uvicorn's own
+    start-up failure says only that it could not listen)."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(*certificate)
+    except (OSError, ssl.SSLError) as err:
+        raise InvalidArgument(
+            f"TLS certificate {certificate.cert} / key {certificate.key}: {err}"
+        ) from err
+
+
 async def start_gateway(
     settings: GatewaySettings, view: ClusterView, api_key: str
 ) -> RunningGateway:
-    """Starts both edges; call `stop()` on the result to shut them down."""
+    """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
+    them down.
+
+    :raise InvalidArgument: the TLS certificate or key cannot be loaded.
+    :raise Unavailable: a listen address is taken.
+    """
+    if settings.tls is not None:
+        _check_certificate(settings.tls.certificate)
     pool = ChannelPool()
     directory = SandboxDirectory(view)
     nodeagents = NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s)
@@ -118,9 +142,29 @@ async def start_gateway(
             )
         ],
     )
-    sock = _bind(settings.listen)
+    edges = [await _serve_edge(instrumented(app), settings, settings.listen, None)]
+    if settings.tls is not None:
+        edges.append(await _serve_edge(
+            instrumented(app), settings, settings.tls.listen, settings.tls.certificate
+        ))
+    http_port, https_port = edges[0][2], edges[1][2] if len(edges) > 1 else None
+    log.info(
+        "gateway listening",
+        extra={"http_port": http_port, "https_port": https_port, "grpc_port": grpc_port},
+    )
+    return RunningGateway(
+        http_port, https_port, grpc_port, service, directory, routes,
+        [(server, task) for server, task, _ in edges], grpc_server, session, pool,
+    )
+
+
+async def _serve_edge(
+    app: ASGIApp, settings: GatewaySettings, address: str, tls: TlsCertificate | None
+) -> tuple[EmbeddedServer, asyncio.Task[None], int]:
+    """One listener of the HTTP edge; with a certificate, it terminates TLS."""
+    sock = _bind(address)
     config = uvicorn.Config(
-        instrumented(app),
+        app,
         lifespan="off",
         http="httptools",
         ws="websockets-sansio",
@@ -130,10 +174,8 @@ async def start_gateway(
         timeout_keep_alive=75,
         ws_ping_interval=None,
         timeout_graceful_shutdown=settings.shutdown_grace_s,
+        ssl_certfile=tls.cert if tls else None,
+        ssl_keyfile=tls.key if tls else None,
     )
     server, task = await start_http_server(config, sock)
-    http_port = sock.getsockname()[1]
-    log.info("gateway listening", extra={"http_port": http_port, "grpc_port": grpc_port})
-    return RunningGateway(
-        http_port, grpc_port, service, directory, routes, server, task, grpc_server, session, pool
-    )
+    return server, task, sock.getsockname()[1]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import pytest
@@ -37,6 +38,13 @@ class Stack:
 
 @pytest.fixture
 async def stack() -> AsyncIterator[Stack]:
+    async with running_stack() as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
+    """A gateway over fake scheduler and node agent; `settings` add to its GatewaySettings."""
     view = InMemoryClusterView()
     guest = GuestApp()
     async with contextlib.AsyncExitStack() as stack:
@@ -78,13 +86,14 @@ async def stack() -> AsyncIterator[Stack]:
             ],
         )
         stack.push_async_callback(sch_server.stop, None)
-        settings = GatewaySettings(
+        gateway_settings = GatewaySettings(
             listen="127.0.0.1:0",
             grpc_listen="127.0.0.1:0",
             scheduler_address=f"127.0.0.1:{sch_port}",
             domain="aenv.test",
+            **settings,
         )
-        gateway = await start_gateway(settings, view, API_KEY)
+        gateway = await start_gateway(gateway_settings, view, API_KEY)
         stack.push_async_callback(gateway.stop)
         yield Stack(gateway, view, scheduler, nodeagent, guest, guest_port)
 

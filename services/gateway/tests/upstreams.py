@@ -62,6 +62,8 @@ class GuestApp:
             Route("/stream", self.stream),
             Route("/upload", self.upload, methods=["POST"]),
             Route("/echo", self.echo, methods=["GET", "POST", "PUT"]),
+            # An app's path that is also a control-plane route: Host routing must reach the app.
+            Route("/sandboxes", self.echo, methods=["GET", "POST"]),
             WebSocketRoute("/ws", self.ws),
         ]
         self.app = Starlette(routes=routes)
