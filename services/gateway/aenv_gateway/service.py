@@ -150,20 +150,27 @@ class SandboxService:
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> cluster_pb2.SandboxRecord:
-        """Sets the time to live to `timeout_s` from now (may shorten it). 0 is E2B's "now":
-        the timeout's action (kill, or pause as the lifecycle asks) runs before the answer."""
-        if not 0 <= timeout_s <= self._max_timeout:
-            raise InvalidArgument(f"timeout must be between 0 and {self._max_timeout} seconds")
+        """Sets the time to live to `timeout_s` from now (may shorten it). As on E2B, 0 (or
+        less) is "now": the timeout's action (kill, or pause as the lifecycle asks) runs before
+        the answer; and the sandbox lives at most the longest timeout since it started, so a
+        longer one is cut to that, not refused."""
         located = await self._locate(sandbox_id)
+        ttl = self._within_lifetime(max(timeout_s, 0), located.record)
         record = await self._nodeagents.set_timeout(
-            located.owner.nodeagent_address, sandbox_id, timeout_s
+            located.owner.nodeagent_address, sandbox_id, ttl
         )
         if record.state == cluster_pb2.SANDBOX_STATE_KILLING:
             self._directory.forget(sandbox_id)
             log.info("sandbox killed", extra={"sandbox_id": sandbox_id, "reason": "timeout 0"})
-        elif timeout_s == 0:
+        elif ttl == 0:
             self._directory.remember(record, located.owner)
         return record
+
+    def _within_lifetime(self, ttl_s: int, record: cluster_pb2.SandboxRecord) -> int:
+        if not record.HasField("started_at"):
+            return min(ttl_s, self._max_timeout)
+        lived_s = time.time() - record.started_at.ToNanoseconds() / 1e9
+        return max(0, min(ttl_s, int(self._max_timeout - lived_s)))
 
     async def refresh(self, sandbox_id: str, duration_s: int | None) -> None:
         """E2B's keep-alive: the sandbox lives `duration_s` (default and at least 15 s, at most
