@@ -124,3 +124,21 @@ def test_expired_signed_urls_are_refused_with_upstreams_message(
                                 timeout=120) as response:
         assert response.read() == b"signed"
     assert sbx.files.read(path) == "signed"
+
+
+def test_a_signed_download_resumes_with_a_byte_range(sbx: Sandbox, workdir: str) -> None:
+    """Through gateway and node proxy as through envd: `curl -C -` or a browser's seek."""
+    path = f"{workdir}/resumable.json"
+    content = json.dumps({"rows": list(range(2000))}).encode()
+    sbx.files.write(path, content)
+    url = sbx.download_url(path, use_signature_expiration=120)
+    whole = httpx.get(url, timeout=60)
+    assert whole.status_code == 200 and whole.content == content
+    assert whole.headers["content-type"] == "application/json"
+    assert whole.headers["accept-ranges"] == "bytes"
+    rest = httpx.get(url, headers={"range": "bytes=1000-"}, timeout=60)
+    assert rest.status_code == 206 and rest.content == content[1000:]
+    assert rest.headers["content-range"] == f"bytes 1000-{len(content) - 1}/{len(content)}"
+    unchanged = httpx.get(url, headers={"if-modified-since": whole.headers["last-modified"]},
+                          timeout=60)
+    assert unchanged.status_code == 304

@@ -1,4 +1,5 @@
-"""GET/POST /files: streamed downloads and uploads (spec §3.6.2, §3.6.3)."""
+"""GET/POST /files: streamed downloads (the body: files_download.py) and uploads (spec §3.6.2,
+§3.6.3)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from .entry_info import XATTR_UNSUPPORTED, metadata_problem, read_metadata, write_metadata
 from .errors import EnvdError, invalid_argument
+from .files_download import DISK_CHUNK, download
 from .multipart import MultipartParser, PartData, PartEnd, PartStart, parse_header_params
 from .signing import signature_error
 from .state import SandboxState
@@ -24,7 +26,6 @@ from .users import User, chown_to, make_dirs_owned, os_error_to_envd, resolve_pa
 
 log = logging.getLogger(__name__)
 
-DISK_CHUNK = 1024 * 1024
 # writev takes at most IOV_MAX (1024) pieces at once.
 MAX_PIECES = 512
 METADATA_HEADER_PREFIX = "x-metadata-"
@@ -32,15 +33,6 @@ METADATA_HEADER_PREFIX = "x-metadata-"
 
 def http_error(error: EnvdError) -> JSONResponse:
     return JSONResponse({"code": error.http_status, "message": error.message}, error.http_status)
-
-
-def accepts_gzip(header: str) -> bool:
-    for item in header.split(","):
-        coding, _, params = item.strip().partition(";")
-        if coding.strip().lower() in ("gzip", "*"):
-            q = params.strip().lower()
-            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
-    return False
 
 
 class FilesEndpoint:
@@ -91,24 +83,10 @@ class FilesEndpoint:
                 raise invalid_argument(f"path '{path}' is a directory")
         except EnvdError as exc:
             return http_error(exc)
-        headers = {
-            "content-disposition": f'inline; filename="{os.path.basename(path)}"',
-        }
         try:
-            head, length = await asyncio.to_thread(_read_head, fd)
+            return await download(request, fd, path, self._gzip_level)
         except OSError as exc:
-            os.close(fd)
             return http_error(os_error_to_envd(exc, path))
-        gzip_accepted = accepts_gzip(request.headers.get("accept-encoding", ""))
-        if gzip_accepted:
-            headers["vary"] = "Accept-Encoding"
-        body = _read_chunks(fd, head, length)
-        if gzip_accepted and _compressible(head, self._gzip_level):
-            headers["content-encoding"] = "gzip"
-            body = _gzip_stream(body, self._gzip_level)
-        elif length is not None:
-            headers["content-length"] = str(length)
-        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
     # ----- upload ------------------------------------------------------------------------------
 
@@ -318,61 +296,4 @@ async def _decoded_body(request: Request) -> AsyncIterator[bytes]:
         raise invalid_argument(f"invalid {encoding} body: {exc}") from exc
 
 
-def _read_head(fd: int) -> tuple[bytes, int | None]:
-    """The file's first chunk and the body length, or None when only reading to EOF tells.
-
-    Pseudo files report a size unrelated to what they hold (procfs 0, sysfs 4096), so a
-    short file is read to EOF and its length is what was read; the size stat reports is only
-    believed for a regular file that occupies disk blocks and is not shorter than its head."""
-    head = os.read(fd, DISK_CHUNK)
-    if len(head) < DISK_CHUNK:
-        more = os.read(fd, DISK_CHUNK)
-        if not more:
-            return head, len(head)
-        head += more
-    info = os.fstat(fd)
-    if stat.S_ISREG(info.st_mode) and info.st_blocks > 0 and info.st_size >= len(head):
-        return head, info.st_size
-    return head, None
-
-
-async def _read_chunks(fd: int, head: bytes, length: int | None) -> AsyncIterator[bytes]:
-    """`head`, then the rest of the file to EOF, never more than a declared `length` (a file
-    growing during the download must not overrun its Content-Length)."""
-    try:
-        remaining = length
-        chunk = head
-        while chunk:
-            if remaining is not None:
-                if len(chunk) > remaining:
-                    chunk = chunk[:remaining]
-                remaining -= len(chunk)
-            if chunk:
-                yield chunk
-            if remaining == 0:
-                return
-            chunk = await asyncio.to_thread(os.read, fd, DISK_CHUNK)
-    finally:
-        os.close(fd)
-
-
-_SAMPLE = 64 * 1024
-
-
-def _compressible(head: bytes, level: int) -> bool:
-    """gzip is only worth its CPU (the guest's, scarce under emulation) when the file's start
-    shrinks: compressed or random data is sent as it is, which HTTP allows whatever the client
-    accepts."""
-    sample = head[:_SAMPLE]
-    return len(sample) > 0 and len(zlib.compress(sample, level)) < len(sample) * 0.9
-
-
-async def _gzip_stream(chunks: AsyncIterator[bytes], level: int) -> AsyncIterator[bytes]:
-    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
-    async for chunk in chunks:
-        if out := compressor.compress(chunk):
-            yield out
-    yield compressor.flush()
-
-
-__all__ = ["FilesEndpoint", "accepts_gzip", "http_error", "json"]
+__all__ = ["FilesEndpoint", "http_error", "json"]

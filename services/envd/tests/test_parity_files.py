@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -218,3 +219,78 @@ def test_signed_url_refusals_say_what_upstream_says(tmp_path: Path) -> None:
         assert wrong.json() == {
             "code": 401, "message": "access token present in header but does not match"}
     assert target.read_text() == "signed"  # the refused upload wrote nothing
+
+
+# ----- downloads as upstream's http.ServeContent serves them -------------------------------------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Path:
+    target = tmp_path / "data.json"
+    target.write_bytes(b"0123456789" * 10)
+    os.utime(target, (1_700_000_000, 1_700_000_000))
+    return target
+
+
+def _download(client: TestClient, path: Path, **headers: str) -> Any:
+    return client.get("/files", params={"path": str(path), "username": "root"}, headers=headers)
+
+
+def test_a_download_says_its_type_and_age(client: TestClient, served: Path) -> None:
+    got = _download(client, served, **{"accept-encoding": "identity"})
+    assert got.status_code == 200 and got.content == served.read_bytes()
+    assert got.headers["content-type"] == "application/json"
+    assert got.headers["accept-ranges"] == "bytes"
+    assert got.headers["last-modified"] == "Tue, 14 Nov 2023 22:13:20 GMT"
+    assert "content-disposition" not in got.headers  # upstream sends none
+    unchanged = _download(client, served, **{"if-modified-since": got.headers["last-modified"]})
+    assert unchanged.status_code == 304 and unchanged.content == b""
+    older = _download(client, served, **{"if-modified-since": "Mon, 13 Nov 2023 00:00:00 GMT"})
+    assert older.status_code == 200 and older.content == served.read_bytes()
+
+
+@pytest.mark.parametrize(("asked", "span"), [
+    ("bytes=10-19", (10, 19)), ("bytes=95-", (95, 99)), ("bytes=-3", (97, 99)),
+    ("bytes=90-1000", (90, 99)),
+])
+def test_a_byte_range_is_served_alone_and_uncompressed(
+    client: TestClient, served: Path, asked: str, span: tuple[int, int]
+) -> None:
+    got = _download(client, served, range=asked, **{"accept-encoding": "gzip"})
+    first, last = span
+    assert got.status_code == 206
+    assert got.content == served.read_bytes()[first:last + 1]
+    assert got.headers["content-range"] == f"bytes {first}-{last}/100"
+    assert got.headers["content-length"] == str(last - first + 1)
+    assert "content-encoding" not in got.headers
+
+
+@pytest.mark.parametrize("asked", ["bytes=100-", "bytes=50-20", "bytes=-0"])
+def test_a_range_it_cannot_satisfy_is_416(client: TestClient, served: Path, asked: str) -> None:
+    got = _download(client, served, range=asked)
+    assert got.status_code == 416 and got.headers["content-range"] == "bytes */100"
+
+
+def test_the_whole_file_when_the_range_is_stale_or_several(
+    client: TestClient, served: Path
+) -> None:
+    stale = _download(client, served, range="bytes=0-9",
+                      **{"if-range": "Mon, 13 Nov 2023 00:00:00 GMT"})
+    several = _download(client, served, range="bytes=0-1,5-6")
+    for got in (stale, several):
+        assert got.status_code == 200 and got.content == served.read_bytes()
+    current = _download(client, served, range="bytes=0-9",
+                        **{"if-range": "Tue, 14 Nov 2023 22:13:20 GMT"})
+    assert current.status_code == 206 and current.content == b"0123456789"
+    # A pseudo file's size is what reading it to EOF gave.
+    boot_id = _download(client, Path(BOOT_ID), range="bytes=0-3")
+    assert boot_id.status_code == 206 and boot_id.content == Path(BOOT_ID).read_bytes()[:4]
+
+
+def test_a_range_of_a_large_file_is_read_at_its_offset(client: TestClient, tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    big.write_bytes(data)
+    got = _download(client, big, range=f"bytes={len(data) - 1_500_000}-")
+    assert got.status_code == 206 and got.content == data[-1_500_000:]
+    assert got.headers["content-type"] == "application/octet-stream"
