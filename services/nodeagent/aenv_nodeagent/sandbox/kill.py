@@ -42,20 +42,28 @@ class Kills:
         self._metrics_history = metrics_history
         self._cut_traffic = cut_traffic
         self._allocation_changed = allocation_changed
+        self._killing: set[str] = set()
 
     async def kill(self, sandbox_id: str) -> None:
         """Remove the sandbox, running or paused, with everything it holds.
 
-        :raise NotFound: no such sandbox.
-        :raise Conflict: busy.
+        :raise NotFound: no such sandbox, or it is being killed already (by another kill, or
+            as its VM exited): for the caller it is gone either way.
+        :raise Conflict: another operation holds it.
         """
-        if paused := self._registry.paused(sandbox_id):
-            await self._pauses.kill(paused)
-        else:
-            sandbox = self._registry.get(sandbox_id)
-            with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
-                    "sandbox.kill", sandbox_id=sandbox_id):
-                await self._destroy(sandbox)
+        if sandbox_id in self._killing:
+            raise NotFound(f"sandbox \"{sandbox_id}\" not found")
+        self._killing.add(sandbox_id)
+        try:
+            if paused := self._registry.paused(sandbox_id):
+                await self._pauses.kill(paused)
+            else:
+                sandbox = self._registry.get(sandbox_id)
+                with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
+                        "sandbox.kill", sandbox_id=sandbox_id):
+                    await self._destroy(sandbox)
+        finally:
+            self._killing.discard(sandbox_id)
         self._metrics_history.drop(sandbox_id)
         self._layers.collect()
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})

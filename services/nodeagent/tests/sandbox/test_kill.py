@@ -3,6 +3,7 @@ sandboxes that asked for it."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -52,6 +53,15 @@ async def test_a_kill_right_after_a_pause_waits_for_its_vm_to_quit(wing: Wing) -
     assert_gone(wing, sandbox.sandbox_id)
     await wing.network.settled()
     assert wing.network.live == []
+
+
+async def test_a_kill_during_a_kill_finds_it_gone_not_busy(wing: Wing) -> None:
+    sandbox = await wing.create()
+    first, second = await asyncio.gather(
+        wing.service.kill(sandbox.sandbox_id), wing.service.kill(sandbox.sandbox_id),
+        return_exceptions=True)
+    assert first is None and isinstance(second, NotFound), (first, second)
+    assert_gone(wing, sandbox.sandbox_id)
 
 
 async def test_a_kill_of_an_unknown_sandbox_is_not_found(wing: Wing) -> None:
