@@ -39,6 +39,7 @@ from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import (
     EgressPolicy,
     NetSlot,
@@ -248,6 +249,7 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
     network = NetworkManager(NetworkConfig(prefix="alcb", pool_cidr="10.216.0.0/24"))
     envd = EnvdClient(session)
     templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+                              QemuDriver(), GuestCommands(session),
                               boot_timeout_s=120, boot_attempts=3)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
     records = MemoryRecords()
@@ -371,6 +373,7 @@ async def floor_runs(session: aiohttp.ClientSession, work: Path) -> dict[str, ob
     network = NetworkManager(NetworkConfig(prefix="alcf", pool_cidr="10.218.0.0/24"))
     envd = EnvdClient(session)
     templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+                              QemuDriver(), GuestCommands(session),
                               boot_timeout_s=120, boot_attempts=3)
     templates.register(inputs)
     work.mkdir(parents=True, exist_ok=True)

@@ -61,8 +61,10 @@ class ControlEndpoints:
     def _apply(self, body: dict[str, Any]) -> None:
         state = self._state
         env_vars = body.get("envVars")
+        # Added to what the guest has, as upstream's: a template's ENV steps stay under the
+        # sandbox's own variables.
         if isinstance(env_vars, dict):
-            state.env_vars = {str(k): str(v) for k, v in env_vars.items()}
+            state.env_vars = state.env_vars | {str(k): str(v) for k, v in env_vars.items()}
         if "accessToken" in body:
             token = body["accessToken"]
             state.access_token = str(token) if token else None

@@ -209,7 +209,7 @@ def test_access_token_enforced() -> None:
         assert metrics["mem_total"] > 0 and metrics["disk_total"] > 0 and metrics["cpu_count"] >= 1
 
 
-def test_init_replaces_token_and_env() -> None:
+def test_init_replaces_the_token_and_adds_env_vars() -> None:
     state = SandboxState()
     config = EnvdConfig(sync_clock=False, reseed_rng=False)
     with TestClient(build_app(config, state)) as client:
@@ -229,7 +229,8 @@ def test_init_replaces_token_and_env() -> None:
             headers={"x-access-token": "t1"},
         )
         assert again.status_code == 204
-    assert state.access_token == "t2" and state.env_vars == {"B": "2"}
+    # As upstream's: variables are added (a template's stay under the sandbox's own).
+    assert state.access_token == "t2" and state.env_vars == {"A": "1", "B": "2"}
     assert state.default_user == "nobody" and state.default_workdir == "/tmp"
 
 

@@ -47,23 +47,27 @@ class EnvdClient:
         *,
         env_vars: Mapping[str, str],
         access_token: str,
-        default_user: str = "user",
-        default_workdir: str = "/home/user",
+        default_user: str | None = None,
+        default_workdir: str | None = None,
         current_token: str | None = None,
         port: int = ENVD_PORT,
         timeout_s: float = 10.0,
     ) -> str:
         """Hands the guest its identity: env vars, access token, the host's clock (a restored
         guest's clock is behind by the paused time) and fresh entropy (a restored guest's RNG state
-        is a clone of the snapshot's). Returns envd's version."""
+        is a clone of the snapshot's). The env vars add to those the guest has (a template's
+        ENV steps); the default user and workdir, when given, replace its own (a template
+        captured them). Returns envd's version."""
         body = {
             "envVars": dict(env_vars),
             "accessToken": access_token,
             "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "defaultUser": default_user,
-            "defaultWorkdir": default_workdir,
             "entropy": base64.b64encode(os.urandom(64)).decode(),
         }
+        if default_user:
+            body["defaultUser"] = default_user
+        if default_workdir:
+            body["defaultWorkdir"] = default_workdir
         url = f"http://{host}:{port}/init"
         # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
         async with self._session.post(

@@ -24,6 +24,7 @@ from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
@@ -36,6 +37,7 @@ from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
+from aenv_nodeagent.vmm.driver import VmmDriver
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,9 @@ class NodeAgent:
         stack.push_async_callback(network.settled)
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
                                   await store.list_sandboxes())
-        self.templates = templates = await self._prepare_templates(store, network, envd)
+        driver = QemuDriver()
+        self.templates = templates = await self._prepare_templates(
+            store, network, envd, driver, GuestCommands(session))
         pool = WarmPool(network, s.resolved_state_dir() / "pool",
                         slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
                         vms_per_template=s.warm_pool_vms,
@@ -114,7 +118,7 @@ class NodeAgent:
             SandboxSettings(s.resolved_state_dir(), ready_timeout_s=s.restore_ready_timeout_s,
                             persist_paused=s.snapstore_persist_paused,
                             metrics_max_samples=s.metrics_max_samples),
-            self.registry, templates, network, envd, store, QemuDriver(), pool=pool,
+            self.registry, templates, network, envd, store, driver, pool=pool,
             persistence=self._persistence(publisher), publisher=publisher,
             cut_traffic=connections.cut, allocation_changed=registration.publish)
         stack.push_async_callback(sandboxes.stop)
@@ -173,14 +177,15 @@ class NodeAgent:
         )
 
     async def _prepare_templates(
-        self, store: ClusterStore, network: NetworkManager, envd: EnvdClient
+        self, store: ClusterStore, network: NetworkManager, envd: EnvdClient, driver: VmmDriver,
+        commands: GuestCommands,
     ) -> TemplateStore:
         s = self.settings
         assert self.accel is not None
         inputs = await base_template_inputs(s, self.accel)
         self.kernel_version = inputs.artifacts.kernel_version
         templates = TemplateStore(
-            s.resolved_cache_dir() / "templates", network, envd,
+            s.resolved_cache_dir() / "templates", network, envd, driver, commands,
             boot_timeout_s=s.boot_timeout_s, boot_attempts=s.boot_attempts,
         )
         templates.register(inputs)

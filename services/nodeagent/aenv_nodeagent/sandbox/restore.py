@@ -27,11 +27,11 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
 from aenv_nodeagent.phases import PhaseTimer, Undo
 from aenv_nodeagent.pool import PooledVm, WarmPool
-from aenv_nodeagent.sandbox.model import DISK, Chain, RestoreImage, Sandbox
+from aenv_nodeagent.sandbox.model import BOOT_RAM, DISK, Chain, RestoreImage, Sandbox
 from aenv_nodeagent.sandbox.records import SandboxRecords, egress_policy
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.vms import boot_from_disk, launch_restore_target
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
+from aenv_nodeagent.templates.launch import boot_from_disk, launch_restore_target
 from aenv_nodeagent.vmm.driver import Vm, VmmDriver
 
 
@@ -139,7 +139,7 @@ class Restorer:
         await create_overlay(template.disk, directory / DISK)
         inputs = self._templates.inputs(template.template_id)
         return await launch_restore_target(self._driver, inputs, directory, template.memory,
-                                           slot, disk_by_fd=True)
+                                           slot, DISK, disk_by_fd=True)
 
     async def _prepare(self, plan: RestorePlan, timer: PhaseTimer, undo: Undo) -> NetSlot:
         """The directory, and the slot built while the overlay is made."""
@@ -178,7 +178,8 @@ class Restorer:
     ) -> Vm:
         if image.boots:
             return await timer.timed("boot", boot_from_disk(
-                self._driver, image.inputs, plan.directory, slot, plan.chain.active))
+                self._driver, image.inputs, plan.directory, slot, plan.chain.active,
+                plan.directory / BOOT_RAM))
         assert image.memory is not None
         return await timer.timed("launch", launch_restore_target(
             self._driver, image.inputs, plan.directory, image.memory, slot, plan.chain.active))

@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
-from aenv_common.errors import NotFound
 from aenv_nodeagent.artifacts import GuestArtifacts, RootfsImage
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore
+from aenv_nodeagent.templates.model import TemplateCatalog
 from aenv_nodeagent.vmm import Accelerator, AcceleratorChoice
 
 from .vm import STATE_MARKER
@@ -23,12 +23,12 @@ from .vm import STATE_MARKER
 TCG = AcceleratorChoice(Accelerator.TCG, "fake")
 
 
-class FakeTemplates:
+class FakeTemplates(TemplateCatalog):
     """Implements TemplateStore's public methods; `add` makes a template ready at once."""
 
     def __init__(self, root: Path) -> None:
+        super().__init__()
         self.root = root
-        self._inputs: dict[str, TemplateInputs] = {}
         self._ready: dict[str, TemplateSnapshot] = {}
         # Unset: `get` waits on it (a test holding back whoever looks a template up).
         self.gets_open = asyncio.Event()
@@ -59,21 +59,6 @@ class FakeTemplates:
             memory_mib=memory_mib, disk_mib=disk_mib, tcg_tb_mib=16))
         self._ready[template_id] = snapshot
         return snapshot
-
-    def register(self, inputs: TemplateInputs) -> None:
-        self._inputs[inputs.template_id] = inputs
-
-    def has(self, template_id: str) -> bool:
-        return template_id in self._inputs
-
-    def inputs(self, template_id: str) -> TemplateInputs:
-        try:
-            return self._inputs[template_id]
-        except KeyError:
-            raise NotFound(f"template '{template_id}' not found") from None
-
-    def registered(self) -> list[str]:
-        return list(self._inputs)
 
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())

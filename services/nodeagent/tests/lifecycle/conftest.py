@@ -25,6 +25,7 @@ from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
 from aenv_nodeagent.pool import WarmPool
@@ -101,12 +102,16 @@ async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
     pool_vms: int = 0, pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
-    node_id: str = "test-node",
+    node_id: str = "test-node", own_templates: bool = False,
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
     network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
     envd = EnvdClient(session)
-    templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+    # Shared by every run (captures are keyed by their inputs), unless the test builds its own.
+    templates_root = state_dir / "templates" if own_templates else (
+        settings.resolved_cache_dir() / "templates")
+    templates = TemplateStore(templates_root, network, envd,
+                              QemuDriver(), GuestCommands(session),
                               boot_timeout_s=90, boot_attempts=3)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
     pool = WarmPool(network, state_dir / "pool", slots=pool_slots,
@@ -150,7 +155,7 @@ async def node() -> AsyncIterator[Node]:
 async def node_parts(
     *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0,
     pool_cidr: str = "10.217.0.0/24", snapstore: str = "", node_id: str = "test-node",
-    records: MemoryRecords | None = None,
+    records: MemoryRecords | None = None, own_templates: bool = False,
 ) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
@@ -159,7 +164,7 @@ async def node_parts(
             first = await build_node(state_dir, prefix, session, records or MemoryRecords(),
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
                                      pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore,
-                                     node_id=node_id)
+                                     node_id=node_id, own_templates=own_templates)
             try:
                 yield first
             finally:

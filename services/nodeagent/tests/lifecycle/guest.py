@@ -32,16 +32,18 @@ def _frames(body: bytes) -> list[dict[str, object]]:
 
 
 async def sh(
-    session: aiohttp.ClientSession, host: str, token: str, script: str, *, user: str = "root"
+    session: aiohttp.ClientSession, host: str, token: str, script: str,
+    *, user: str | None = "root",
 ) -> str:
-    """Run `sh -c script` as `user` (envd takes it from Basic auth, as the E2B SDKs send it);
-    return its stdout; fail on a non-zero exit."""
+    """Run `sh -c script` as `user` (envd takes it from Basic auth, as the E2B SDKs send it;
+    None: the guest's default user); return its stdout; fail on a non-zero exit."""
     request = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", script]}}).encode()
+    headers = {"content-type": "application/connect+json", "X-Access-Token": token}
+    if user is not None:
+        headers["authorization"] = "Basic " + base64.b64encode(f"{user}:".encode()).decode()
     async with session.post(
         f"http://{host}:{ENVD_PORT}/process.Process/Start", data=_envelope(request),
-        headers={"content-type": "application/connect+json", "X-Access-Token": token,
-                 "authorization": "Basic " + base64.b64encode(f"{user}:".encode()).decode()},
-        timeout=aiohttp.ClientTimeout(total=60),
+        headers=headers, timeout=aiohttp.ClientTimeout(total=60),
     ) as resp:
         body = await resp.read()
     assert resp.status == 200, body

@@ -22,6 +22,7 @@ from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
@@ -48,6 +49,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     async with aiohttp.ClientSession() as session:
         envd = EnvdClient(session)
         templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+                                  QemuDriver(), GuestCommands(session),
                                   boot_timeout_s=90, boot_attempts=3)
         templates.register(await base_template_inputs(settings, detect_accelerator(None)))
         records = MemoryRecords()

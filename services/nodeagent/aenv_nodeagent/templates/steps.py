@@ -1,0 +1,214 @@
+"""Running a recipe in a booted build VM: E2B's configure phase, then each step, then the start
+command and its ready check — all through the guest's envd, so the image needs no Python, no
+shell of ours beyond the tools disk's busybox, and any libc.
+
+    runner = StepRunner(commands, host, contexts, log)
+    defaults = await runner.run(recipe)      # the user, workdir and env the sandboxes inherit
+
+Each step sees what the ones before it left: ENV adds to the environment of later RUNs (and of
+every sandbox), WORKDIR is created and becomes their cwd, USER their user. A failing step ends the
+build with `BuildStepFailed`, whose message names the step and quotes its output's last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from aenv_common.errors import AenvError, DeadlineExceeded, InvalidArgument, NotFound
+from aenv_nodeagent.guest_commands import CommandSpec, GuestCommands
+from aenv_nodeagent.templates.recipe import Recipe, Step, StepKind
+
+# The tools disk's static busybox: present whatever the image ships.
+BUSYBOX = "/opt/aenv/bin/busybox"
+# As E2B's configure phase: a passwordless-sudo `user` owning /home/user, open /usr/local.
+CONFIGURE_TAIL = (
+    f" && {BUSYBOX} mkdir -p /home/user && {BUSYBOX} chown -R user: /home/user"
+    f" && {BUSYBOX} chmod -R a+rwX /usr/local"
+)
+STEP_TIMEOUT_S = 3600.0
+READY_TIMEOUT_S = 120.0
+READY_INTERVAL_S = 0.5
+
+Log = Callable[[str], None]
+
+
+class BuildStepFailed(InvalidArgument):
+    """A step of the recipe (or its start or ready command) failed: the build's reason."""
+
+
+@dataclass(frozen=True)
+class GuestDefaults:
+    user: str = "user"
+    workdir: str = "/home/user"
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+
+def _user_script(user: str, sudo: str = "") -> str:
+    """As E2B's USER: the user is made when the image lacks it (and, asked, a sudoer)."""
+    return _add_user(user) + (" && " + _sudoer(user) if sudo == "true" else "")
+
+
+def _add_user(user: str) -> str:
+    """`adduser -D` with what any image has: the user (uid and group past the highest below
+    60000, at least 1000, no password as E2B leaves it), a home from /etc/skel. Nothing when
+    the image has the user already."""
+    bb, q = BUSYBOX, shlex.quote(user)
+    passwd_line = '"$u:x:$id:$id::/home/$u:/bin/sh"'
+    return (
+        f"u={q}; {bb} grep -q \"^$u:\" /etc/passwd || {{ "
+        f"id=$({bb} awk -F: 'BEGIN {{ m = 999 }} $3 > m && $3 < 60000 {{ m = $3 }} "
+        f"END {{ print m + 1 }}' /etc/passwd /etc/group) && "
+        f"echo \"$u:x:$id:\" >> /etc/group && echo {passwd_line} >> /etc/passwd && "
+        f"{{ [ ! -f /etc/shadow ] || echo \"$u::19000:0:99999:7:::\" >> /etc/shadow; }} && "
+        f"{bb} mkdir -p \"/home/$u\" && {{ [ ! -d /etc/skel ] || {bb} cp -a /etc/skel/. "
+        f"\"/home/$u/\"; }} && {bb} chown -R \"$id:$id\" \"/home/$u\"; }}"
+    )
+
+
+def _sudoer(user: str) -> str:
+    """A passwordless sudoer, in /etc/sudoers itself as E2B does (an image's sudoers may not
+    include /etc/sudoers.d)."""
+    line = shlex.quote(f"{user} ALL=(ALL:ALL) NOPASSWD: ALL")
+    present = f"{BUSYBOX} grep -qxF {line} /etc/sudoers 2>/dev/null"
+    return f"{{ {present} || echo {line} >> /etc/sudoers; }}"
+
+
+def _gzipped(archive: Path) -> bool:
+    with archive.open("rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+class BuildContexts:
+    """The COPY steps' uploaded files: `<root>/<filesHash>.tar.gz`, as the SDK packs them
+    (gzipped unless the step says otherwise)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def archive(self, files_hash: str) -> Path:
+        """:raise NotFound: the SDK did not upload these files."""
+        path = self._root / f"{files_hash}.tar.gz"
+        if not files_hash.isalnum() or not path.is_file():
+            raise NotFound(f"no uploaded files for hash {files_hash}")
+        return path
+
+
+class StepRunner:
+    def __init__(
+        self, commands: GuestCommands, host: str, contexts: BuildContexts, log: Log
+    ) -> None:
+        self._commands = commands
+        self._host = host
+        self._contexts = contexts
+        self._log = log
+
+    async def run(self, recipe: Recipe) -> GuestDefaults:
+        """:raise BuildStepFailed: a step failed; :raise AenvError: the guest broke off."""
+        configure = _add_user("user") + CONFIGURE_TAIL + " && " + _sudoer("user")
+        await self._shell("configure", CommandSpec(configure, user="root"))
+        defaults = GuestDefaults()
+        for number, step in enumerate(recipe.steps, start=1):
+            self._log(f"step {number}: {step.describe()}")
+            defaults = await self._step(number, step, defaults)
+        if recipe.start_cmd:
+            await self._start(recipe, defaults)
+        return defaults
+
+    async def _step(self, number: int, step: Step, now: GuestDefaults) -> GuestDefaults:
+        name = f"step {number} ({step.kind})"
+        if step.kind is StepKind.ENV:
+            pairs = dict(zip(step.args[::2], step.args[1::2], strict=True))
+            return replace(now, env_vars={**now.env_vars, **pairs})
+        if step.kind is StepKind.USER:
+            await self._shell(name, CommandSpec(_user_script(*step.args), user="root"))
+            return replace(now, user=step.args[0])
+        if step.kind is StepKind.WORKDIR:
+            workdir = posixpath.join(now.workdir, step.args[0])
+            await self._shell(name, self._as(now, f"{BUSYBOX} mkdir -p {shlex.quote(workdir)}"))
+            return replace(now, workdir=workdir)
+        if step.kind is StepKind.RUN:
+            user = step.args[1] if len(step.args) > 1 else now.user
+            await self._shell(name, replace(self._as(now, step.args[0]), user=user))
+            return now
+        await self._copy(name, step, now)
+        return now
+
+    async def _copy(self, name: str, step: Step, now: GuestDefaults) -> None:
+        src, dest, user, mode = step.args
+        assert step.files_hash is not None  # Recipe.from_e2b refuses a COPY without it
+        staged = f"/tmp/.aenv-copy-{step.files_hash}"
+        try:
+            archive = self._contexts.archive(step.files_hash)
+            await self._commands.upload(self._host, archive, staged)
+        except AenvError as err:
+            raise BuildStepFailed(f"{name}: {err.message}") from err
+        target = posixpath.join(now.workdir, dest)
+        owner = user or now.user
+        script = _copy_script(staged, _gzipped(archive), src, target, owner, mode)
+        await self._shell(name, CommandSpec(script, user="root", cwd="/"))
+
+    async def _start(self, recipe: Recipe, now: GuestDefaults) -> None:
+        assert recipe.start_cmd is not None
+        self._log(f"start command: {recipe.start_cmd}")
+        await self._commands.start(self._host, self._as(now, recipe.start_cmd))
+        if not recipe.ready_cmd:
+            return
+        self._log(f"waiting for: {recipe.ready_cmd}")
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            result = await self._commands.run(self._host, self._as(now, recipe.ready_cmd),
+                                              timeout_s=READY_TIMEOUT_S)
+            if result.exit_code == 0:
+                return
+            if time.monotonic() > deadline:
+                raise BuildStepFailed(
+                    f"ready command `{recipe.ready_cmd}` did not succeed within "
+                    f"{READY_TIMEOUT_S:.0f}s (last exit code {result.exit_code})")
+            await asyncio.sleep(READY_INTERVAL_S)
+
+    def _as(self, now: GuestDefaults, command: str) -> CommandSpec:
+        return CommandSpec(command, user=now.user, envs=now.env_vars, cwd=now.workdir)
+
+    async def _shell(self, name: str, spec: CommandSpec) -> None:
+        try:
+            result = await self._commands.run(self._host, spec, timeout_s=STEP_TIMEOUT_S)
+        except DeadlineExceeded:
+            raise BuildStepFailed(f"{name}: did not finish within {STEP_TIMEOUT_S:.0f}s") from None
+        except AenvError as err:
+            raise BuildStepFailed(f"{name}: {err.message}") from err
+        for line in (result.stdout + result.stderr).decode(errors="replace").splitlines():
+            self._log(line)
+        if result.exit_code != 0:
+            tail = result.output_tail()
+            raise BuildStepFailed(
+                f"{name}: exited with code {result.exit_code}" + (f": {tail}" if tail else ""))
+
+
+def _copy_script(staged: str, gzipped: bool, src: str, target: str, owner: str, mode: str) -> str:
+    """Unpacks the SDK's tarball (entries are paths relative to the build context) into a
+    scratch directory, gives `src` its owner and mode there, then puts it at `target` as
+    Docker's COPY does: a directory's contents into `target`; a file into `target` when that
+    ends in / or is a directory, else as `target`."""
+    bb, q = BUSYBOX, shlex.quote
+    scratch = f"{staged}.d"
+    entry = q(posixpath.join(scratch, src.rstrip("/")))
+    into = "true" if target.endswith("/") else f"[ -d {q(target)} ]"
+    lines = [
+        f"{bb} rm -rf {q(scratch)} && {bb} mkdir -p {q(scratch)}",
+        f"{bb} tar -x{'z' if gzipped else ''}f {q(staged)} -C {q(scratch)}",
+        f"[ -e {entry} ] || {{ echo 'no such file in the uploaded context: {src}' >&2; exit 1; }}",
+        f"{bb} chown -R {q(owner)}: {entry}",
+        *([f"{bb} chmod -R {q(mode)} {entry}"] if mode else []),
+        f"{bb} mkdir -p {q(posixpath.dirname(target.rstrip('/')) or '/')}",
+        f"if [ -d {entry} ]; then {bb} mkdir -p {q(target)} && {bb} cp -a {entry}/. {q(target)}; "
+        f"elif {into}; then {bb} mkdir -p {q(target)} && {bb} cp -a {entry} {q(target)}/; "
+        f"else {bb} cp -a {entry} {q(target)}; fi",
+        f"{bb} rm -rf {q(scratch)} {q(staged)}",
+    ]
+    return " && ".join(lines)

@@ -1,0 +1,159 @@
+"""The templates of this node: each captured once, on first use, then only ever restored.
+
+A capture boots the template's rootfs through the restore pipeline's cold boot
+(`sandbox/vms.boot_from_disk`, its RAM a shared mapping of the snapshot's memory file), runs its
+recipe (`steps.py`) when it has one, hands envd the defaults the recipe left and captures the
+running VM — its start command's process included, so a sandbox's port answers at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aenv_common.errors import AenvError, DeadlineExceeded
+from aenv_nodeagent.artifacts.cache import file_lock
+from aenv_nodeagent.disks import create_overlay
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.guest_commands import GuestCommands
+from aenv_nodeagent.network import EgressPolicy, NetworkManager
+from aenv_nodeagent.templates.launch import boot_from_disk
+from aenv_nodeagent.templates.model import (
+    TemplateCatalog,
+    TemplateInputs,
+    TemplateSnapshot,
+    load_snapshot,
+    save_snapshot,
+    snapshot_dir,
+)
+from aenv_nodeagent.templates.steps import BuildContexts, GuestDefaults, StepRunner
+from aenv_nodeagent.vmm.driver import VmmDriver
+
+log = logging.getLogger(__name__)
+
+_DISK = "disk.qcow2"
+
+
+class TemplateStore(TemplateCatalog):
+    """Builds template snapshots on first use and keeps the ones this node has."""
+
+    def __init__(
+        self,
+        root: Path,
+        network: NetworkManager,
+        envd: EnvdClient,
+        driver: VmmDriver,
+        commands: GuestCommands,
+        *,
+        boot_timeout_s: float,
+        boot_attempts: int,
+    ) -> None:
+        super().__init__()
+        self._root = root
+        self._network = network
+        self._envd = envd
+        self._driver = driver
+        self._commands = commands
+        self._contexts = BuildContexts(root / "contexts")
+        self._boot_timeout_s = boot_timeout_s
+        self._boot_attempts = boot_attempts
+        self._ready: dict[str, TemplateSnapshot] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def cached(self) -> list[TemplateSnapshot]:
+        return list(self._ready.values())
+
+    async def get(self, template_id: str) -> TemplateSnapshot:
+        """The template's snapshot, capturing it the first time.
+
+        :raise NotFound: no such template registered.
+        :raise BuildStepFailed: a step of its recipe failed.
+        :raise DeadlineExceeded: its guest never answered, every attempt.
+        """
+        if snap := self._ready.get(template_id):
+            return snap
+        inputs = self.inputs(template_id)
+        async with self._locks.setdefault(template_id, asyncio.Lock()):
+            if snap := self._ready.get(template_id):
+                return snap
+            directory = snapshot_dir(self._root, inputs)
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            async with file_lock(directory.parent / f".{directory.name}.lock"):
+                snap = load_snapshot(directory) or await self._build(inputs, directory)
+            self._ready[template_id] = snap
+            return snap
+
+    async def _build(self, inputs: TemplateInputs, directory: Path) -> TemplateSnapshot:
+        last: AenvError | None = None
+        for attempt in range(1, self._boot_attempts + 1):
+            work = Path(tempfile.mkdtemp(prefix=".build-", dir=directory.parent))
+            try:
+                snap = await self._capture(inputs, work, directory)
+                save_snapshot(snap, work)
+                work.rename(directory)
+                log.info("template captured", extra={"template": inputs.template_id,
+                                                     "boot_s": round(snap.boot_seconds, 2)})
+                return snap
+            except DeadlineExceeded as err:
+                # ~3 in 20 TCG cold boots hang silently: a fresh boot usually succeeds.
+                last = err
+                log.warning("template boot timed out, retrying",
+                            extra={"template": inputs.template_id, "attempt": attempt})
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        assert last is not None
+        raise last
+
+    async def _capture(
+        self, inputs: TemplateInputs, work: Path, final_dir: Path
+    ) -> TemplateSnapshot:
+        await create_overlay(inputs.rootfs.path, work / _DISK)
+        # A recipe's RUN steps fetch packages: the internet, never the host or private ranges.
+        slot = await self._network.create_slot(EgressPolicy())
+        vm = None
+        try:
+            started = time.monotonic()
+            vm = await boot_from_disk(self._driver, inputs, work, slot, _DISK, work / "memory",
+                                      keep_ram=True)
+            await self._envd.wait_healthy(slot.ns_ip, self._boot_timeout_s)
+            boot_seconds = time.monotonic() - started
+            defaults = GuestDefaults()
+            if inputs.recipe:
+                defaults = await StepRunner(
+                    self._commands, slot.ns_ip, self._contexts, _build_log(inputs)
+                ).run(inputs.recipe)
+            envd_version = await self._envd.init(
+                slot.ns_ip, env_vars=defaults.env_vars, access_token="",
+                default_user=defaults.user, default_workdir=defaults.workdir)
+            await vm.capture(work / "state")
+        finally:
+            if vm is not None:
+                await vm.shutdown()
+            await self._network.destroy_slot(slot)
+        shutil.rmtree(work / "vm", ignore_errors=True)
+        return TemplateSnapshot(
+            template_id=inputs.template_id,
+            directory=final_dir,
+            vcpus=inputs.vcpus,
+            memory_mib=inputs.memory_mib,
+            disk_mib=inputs.disk_mib,
+            accelerator=str(inputs.accel.accel),
+            kernel_version=inputs.artifacts.kernel_version,
+            artifacts_digest=inputs.artifacts.digest,
+            envd_version=envd_version,
+            boot_seconds=boot_seconds,
+            default_user=defaults.user,
+            default_workdir=defaults.workdir,
+            env_vars=defaults.env_vars,
+        )
+
+
+def _build_log(inputs: TemplateInputs) -> Callable[[str], None]:
+    def write(line: str) -> None:
+        log.info("template build", extra={"template": inputs.template_id, "line": line[:500]})
+    return write

@@ -1,0 +1,66 @@
+"""E2B's build body read into a recipe: every step kind the SDK sends, and the refusals that
+name the step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aenv_common.errors import InvalidArgument
+from aenv_nodeagent.templates.recipe import Recipe, Step, StepKind
+
+
+def _step(kind: str, *args: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "args": list(args), "force": False, **extra}
+
+
+def test_the_sdks_steps_and_commands_are_read() -> None:
+    recipe = Recipe.from_e2b({
+        "fromImage": "python:3.11", "force": False,
+        "steps": [
+            _step("RUN", "pip install x && echo done"), _step("RUN", "apt-get update", "root"),
+            _step("ENV", "A", "1", "B", "two words"), _step("WORKDIR", "/app"),
+            _step("USER", "runner", "true"),
+            _step("COPY", "app.py", "/app/", "", "0755", filesHash="ab12", forceUpload=None),
+        ],
+        "startCmd": "python app.py", "readyCmd": "curl -sf localhost:8000",
+    })
+    assert recipe.steps == (
+        Step(StepKind.RUN, ("pip install x && echo done",)),
+        Step(StepKind.RUN, ("apt-get update", "root")),
+        Step(StepKind.ENV, ("A", "1", "B", "two words")),
+        Step(StepKind.WORKDIR, ("/app",)), Step(StepKind.USER, ("runner", "true")),
+        Step(StepKind.COPY, ("app.py", "/app/", "", "0755"), files_hash="ab12"),
+    )
+    assert (recipe.start_cmd, recipe.ready_cmd) == ("python app.py", "curl -sf localhost:8000")
+    assert recipe and not Recipe.from_e2b({"fromTemplate": "base"})
+
+
+def test_the_digest_follows_what_shapes_the_template() -> None:
+    one = Recipe.from_e2b({"steps": [_step("RUN", "true")]})
+    forced = Recipe.from_e2b({"steps": [_step("RUN", "true")], "force": True})
+    assert one.digest() == forced.digest()
+    assert one.digest() != Recipe.from_e2b({"steps": [_step("RUN", "false")]}).digest()
+    assert one.digest() != Recipe.from_e2b(
+        {"steps": [_step("RUN", "true")], "startCmd": "x"}).digest()
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"steps": [_step("RUN")]}, "step 1 (RUN): needs a command"),
+    ({"steps": [_step("RUN", "true"), _step("ENV", "A")]}, "step 2 (ENV): needs key/value pairs"),
+    ({"steps": [_step("WORKDIR", "/a", "/b")]}, "step 1 (WORKDIR): needs one path"),
+    ({"steps": [_step("USER")]}, "step 1 (USER): needs a user name"),
+    ({"steps": [_step("COPY", "a", "/b", "", "")]}, "step 1 (COPY): needs the filesHash"),
+    ({"steps": [_step("COPY", "a", "/b")]}, "step 1 (COPY): needs src, dest, user and mode"),
+    ({"steps": [_step("ADD", "x")]}, "step 1: unknown step type 'ADD'"),
+    ({"steps": [{"type": "RUN", "args": [1]}]}, "step 1 (RUN): args must be strings"),
+    ({"steps": "RUN x"}, "steps must be a list"),
+    ({"readyCmd": "true"}, "readyCmd needs a startCmd"),
+    ({"startCmd": 5}, "startCmd must be a string"),
+])
+def test_what_the_sdk_never_sends_is_refused_naming_the_step(
+    body: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Recipe.from_e2b(body)

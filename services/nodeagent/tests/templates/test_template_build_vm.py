@@ -1,0 +1,97 @@
+"""A template from a recipe, for real: its steps run in a booted VM of the rootfs through envd,
+its start command's process is captured running, and a sandbox created from it has its app
+answering at once, as the user, in the directory and with the environment the recipe left. A
+failing step fails the create with the step's name, leaving nothing behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aenv_common.errors import InvalidArgument
+from aenv_nodeagent.node import BASE_TEMPLATE
+from aenv_nodeagent.templates.recipe import Recipe
+
+from ..lifecycle.conftest import Node, node_parts, qemus_under, spec
+from ..lifecycle.guest import sh
+
+pytestmark = [pytest.mark.vm, pytest.mark.netns]
+
+FILES_HASH = "0f1e2d3c4b5a"
+PAGE = b"<h1>served by the template's start command</h1>\n"
+
+
+def _step(kind: str, *args: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "args": list(args), "force": False, **extra}
+
+
+def _context(node: Node) -> None:
+    """What the SDK uploads for `copy("site", "www/")`: a gzipped tar of the context's files."""
+    contexts = node.state_dir / "templates" / "contexts"
+    contexts.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(contexts / f"{FILES_HASH}.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("site/index.html")
+        info.size = len(PAGE)
+        tar.addfile(info, io.BytesIO(PAGE))
+
+
+def _register(node: Node, template_id: str, recipe: Recipe) -> None:
+    assert node.templates is not None
+    base = node.templates.inputs(BASE_TEMPLATE)
+    node.templates.register(dataclasses.replace(base, template_id=template_id, recipe=recipe))
+
+
+async def test_a_recipes_sandboxes_start_with_its_app_running() -> None:
+    async with node_parts(own_templates=True) as node:
+        _context(node)
+        _register(node, "recipe-app", Recipe.from_e2b({
+            "steps": [
+                _step("RUN", "echo built > /etc/built-by-recipe", "root"),
+                _step("ENV", "GREETING", "hello world", "PORT", "8000"),
+                _step("USER", "runner", "true"),
+                _step("WORKDIR", "/home/runner/app"),
+                _step("COPY", "site", "www/", "", "0755", filesHash=FILES_HASH),
+                _step("RUN", "id -un > whoami && pwd > where && echo \"$GREETING\" > greeting"),
+            ],
+            "startCmd": "python3 -m http.server \"$PORT\" --directory www",
+            "readyCmd": "curl -sf http://127.0.0.1:8000/index.html",
+        }))
+        s = spec(template_id="recipe-app", env_vars={"OWN": "sandbox's"})
+        sandbox = await node.sandboxes.create(s)
+
+        async def run(script: str, user: str | None = None) -> str:
+            return await sh(node.session, sandbox.host, s.envd_access_token, script, user=user)
+
+        # The start command was captured running: its port answers at once, no waiting.
+        assert (await run("curl -sf --max-time 5 http://127.0.0.1:8000/index.html")
+                ).encode() == PAGE
+        # Without a user, the recipe's defaults: its USER, WORKDIR and ENV (plus the sandbox's).
+        assert await run('id -un; pwd; echo "$GREETING|$OWN"') == (
+            "runner\n/home/runner/app\nhello world|sandbox's\n")
+        assert await run("cat whoami where greeting /etc/built-by-recipe") == (
+            "runner\n/home/runner/app\nhello world\nbuilt\n")
+        assert await run("stat -c '%U %a' www www/index.html") == "runner 755\nrunner 755\n"
+        assert await run("sudo -n id -un") == "root\n"  # USER runner true: a sudoer
+        await node.sandboxes.kill(s.sandbox_id)
+
+
+async def test_a_failing_step_fails_the_create_naming_it_and_leaves_nothing() -> None:
+    async with node_parts(own_templates=True) as node:
+        _register(node, "recipe-broken", Recipe.from_e2b({"steps": [
+            _step("RUN", "true"),
+            _step("RUN", "echo starting; echo 'boom: no such thing' >&2; exit 3"),
+            _step("RUN", "touch /never"),
+        ]}))
+        with pytest.raises(InvalidArgument) as failed:
+            await node.sandboxes.create(spec(template_id="recipe-broken"))
+        assert failed.value.message == "step 2 (RUN): exited with code 3: boom: no such thing"
+        assert qemus_under(node.state_dir) == []
+        # No build directory and no snapshot: only the lock the next build of it will take.
+        left = list((node.state_dir / "templates" / "recipe-broken").iterdir())
+        assert [path.name.endswith(".lock") for path in left] == [True], left
+        assert list(Path(node.state_dir / "sandboxes").glob("*")) == []
