@@ -62,9 +62,25 @@ class NodeAgentSettings(BaseSettings):
     metrics_max_samples: int = Field(default=720, ge=1)
     # A guest slower than this to answer misses that sample.
     metrics_sample_timeout_s: float = Field(default=5.0, gt=0)
+    # Templates from OCI images. Layers are cached by digest, shared by every image (default:
+    # <cache_dir>/images).
+    image_cache_dir: Path | None = None
+    # Mirrors as containerd's hosts.toml gives them: registry (`docker.io`, `host:5000`, or
+    # `_default` for any other) -> endpoints (`host[:port][/path]` or URLs) tried in order, then
+    # the registry itself unless it is listed in registry_mirror_only. JSON in the environment.
+    registry_mirrors: dict[str, list[str]] = Field(default_factory=dict)
+    registry_mirror_only: list[str] = Field(default_factory=list)
+    # Registries (`host[:port]`, or CIDRs) spoken to over plain HTTP; loopback always is.
+    insecure_registries: list[str] = Field(default_factory=list)
+    # Registry credentials: a file in Docker's config.json shape (`auths`), never inline, so no
+    # secret shows in a dump of these settings.
+    registry_credentials_file: Path | None = None
 
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or self.common.home / "cache"
+
+    def resolved_image_cache_dir(self) -> Path:
+        return self.image_cache_dir or self.resolved_cache_dir() / "images"
 
     def resolved_state_dir(self) -> Path:
         return self.state_dir or self.common.home / "nodeagent"
