@@ -16,7 +16,7 @@ from aenv_envd.multipart import MultipartParser, PartData, PartEnd, PartStart, p
 from aenv_envd.processes import end_event
 from aenv_envd.signing import file_signature, signature_valid
 from aenv_envd.system import parse_rfc3339
-from aenv_envd.users import User, resolve_path, username_from_authorization
+from aenv_envd.users import User, lookup_user, resolve_path, username_from_authorization
 from envd.filesystem import filesystem_pb2 as fs_pb
 
 USER = User("user", 1000, 1000, "/home/user", (1000,))
@@ -148,3 +148,15 @@ def test_rfc3339_and_mounts(tmp_path: Path) -> None:
     )
     assert filesystem_type("/mnt/nfs share/a", str(info)) == "nfs4"
     assert filesystem_type("/home", str(info)) == "ext4"
+
+
+def test_root_is_uid_0_even_without_an_account_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image may have no /etc/passwd (busybox alone): root still exists, others do not."""
+    def no_accounts(name: str) -> None:
+        raise KeyError(name)
+
+    monkeypatch.setattr("aenv_envd.users.pwd.getpwnam", no_accounts)
+    root = lookup_user("root")
+    assert (root.name, root.uid, root.gid, root.home) == ("root", 0, 0, "/root")
+    with pytest.raises(EnvdError, match="invalid username: 'user'"):
+        lookup_user("user")

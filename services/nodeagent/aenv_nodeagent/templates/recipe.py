@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -48,14 +48,27 @@ class Recipe:
     steps: tuple[Step, ...] = ()
     start_cmd: str | None = None
     ready_cmd: str | None = None
+    # What an OCI image's config sets before any step (its Env and WorkingDir); `from_image`
+    # also has the build make E2B's `user`, which an image lacks.
+    image_env: tuple[tuple[str, str], ...] = ()
+    image_workdir: str | None = None
+    from_image: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.steps or self.start_cmd)
+        return bool(self.steps or self.start_cmd or self.from_image)
 
     def digest(self) -> str:
         plain = {"steps": [[s.kind, list(s.args), s.files_hash] for s in self.steps],
-                 "start": self.start_cmd, "ready": self.ready_cmd}
+                 "start": self.start_cmd, "ready": self.ready_cmd,
+                 "image": [self.from_image, list(self.image_env), self.image_workdir]}
         return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
+
+    def on_image(self, config: Mapping[str, Any]) -> Recipe:
+        """This recipe run on an image whose config (OCI image config JSON) is `config`."""
+        inner = config.get("config") or {}
+        pairs = [entry.partition("=") for entry in inner.get("Env") or [] if "=" in entry]
+        return replace(self, image_env=tuple((key, value) for key, _, value in pairs),
+                       image_workdir=inner.get("WorkingDir") or None, from_image=True)
 
     @classmethod
     def from_e2b(cls, body: Mapping[str, Any]) -> Recipe:

@@ -29,7 +29,14 @@ BUSYBOX = "/opt/aenv/bin/busybox"
 # As E2B's configure phase: a passwordless-sudo `user` owning /home/user, open /usr/local.
 CONFIGURE_TAIL = (
     f" && {BUSYBOX} mkdir -p /home/user && {BUSYBOX} chown -R user: /home/user"
-    f" && {BUSYBOX} chmod -R a+rwX /usr/local"
+    f" && {BUSYBOX} mkdir -p /usr/local && {BUSYBOX} chmod -R a+rwX /usr/local"
+)
+# An image may ship no account database at all (a static binary and busybox): give it root's.
+_ROOT_ACCOUNT = (
+    f"{BUSYBOX} mkdir -p /etc && {BUSYBOX} touch /etc/passwd /etc/group && "
+    f"{{ {BUSYBOX} grep -q '^root:' /etc/passwd || echo 'root:x:0:0:root:/root:/bin/sh' "
+    f">> /etc/passwd; }} && {{ {BUSYBOX} grep -q '^root:' /etc/group || "
+    f"echo 'root:x:0:' >> /etc/group; }}"
 )
 STEP_TIMEOUT_S = 3600.0
 READY_TIMEOUT_S = 120.0
@@ -61,6 +68,7 @@ def _add_user(user: str) -> str:
     bb, q = BUSYBOX, shlex.quote(user)
     passwd_line = '"$u:x:$id:$id::/home/$u:/bin/sh"'
     return (
+        f"{_ROOT_ACCOUNT} && "
         f"u={q}; {bb} grep -q \"^$u:\" /etc/passwd || {{ "
         f"id=$({bb} awk -F: 'BEGIN {{ m = 999 }} $3 > m && $3 < 60000 {{ m = $3 }} "
         f"END {{ print m + 1 }}' /etc/passwd /etc/group) && "
@@ -112,7 +120,8 @@ class StepRunner:
         """:raise BuildStepFailed: a step failed; :raise AenvError: the guest broke off."""
         configure = _add_user("user") + CONFIGURE_TAIL + " && " + _sudoer("user")
         await self._shell("configure", CommandSpec(configure, user="root"))
-        defaults = GuestDefaults()
+        defaults = GuestDefaults(workdir=recipe.image_workdir or GuestDefaults.workdir,
+                                 env_vars=dict(recipe.image_env))
         for number, step in enumerate(recipe.steps, start=1):
             self._log(f"step {number}: {step.describe()}")
             defaults = await self._step(number, step, defaults)

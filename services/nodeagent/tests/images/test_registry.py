@@ -5,7 +5,6 @@ layout and docker-archive sources, and the layer cache."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from aenv_nodeagent.images.errors import (
 
 from .ext4 import Ext4
 from .layers import CAP_NET_RAW, Entry, make_layer, opaque, whiteout, write_layout
+from .layouts import BUSYBOX, busybox_layout, sh
 from .registries import REGISTRY_BIN, Registry, bcrypt_hash, docker_registry, push
 from .tokens import TokenServer, token_server
 
@@ -37,37 +37,7 @@ pytestmark = [
     pytest.mark.registry,
     pytest.mark.skipif(not REGISTRY_BIN.exists(), reason="docker-registry is not installed"),
 ]
-BUSYBOX = Path("/bin/busybox")  # busybox-static's
 USER, PASSWORD = "builder", "s3cret-pass"
-
-
-def sh(*argv: str | Path) -> None:
-    subprocess.run([str(a) for a in argv], check=True, capture_output=True)
-
-
-def busybox_layout(work: Path) -> Path:
-    """Two layers by umoci: busybox with a symlinked sh and /etc/motd; then motd deleted (a
-    whiteout), a hard link `ping` and file capabilities on busybox."""
-    layout, bundle = work / "busybox", work / "bundle"
-    sh("umoci", "init", "--layout", layout)
-    sh("umoci", "new", "--image", f"{layout}:1")
-    sh("umoci", "unpack", "--image", f"{layout}:1", bundle)
-    rootfs = bundle / "rootfs"
-    for folder in ("bin", "etc", "tmp"):
-        (rootfs / folder).mkdir(exist_ok=True)
-    sh("cp", BUSYBOX, rootfs / "bin" / "busybox")
-    (rootfs / "bin" / "sh").symlink_to("busybox")
-    (rootfs / "etc" / "motd").write_text("hello\n")
-    (rootfs / "tmp").chmod(0o1777)
-    sh("umoci", "repack", "--refresh-bundle", "--image", f"{layout}:1", bundle)
-    (rootfs / "etc" / "motd").unlink()
-    os.link(rootfs / "bin" / "busybox", rootfs / "bin" / "ping")
-    os.setxattr(rootfs / "bin" / "busybox", "security.capability", CAP_NET_RAW)
-    sh("umoci", "repack", "--image", f"{layout}:1", bundle)
-    sh("umoci", "config", "--image", f"{layout}:1", "--config.cmd", "/bin/sh",
-       "--config.env", "PATH=/bin")
-    sh("umoci", "gc", "--layout", layout)
-    return layout
 
 
 def rich_layout(work: Path) -> Path:

@@ -64,3 +64,16 @@ def test_what_the_sdk_never_sends_is_refused_naming_the_step(
 ) -> None:
     with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
         Recipe.from_e2b(body)
+
+
+def test_an_images_config_gives_the_environment_and_directory_steps_start_from() -> None:
+    config = {"architecture": "amd64", "config": {
+        "Env": ["PATH=/usr/local/bin:/usr/bin", "LANG=C.UTF-8", "EMPTY=", "NOEQUALS"],
+        "WorkingDir": "/app", "Cmd": ["python"]}}
+    recipe = Recipe.from_e2b({"steps": [_step("RUN", "true")]}).on_image(config)
+    assert recipe.image_env == (("PATH", "/usr/local/bin:/usr/bin"), ("LANG", "C.UTF-8"),
+                                ("EMPTY", ""))
+    assert recipe.image_workdir == "/app" and recipe.from_image
+    # An image alone (no step) is still a recipe: the build makes E2B's `user` in it.
+    bare = Recipe().on_image({"config": {}})
+    assert bare and bare.image_workdir is None and bare.digest() != Recipe().digest()

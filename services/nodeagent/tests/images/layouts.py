@@ -1,0 +1,40 @@
+"""Images the tests make themselves with umoci, from what the host has."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from .layers import CAP_NET_RAW
+
+BUSYBOX = Path("/bin/busybox")  # busybox-static's
+
+
+def sh(*argv: str | Path) -> None:
+    subprocess.run([str(a) for a in argv], check=True, capture_output=True)
+
+
+def busybox_layout(work: Path) -> Path:
+    """Two layers by umoci: busybox with a symlinked sh and /etc/motd; then motd deleted (a
+    whiteout), a hard link `ping` and file capabilities on busybox."""
+    layout, bundle = work / "busybox", work / "bundle"
+    sh("umoci", "init", "--layout", layout)
+    sh("umoci", "new", "--image", f"{layout}:1")
+    sh("umoci", "unpack", "--image", f"{layout}:1", bundle)
+    rootfs = bundle / "rootfs"
+    for folder in ("bin", "etc", "tmp"):
+        (rootfs / folder).mkdir(exist_ok=True)
+    sh("cp", BUSYBOX, rootfs / "bin" / "busybox")
+    (rootfs / "bin" / "sh").symlink_to("busybox")
+    (rootfs / "etc" / "motd").write_text("hello\n")
+    (rootfs / "tmp").chmod(0o1777)
+    sh("umoci", "repack", "--refresh-bundle", "--image", f"{layout}:1", bundle)
+    (rootfs / "etc" / "motd").unlink()
+    os.link(rootfs / "bin" / "busybox", rootfs / "bin" / "ping")
+    os.setxattr(rootfs / "bin" / "busybox", "security.capability", CAP_NET_RAW)
+    sh("umoci", "repack", "--image", f"{layout}:1", bundle)
+    sh("umoci", "config", "--image", f"{layout}:1", "--config.cmd", "/bin/sh",
+       "--config.env", "PATH=/bin")
+    sh("umoci", "gc", "--layout", layout)
+    return layout
