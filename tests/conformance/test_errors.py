@@ -142,10 +142,11 @@ def test_signed_urls_work_as_the_sdk_returns_them(sbx: Sandbox) -> None:
     assert up.status_code == 200, up.text
     down = httpx.get(sbx.download_url("/home/user/bare.txt"), timeout=120)
     assert down.status_code == 200 and down.content == b"bare!"
-    # A URL signed for reading does not write; an unknown signature reaches no sandbox.
+    # A URL signed for reading does not write: E2B's envd answers 401 "invalid signature".
     misuse = httpx.post(sbx.download_url("/home/user/bare.txt"),
                         files={"file": ("bare.txt", b"x")}, timeout=120)
-    assert misuse.status_code == 404
+    assert misuse.status_code == 401
+    assert misuse.json() == {"code": 401, "message": "invalid signature"}
     assert sbx.files.read("/home/user/bare.txt") == "bare!"
 
 

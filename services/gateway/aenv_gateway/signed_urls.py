@@ -15,6 +15,7 @@ from urllib.parse import parse_qs
 from starlette.types import Scope
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Unauthenticated
 from aenv_common.sandbox_routing import ENVD_PORT, SandboxTarget
 from aenv_envd.signing import file_signature
 
@@ -28,7 +29,12 @@ class SignedFileRouter:
         self._recent: OrderedDict[str, str] = OrderedDict()
 
     def target(self, scope: Scope) -> SandboxTarget | None:
-        """The sandbox a signed /files request is for, or None."""
+        """The sandbox a signed /files request is for; None for a request that is no signed
+        /files request.
+
+        :raise Unauthenticated: signed, but no sandbox's token reproduces the signature (a URL
+            signed for reading used to write, a forged one): E2B's envd answers it so.
+        """
         operation = _OPERATIONS.get(scope.get("method", ""))
         if scope["path"] != "/files" or operation is None:
             return None
@@ -40,7 +46,9 @@ class SignedFileRouter:
         material = _SignedRequest(_one(query, "path"), operation, _one(query, "username"),
                                   int(expiration) if expiration.isdigit() else None)
         sandbox_id = self._find(signature, material)
-        return SandboxTarget(sandbox_id, ENVD_PORT) if sandbox_id else None
+        if sandbox_id is None:
+            raise Unauthenticated("invalid signature")
+        return SandboxTarget(sandbox_id, ENVD_PORT)
 
     def _find(self, signature: str, request: _SignedRequest) -> str | None:
         tokens = {r.sandbox_id: r.envd_access_token for r in self._records()

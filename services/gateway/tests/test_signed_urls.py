@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+import pytest
+
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Unauthenticated
 from aenv_common.sandbox_routing import ENVD_PORT, SandboxTarget
 from aenv_envd.signing import file_signature
 from aenv_gateway.signed_urls import SignedFileRouter
@@ -41,11 +44,17 @@ def test_the_signing_sandbox_is_found() -> None:
         SandboxTarget("a", ENVD_PORT))
 
 
-def test_no_match_for_another_operation_path_or_a_forged_signature() -> None:
+def test_no_sandbox_for_another_operation_or_a_forged_signature_is_e2bs_401() -> None:
     router = SignedFileRouter(lambda: RECORDS)
-    assert router.target(scope("POST", **signed("token-b", "read"))) is None
+    for request in (scope("POST", **signed("token-b", "read")),
+                    scope("GET", path="/tmp/f", signature="v1_forged")):
+        with pytest.raises(Unauthenticated, match=r"^invalid signature$"):
+            router.target(request)
+
+
+def test_unsigned_requests_and_other_paths_are_no_signed_file_requests() -> None:
+    router = SignedFileRouter(lambda: RECORDS)
     assert router.target(scope("GET", "/elsewhere", **signed("token-b", "read"))) is None
-    assert router.target(scope("GET", path="/tmp/f", signature="v1_forged")) is None
     assert router.target(scope("GET", path="/tmp/f")) is None
     assert router.target(scope("DELETE", **signed("token-b", "read"))) is None
 
@@ -56,4 +65,5 @@ def test_a_remembered_signature_stops_matching_once_its_sandbox_is_gone() -> Non
     request = scope("GET", **signed("token-a", "read"))
     assert router.target(request) == SandboxTarget("a", ENVD_PORT)
     records.pop(0)
-    assert router.target(request) is None
+    with pytest.raises(Unauthenticated):
+        router.target(request)
