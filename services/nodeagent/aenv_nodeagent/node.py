@@ -25,6 +25,7 @@ from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
+from aenv_nodeagent.images import BlobCache, RegistryHosts, load_credentials
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
@@ -36,6 +37,8 @@ from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
+from aenv_nodeagent.templates.bases import ImageBases
+from aenv_nodeagent.templates.builds import TemplateBuilds
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
 from aenv_nodeagent.vmm.driver import VmmDriver
 
@@ -104,6 +107,8 @@ class NodeAgent:
         driver = QemuDriver()
         self.templates = templates = await self._prepare_templates(
             store, network, envd, driver, GuestCommands(session))
+        builds = self._template_builds(templates, store, session)
+        builds.load_saved()  # before the sandboxes that stand on them are taken back
         pool = WarmPool(network, s.resolved_state_dir() / "pool",
                         slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
                         vms_per_template=s.warm_pool_vms,
@@ -128,7 +133,7 @@ class NodeAgent:
         grpc_server, self.grpc_port = await start_grpc_server(
             s.listen,
             [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server,
-              NodeAgentServicer(sandboxes, self.node_record),
+              NodeAgentServicer(sandboxes, self.node_record, builds),
               "aenv.nodeagent.v1.NodeAgentService")],
         )
         stack.push_async_callback(grpc_server.stop, 1.0)
@@ -201,6 +206,18 @@ class NodeAgent:
             created_at=created,
         ))
         return templates
+
+    def _template_builds(
+        self, templates: TemplateStore, store: ClusterStore, session: aiohttp.ClientSession
+    ) -> TemplateBuilds:
+        s = self.settings
+        images = s.resolved_image_cache_dir()
+        hosts = RegistryHosts(s.registry_mirrors, s.insecure_registries, s.registry_mirror_only)
+        bases = ImageBases(images / "bases", BlobCache(images), hosts,
+                           load_credentials(s.registry_credentials_file), session)
+        saved = s.resolved_cache_dir() / "templates" / "built"
+        return TemplateBuilds(templates, bases, saved, templates.inputs(BASE_TEMPLATE),
+                              store.put_template)
 
     async def _start_proxy(self, connections: SandboxConnections) -> None:
         host, _, port = self.settings.proxy_listen.rpartition(":")

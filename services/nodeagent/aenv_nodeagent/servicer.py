@@ -5,16 +5,21 @@ shared interceptor."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from aenv_nodeagent.images.auth import Login
 from aenv_nodeagent.metrics import Window
 from aenv_nodeagent.sandbox.logs import LogQuery
 from aenv_nodeagent.sandbox.service import SandboxService
 from aenv_nodeagent.snapshots.store import SnapshotMeta
+from aenv_nodeagent.templates.builds import BuildRequest, Built, TemplateBuilds
+from aenv_nodeagent.templates.recipe import Recipe
 
 
 class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
@@ -22,9 +27,27 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self,
         sandboxes: SandboxService,
         node_record: Callable[[], cluster_pb2.NodeRecord],
+        builds: TemplateBuilds,
     ) -> None:
         self._sandboxes = sandboxes
         self._node_record = node_record
+        self._builds = builds
+
+    async def BuildTemplate(
+        self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:
+        lines: asyncio.Queue[str] = asyncio.Queue()
+        build = asyncio.ensure_future(self._builds.build(build_request(request), lines.put_nowait))
+        try:
+            while not build.done() or not lines.empty():
+                line = await _next_line(lines, build)
+                if line is not None:
+                    yield nodeagent_pb2.BuildTemplateResponse(log=_log_line(line))
+            built = build.result()  # its typed error becomes the stream's status
+        finally:
+            build.cancel()  # the caller went away: the build's undo removes what it made
+        yield nodeagent_pb2.BuildTemplateResponse(result=nodeagent_pb2.BuildTemplateResult(
+            template=built.record, phases_ms=built.phases_ms))
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
@@ -161,3 +184,40 @@ def snapshot_info(meta: SnapshotMeta) -> nodeagent_pb2.SnapshotInfo:
     )
     info.created_at.FromNanoseconds(int(meta.created_at * 1e9))
     return info
+
+
+def build_request(request: nodeagent_pb2.BuildTemplateRequest) -> BuildRequest:
+    """:raise InvalidArgument: a step of a kind or shape the SDK never sends."""
+    recipe = Recipe.from_e2b({
+        "steps": [{"type": step.type, "args": list(step.args), "filesHash": step.files_hash}
+                  for step in request.steps],
+        "startCmd": request.start_cmd, "readyCmd": request.ready_cmd,
+    })
+    creds = request.registry
+    return BuildRequest(
+        request.template_id, request.build_id, recipe,
+        from_image=request.from_image or None, from_template=request.from_template or None,
+        login=Login(creds.username, creds.password) if creds.username else None,
+        vcpus=request.resources.vcpus, memory_mib=request.resources.memory_mib,
+        disk_mib=request.resources.disk_mib,
+    )
+
+
+async def _next_line(lines: asyncio.Queue[str], build: asyncio.Future[Built]) -> str | None:
+    """The build's next log line, or None once it has ended with no line left."""
+    if not lines.empty():
+        return lines.get_nowait()
+    getter = asyncio.ensure_future(lines.get())
+    either: set[asyncio.Future[Any]] = {getter, build}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getter.done():
+            getter.cancel()
+    return getter.result() if getter.done() and not getter.cancelled() else None
+
+
+def _log_line(message: str) -> nodeagent_pb2.BuildLogLine:
+    now = Timestamp()
+    now.GetCurrentTime()
+    return nodeagent_pb2.BuildLogLine(time=now, level="info", message=message)

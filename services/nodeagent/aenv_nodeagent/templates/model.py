@@ -123,6 +123,13 @@ class TemplateCatalog:
     def register(self, inputs: TemplateInputs) -> None:
         self._inputs[inputs.template_id] = inputs
 
+    def unregister(self, template_id: str, previous: TemplateInputs | None = None) -> None:
+        """Forget the template, or put `previous` back (a failed rebuild keeps what was)."""
+        if previous is None:
+            self._inputs.pop(template_id, None)
+        else:
+            self._inputs[template_id] = previous
+
     def has(self, template_id: str) -> bool:
         return template_id in self._inputs
 

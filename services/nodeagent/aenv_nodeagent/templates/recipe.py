@@ -63,6 +63,28 @@ class Recipe:
                  "image": [self.from_image, list(self.image_env), self.image_workdir]}
         return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
 
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": [{"type": s.kind.value, "args": list(s.args), "filesHash": s.files_hash}
+                          for s in self.steps],
+                "startCmd": self.start_cmd, "readyCmd": self.ready_cmd,
+                "imageEnv": [list(pair) for pair in self.image_env],
+                "imageWorkdir": self.image_workdir, "fromImage": self.from_image}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Recipe:
+        """What `to_json` wrote (a node's saved templates)."""
+        recipe = cls.from_e2b(data)
+        return replace(recipe, image_env=tuple((k, v) for k, v in data.get("imageEnv") or []),
+                       image_workdir=data.get("imageWorkdir"),
+                       from_image=bool(data.get("fromImage")))
+
+    def after(self, parent: Recipe) -> Recipe:
+        """This recipe built on `parent`'s template (E2B's `from_template`): the parent's image
+        settings and steps, then ours; our start command if we have one, else the parent's."""
+        start, ready = (self.start_cmd, self.ready_cmd) if self.start_cmd else (
+            parent.start_cmd, parent.ready_cmd)
+        return replace(parent, steps=parent.steps + self.steps, start_cmd=start, ready_cmd=ready)
+
     def on_image(self, config: Mapping[str, Any]) -> Recipe:
         """This recipe run on an image whose config (OCI image config JSON) is `config`."""
         inner = config.get("config") or {}

@@ -13,7 +13,6 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from aenv_common.errors import AenvError, DeadlineExceeded
@@ -31,7 +30,7 @@ from aenv_nodeagent.templates.model import (
     save_snapshot,
     snapshot_dir,
 )
-from aenv_nodeagent.templates.steps import BuildContexts, GuestDefaults, StepRunner
+from aenv_nodeagent.templates.steps import BuildContexts, GuestDefaults, Log, StepRunner
 from aenv_nodeagent.vmm.driver import VmmDriver
 
 log = logging.getLogger(__name__)
@@ -68,8 +67,9 @@ class TemplateStore(TemplateCatalog):
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())
 
-    async def get(self, template_id: str) -> TemplateSnapshot:
-        """The template's snapshot, capturing it the first time.
+    async def get(self, template_id: str, build_log: Log | None = None) -> TemplateSnapshot:
+        """The template's snapshot, capturing it the first time (its build's lines go to
+        `build_log`, else to this node's log).
 
         :raise NotFound: no such template registered.
         :raise BuildStepFailed: a step of its recipe failed.
@@ -84,16 +84,19 @@ class TemplateStore(TemplateCatalog):
             directory = snapshot_dir(self._root, inputs)
             directory.parent.mkdir(parents=True, exist_ok=True)
             async with file_lock(directory.parent / f".{directory.name}.lock"):
-                snap = load_snapshot(directory) or await self._build(inputs, directory)
+                snap = load_snapshot(directory) or await self._build(
+                    inputs, directory, build_log or _build_log(inputs))
             self._ready[template_id] = snap
             return snap
 
-    async def _build(self, inputs: TemplateInputs, directory: Path) -> TemplateSnapshot:
+    async def _build(
+        self, inputs: TemplateInputs, directory: Path, build_log: Log
+    ) -> TemplateSnapshot:
         last: AenvError | None = None
         for attempt in range(1, self._boot_attempts + 1):
             work = Path(tempfile.mkdtemp(prefix=".build-", dir=directory.parent))
             try:
-                snap = await self._capture(inputs, work, directory)
+                snap = await self._capture(inputs, work, directory, build_log)
                 save_snapshot(snap, work)
                 work.rename(directory)
                 log.info("template captured", extra={"template": inputs.template_id,
@@ -110,7 +113,7 @@ class TemplateStore(TemplateCatalog):
         raise last
 
     async def _capture(
-        self, inputs: TemplateInputs, work: Path, final_dir: Path
+        self, inputs: TemplateInputs, work: Path, final_dir: Path, build_log: Log
     ) -> TemplateSnapshot:
         await create_overlay(inputs.rootfs.path, work / _DISK)
         # A recipe's RUN steps fetch packages: the internet, never the host or private ranges.
@@ -125,8 +128,7 @@ class TemplateStore(TemplateCatalog):
             defaults = GuestDefaults()
             if inputs.recipe:
                 defaults = await StepRunner(
-                    self._commands, slot.ns_ip, self._contexts, _build_log(inputs)
-                ).run(inputs.recipe)
+                    self._commands, slot.ns_ip, self._contexts, build_log).run(inputs.recipe)
             envd_version = await self._envd.init(
                 slot.ns_ip, env_vars=defaults.env_vars, access_token="",
                 default_user=defaults.user, default_workdir=defaults.workdir)
@@ -153,7 +155,7 @@ class TemplateStore(TemplateCatalog):
         )
 
 
-def _build_log(inputs: TemplateInputs) -> Callable[[str], None]:
+def _build_log(inputs: TemplateInputs) -> Log:
     def write(line: str) -> None:
         log.info("template build", extra={"template": inputs.template_id, "line": line[:500]})
     return write

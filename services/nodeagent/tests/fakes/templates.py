@@ -16,6 +16,7 @@ from typing import Protocol
 from aenv_nodeagent.artifacts import GuestArtifacts, RootfsImage
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore
 from aenv_nodeagent.templates.model import TemplateCatalog
+from aenv_nodeagent.templates.steps import Log
 from aenv_nodeagent.vmm import Accelerator, AcceleratorChoice
 
 from .vm import STATE_MARKER
@@ -63,7 +64,7 @@ class FakeTemplates(TemplateCatalog):
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())
 
-    async def get(self, template_id: str) -> TemplateSnapshot:
+    async def get(self, template_id: str, build_log: Log | None = None) -> TemplateSnapshot:
         self.inputs(template_id)  # NotFound for unknown ids
         await self.gets_open.wait()
         await asyncio.sleep(0)
@@ -87,7 +88,7 @@ class _Templates(Protocol):
     def inputs(self, template_id: str) -> TemplateInputs: ...
     def registered(self) -> list[str]: ...
     def cached(self) -> list[TemplateSnapshot]: ...
-    async def get(self, template_id: str) -> TemplateSnapshot: ...
+    async def get(self, template_id: str, build_log: Log | None = None) -> TemplateSnapshot: ...
 
 
 _REAL_TEMPLATES: type[_Templates] = TemplateStore

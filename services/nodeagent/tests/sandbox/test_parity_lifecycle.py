@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -27,8 +28,12 @@ from aenv_nodeagent.sandbox.logs import (
     parse_line,
 )
 from aenv_nodeagent.servicer import NodeAgentServicer
+from aenv_nodeagent.templates.builds import TemplateBuilds
 
 from .conftest import FILESYSTEM, PAUSED, RUNNING, Wing
+
+# These tests never build templates.
+NO_BUILDS = cast(TemplateBuilds, None)
 
 FULL = cluster_pb2.PAUSE_MODE_UNSPECIFIED
 KILLING = cluster_pb2.SANDBOX_STATE_KILLING
@@ -113,7 +118,7 @@ async def test_extend_only_never_shortens(wing: Wing) -> None:
 
 
 async def test_set_timeout_over_grpc(wing: Wing) -> None:
-    servicer = NodeAgentServicer(wing.service, cluster_pb2.NodeRecord)
+    servicer = NodeAgentServicer(wing.service, cluster_pb2.NodeRecord, NO_BUILDS)
     context = _no_context()
     sandbox = await wing.create(timeout_seconds=600)
     kept = await servicer.SetSandboxTimeout(nodeagent_pb2.SetSandboxTimeoutRequest(
@@ -291,7 +296,7 @@ async def test_the_collection_pass_reads_every_sandbox_and_forgets_the_killed(
 
 
 async def test_logs_over_grpc(wing: Wing) -> None:
-    servicer = NodeAgentServicer(wing.service, cluster_pb2.NodeRecord)
+    servicer = NodeAgentServicer(wing.service, cluster_pb2.NodeRecord, NO_BUILDS)
     sandbox = await wing.create()
     append(sandbox.directory / CONSOLE_LOG, envd("one") + envd("two", "ERROR"))
     answer = await servicer.GetSandboxLogs(nodeagent_pb2.GetSandboxLogsRequest(

@@ -24,7 +24,11 @@ from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.templates.builds import TemplateBuilds
 from aenv_nodeagent.vmm.driver import VmmDriver
+
+# These tests never build templates.
+NO_BUILDS = cast(TemplateBuilds, None)
 
 
 def _sample(ts: float, cpu: float = 1.0) -> MetricSample:
@@ -262,7 +266,7 @@ async def test_kill_drops_the_history(tmp_path: Path) -> None:
 
 async def test_servicer_windows_and_paused_history(tmp_path: Path) -> None:
     manager = await _manager(tmp_path, FakeEnvd())
-    servicer = NodeAgentServicer(manager, cluster_pb2.NodeRecord)
+    servicer = NodeAgentServicer(manager, cluster_pb2.NodeRecord, NO_BUILDS)
     context: Any = None
     for ts in (100.0, 105.0, 110.0):
         manager.metrics_history.add("sbx1", _sample(ts))

@@ -77,3 +77,22 @@ def test_an_images_config_gives_the_environment_and_directory_steps_start_from()
     # An image alone (no step) is still a recipe: the build makes E2B's `user` in it.
     bare = Recipe().on_image({"config": {}})
     assert bare and bare.image_workdir is None and bare.digest() != Recipe().digest()
+
+
+def test_a_recipe_is_saved_and_read_back_whole() -> None:
+    recipe = Recipe.from_e2b({"steps": [
+        _step("ENV", "A", "1"), _step("COPY", "a", "/b", "user", "0644", filesHash="h1")],
+        "startCmd": "serve", "readyCmd": "check"}).on_image(
+            {"config": {"Env": ["PATH=/bin"], "WorkingDir": "/w"}})
+    assert Recipe.from_json(recipe.to_json()) == recipe
+
+
+def test_a_template_built_on_another_runs_its_steps_then_ours() -> None:
+    parent = Recipe.from_e2b({"steps": [_step("RUN", "one")], "startCmd": "serve",
+                              "readyCmd": "check"}).on_image({"config": {"Env": ["X=1"]}})
+    child = Recipe.from_e2b({"steps": [_step("RUN", "two")]}).after(parent)
+    assert [s.args for s in child.steps] == [("one",), ("two",)]
+    assert (child.start_cmd, child.ready_cmd, child.image_env) == ("serve", "check",
+                                                                  (("X", "1"),))
+    own = Recipe.from_e2b({"startCmd": "mine"}).after(parent)
+    assert (own.start_cmd, own.ready_cmd) == ("mine", None)

@@ -24,6 +24,79 @@ LOG_LEVEL_INFO: LogLevel
 LOG_LEVEL_WARN: LogLevel
 LOG_LEVEL_ERROR: LogLevel
 
+class TemplateStep(_message.Message):
+    __slots__ = ("type", "args", "files_hash")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    FILES_HASH_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    files_hash: str
+    def __init__(self, type: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., files_hash: _Optional[str] = ...) -> None: ...
+
+class BuildTemplateRequest(_message.Message):
+    __slots__ = ("template_id", "build_id", "from_image", "from_template", "registry", "steps", "start_cmd", "ready_cmd", "resources")
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUILD_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    FROM_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    REGISTRY_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    START_CMD_FIELD_NUMBER: _ClassVar[int]
+    READY_CMD_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    template_id: str
+    build_id: str
+    from_image: str
+    from_template: str
+    registry: RegistryCredentials
+    steps: _containers.RepeatedCompositeFieldContainer[TemplateStep]
+    start_cmd: str
+    ready_cmd: str
+    resources: _cluster_pb2.Resources
+    def __init__(self, template_id: _Optional[str] = ..., build_id: _Optional[str] = ..., from_image: _Optional[str] = ..., from_template: _Optional[str] = ..., registry: _Optional[_Union[RegistryCredentials, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[TemplateStep, _Mapping]]] = ..., start_cmd: _Optional[str] = ..., ready_cmd: _Optional[str] = ..., resources: _Optional[_Union[_cluster_pb2.Resources, _Mapping]] = ...) -> None: ...
+
+class RegistryCredentials(_message.Message):
+    __slots__ = ("username", "password")
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    password: str
+    def __init__(self, username: _Optional[str] = ..., password: _Optional[str] = ...) -> None: ...
+
+class BuildTemplateResponse(_message.Message):
+    __slots__ = ("log", "result")
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    log: BuildLogLine
+    result: BuildTemplateResult
+    def __init__(self, log: _Optional[_Union[BuildLogLine, _Mapping]] = ..., result: _Optional[_Union[BuildTemplateResult, _Mapping]] = ...) -> None: ...
+
+class BuildLogLine(_message.Message):
+    __slots__ = ("time", "level", "message")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    level: str
+    message: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class BuildTemplateResult(_message.Message):
+    __slots__ = ("template", "phases_ms")
+    class PhasesMsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    PHASES_MS_FIELD_NUMBER: _ClassVar[int]
+    template: _cluster_pb2.TemplateRecord
+    phases_ms: _containers.ScalarMap[str, float]
+    def __init__(self, template: _Optional[_Union[_cluster_pb2.TemplateRecord, _Mapping]] = ..., phases_ms: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
 class TakeOverSandboxRequest(_message.Message):
     __slots__ = ("sandbox_id", "discard")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]

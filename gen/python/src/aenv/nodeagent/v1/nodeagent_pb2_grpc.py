@@ -124,6 +124,11 @@ class NodeAgentServiceStub:
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxRequest.SerializeToString,
                 response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxResponse.FromString,
                 _registered_method=True)
+        self.BuildTemplate = channel.unary_stream(
+                '/aenv.nodeagent.v1.NodeAgentService/BuildTemplate',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateResponse.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServiceServicer:
@@ -253,6 +258,16 @@ class NodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BuildTemplate(self, request, context):
+        """Builds a template on this node, as E2B's template build: its base (an OCI image, or another
+        template), its recipe run in a booted VM of it, then the capture with the start command
+        running. Streams the build's log lines, then its result; a failed build ends the stream with
+        the error (its message names the failing step as `step N (KIND): ...`) and leaves nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -345,6 +360,11 @@ def add_NodeAgentServiceServicer_to_server(servicer, server):
                     servicer.TakeOverSandbox,
                     request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxRequest.FromString,
                     response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxResponse.SerializeToString,
+            ),
+            'BuildTemplate': grpc.unary_stream_rpc_method_handler(
+                    servicer.BuildTemplate,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -833,6 +853,33 @@ class NodeAgentService:
             '/aenv.nodeagent.v1.NodeAgentService/TakeOverSandbox',
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxRequest.SerializeToString,
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.TakeOverSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BuildTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/BuildTemplate',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,71 @@
+"""The base disks of templates built from OCI images: an image reference pulled (mirrors,
+insecure registries and credentials are the node's configuration; a build may add its own
+login) and made a read-only qcow2 (`images/`), kept at `<root>/<manifest digest>-<disk MiB>/`
+for as long as templates stand on it, so a second build of the same image and size reuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import aiohttp
+
+from aenv_nodeagent.images import (
+    BaseDisk,
+    BlobCache,
+    Credentials,
+    RegistryHosts,
+    RegistrySource,
+    build_base_disk,
+    parse_reference,
+)
+from aenv_nodeagent.images.auth import Login
+
+
+class ImageBases:
+    def __init__(
+        self, root: Path, cache: BlobCache, hosts: RegistryHosts, credentials: Credentials,
+        session: aiohttp.ClientSession,
+    ) -> None:
+        self._root = root
+        self._cache = cache
+        self._hosts = hosts
+        self._credentials = credentials
+        self._session = session
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    async def base(self, reference: str, disk_mib: int, login: Login | None = None) -> BaseDisk:
+        """The image's base disk of `disk_mib` MiB.
+
+        :raise AenvError: one of `images.errors` (unknown image, refused credentials, wrong
+            architecture, a corrupt layer, a disk too small, ...).
+        """
+        ref = parse_reference(reference)
+        credentials = self._credentials
+        if login is not None:
+            credentials = Credentials({**credentials.by_host, ref.registry: login})
+        source = RegistrySource(ref, self._hosts, credentials, self._session)
+        async with self._locks.setdefault((str(ref), disk_mib), asyncio.Lock()):
+            self._root.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=".base-", dir=self._root))
+            try:
+                built = await build_base_disk(source, self._cache, work, disk_mib)
+                return self._keep(built, disk_mib, work)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+
+    def _keep(self, built: BaseDisk, disk_mib: int, work: Path) -> BaseDisk:
+        """Move the new disk to its digest's place, unless an earlier build put one there: a
+        template may stand on that one already (its overlays name its path)."""
+        home = self._root / f"{built.digest.replace(':', '-')}-{disk_mib}"
+        if not (home / built.path.name).exists():
+            shutil.rmtree(home, ignore_errors=True)
+            os.rename(work, home)
+            home.chmod(0o755)  # every sandbox's QEMU reads the disk (mkdtemp made it 0700)
+            work.mkdir()  # for the caller's cleanup
+        return dataclasses.replace(built, path=home / built.path.name)

@@ -1,0 +1,156 @@
+"""Template builds on this node, as E2B's template build asks for them: a base (an OCI image, or
+another template this node knows), a recipe, sizes; the result is a captured template every
+sandbox of this node can restore, its inputs saved so it outlives a restart, and its record.
+
+    builds = TemplateBuilds(store, bases, saved_dir, defaults, publish)
+    built = await builds.build(BuildRequest("app", "b1", recipe, from_image="python:3.11"), log)
+
+A new build of an existing template id replaces it for new sandboxes only when it succeeds: a
+failed build leaves the previous version registered and usable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import InvalidArgument
+from aenv_common.snapshots.codec import check_name
+from aenv_nodeagent.artifacts import RootfsImage
+from aenv_nodeagent.images.auth import Login
+from aenv_nodeagent.private_files import write_private_json
+from aenv_nodeagent.templates.bases import ImageBases
+from aenv_nodeagent.templates.model import TemplateInputs, TemplateSnapshot
+from aenv_nodeagent.templates.recipe import Recipe
+from aenv_nodeagent.templates.steps import Log
+from aenv_nodeagent.templates.store import TemplateStore
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[cluster_pb2.TemplateRecord], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    template_id: str
+    build_id: str
+    recipe: Recipe
+    from_image: str | None = None
+    from_template: str | None = None
+    login: Login | None = field(default=None, repr=False)
+    # 0: the node's default.
+    vcpus: int = 0
+    memory_mib: int = 0
+    disk_mib: int = 0
+
+
+@dataclass(frozen=True)
+class Built:
+    snapshot: TemplateSnapshot
+    record: cluster_pb2.TemplateRecord
+    phases_ms: dict[str, float]
+
+
+class TemplateBuilds:
+    def __init__(
+        self, store: TemplateStore, bases: ImageBases, saved: Path, defaults: TemplateInputs,
+        publish: Publish,
+    ) -> None:
+        self._store = store
+        self._bases = bases
+        self._saved = saved
+        self._defaults = defaults  # the node's artifacts, accelerator and default sizes
+        self._publish = publish
+
+    def load_saved(self) -> list[str]:
+        """Registers the templates built here before (at start); returns their ids."""
+        loaded = []
+        for path in sorted(self._saved.glob("*.json")) if self._saved.is_dir() else []:
+            data = json.loads(path.read_text())
+            self._store.register(dataclasses.replace(
+                self._defaults, template_id=data["template_id"],
+                rootfs=RootfsImage(Path(data["rootfs"]), data["rootfs_digest"], ()),
+                recipe=Recipe.from_json(data["recipe"]), vcpus=data["vcpus"],
+                memory_mib=data["memory_mib"], disk_mib=data["disk_mib"]))
+            loaded.append(data["template_id"])
+        return loaded
+
+    async def build(self, request: BuildRequest, build_log: Log) -> Built:
+        """:raise InvalidArgument: a bad request, or a step that failed (`step N (KIND): ...`).
+        :raise AenvError: the image could not be had (`images.errors`), or the guest broke off.
+        """
+        check_name("template id", request.template_id)
+        started = time.monotonic()
+        inputs, phases = await self._inputs(request, build_log)
+        previous = self._store.inputs(request.template_id) if self._store.has(
+            request.template_id) else None
+        self._store.register(inputs)
+        try:
+            build_log("booting the template's VM to run its recipe")
+            capture_started = time.monotonic()
+            snapshot = await self._store.get(request.template_id, build_log)
+        except BaseException:
+            self._store.unregister(request.template_id, previous)
+            raise
+        phases["capture"] = (time.monotonic() - capture_started) * 1000
+        self._save(inputs)
+        record = _record(snapshot)
+        await self._publish(record)
+        phases["total"] = (time.monotonic() - started) * 1000
+        log.info("template built", extra={"template": request.template_id,
+                                          "build": request.build_id,
+                                          **{f"{k}_ms": round(v) for k, v in phases.items()}})
+        return Built(snapshot, record, phases)
+
+    async def _inputs(
+        self, request: BuildRequest, build_log: Log
+    ) -> tuple[TemplateInputs, dict[str, float]]:
+        disk_mib = request.disk_mib or self._defaults.disk_mib
+        if request.from_image:
+            build_log(f"pulling {request.from_image}")
+            disk = await self._bases.base(request.from_image, disk_mib, request.login)
+            build_log(f"base disk of {disk.image} ({disk.digest}) ready")
+            inputs = dataclasses.replace(
+                self._defaults, rootfs=RootfsImage(disk.path, disk.digest, ()),
+                recipe=request.recipe.on_image(disk.config))
+            phases = {f"base_{k}": v for k, v in disk.phases_ms.items()}
+        elif request.from_template:
+            parent = self._store.inputs(request.from_template)
+            inputs, phases = dataclasses.replace(
+                parent, recipe=request.recipe.after(parent.recipe)), {}
+        else:
+            raise InvalidArgument("a template build needs fromImage or fromTemplate")
+        return dataclasses.replace(
+            inputs, template_id=request.template_id, disk_mib=disk_mib,
+            vcpus=request.vcpus or self._defaults.vcpus,
+            memory_mib=request.memory_mib or self._defaults.memory_mib,
+        ), phases
+
+    def _save(self, inputs: TemplateInputs) -> None:
+        self._saved.mkdir(parents=True, exist_ok=True)
+        write_private_json(self._saved / f"{inputs.template_id}.json", {
+            "template_id": inputs.template_id, "rootfs": str(inputs.rootfs.path),
+            "rootfs_digest": inputs.rootfs.digest, "recipe": inputs.recipe.to_json(),
+            "vcpus": inputs.vcpus, "memory_mib": inputs.memory_mib,
+            "disk_mib": inputs.disk_mib,
+        })
+
+
+def _record(snapshot: TemplateSnapshot) -> cluster_pb2.TemplateRecord:
+    created = Timestamp()
+    created.GetCurrentTime()
+    return cluster_pb2.TemplateRecord(
+        template_id=snapshot.template_id,
+        default_resources=cluster_pb2.Resources(
+            vcpus=snapshot.vcpus, memory_mib=snapshot.memory_mib, disk_mib=snapshot.disk_mib),
+        envd_version=snapshot.envd_version,
+        created_at=created,
+    )
