@@ -16,6 +16,7 @@ import pytest_asyncio
 from aenv_cli.edge import PublicEdge
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
+from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 
 # Host-based routing (`<port>-<id>.<domain>`) is on for the shared platform; the SDKs still
@@ -64,7 +65,7 @@ async def platform(
         {
             "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
             "AENV_NODEAGENT_NET_PREFIX": net_prefix,
-            "AENV_NODEAGENT_NET_POOL_CIDR": "10.213.0.0/20",
+            "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(20),
             "AENV_NODEAGENT_NODE_ID": "e2e-node",
             "AENV_GATEWAY_DOMAIN": GATEWAY_DOMAIN,
             "AENV_NODEAGENT_METRICS_INTERVAL_S": str(METRICS_INTERVAL_S),

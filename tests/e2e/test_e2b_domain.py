@@ -10,6 +10,7 @@ trusts the edge by SSL_CERT_FILE, creates a sandbox, runs commands, fetches an a
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ import pytest_asyncio
 
 from aenv_cli.edge import PublicEdge
 from aenv_cli.platform import Platform
+from aenv_common.testing.subnets import free_subnet
 
 from ..conftest import running_platform, shared_cache_dir
 
@@ -32,8 +34,6 @@ pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.net
 
 PROGRAM = Path(__file__).parent / "programs" / "e2b_domain_program.py"
 DOMAIN = "sbx.aenv-e2e.test"
-# Sandboxes of this platform; the client link is a /30 of 10.222.0.0/16 (random per run).
-SANDBOX_POOL = "10.221.0.0/24"
 
 
 @dataclass(frozen=True)
@@ -52,17 +52,17 @@ def client_netns() -> Iterator[ClientNetns]:
     (`ip netns exec` puts /etc/netns/<name>/resolv.conf over /etc/resolv.conf)."""
     tag = secrets.token_hex(3)
     name, host_if, ns_if = f"aedns-{tag}", f"aedh{tag}", f"aedn{tag}"
-    subnet = f"10.222.{secrets.randbelow(256)}"
-    gateway, resolver = f"{subnet}.1", f"{subnet}.2"
+    link = ipaddress.IPv4Network(free_subnet(30))
+    gateway, resolver = str(link.network_address + 1), str(link.network_address + 2)
     etc = Path("/etc/netns") / name
     dnsmasq: subprocess.Popen[bytes] | None = None
     try:
         _ip("netns", "add", name)
         _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", name)
-        _ip("addr", "add", f"{gateway}/30", "dev", host_if)
+        _ip("addr", "add", f"{gateway}/{link.prefixlen}", "dev", host_if)
         _ip("link", "set", host_if, "up")
-        for args in (["addr", "add", f"{resolver}/30", "dev", ns_if], ["link", "set", ns_if, "up"],
-                     ["link", "set", "lo", "up"]):
+        for args in (["addr", "add", f"{resolver}/{link.prefixlen}", "dev", ns_if],
+                     ["link", "set", ns_if, "up"], ["link", "set", "lo", "up"]):
             _ip("-n", name, *args)
         etc.mkdir(parents=True)
         (etc / "resolv.conf").write_text(f"nameserver {resolver}\n")
@@ -90,7 +90,7 @@ async def domain_platform(
     env = dict(os.environ) | {
         "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
         "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": SANDBOX_POOL,
+        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
     }
     edge = PublicEdge(DOMAIN, f"{client_netns.gateway_address}:443")

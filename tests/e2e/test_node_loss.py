@@ -23,6 +23,7 @@ from aenv_cli.readiness import GrpcHealthProbe
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.testing.ports import free_port
+from aenv_common.testing.subnets import free_subnet
 
 from ..conftest import netns_names, qemu_pids_under
 from .conftest import COUNTER, counter
@@ -54,7 +55,7 @@ async def second_node(
         "AENV_NODEAGENT_PROXY_LISTEN": address(free_port()),
         "AENV_NODEAGENT_STATE_DIR": str(state_dir),
         "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": "10.214.0.0/24",
+        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
     }
     child = await ChildProcess.spawn("nodeagent-b", [sys.executable, "-m", "aenv_nodeagent"],

@@ -23,6 +23,7 @@ import pytest_asyncio
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
+from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
@@ -101,11 +102,13 @@ class Node:
 async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
-    pool_vms: int = 0, pool_cidr: str = "10.217.0.0/24", snapstore: str = "",
+    pool_vms: int = 0, pool_cidr: str | None = None, snapstore: str = "",
     node_id: str = "test-node", own_templates: bool = False,
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
-    network = network or NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
+    # A pool of its own per node: runs beside it (CI, another suite) have theirs.
+    network = network or NetworkManager(NetworkConfig(
+        prefix=prefix, pool_cidr=pool_cidr or free_subnet(24)))
     envd = EnvdClient(session)
     # Shared by every run (captures are keyed by their inputs), unless the test builds its own.
     templates_root = state_dir / "templates" if own_templates else (
@@ -154,7 +157,7 @@ async def node() -> AsyncIterator[Node]:
 @contextlib.asynccontextmanager
 async def node_parts(
     *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0,
-    pool_cidr: str = "10.217.0.0/24", snapstore: str = "", node_id: str = "test-node",
+    pool_cidr: str | None = None, snapstore: str = "", node_id: str = "test-node",
     records: MemoryRecords | None = None, own_templates: bool = False,
 ) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"

@@ -21,7 +21,7 @@ RUNNING, LOST = cluster_pb2.SANDBOX_STATE_RUNNING, cluster_pb2.SANDBOX_STATE_LOS
 
 
 async def test_a_sandbox_from_the_warm_pool_is_adopted_and_lives_on() -> None:
-    async with node_parts(pool_vms=1, pool_cidr="10.219.0.0/24") as node:
+    async with node_parts(pool_vms=1) as node:
         await node.sandboxes.create(spec())  # from now on VMs are pre-started for the template
         await until(lambda: node.pool.sizes()["vms"] == 1, "pre-started VM")
         s = spec()

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.vm, pytest.mark.netns]
 
 async def test_another_node_restores_a_persisted_snapshot(snapstore: str) -> None:
     # Pools of their own: other lifecycle tests (maybe running now) use 10.217.0.0/24.
-    async with node_parts(snapstore=snapstore, pool_cidr="10.219.0.0/24") as here, \
-            node_parts(snapstore=snapstore, pool_cidr="10.218.0.0/24") as there:
+    async with node_parts(snapstore=snapstore) as here, \
+            node_parts(snapstore=snapstore) as there:
         assert here.sandboxes.persistence is not None
         source = spec()
         sandbox = await here.sandboxes.create(source)
@@ -59,9 +59,9 @@ async def test_paused_sandboxes_outlive_their_node(snapstore: str) -> None:
     its files there) and kills the other; A, back, drops its stale copies."""
     records = MemoryRecords()
     records.nodes["node-a"] = cluster_pb2.NodeRecord(node_id="node-a")
-    async with node_parts(snapstore=snapstore, pool_cidr="10.219.0.0/24", node_id="node-a",
+    async with node_parts(snapstore=snapstore, node_id="node-a",
                           records=records) as here, \
-            node_parts(snapstore=snapstore, pool_cidr="10.218.0.0/24", node_id="node-b",
+            node_parts(snapstore=snapstore, node_id="node-b",
                        records=records) as there:
         moved, dropped = spec(), spec()
         sandbox = await here.sandboxes.create(moved)

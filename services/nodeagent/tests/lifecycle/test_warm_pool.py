@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
 
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.netns]
 async def parts() -> AsyncIterator[tuple[NetworkManager, Path, str]]:
     prefix = "awp" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     work = Path(tempfile.mkdtemp(prefix="awp", dir="/tmp"))
-    network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr="10.219.0.0/24"))
+    network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=free_subnet(24)))
     try:
         yield network, work, prefix
     finally:

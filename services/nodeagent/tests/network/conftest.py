@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 
 from .helpers import remove_everything_named
@@ -35,7 +36,7 @@ _test_letters = itertools.product(string.ascii_lowercase, repeat=2)
 def net_config(run_prefix: str) -> NetworkConfig:
     # One sub-prefix per test so a test's leftovers can be found and asserted on.
     sub = "".join(next(_test_letters))
-    return NetworkConfig(prefix=f"{run_prefix}{sub}", pool_cidr="10.213.0.0/22")
+    return NetworkConfig(prefix=f"{run_prefix}{sub}", pool_cidr=free_subnet(22))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 from pyroute2 import IPRoute
 
 from aenv_common.errors import Conflict, Internal, ResourceExhausted
+from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import (
     EgressPolicy,
     NetSlot,
@@ -261,8 +262,9 @@ async def test_failed_create_leaves_nothing_behind(
 
 async def test_a_pool_another_agent_uses_is_refused(run_prefix: str) -> None:
     """Two node agents on one host with the same pool would route each other's guests."""
-    first = NetworkManager(NetworkConfig(prefix=f"{run_prefix}ya", pool_cidr="10.214.4.0/29"))
-    second = NetworkManager(NetworkConfig(prefix=f"{run_prefix}yb", pool_cidr="10.214.4.0/29"))
+    pool = free_subnet(29)
+    first = NetworkManager(NetworkConfig(prefix=f"{run_prefix}ya", pool_cidr=pool))
+    second = NetworkManager(NetworkConfig(prefix=f"{run_prefix}yb", pool_cidr=pool))
     slot = await first.create_slot(NO_INTERNET)
     try:
         with pytest.raises(Conflict, match=f"{slot.host_ip} .* already assigned"):
@@ -273,7 +275,7 @@ async def test_a_pool_another_agent_uses_is_refused(run_prefix: str) -> None:
 
 
 async def test_full_pool_is_resource_exhausted(run_prefix: str) -> None:
-    manager = NetworkManager(NetworkConfig(prefix=f"{run_prefix}zz", pool_cidr="10.214.0.0/29"))
+    manager = NetworkManager(NetworkConfig(prefix=f"{run_prefix}zz", pool_cidr=free_subnet(29)))
     try:
         await manager.create_slot(NO_INTERNET)
         await manager.create_slot(NO_INTERNET)

@@ -20,6 +20,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
+from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
@@ -45,7 +46,7 @@ Env = tuple[SandboxService, MemoryRecords, str, TemplateStore]
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     prefix = "ast" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     settings = NodeAgentSettings(state_dir=tmp_path / "state")
-    network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr="10.216.0.0/24"))
+    network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=free_subnet(24)))
     async with aiohttp.ClientSession() as session:
         envd = EnvdClient(session)
         templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
