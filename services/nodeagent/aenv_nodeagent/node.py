@@ -10,8 +10,10 @@ import logging
 import time
 from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import grpc
 import uvicorn
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -20,6 +22,7 @@ from aenv.nodeagent.v1 import nodeagent_pb2_grpc
 from aenv_common.cluster import ClusterStore, NodeRegistration
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import start_http_server
+from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.config import NodeAgentSettings
@@ -39,6 +42,7 @@ from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import TemplateBuilds
+from aenv_nodeagent.templates.steps import BuildContexts
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
 from aenv_nodeagent.vmm.driver import VmmDriver
 
@@ -189,9 +193,11 @@ class NodeAgent:
         assert self.accel is not None
         inputs = await base_template_inputs(s, self.accel)
         self.kernel_version = inputs.artifacts.kernel_version
+        root = s.resolved_cache_dir() / "templates"
         templates = TemplateStore(
-            s.resolved_cache_dir() / "templates", network, envd, driver, commands,
+            root, network, envd, driver, commands,
             boot_timeout_s=s.boot_timeout_s, boot_attempts=s.boot_attempts,
+            contexts=BuildContexts(root / "contexts", self._snapstore_stub()),
         )
         templates.register(inputs)
         snap = await templates.get(BASE_TEMPLATE)
@@ -206,6 +212,14 @@ class NodeAgent:
             created_at=created,
         ))
         return templates
+
+    def _snapstore_stub(self) -> Any | None:
+        """A snapstore client for template builds' uploaded files (None: no snapstore)."""
+        if not self.settings.snapstore_address:
+            return None
+        channel = grpc.aio.insecure_channel(self.settings.snapstore_address)
+        self._stack.push_async_callback(channel.close)
+        return snapstore_stub(channel)
 
     def _template_builds(
         self, templates: TemplateStore, store: ClusterStore, session: aiohttp.ClientSession

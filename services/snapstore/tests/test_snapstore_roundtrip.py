@@ -14,6 +14,7 @@ from aenv_common.errors import AlreadyExists, Conflict, Internal, InvalidArgumen
 from aenv_common.snapshots import ZERO_CHUNK, pull_files, push_files
 from aenv_common.snapshots._rpc import typed_rpc_errors
 from aenv_common.snapshots.codec import compress, digest_of
+from aenv_common.snapshots.contexts import pull_context, push_context
 from aenv_snapstore.store import CHUNK_PREFIX, chunk_key
 
 from .snapstore_harness import Harness, write_pattern, write_sparse
@@ -203,3 +204,17 @@ async def test_stored_chunks_are_zstd_frames(harness: Harness, tmp_path: Path) -
         stored = await harness.backend.get(key)
         assert len(stored) < CHUNK // 10
         assert zstandard.get_frame_parameters(stored).content_size in (CHUNK, 130000 % CHUNK)
+
+
+async def test_a_build_context_is_pushed_once_and_pulled_by_its_hash(
+    harness: Harness, tmp_path: Path
+) -> None:
+    tarball = tmp_path / "context.tar.gz"
+    write_pattern(tarball, 3 * CHUNK + 5)
+    await push_context(harness.stub, "0123abcd", tarball)
+    pulled = await pull_context(harness.stub, "0123abcd", tmp_path / "node")
+    assert pulled.read_bytes() == tarball.read_bytes()
+    with pytest.raises(NotFound):
+        await pull_context(harness.stub, "ffff", tmp_path / "other")
+    with pytest.raises(InvalidArgument, match="not a lower-case hex digest"):
+        await pull_context(harness.stub, "../etc", tmp_path / "bad")

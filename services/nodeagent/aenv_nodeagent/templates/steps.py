@@ -13,14 +13,19 @@ build with `BuildStepFailed`, whose message names the step and quotes its output
 from __future__ import annotations
 
 import asyncio
+import os
 import posixpath
 import shlex
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from aenv_common.errors import AenvError, DeadlineExceeded, InvalidArgument, NotFound
+from aenv_common.snapshots.contexts import context_manifest_id, pull_context
 from aenv_nodeagent.guest_commands import CommandSpec, GuestCommands
 from aenv_nodeagent.templates.recipe import Recipe, Step, StepKind
 
@@ -93,18 +98,34 @@ def _gzipped(archive: Path) -> bool:
 
 
 class BuildContexts:
-    """The COPY steps' uploaded files: `<root>/<filesHash>.tar.gz`, as the SDK packs them
-    (gzipped unless the step says otherwise)."""
+    """The COPY steps' uploaded files, one tarball per `filesHash` as the SDK packs them
+    (gzipped unless the step says otherwise): `<root>/<filesHash>`, pulled from snapstore
+    (`aenv_common.snapshots.contexts`) the first time a step needs it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, stub: Any | None = None) -> None:
         self._root = root
+        self._stub = stub  # a snapstore stub; None: local files only
 
-    def archive(self, files_hash: str) -> Path:
-        """:raise NotFound: the SDK did not upload these files."""
-        path = self._root / f"{files_hash}.tar.gz"
-        if not files_hash.isalnum() or not path.is_file():
+    async def archive(self, files_hash: str) -> Path:
+        """:raise NotFound: nobody uploaded these files. :raise InvalidArgument: a bad hash."""
+        context_manifest_id(files_hash)  # refuses what is no hex digest before it is a path
+        path = self._root / files_hash
+        if path.is_file():
+            return path
+        if self._stub is None:
             raise NotFound(f"no uploaded files for hash {files_hash}")
+        staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=self._mkroot()))
+        try:
+            os.replace(await pull_context(self._stub, files_hash, staging), path)
+        except NotFound:
+            raise NotFound(f"no uploaded files for hash {files_hash}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         return path
+
+    def _mkroot(self) -> Path:
+        self._root.mkdir(parents=True, exist_ok=True)
+        return self._root
 
 
 class StepRunner:
@@ -153,7 +174,7 @@ class StepRunner:
         assert step.files_hash is not None  # Recipe.from_e2b refuses a COPY without it
         staged = f"/tmp/.aenv-copy-{step.files_hash}"
         try:
-            archive = self._contexts.archive(step.files_hash)
+            archive = await self._contexts.archive(step.files_hash)
             await self._commands.upload(self._host, archive, staged)
         except AenvError as err:
             raise BuildStepFailed(f"{name}: {err.message}") from err

@@ -51,6 +51,7 @@ class TemplateStore(TemplateCatalog):
         *,
         boot_timeout_s: float,
         boot_attempts: int,
+        contexts: BuildContexts | None = None,
     ) -> None:
         super().__init__()
         self._root = root
@@ -58,7 +59,8 @@ class TemplateStore(TemplateCatalog):
         self._envd = envd
         self._driver = driver
         self._commands = commands
-        self._contexts = BuildContexts(root / "contexts")
+        # COPY steps' files: local ones only, unless a snapstore-backed store is given.
+        self._contexts = contexts or BuildContexts(root / "contexts")
         self._boot_timeout_s = boot_timeout_s
         self._boot_attempts = boot_attempts
         self._ready: dict[str, TemplateSnapshot] = {}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from aenv_common.errors import InvalidArgument, NotFound
 from aenv_nodeagent.guest_commands import CommandResult, CommandSpec
 from aenv_nodeagent.templates import steps as steps_module
 from aenv_nodeagent.templates.recipe import Recipe
@@ -83,11 +84,11 @@ async def test_a_failing_step_names_itself_and_quotes_its_output(tmp_path: Path)
 
 
 async def test_copy_uploads_the_context_and_unpacks_it_as_root(tmp_path: Path) -> None:
-    (tmp_path / "ab12.tar.gz").write_bytes(b"\x1f\x8b rest of a gzip")
+    (tmp_path / "ab12").write_bytes(b"\x1f\x8b rest of a gzip")
     guest = FakeGuest()
     await _runner(guest, tmp_path).run(_recipe(
         _s("WORKDIR", "/srv"), _s("COPY", "site", "www/", "", "0755", filesHash="ab12")))
-    assert guest.uploads == [(tmp_path / "ab12.tar.gz", "/tmp/.aenv-copy-ab12")]
+    assert guest.uploads == [(tmp_path / "ab12", "/tmp/.aenv-copy-ab12")]
     copy = guest.ran[-1]
     assert copy.user == "root"
     for piece in ("tar -xzf /tmp/.aenv-copy-ab12", "chown -R user: /tmp/.aenv-copy-ab12.d/site",
@@ -138,3 +139,28 @@ async def test_steps_start_from_the_images_environment_and_directory(tmp_path: P
     assert defaults == GuestDefaults("user", "/src", {"PATH": "/bin", "B": "2"})
     configure = guest.ran[0].command
     assert "'root:x:0:0:root:/root:/bin/sh' >> /etc/passwd" in configure  # none in the image
+
+
+async def test_uploaded_files_are_pulled_from_snapstore_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pulls: list[str] = []
+
+    async def pull_context(stub: object, files_hash: str, folder: Path) -> Path:
+        pulls.append(files_hash)
+        if files_hash != "abc1":
+            raise NotFound("no such manifest")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "context").write_bytes(b"tarball")
+        return folder / "context"
+
+    monkeypatch.setattr(steps_module, "pull_context", pull_context)
+    contexts = BuildContexts(tmp_path / "contexts", stub=object())
+    first = await contexts.archive("abc1")
+    assert first == tmp_path / "contexts" / "abc1" and first.read_bytes() == b"tarball"
+    assert await contexts.archive("abc1") == first and pulls == ["abc1"]
+    with pytest.raises(NotFound, match="no uploaded files for hash dead"):
+        await contexts.archive("dead")
+    with pytest.raises(InvalidArgument, match="not a lower-case hex digest"):
+        await contexts.archive("../x")
+    assert sorted(p.name for p in (tmp_path / "contexts").iterdir()) == ["abc1"]

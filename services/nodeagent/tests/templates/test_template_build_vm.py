@@ -34,7 +34,7 @@ def _context(node: Node) -> None:
     """What the SDK uploads for `copy("site", "www/")`: a gzipped tar of the context's files."""
     contexts = node.state_dir / "templates" / "contexts"
     contexts.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(contexts / f"{FILES_HASH}.tar.gz", "w:gz") as tar:
+    with tarfile.open(contexts / FILES_HASH, "w:gz") as tar:
         info = tarfile.TarInfo("site/index.html")
         info.size = len(PAGE)
         tar.addfile(info, io.BytesIO(PAGE))
