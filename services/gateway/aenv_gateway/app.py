@@ -50,9 +50,8 @@ class GatewayApp:
         if scope["type"] not in ("http", "websocket"):
             await self._router(scope, receive, send)
             return
-        if self._domain and (
-            by_host := target_from_host(Headers(scope=scope).get("host", ""), self._domain)
-        ):
+        headers = Headers(scope=scope)
+        if self._domain and (by_host := target_from_host(headers.get("host", ""), self._domain)):
             await self._dataplane(scope, receive, send, by_host)
             return
         match = self._control_match(scope)
@@ -61,7 +60,7 @@ class GatewayApp:
             await self._router(scope, receive, send)
             return
         try:
-            target = target_from_headers(Headers(scope=scope))
+            target = target_from_headers(headers)
             if target is None and match is not Match.FULL:
                 target = self._signed_files.target(scope)
         except AenvError as err:

@@ -21,6 +21,9 @@ from aenv_nodeagent.vmm import AcceleratorChoice, DiskSpec, NetSpec, VmSpec
 
 ROOT_DISK_ID = "root"
 TOOLS_DISK_ID = "tools"
+# A template snapshot's files: its frozen disk layer and its guest RAM.
+DISK_FILE = "disk.qcow2"
+MEMORY_FILE = "memory"
 _META = "template.json"
 # The guest gives the pages it frees back to the host (restored VMs: see vmm/seccomp.py).
 FREE_PAGE_REPORTING = True
@@ -45,11 +48,11 @@ class TemplateSnapshot:
 
     @property
     def disk(self) -> Path:
-        return self.directory / "disk.qcow2"
+        return self.directory / DISK_FILE
 
     @property
     def memory(self) -> Path:
-        return self.directory / "memory"
+        return self.directory / MEMORY_FILE
 
     @property
     def state(self) -> Path:

@@ -23,6 +23,8 @@ from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetworkManager
 from aenv_nodeagent.templates.launch import boot_from_disk
 from aenv_nodeagent.templates.model import (
+    DISK_FILE,
+    MEMORY_FILE,
     TemplateCatalog,
     TemplateInputs,
     TemplateSnapshot,
@@ -34,9 +36,6 @@ from aenv_nodeagent.templates.steps import BuildContexts, GuestDefaults, Log, St
 from aenv_nodeagent.vmm.driver import VmmDriver
 
 log = logging.getLogger(__name__)
-
-_DISK = "disk.qcow2"
-
 
 class TemplateStore(TemplateCatalog):
     """Builds template snapshots on first use and keeps the ones this node has."""
@@ -117,14 +116,14 @@ class TemplateStore(TemplateCatalog):
     async def _capture(
         self, inputs: TemplateInputs, work: Path, final_dir: Path, build_log: Log
     ) -> TemplateSnapshot:
-        await create_overlay(inputs.rootfs.path, work / _DISK)
+        await create_overlay(inputs.rootfs.path, work / DISK_FILE)
         # A recipe's RUN steps fetch packages: the internet, never the host or private ranges.
         slot = await self._network.create_slot(EgressPolicy())
         vm = None
         try:
             started = time.monotonic()
-            vm = await boot_from_disk(self._driver, inputs, work, slot, _DISK, work / "memory",
-                                      keep_ram=True)
+            vm = await boot_from_disk(self._driver, inputs, work, slot, DISK_FILE,
+                                      work / MEMORY_FILE, keep_ram=True)
             await self._envd.wait_healthy(slot.ns_ip, self._boot_timeout_s)
             boot_seconds = time.monotonic() - started
             defaults = GuestDefaults()
