@@ -130,6 +130,7 @@ def _throughput(url: str, headers: dict[str, str], n: int, concurrency: int) -> 
 
 async def run(requests: int, concurrency: int) -> dict[str, object]:
     from aenv_gateway.server import start_gateway
+    from aenv_gateway.templates.records import InMemoryTemplateRecords
 
     async with contextlib.AsyncExitStack() as stack:
         upstream_port = await stack.enter_async_context(
@@ -147,7 +148,8 @@ async def run(requests: int, concurrency: int) -> dict[str, object]:
             sandbox_id=SANDBOX, node_id="n", state=cluster_pb2.SANDBOX_STATE_RUNNING
         )
         gateway = await start_gateway(
-            GatewaySettings(listen="127.0.0.1:0", grpc_listen="127.0.0.1:0"), view, "e2b_bench"
+            GatewaySettings(listen="127.0.0.1:0", grpc_listen="127.0.0.1:0"), view,
+            InMemoryTemplateRecords(), "e2b_bench",
         )
         stack.push_async_callback(gateway.stop)
         nginx_port = stack.enter_context(nginx(upstream_port))

@@ -100,6 +100,7 @@ def service_environment(
             "AENV_GATEWAY_LISTEN": address(ports.gateway_http),
             "AENV_GATEWAY_GRPC_LISTEN": address(ports.gateway_grpc),
             "AENV_GATEWAY_SCHEDULER_ADDRESS": address(ports.scheduler),
+            "AENV_GATEWAY_SNAPSTORE_ADDRESS": address(ports.snapstore),
             "AENV_SCHEDULER_LISTEN": address(ports.scheduler),
             "AENV_NODEAGENT_LISTEN": address(ports.nodeagent),
             "AENV_NODEAGENT_PROXY_LISTEN": address(ports.nodeagent_proxy),

@@ -19,6 +19,11 @@ def new_sandbox_id() -> str:
     return "".join(secrets.choice(_ALPHABET) for _ in range(SANDBOX_ID_LENGTH))
 
 
+def new_template_id() -> str:
+    """E2B's shape: like a sandbox id (a template's id also names it in URLs)."""
+    return new_sandbox_id()
+
+
 def new_secret(nbytes: int = 24) -> str:
     """An unguessable token (envd access tokens, API keys' random part)."""
     return secrets.token_hex(nbytes)

@@ -2,6 +2,7 @@
 `filesHash`, as the SDK packs them), kept as manifest `context-<files_hash>` holding one file, so
 the gateway that takes the upload and the node agent that builds need share nothing else.
 
+    await has_context(stub, files_hash)                  # the gateway, asked for an upload link
     await push_context(stub, files_hash, tarball)        # the gateway, on upload
     path = await pull_context(stub, files_hash, folder)  # a node agent, on a COPY step
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aenv_common.errors import InvalidArgument
+from aenv.snapstore.v1 import snapstore_pb2 as pb
+from aenv_common.errors import InvalidArgument, NotFound
+from aenv_common.snapshots._rpc import typed_rpc_errors
 from aenv_common.snapshots.pull import pull_files
 from aenv_common.snapshots.push import PushStats, push_files
 
@@ -30,6 +33,17 @@ def context_manifest_id(files_hash: str) -> str:
 async def push_context(stub: Any, files_hash: str, tarball: Path) -> PushStats:
     return await push_files(stub, context_manifest_id(files_hash), "", {CONTEXT_FILE: tarball},
                             {"kind": "build-context"})
+
+
+async def has_context(stub: Any, files_hash: str) -> bool:
+    """Whether someone uploaded it already (the SDK then skips its upload)."""
+    try:
+        with typed_rpc_errors():
+            manifest_id = context_manifest_id(files_hash)
+            await stub.GetManifest(pb.GetManifestRequest(snapshot_id=manifest_id))
+    except NotFound:
+        return False
+    return True
 
 
 async def pull_context(stub: Any, files_hash: str, folder: Path) -> Path:

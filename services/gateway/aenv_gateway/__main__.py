@@ -25,6 +25,7 @@ async def _serve(settings: GatewaySettings) -> None:
     # Imported after telemetry set-up: gRPC instrumentation must precede channels and servers.
     from aenv_gateway.etcd_view import EtcdClusterView
     from aenv_gateway.server import start_gateway
+    from aenv_gateway.templates.records import EtcdTemplateRecords
 
     api_key = load_or_create_api_key(settings.resolved_api_key_file())
     stop = asyncio.Event()
@@ -33,7 +34,7 @@ async def _serve(settings: GatewaySettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     view = await EtcdClusterView.open(settings.common)
     try:
-        gateway = await start_gateway(settings, view, api_key)
+        gateway = await start_gateway(settings, view, EtcdTemplateRecords(view.store), api_key)
         try:
             await stop.wait()
         finally:

@@ -20,14 +20,17 @@ from aenv_gateway.dispatch import target_from_host
 from aenv_gateway.http_errors import error_response, typed_error_response
 from aenv_gateway.routes import health
 from aenv_gateway.routes.sandboxes import SandboxRoutes
-from aenv_gateway.routes.templates import SnapshotRoutes
+from aenv_gateway.routes.snapshots import SnapshotRoutes
+from aenv_gateway.routes.templates import TemplateRoutes
 from aenv_gateway.signed_urls import SignedFileRouter
 
 
 def control_routes(
-    sandboxes: SandboxRoutes, snapshots: SnapshotRoutes, auth: ApiKeyAuth
+    sandboxes: SandboxRoutes, snapshots: SnapshotRoutes, templates: TemplateRoutes,
+    auth: ApiKeyAuth,
 ) -> list[BaseRoute]:
-    return [*health.routes(), *sandboxes.routes(auth), *snapshots.routes(auth)]
+    return [*health.routes(), *sandboxes.routes(auth), *snapshots.routes(auth),
+            *templates.routes(auth)]
 
 
 AMBIGUOUS_PATHS = frozenset({"/health", "/metrics"})

@@ -3,7 +3,7 @@ RPC failure turned back into the typed error the remote side raised."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -56,10 +56,14 @@ class SchedulerClient:
 class NodeAgentClients:
     """Node agent stubs by address (addresses come from placements and node records)."""
 
-    def __init__(self, pool: ChannelPool, create_deadline_s: float, deadline_s: float) -> None:
+    def __init__(
+        self, pool: ChannelPool, create_deadline_s: float, deadline_s: float,
+        build_deadline_s: float = 7200.0,
+    ) -> None:
         self._pool = pool
         self._create_deadline = create_deadline_s
         self._deadline = deadline_s
+        self._build_deadline = build_deadline_s
 
     def _stub(self, address: str) -> nodeagent_pb2_grpc.NodeAgentServiceStub:
         return nodeagent_pb2_grpc.NodeAgentServiceStub(self._pool.get(address))  # type: ignore[no-untyped-call]
@@ -210,3 +214,16 @@ class NodeAgentClients:
             lambda: stub.ForkSandbox(request, timeout=self._create_deadline)
         )
         return list(response.results)
+
+    async def build_template(
+        self, address: str, request: nodeagent_pb2.BuildTemplateRequest
+    ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:
+        """The build's events as the node sends them; ending early cancels the build there."""
+        stream = self._stub(address).BuildTemplate(request, timeout=self._build_deadline)
+        try:
+            async for event in stream:
+                yield event
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from err
+        finally:
+            stream.cancel()

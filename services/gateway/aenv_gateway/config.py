@@ -31,6 +31,8 @@ class GatewaySettings(BaseSettings):
     # Native gRPC API (aenv.gateway.v1.GatewayService).
     grpc_listen: str = "127.0.0.1:50050"
     scheduler_address: str = "127.0.0.1:50051"
+    # Where template builds' COPY contexts are uploaded to (unset: builds without COPY only).
+    snapstore_address: str | None = None
     # Default: $AENV_HOME/api-key, created on first start.
     api_key_file: Path | None = None
     # Host-based data-plane routing `<port>-<id>.<domain>`; also returned as `domain` to SDKs.
@@ -50,6 +52,8 @@ class GatewaySettings(BaseSettings):
     # Deadlines of calls to the scheduler / node agents (create includes a VM restore).
     create_deadline_s: float = 120.0
     rpc_deadline_s: float = 30.0
+    # A template build (pull, unpack, every step, capture) ends with an error after this long.
+    build_deadline_s: float = 7200.0
     # Returned when a record carries no envd version (SDKs refuse anything below 0.1.0).
     fallback_envd_version: str = "0.5.7"
     # On stop, open streams (process output may flow for hours) get this long to finish before

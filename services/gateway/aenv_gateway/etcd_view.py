@@ -28,6 +28,11 @@ class EtcdClusterView:
             raise
         return view
 
+    @property
+    def store(self) -> ClusterStore:
+        """For what the gateway writes (the template catalog)."""
+        return self._store
+
     async def close(self) -> None:
         await self._sandboxes.stop()
         await self._nodes.stop()

@@ -42,7 +42,9 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _field(body: Mapping[str, Any], name: str, kind: type[T], required: bool = False) -> T | None:
+def json_field(
+    body: Mapping[str, Any], name: str, kind: type[T], required: bool = False
+) -> T | None:
     value = body.get(name)
     if value is None:
         if required:
@@ -61,14 +63,14 @@ def _type_name(kind: type[Any]) -> str:
 
 
 def _string_map(body: Mapping[str, Any], name: str) -> dict[str, str]:
-    value = _field(body, name, dict) or {}
+    value = json_field(body, name, dict) or {}
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise InvalidArgument(f"{name} must map strings to strings")
     return dict(value)
 
 
-def _string_list(body: Mapping[str, Any], name: str) -> list[str]:
-    value = _field(body, name, list) or []
+def json_strings(body: Mapping[str, Any], name: str) -> list[str]:
+    value = json_field(body, name, list) or []
     if not all(isinstance(v, str) for v in value):
         raise InvalidArgument(f"{name} must be an array of strings")
     return list(value)
@@ -78,12 +80,12 @@ def parse_new_sandbox(
     body: Mapping[str, Any], default_timeout_s: int, idempotency_key: str | None
 ) -> CreateRequest:
     """NewSandboxV2, and v1 NewSandbox (whose `secure` is accepted: we always secure envd)."""
-    _field(body, "secure", bool)
-    if _field(body, "volumeMounts", list):
+    json_field(body, "secure", bool)
+    if json_field(body, "volumeMounts", list):
         raise InvalidArgument("volumeMounts: this platform has no volumes to mount")
     return CreateRequest(
-        template_id=_field(body, "templateID", str, required=True) or "",
-        timeout_s=_field(body, "timeout", int) or default_timeout_s,
+        template_id=json_field(body, "templateID", str, required=True) or "",
+        timeout_s=json_field(body, "timeout", int) or default_timeout_s,
         env_vars=_string_map(body, "envVars"),
         metadata=_string_map(body, "metadata"),
         network=_network_policy(body),
@@ -93,16 +95,16 @@ def parse_new_sandbox(
 
 
 def _network_policy(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
-    network = _field(body, "network", dict) or {}
-    policy = _egress_policy(_field(body, "allow_internet_access", bool), network)
-    policy.private_traffic = _field(network, "allowPublicTraffic", bool) is False
-    policy.mask_request_host = _field(network, "maskRequestHost", str) or ""
+    network = json_field(body, "network", dict) or {}
+    policy = _egress_policy(json_field(body, "allow_internet_access", bool), network)
+    policy.private_traffic = json_field(network, "allowPublicTraffic", bool) is False
+    policy.mask_request_host = json_field(network, "maskRequestHost", str) or ""
     return policy
 
 
 def parse_network_update(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
     """SandboxNetworkUpdateConfig: a full replacement, omitted fields are cleared."""
-    return _egress_policy(_field(body, "allow_internet_access", bool), body)
+    return _egress_policy(json_field(body, "allow_internet_access", bool), body)
 
 
 def _egress_policy(
@@ -111,9 +113,9 @@ def _egress_policy(
     _refuse_unenforceable(network)
     policy = cluster_pb2.NetworkPolicy(
         allow_internet_access=allow_internet is not False,
-        allow_out=_string_list(network, "allowOut"),
-        deny_out=_string_list(network, "denyOut"),
-        dns_servers=_string_list(network, "dnsServers"),
+        allow_out=json_strings(network, "allowOut"),
+        deny_out=json_strings(network, "denyOut"),
+        dns_servers=json_strings(network, "dnsServers"),
     )
     if allow_internet is False and "0.0.0.0/0" not in policy.deny_out:
         policy.deny_out.append("0.0.0.0/0")
@@ -123,18 +125,18 @@ def _egress_policy(
 def _refuse_unenforceable(network: Mapping[str, Any]) -> None:
     """The SDKs send these keys empty; a sandbox asking for them must not silently go without:
     its traffic would bypass the proxy or the header rules it relies on."""
-    if _field(network, "egressProxy", dict):
+    if json_field(network, "egressProxy", dict):
         raise InvalidArgument("network.egressProxy is not supported on this platform")
-    if _field(network, "rules", dict):
+    if json_field(network, "rules", dict):
         raise InvalidArgument("network.rules (header transforms) are not supported here")
 
 
 def _lifecycle(body: Mapping[str, Any]) -> cluster_pb2.Lifecycle:
-    auto_resume = _field(body, "autoResume", dict) or {}
-    keep_memory = _field(body, "autoPauseMemory", bool) is not False
+    auto_resume = json_field(body, "autoResume", dict) or {}
+    keep_memory = json_field(body, "autoPauseMemory", bool) is not False
     return cluster_pb2.Lifecycle(
-        auto_pause=bool(_field(body, "autoPause", bool)),
-        auto_resume=bool(_field(auto_resume, "enabled", bool)),
+        auto_pause=bool(json_field(body, "autoPause", bool)),
+        auto_resume=bool(json_field(auto_resume, "enabled", bool)),
         auto_pause_mode=(cluster_pb2.PAUSE_MODE_UNSPECIFIED if keep_memory
                          else cluster_pb2.PAUSE_MODE_FILESYSTEM),
     )
@@ -151,16 +153,16 @@ def _idempotency_key(value: str | None) -> str | None:
 
 def parse_memory(body: Mapping[str, Any]) -> bool:
     """`memory` of pause, snapshot and connect bodies: false = the filesystem only."""
-    return _field(body, "memory", bool) is not False
+    return json_field(body, "memory", bool) is not False
 
 
 def parse_timeout(body: Mapping[str, Any], required: bool) -> int | None:
-    return _field(body, "timeout", int, required=required)
+    return json_field(body, "timeout", int, required=required)
 
 
 def parse_refresh(body: Mapping[str, Any]) -> int | None:
     """SandboxRefreshRequest: an optional `duration` in seconds, within E2B's OpenAPI bounds."""
-    duration = _field(body, "duration", int)
+    duration = json_field(body, "duration", int)
     if duration is not None and not 0 <= duration <= REFRESH_MAX_S:
         raise InvalidArgument(f"duration must be between 0 and {REFRESH_MAX_S} seconds")
     return duration

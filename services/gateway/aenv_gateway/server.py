@@ -23,6 +23,7 @@ from aenv_common.errors import InvalidArgument
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import EmbeddedServer, start_http_server
 from aenv_common.httpproxy import StreamingProxy
+from aenv_common.snapshots import snapstore_stub
 from aenv_gateway.app import GatewayApp, control_routes, instrumented
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
@@ -32,11 +33,16 @@ from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
 from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.routes.sandboxes import SandboxRoutes
-from aenv_gateway.routes.templates import SnapshotRoutes
+from aenv_gateway.routes.snapshots import SnapshotRoutes
+from aenv_gateway.routes.templates import TemplateRoutes
 from aenv_gateway.schemas import Presenter
 from aenv_gateway.service import SandboxService
 from aenv_gateway.signed_urls import SignedFileRouter
 from aenv_gateway.snapshots import SnapshotService
+from aenv_gateway.templates.builds import TemplateBuilds
+from aenv_gateway.templates.catalog import TemplateCatalog
+from aenv_gateway.templates.records import TemplateRecords
+from aenv_gateway.templates.uploads import ContextUploads
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +61,10 @@ class RunningGateway:
     _grpc: grpc.aio.Server
     _session: aiohttp.ClientSession
     _pool: ChannelPool
+    _builds: TemplateBuilds
 
     async def stop(self) -> None:
+        await self._builds.stop()
         for server, _ in self._edges:
             server.should_exit = True
         for _, task in self._edges:
@@ -93,7 +101,8 @@ def _check_certificate(certificate: TlsCertificate) -> None:
 
 
 async def start_gateway(
-    settings: GatewaySettings, view: ClusterView, api_key: str
+    settings: GatewaySettings, view: ClusterView, template_records: TemplateRecords,
+    api_key: str,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down.
@@ -105,13 +114,18 @@ async def start_gateway(
         _check_certificate(settings.tls.certificate)
     pool = ChannelPool()
     directory = SandboxDirectory(view)
-    nodeagents = NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s)
+    nodeagents = NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s,
+                                  settings.build_deadline_s)
+    scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s)
+    catalog = TemplateCatalog(template_records)
+    builds = TemplateBuilds(catalog, scheduler, nodeagents)
     service = SandboxService(
         directory,
-        SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s),
+        scheduler,
         nodeagents,
         max_timeout_s=settings.max_timeout_s,
         idempotency_ttl_s=settings.idempotency_ttl_s,
+        templates=catalog.resolve,
     )
     snapshots = SnapshotService(service, directory, nodeagents)
     auth = ApiKeyAuth(api_key)
@@ -125,7 +139,11 @@ async def start_gateway(
         settings.default_timeout_s,
         SandboxLogs(service, nodeagents),
     )
-    routes = control_routes(sandbox_routes, SnapshotRoutes(snapshots), auth)
+    snapstore = (snapstore_stub(pool.get(settings.snapstore_address))
+                 if settings.snapstore_address else None)
+    template_routes = TemplateRoutes(catalog, builds, ContextUploads(snapstore, api_key),
+                                     snapshots, settings.fallback_envd_version)
+    routes = control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth)
     app = GatewayApp(
         routes,
         DataPlane(service.wake, StreamingProxy(session)),
@@ -154,7 +172,7 @@ async def start_gateway(
     )
     return RunningGateway(
         http_port, https_port, grpc_port, service, directory, routes,
-        [(server, task) for server, task, _ in edges], grpc_server, session, pool,
+        [(server, task) for server, task, _ in edges], grpc_server, session, pool, builds,
     )
 
 

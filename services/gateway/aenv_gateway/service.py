@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from aenv.cluster.v1 import cluster_pb2
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 # a duration of at most this (its OpenAPI's maximum).
 REFRESH_MIN_S = 15
 REFRESH_MAX_S = 3600
+
+# A template name -> the node-side template it creates (None: the name is taken as it is).
+TemplateResolver = Callable[[str], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,11 @@ class SandboxService:
         nodeagents: NodeAgentClients,
         max_timeout_s: int,
         idempotency_ttl_s: float,
+        templates: TemplateResolver,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._directory = directory
+        self._templates = templates
         self._scheduler = scheduler
         self._nodeagents = nodeagents
         self._max_timeout = max_timeout_s
@@ -92,9 +97,11 @@ class SandboxService:
         return await self._idempotent.run(request.idempotency_key, lambda: self._create(request))
 
     async def _create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
+        # A template built through the template API: its tag's build.
+        template_id = await self._templates(request.template_id) or request.template_id
         spec = cluster_pb2.SandboxSpec(
             sandbox_id=new_sandbox_id(),
-            template_id=request.template_id,
+            template_id=template_id,
             env_vars=request.env_vars,
             metadata=request.metadata,
             envd_access_token=new_secret(),

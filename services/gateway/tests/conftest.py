@@ -15,6 +15,7 @@ from aenv_common.grpc_server import start_grpc_server
 from aenv_gateway.config import GatewaySettings
 from aenv_gateway.directory import InMemoryClusterView
 from aenv_gateway.server import RunningGateway, start_gateway
+from aenv_gateway.templates.records import InMemoryTemplateRecords
 
 from .fakes import NODE_ID, FakeNodeAgent, FakeScheduler
 from .upstreams import GuestApp, MiniNodeProxy, serve
@@ -30,6 +31,7 @@ class Stack:
     nodeagent: FakeNodeAgent
     guest: GuestApp
     guest_port: int
+    templates: InMemoryTemplateRecords
 
     @property
     def url(self) -> str:
@@ -51,7 +53,8 @@ async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
         session = await stack.enter_async_context(aiohttp.ClientSession(auto_decompress=False))
         guest_port = await stack.enter_async_context(serve(guest.app))
         proxy_port = await stack.enter_async_context(serve(MiniNodeProxy(session)))
-        nodeagent = FakeNodeAgent(view)
+        templates = {"base"}
+        nodeagent = FakeNodeAgent(view, templates)
         na_server, na_port = await start_grpc_server(
             "127.0.0.1:0",
             [
@@ -68,7 +71,7 @@ async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
             node_id=NODE_ID, nodeagent_address=na_address, proxy_address=f"127.0.0.1:{proxy_port}"
         )
         scheduler = FakeScheduler(
-            {"base"},
+            templates,
             scheduler_pb2.Placement(
                 node_id=NODE_ID,
                 nodeagent_address=na_address,
@@ -93,9 +96,10 @@ async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
             domain="aenv.test",
             **settings,
         )
-        gateway = await start_gateway(gateway_settings, view, API_KEY)
+        records = InMemoryTemplateRecords()
+        gateway = await start_gateway(gateway_settings, view, records, API_KEY)
         stack.push_async_callback(gateway.stop)
-        yield Stack(gateway, view, scheduler, nodeagent, guest, guest_port)
+        yield Stack(gateway, view, scheduler, nodeagent, guest, guest_port, records)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -12,7 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
 from aenv_gateway.directory import InMemoryClusterView
 
 NODE_ID = "node1"
@@ -22,6 +23,11 @@ def _timestamp(seconds: float) -> Timestamp:
     ts = Timestamp()
     ts.FromNanoseconds(int(seconds * 1e9))
     return ts
+
+
+def _build_line(message: str, step: str) -> nodeagent_pb2.BuildTemplateResponse:
+    return nodeagent_pb2.BuildTemplateResponse(log=nodeagent_pb2.BuildLogLine(
+        time=_timestamp(time.time()), level="info", message=message, step=step))
 
 
 def _metric() -> nodeagent_pb2.SandboxMetric:
@@ -54,8 +60,14 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServiceServicer):
 class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     """Writes records into the view like the real agent writes them into etcd."""
 
-    def __init__(self, view: InMemoryClusterView) -> None:
+    def __init__(self, view: InMemoryClusterView, templates: set[str]) -> None:
         self.view = view
+        # What the scheduler places by: a finished build adds its template, as etcd would.
+        self.templates = templates
+        self.builds: list[nodeagent_pb2.BuildTemplateRequest] = []
+        self.build_started = asyncio.Event()
+        # Set: builds wait for it before they finish (concurrency tests).
+        self.build_gate: asyncio.Event | None = None
         self.specs: list[cluster_pb2.SandboxSpec] = []
         self.resets: list[tuple[str, str]] = []
         self.resumes = 0
@@ -66,6 +78,28 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         # Each sandbox's log entries, oldest first; and the log requests seen.
         self.logs: dict[str, list[nodeagent_pb2.SandboxLogEntry]] = {}
         self.log_requests: list[nodeagent_pb2.GetSandboxLogsRequest] = []
+
+    async def BuildTemplate(
+        self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:
+        """As the real agent: a line per step (with its number), a RUN of `false` fails."""
+        self.builds.append(request)
+        self.build_started.set()
+        yield _build_line(f"pulling {request.from_image or request.from_template}", "base")
+        for number, step in enumerate(request.steps, start=1):
+            yield _build_line(f"step {number}: {step.type} {' '.join(step.args)}", str(number))
+            if step.type == "RUN" and step.args[0] == "false":
+                raise InvalidArgument(f"step {number} (RUN): exited with code 1")
+        if self.build_gate is not None:
+            await self.build_gate.wait()
+        self.templates.add(request.template_id)
+        size = request.resources
+        yield nodeagent_pb2.BuildTemplateResponse(result=nodeagent_pb2.BuildTemplateResult(
+            template=cluster_pb2.TemplateRecord(
+                template_id=request.template_id, envd_version="0.5.7",
+                default_resources=cluster_pb2.Resources(
+                    vcpus=size.vcpus or 2, memory_mib=size.memory_mib or 512, disk_mib=1024)),
+            phases_ms={"base": 10.0, "capture": 20.0}))
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext

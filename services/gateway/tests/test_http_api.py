@@ -231,9 +231,9 @@ async def test_openapi_lists_every_route(stack: Stack) -> None:
     routes = [r for r in stack.gateway.routes if isinstance(r, Route)]
     assert routes
     for route in routes:
-        path = route.path.replace("{sandbox_id}", "{sandboxID}").replace(
-            "{template_id:path}", "{templateID}"
-        )
+        path = (route.path.replace("{sandbox_id}", "{sandboxID}")
+                .replace("{template_id:path}", "{templateID}")
+                .replace("{template_id}", "{templateID}").replace("{build_id}", "{buildID}"))
         for method in route.methods or ():
             if method == "HEAD":
                 continue

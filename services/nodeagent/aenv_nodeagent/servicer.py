@@ -36,13 +36,14 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def BuildTemplate(
         self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:
-        lines: asyncio.Queue[str] = asyncio.Queue()
-        build = asyncio.ensure_future(self._builds.build(build_request(request), lines.put_nowait))
+        lines: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        build = asyncio.ensure_future(self._builds.build(
+            build_request(request), lambda line, step="": lines.put_nowait((line, step))))
         try:
             while not build.done() or not lines.empty():
                 line = await _next_line(lines, build)
                 if line is not None:
-                    yield nodeagent_pb2.BuildTemplateResponse(log=_log_line(line))
+                    yield nodeagent_pb2.BuildTemplateResponse(log=_log_line(*line))
             built = build.result()  # its typed error becomes the stream's status
         finally:
             build.cancel()  # the caller went away: the build's undo removes what it made
@@ -203,7 +204,9 @@ def build_request(request: nodeagent_pb2.BuildTemplateRequest) -> BuildRequest:
     )
 
 
-async def _next_line(lines: asyncio.Queue[str], build: asyncio.Future[Built]) -> str | None:
+async def _next_line(
+    lines: asyncio.Queue[tuple[str, str]], build: asyncio.Future[Built]
+) -> tuple[str, str] | None:
     """The build's next log line, or None once it has ended with no line left."""
     if not lines.empty():
         return lines.get_nowait()
@@ -217,7 +220,7 @@ async def _next_line(lines: asyncio.Queue[str], build: asyncio.Future[Built]) ->
     return getter.result() if getter.done() and not getter.cancelled() else None
 
 
-def _log_line(message: str) -> nodeagent_pb2.BuildLogLine:
+def _log_line(message: str, step: str) -> nodeagent_pb2.BuildLogLine:
     now = Timestamp()
     now.GetCurrentTime()
-    return nodeagent_pb2.BuildLogLine(time=now, level="info", message=message)
+    return nodeagent_pb2.BuildLogLine(time=now, level="info", message=message, step=step)

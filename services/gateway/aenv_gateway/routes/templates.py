@@ -1,4 +1,5 @@
-"""Snapshot routes: listing, and deletion behind the template API (`DELETE /templates/{id}`)."""
+"""E2B template API routes (the SDKs' `Template.build`, `exists`, tags; the CLI's listing):
+parse, call the catalog, builds and uploads, present."""
 
 from __future__ import annotations
 
@@ -8,10 +9,28 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from aenv_common.errors import InvalidArgument, NotFound
 from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.http_errors import Endpoint, json_errors
 from aenv_gateway.routes.sandboxes import authenticated
-from aenv_gateway.schemas import parse_snapshot_query, present_snapshot
+from aenv_gateway.schemas import parse_json_object
 from aenv_gateway.snapshots import SnapshotService
+from aenv_gateway.templates.builds import TemplateBuilds
+from aenv_gateway.templates.catalog import TemplateCatalog
+from aenv_gateway.templates.uploads import ContextUploads
+from aenv_gateway.templates.wire import (
+    parse_build_request,
+    parse_build_start,
+    parse_tags_request,
+    present_build,
+    present_requested,
+    present_status,
+    present_tag,
+    present_template,
+)
+
+# The status route answers at most this many log entries per call (as E2B's).
+MAX_LOG_PAGE = 100
 
 
 def raw_template_id(request: Request) -> str:
@@ -22,28 +41,124 @@ def raw_template_id(request: Request) -> str:
     return unquote(segment)
 
 
-class SnapshotRoutes:
-    def __init__(self, snapshots: SnapshotService) -> None:
+class TemplateRoutes:
+    def __init__(
+        self,
+        catalog: TemplateCatalog,
+        builds: TemplateBuilds,
+        uploads: ContextUploads,
+        snapshots: SnapshotService,
+        default_envd_version: str,
+    ) -> None:
+        self._catalog = catalog
+        self._builds = builds
+        self._uploads = uploads
         self._snapshots = snapshots
+        self._envd_version = default_envd_version
 
-    async def list_snapshots(self, request: Request) -> Response:
-        page = self._snapshots.list(parse_snapshot_query(request.query_params))
-        headers = {"X-Next-Token": page.next_cursor} if page.next_cursor else None
-        return JSONResponse([present_snapshot(r) for r in page.items], headers=headers)
+    async def request_build(self, request: Request) -> Response:
+        ask = parse_build_request(parse_json_object(await request.body()))
+        template, build = await self._catalog.request_build(ask.name, ask.tags, ask.resources)
+        return JSONResponse(present_requested(template, build), status_code=202)
 
-    async def delete_snapshot(self, request: Request) -> Response:
-        # Templates cannot be built through the API (yet): every deletable id is a snapshot's.
-        await self._snapshots.delete(raw_template_id(request))
+    async def upload_link(self, request: Request) -> Response:
+        template = await self._catalog.require(request.path_params["template_id"])
+        link = await self._uploads.link(template.template_id, request.path_params["hash"],
+                                        str(request.base_url))
+        return JSONResponse(link, status_code=201)
+
+    async def upload(self, request: Request) -> Response:
+        q = request.query_params
+        await self._uploads.receive(request.path_params["hash"], q.get("expires", ""),
+                                    q.get("signature", ""), request.stream())
+        return Response(status_code=200)
+
+    async def start_build(self, request: Request) -> Response:
+        start = parse_build_start(parse_json_object(await request.body()))
+        p = request.path_params
+        await self._builds.start(p["template_id"], p["build_id"], start)
+        return Response(status_code=202)
+
+    async def build_status(self, request: Request) -> Response:
+        p, q = request.path_params, request.query_params
+        offset = _non_negative(q.get("logsOffset"), "logsOffset", 0)
+        limit = min(_non_negative(q.get("limit"), "limit", MAX_LOG_PAGE), MAX_LOG_PAGE)
+        page = await self._builds.status(p["template_id"], p["build_id"], offset, limit)
+        level = q.get("level")
+        entries = [e for e in page.entries if level is None or e.level == level]
+        return JSONResponse(present_status(page.record, entries))
+
+    async def alias(self, request: Request) -> Response:
+        alias = request.path_params["alias"]
+        template = await self._catalog.find(alias)
+        if template is None or alias not in template.names:
+            raise NotFound(f"template alias '{alias}' not found")
+        return JSONResponse({"templateID": template.template_id, "public": False})
+
+    async def assign_tags(self, request: Request) -> Response:
+        target, tags = parse_tags_request(parse_json_object(await request.body()), "target")
+        build_id, assigned = await self._catalog.assign_tags(target, tags)
+        return JSONResponse({"tags": assigned, "buildID": build_id}, status_code=201)
+
+    async def remove_tags(self, request: Request) -> Response:
+        name, tags = parse_tags_request(parse_json_object(await request.body()), "name")
+        await self._catalog.remove_tags(name, tags)
+        return Response(status_code=204)
+
+    async def list_tags(self, request: Request) -> Response:
+        tags = await self._catalog.tags(request.path_params["template_id"])
+        return JSONResponse([present_tag(t) for t in tags])
+
+    async def list_templates(self, request: Request) -> Response:
+        shown = []
+        for template in await self._catalog.list_templates():
+            builds = await self._catalog.builds_of(template.template_id)
+            latest = next((b for b in builds if b.build_id == template.latest_build_id), None)
+            shown.append(present_template(template, latest, self._envd_version))
+        return JSONResponse(shown)
+
+    async def get_template(self, request: Request) -> Response:
+        template = await self._catalog.require(request.path_params["template_id"])
+        builds = await self._catalog.builds_of(template.template_id)
+        latest = next((b for b in builds if b.build_id == template.latest_build_id), None)
+        shown = present_template(template, latest, self._envd_version)
+        shown["builds"] = [present_build(b, self._envd_version) for b in reversed(builds)]
+        return JSONResponse(shown)
+
+    async def delete(self, request: Request) -> Response:
+        """A template of the catalog, else a snapshot (E2B deletes both here)."""
+        name = raw_template_id(request)
+        if not await self._catalog.delete(name, self._builds.building):
+            await self._snapshots.delete(name)
         return Response(status_code=204)
 
     def routes(self, auth: ApiKeyAuth) -> list[Route]:
+        def route(path: str, endpoint: Endpoint, method: str) -> Route:
+            return Route(path, authenticated(auth, endpoint), methods=[method])
+
         return [
-            Route("/snapshots", authenticated(auth, self.list_snapshots), methods=["GET"]),
-            # `:path` so the decoded `/` inside the id still matches; the handler reads the raw
-            # path.
-            Route(
-                "/templates/{template_id:path}",
-                authenticated(auth, self.delete_snapshot),
-                methods=["DELETE"],
-            ),
+            route("/v3/templates", self.request_build, "POST"),
+            route("/templates", self.list_templates, "GET"),
+            route("/templates/tags", self.assign_tags, "POST"),
+            route("/templates/tags", self.remove_tags, "DELETE"),
+            route("/templates/aliases/{alias}", self.alias, "GET"),
+            route("/templates/{template_id}/files/{hash}", self.upload_link, "GET"),
+            # The SDK PUTs without its API key, as to a presigned URL: the link is signed.
+            Route("/templates/{template_id}/files/{hash}", json_errors(self.upload),
+                  methods=["PUT"]),
+            route("/v2/templates/{template_id}/builds/{build_id}", self.start_build, "POST"),
+            route("/templates/{template_id}/builds/{build_id}/status", self.build_status, "GET"),
+            route("/templates/{template_id}/tags", self.list_tags, "GET"),
+            route("/templates/{template_id}", self.get_template, "GET"),
+            # `:path` so a decoded `/` inside a snapshot's id still matches; the handler reads
+            # the raw path.
+            route("/templates/{template_id:path}", self.delete, "DELETE"),
         ]
+
+
+def _non_negative(value: str | None, name: str, default: int) -> int:
+    if value is None or value == "":
+        return default
+    if not value.isdigit():
+        raise InvalidArgument(f"{name} must be a non-negative integer")
+    return int(value)

@@ -30,7 +30,7 @@ from aenv_nodeagent.private_files import write_private_json
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.model import TemplateInputs, TemplateSnapshot
 from aenv_nodeagent.templates.recipe import Recipe
-from aenv_nodeagent.templates.steps import Log
+from aenv_nodeagent.templates.steps import BASE_STEP, Log
 from aenv_nodeagent.templates.store import TemplateStore
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class TemplateBuilds:
             request.template_id) else None
         self._store.register(inputs)
         try:
-            build_log("booting the template's VM to run its recipe")
+            build_log("booting the template's VM to run its recipe", BASE_STEP)
             capture_started = time.monotonic()
             snapshot = await self._store.get(request.template_id, build_log)
         except BaseException:
@@ -115,9 +115,9 @@ class TemplateBuilds:
     ) -> tuple[TemplateInputs, dict[str, float]]:
         disk_mib = request.disk_mib or self._defaults.disk_mib
         if request.from_image:
-            build_log(f"pulling {request.from_image}")
+            build_log(f"pulling {request.from_image}", BASE_STEP)
             disk = await self._bases.base(request.from_image, disk_mib, request.login)
-            build_log(f"base disk of {disk.image} ({disk.digest}) ready")
+            build_log(f"base disk of {disk.image} ({disk.digest}) ready", BASE_STEP)
             inputs = dataclasses.replace(
                 self._defaults, rootfs=RootfsImage(disk.path, disk.digest, ()),
                 recipe=request.recipe.on_image(disk.config))

@@ -19,10 +19,9 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aenv_common.errors import AenvError, DeadlineExceeded, InvalidArgument, NotFound
 from aenv_common.snapshots.contexts import context_manifest_id, pull_context
@@ -47,7 +46,16 @@ STEP_TIMEOUT_S = 3600.0
 READY_TIMEOUT_S = 120.0
 READY_INTERVAL_S = 0.5
 
-Log = Callable[[str], None]
+# E2B's names for the parts of a build, as its SDKs map them back to the user's code.
+BASE_STEP = "base"
+FINALIZE_STEP = "finalize"
+
+
+class Log(Protocol):
+    """Where a build's lines go, each with the step it belongs to ("base", "1".."n",
+    "finalize"; empty: none)."""
+
+    def __call__(self, line: str, step: str = "", /) -> None: ...
 
 
 class BuildStepFailed(InvalidArgument):
@@ -140,36 +148,37 @@ class StepRunner:
     async def run(self, recipe: Recipe) -> GuestDefaults:
         """:raise BuildStepFailed: a step failed; :raise AenvError: the guest broke off."""
         configure = _add_user("user") + CONFIGURE_TAIL + " && " + _sudoer("user")
-        await self._shell("configure", CommandSpec(configure, user="root"))
+        await self._shell("configure", CommandSpec(configure, user="root"), BASE_STEP)
         defaults = GuestDefaults(workdir=recipe.image_workdir or GuestDefaults.workdir,
                                  env_vars=dict(recipe.image_env))
         for number, step in enumerate(recipe.steps, start=1):
-            self._log(f"step {number}: {step.describe()}")
+            self._log(f"step {number}: {step.describe()}", str(number))
             defaults = await self._step(number, step, defaults)
         if recipe.start_cmd:
             await self._start(recipe, defaults)
         return defaults
 
     async def _step(self, number: int, step: Step, now: GuestDefaults) -> GuestDefaults:
-        name = f"step {number} ({step.kind})"
+        name, at = f"step {number} ({step.kind})", str(number)
         if step.kind is StepKind.ENV:
             pairs = dict(zip(step.args[::2], step.args[1::2], strict=True))
             return replace(now, env_vars={**now.env_vars, **pairs})
         if step.kind is StepKind.USER:
-            await self._shell(name, CommandSpec(_user_script(*step.args), user="root"))
+            await self._shell(name, CommandSpec(_user_script(*step.args), user="root"), at)
             return replace(now, user=step.args[0])
         if step.kind is StepKind.WORKDIR:
             workdir = posixpath.join(now.workdir, step.args[0])
-            await self._shell(name, self._as(now, f"{BUSYBOX} mkdir -p {shlex.quote(workdir)}"))
+            await self._shell(
+                name, self._as(now, f"{BUSYBOX} mkdir -p {shlex.quote(workdir)}"), at)
             return replace(now, workdir=workdir)
         if step.kind is StepKind.RUN:
             user = step.args[1] if len(step.args) > 1 else now.user
-            await self._shell(name, replace(self._as(now, step.args[0]), user=user))
+            await self._shell(name, replace(self._as(now, step.args[0]), user=user), at)
             return now
-        await self._copy(name, step, now)
+        await self._copy(name, at, step, now)
         return now
 
-    async def _copy(self, name: str, step: Step, now: GuestDefaults) -> None:
+    async def _copy(self, name: str, at: str, step: Step, now: GuestDefaults) -> None:
         src, dest, user, mode = step.args
         assert step.files_hash is not None  # Recipe.from_e2b refuses a COPY without it
         staged = f"/tmp/.aenv-copy-{step.files_hash}"
@@ -181,15 +190,15 @@ class StepRunner:
         target = posixpath.join(now.workdir, dest)
         owner = user or now.user
         script = _copy_script(staged, _gzipped(archive), src, target, owner, mode)
-        await self._shell(name, CommandSpec(script, user="root", cwd="/"))
+        await self._shell(name, CommandSpec(script, user="root", cwd="/"), at)
 
     async def _start(self, recipe: Recipe, now: GuestDefaults) -> None:
         assert recipe.start_cmd is not None
-        self._log(f"start command: {recipe.start_cmd}")
+        self._log(f"start command: {recipe.start_cmd}", FINALIZE_STEP)
         await self._commands.start(self._host, self._as(now, recipe.start_cmd))
         if not recipe.ready_cmd:
             return
-        self._log(f"waiting for: {recipe.ready_cmd}")
+        self._log(f"waiting for: {recipe.ready_cmd}", FINALIZE_STEP)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             result = await self._commands.run(self._host, self._as(now, recipe.ready_cmd),
@@ -205,7 +214,7 @@ class StepRunner:
     def _as(self, now: GuestDefaults, command: str) -> CommandSpec:
         return CommandSpec(command, user=now.user, envs=now.env_vars, cwd=now.workdir)
 
-    async def _shell(self, name: str, spec: CommandSpec) -> None:
+    async def _shell(self, name: str, spec: CommandSpec, step: str) -> None:
         try:
             result = await self._commands.run(self._host, spec, timeout_s=STEP_TIMEOUT_S)
         except DeadlineExceeded:
@@ -213,7 +222,7 @@ class StepRunner:
         except AenvError as err:
             raise BuildStepFailed(f"{name}: {err.message}") from err
         for line in (result.stdout + result.stderr).decode(errors="replace").splitlines():
-            self._log(line)
+            self._log(line, step)
         if result.exit_code != 0:
             tail = result.output_tail()
             raise BuildStepFailed(

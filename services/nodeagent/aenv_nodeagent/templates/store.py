@@ -157,6 +157,7 @@ class TemplateStore(TemplateCatalog):
 
 
 def _build_log(inputs: TemplateInputs) -> Log:
-    def write(line: str) -> None:
-        log.info("template build", extra={"template": inputs.template_id, "line": line[:500]})
+    def write(line: str, step: str = "", /) -> None:
+        log.info("template build",
+                 extra={"template": inputs.template_id, "step": step, "line": line[:500]})
     return write

@@ -18,9 +18,6 @@ from aenv_nodeagent.images.manifest import OCI_INDEX, OCI_MANIFEST
 from aenv_nodeagent.images.sources import Layer
 
 MTIME = 1_700_000_000
-# security.capability v2 granting cap_net_raw (bit 13), effective: what `setcap cap_net_raw+ep`
-# writes.
-CAP_NET_RAW = bytes([0x01, 0x00, 0x00, 0x02, 0x00, 0x20, 0x00, 0x00]) + bytes(12)
 _TYPES = {
     "file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
     "hardlink": tarfile.LNKTYPE, "chr": tarfile.CHRTYPE, "blk": tarfile.BLKTYPE,

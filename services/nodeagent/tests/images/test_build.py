@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from aenv_common.testing.oci_layouts import CAP_NET_RAW
 from aenv_nodeagent.artifacts.proc import run
 from aenv_nodeagent.images import BlobCache, DockerArchiveSource, OciLayoutSource, build_base_disk
 from aenv_nodeagent.images import rootfs as rootfs_module
@@ -26,7 +27,7 @@ from aenv_nodeagent.images.sources import Layer, PulledImage
 from aenv_nodeagent.images.unpack import UnpackStats, unpack_image
 
 from .ext4 import Ext4
-from .layers import CAP_NET_RAW, Entry, make_layer, opaque, whiteout, write_layout
+from .layers import Entry, make_layer, opaque, whiteout, write_layout
 
 
 def rich_layers() -> list[tuple[bytes, Layer]]:

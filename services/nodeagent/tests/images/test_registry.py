@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from aenv_common.testing.oci_layouts import BUSYBOX, CAP_NET_RAW, busybox_layout, sh
+from aenv_common.testing.registry import REGISTRY_BIN, Registry, bcrypt_hash, docker_registry, push
 from aenv_nodeagent.images import (
     BlobCache,
     DockerArchiveSource,
@@ -28,9 +30,7 @@ from aenv_nodeagent.images.errors import (
 )
 
 from .ext4 import Ext4
-from .layers import CAP_NET_RAW, Entry, make_layer, opaque, whiteout, write_layout
-from .layouts import BUSYBOX, busybox_layout, sh
-from .registries import REGISTRY_BIN, Registry, bcrypt_hash, docker_registry, push
+from .layers import Entry, make_layer, opaque, whiteout, write_layout
 from .tokens import TokenServer, token_server
 
 pytestmark = [

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from aenv_common.testing.oci_layouts import CAP_NET_RAW
 from aenv_nodeagent.images.errors import LayerCorrupt, UnsupportedImage
 from aenv_nodeagent.images.sources import Layer
 from aenv_nodeagent.images.unpack import UnpackStats, apply_layer
 
-from .layers import CAP_NET_RAW, MTIME, Entry, make_layer, opaque, whiteout
+from .layers import MTIME, Entry, make_layer, opaque, whiteout
 
 
 @pytest.fixture

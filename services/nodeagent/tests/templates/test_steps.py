@@ -38,9 +38,16 @@ class FakeGuest:
         self.uploads.append((source, path))
 
 
-def _runner(guest: FakeGuest, tmp_path: Path, lines: list[str] | None = None) -> StepRunner:
+def _runner(
+    guest: FakeGuest, tmp_path: Path, lines: list[str] | None = None,
+    steps: list[str] | None = None,
+) -> StepRunner:
+    def record(line: str, step: str = "", /) -> None:
+        (lines if lines is not None else []).append(line)
+        (steps if steps is not None else []).append(step)
+
     return StepRunner(guest, "10.0.0.2", BuildContexts(tmp_path),  # type: ignore[arg-type]
-                      (lines if lines is not None else []).append)
+                      record)
 
 
 def _recipe(*steps: dict[str, object], **commands: str) -> Recipe:
@@ -76,11 +83,16 @@ async def test_a_failing_step_names_itself_and_quotes_its_output(tmp_path: Path)
         return CommandResult(0, b"", b"")
 
     lines: list[str] = []
+    steps: list[str] = []
     with pytest.raises(BuildStepFailed) as failed:
-        await _runner(FakeGuest(answer), tmp_path, lines).run(
+        await _runner(FakeGuest(answer), tmp_path, lines, steps).run(
             _recipe(_s("RUN", "true"), _s("RUN", "pip install nothing"), _s("RUN", "never")))
     assert failed.value.message == "step 2 (RUN): exited with code 1: ERROR: no such package"
     assert "step 2: RUN pip install nothing" in lines and "ERROR: no such package" in lines
+    # Each line carries its step, as E2B's SDK maps a failure back to the user's code.
+    by_line = dict(zip(lines, steps, strict=True))
+    assert by_line["step 1: RUN true"] == "1"
+    assert by_line["ERROR: no such package"] == "2"
 
 
 async def test_copy_uploads_the_context_and_unpacks_it_as_root(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError
+from aenv_common.testing.oci_layouts import busybox_layout
+from aenv_common.testing.registry import docker_registry, push
 from aenv_nodeagent.images import BlobCache, RegistryHosts
 from aenv_nodeagent.images.auth import NO_CREDENTIALS
 from aenv_nodeagent.node import BASE_TEMPLATE
@@ -22,8 +24,6 @@ from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import TemplateBuilds
 
-from ..images.layouts import busybox_layout
-from ..images.registries import docker_registry, push
 from ..lifecycle.conftest import Node, node_parts, spec
 from ..lifecycle.guest import sh
 

@@ -23,6 +23,14 @@ class PauseMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PAUSE_MODE_UNSPECIFIED: _ClassVar[PauseMode]
     PAUSE_MODE_FILESYSTEM: _ClassVar[PauseMode]
+
+class BuildStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BUILD_STATUS_UNSPECIFIED: _ClassVar[BuildStatus]
+    BUILD_STATUS_WAITING: _ClassVar[BuildStatus]
+    BUILD_STATUS_BUILDING: _ClassVar[BuildStatus]
+    BUILD_STATUS_READY: _ClassVar[BuildStatus]
+    BUILD_STATUS_ERROR: _ClassVar[BuildStatus]
 SANDBOX_STATE_UNSPECIFIED: SandboxState
 SANDBOX_STATE_CREATING: SandboxState
 SANDBOX_STATE_RUNNING: SandboxState
@@ -31,6 +39,11 @@ SANDBOX_STATE_KILLING: SandboxState
 SANDBOX_STATE_LOST: SandboxState
 PAUSE_MODE_UNSPECIFIED: PauseMode
 PAUSE_MODE_FILESYSTEM: PauseMode
+BUILD_STATUS_UNSPECIFIED: BuildStatus
+BUILD_STATUS_WAITING: BuildStatus
+BUILD_STATUS_BUILDING: BuildStatus
+BUILD_STATUS_READY: BuildStatus
+BUILD_STATUS_ERROR: BuildStatus
 
 class Resources(_message.Message):
     __slots__ = ("vcpus", "memory_mib", "disk_mib")
@@ -219,3 +232,74 @@ class SnapshotRecord(_message.Message):
     resources: Resources
     persisted: bool
     def __init__(self, snapshot_id: _Optional[str] = ..., node_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., has_memory: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., persisted: _Optional[bool] = ...) -> None: ...
+
+class CatalogTemplate(_message.Message):
+    __slots__ = ("template_id", "names", "tags", "resources", "created_at", "updated_at", "build_count", "latest_build_id")
+    class TagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    BUILD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LATEST_BUILD_ID_FIELD_NUMBER: _ClassVar[int]
+    template_id: str
+    names: _containers.RepeatedScalarFieldContainer[str]
+    tags: _containers.ScalarMap[str, str]
+    resources: Resources
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    build_count: int
+    latest_build_id: str
+    def __init__(self, template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., tags: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., build_count: _Optional[int] = ..., latest_build_id: _Optional[str] = ...) -> None: ...
+
+class BuildLogEntry(_message.Message):
+    __slots__ = ("time", "level", "message", "step")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    level: str
+    message: str
+    step: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[str] = ...) -> None: ...
+
+class TemplateBuildRecord(_message.Message):
+    __slots__ = ("build_id", "template_id", "status", "tags", "resources", "node_id", "logs", "reason", "reason_step", "created_at", "finished_at", "inputs_digest", "image_id", "envd_version")
+    BUILD_ID_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REASON_STEP_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENVD_VERSION_FIELD_NUMBER: _ClassVar[int]
+    build_id: str
+    template_id: str
+    status: BuildStatus
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    resources: Resources
+    node_id: str
+    logs: _containers.RepeatedCompositeFieldContainer[BuildLogEntry]
+    reason: str
+    reason_step: str
+    created_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    inputs_digest: str
+    image_id: str
+    envd_version: str
+    def __init__(self, build_id: _Optional[str] = ..., template_id: _Optional[str] = ..., status: _Optional[_Union[BuildStatus, str]] = ..., tags: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., node_id: _Optional[str] = ..., logs: _Optional[_Iterable[_Union[BuildLogEntry, _Mapping]]] = ..., reason: _Optional[str] = ..., reason_step: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_digest: _Optional[str] = ..., image_id: _Optional[str] = ..., envd_version: _Optional[str] = ...) -> None: ...

@@ -73,14 +73,16 @@ class BuildTemplateResponse(_message.Message):
     def __init__(self, log: _Optional[_Union[BuildLogLine, _Mapping]] = ..., result: _Optional[_Union[BuildTemplateResult, _Mapping]] = ...) -> None: ...
 
 class BuildLogLine(_message.Message):
-    __slots__ = ("time", "level", "message")
+    __slots__ = ("time", "level", "message", "step")
     TIME_FIELD_NUMBER: _ClassVar[int]
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     time: _timestamp_pb2.Timestamp
     level: str
     message: str
-    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    step: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[str] = ...) -> None: ...
 
 class BuildTemplateResult(_message.Message):
     __slots__ = ("template", "phases_ms")

@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import bcrypt
 
 from aenv_common.testing.ports import free_port
-from aenv_nodeagent.artifacts.proc import run
 
 REGISTRY_BIN = Path("/usr/bin/docker-registry")
 
 
 def bcrypt_hash(password: str) -> str:
+    import bcrypt  # a test-only dependency (requirements-dev)
+
     """A bcrypt hash for htpasswd (the registry takes no other kind); few rounds: a test."""
+
     hashed: bytes = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=5))
     return hashed.decode()
 
@@ -104,4 +105,9 @@ async def push(source: str, registry: Registry, name: str, creds: str | None = N
     argv = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false"]
     argv += ["--dest-creds", creds] if creds else []
     argv += ["--all"] if all_platforms else []
-    await run([*argv, source, f"docker://{registry.host}/{name}"])
+    proc = await asyncio.create_subprocess_exec(
+        *argv, source, f"docker://{registry.host}/{name}",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"skopeo copy to {registry.host}/{name} failed: {err.decode()[-2000:]}")

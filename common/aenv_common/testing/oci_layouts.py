@@ -6,7 +6,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from .layers import CAP_NET_RAW
+# security.capability v2 granting cap_net_raw (bit 13), effective: what `setcap cap_net_raw+ep`
+# writes.
+CAP_NET_RAW = bytes([0x01, 0x00, 0x00, 0x02, 0x00, 0x20, 0x00, 0x00]) + bytes(12)
 
 BUSYBOX = Path("/bin/busybox")  # busybox-static's
 

@@ -1,0 +1,262 @@
+"""Running E2B template builds: a requested build (catalog.py) starts when the SDK sends its
+steps; the scheduler picks a node, whose `BuildTemplate` stream the build's record follows —
+status, log lines with their step, and the reason and step of a failure — so any gateway can
+answer the SDK's status polls from etcd.
+
+A build's node-side template is named by its image id. Equal inputs make an equal template, so a
+build whose inputs match a ready build reuses that one's image (unless `force`), and one whose
+inputs match a build in flight follows it instead of building the same thing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_common.ids import new_sandbox_id
+from aenv_gateway.clients import NodeAgentClients, SchedulerClient
+from aenv_gateway.templates.catalog import TemplateCatalog, now_timestamp
+from aenv_gateway.templates.records import BuildRecord
+from aenv_gateway.templates.wire import BuildStart
+
+log = logging.getLogger(__name__)
+
+WAITING = cluster_pb2.BUILD_STATUS_WAITING
+BUILDING = cluster_pb2.BUILD_STATUS_BUILDING
+READY = cluster_pb2.BUILD_STATUS_READY
+ERROR = cluster_pb2.BUILD_STATUS_ERROR
+# etcd takes values up to 1.5 MiB: a build keeps this many lines of at most this many characters
+# (then only error lines), and is written at most this often while it runs.
+MAX_LOG_ENTRIES = 1500
+MAX_LINE_CHARS = 500
+FLUSH_INTERVAL_S = 0.5
+BASE_STEP = "base"
+# Every node has the built-in template: a build from an image is placed as a sandbox of it.
+PLACE_IMAGE_BUILDS_AS = "base"
+
+
+@dataclass(frozen=True)
+class BuildStatusPage:
+    record: BuildRecord
+    entries: list[cluster_pb2.BuildLogEntry]
+
+
+class TemplateBuilds:
+    def __init__(
+        self,
+        catalog: TemplateCatalog,
+        scheduler: SchedulerClient,
+        nodeagents: NodeAgentClients,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._catalog = catalog
+        self._records = catalog.records
+        self._scheduler = scheduler
+        self._nodeagents = nodeagents
+        self._clock = clock
+        self._running: dict[str, asyncio.Task[None]] = {}
+        # Inputs digest -> the build making that template now.
+        self._inflight: dict[str, asyncio.Future[BuildRecord]] = {}
+
+    def building(self, build_id: str) -> bool:
+        return build_id in self._running
+
+    async def start(self, template_id: str, build_id: str, start: BuildStart) -> None:
+        """Starts a requested build in the background (the SDK then polls its status).
+
+        :raise NotFound: no such build of this template. :raise Conflict: it was started.
+        :raise InvalidArgument: `fromTemplate` names no ready template.
+        """
+        build = await self._build_of(template_id, build_id)
+        if build.status != WAITING or build_id in self._running:
+            raise Conflict(f"build '{build_id}' was already started")
+        parent = None
+        if start.from_template:
+            parent = await self._catalog.resolve(start.from_template) or start.from_template
+        build.inputs_digest = start.digest(build.resources, parent)
+        build.status = BUILDING
+        await self._records.put_build(build)
+        task = asyncio.ensure_future(self._run(build, start, parent))
+        self._running[build_id] = task
+        task.add_done_callback(lambda _: self._running.pop(build_id, None))
+
+    async def status(
+        self, template_id: str, build_id: str, offset: int, limit: int
+    ) -> BuildStatusPage:
+        """:raise NotFound: no such build of this template."""
+        build = await self._build_of(template_id, build_id)
+        return BuildStatusPage(build, list(build.logs[offset:offset + limit]))
+
+    async def _build_of(self, template_id: str, build_id: str) -> BuildRecord:
+        template = await self._catalog.find(template_id)
+        build = await self._records.get_build(build_id)
+        if template is None or build is None or build.template_id != template.template_id:
+            raise NotFound(f"build '{build_id}' of template '{template_id}' not found")
+        return build
+
+    async def stop(self) -> None:
+        """Ends the builds this gateway runs (their nodes undo what they made)."""
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self, build: BuildRecord, start: BuildStart, parent: str | None) -> None:
+        journal = BuildJournal(build, self._records.put_build, self._clock)
+        try:
+            await self._make(journal, start, parent)
+            journal.record.status = READY
+            await journal.finish()
+            await self._catalog.publish(journal.record)
+            log.info("template build ready", extra={"template_id": build.template_id,
+                                                    "build_id": build.build_id})
+        except AenvError as err:
+            journal.fail(err.message, err.step if isinstance(err, _Failed) else None)
+            await journal.finish()
+            log.info("template build failed", extra={"template_id": build.template_id,
+                                                     "build_id": build.build_id,
+                                                     "reason": err.message[:200]})
+        except asyncio.CancelledError:
+            journal.fail("the build was interrupted: its gateway stopped")
+            await asyncio.shield(journal.finish())
+            raise
+
+    async def _make(self, journal: BuildJournal, start: BuildStart, parent: str | None) -> None:
+        digest = journal.record.inputs_digest
+        if not start.force and (earlier := await self._ready_with(digest)) is not None:
+            journal.add(f"reusing the template of build {earlier.build_id} (same inputs)",
+                        BASE_STEP)
+            journal.adopt(earlier)
+            return
+        if (leader := self._inflight.get(digest)) is not None:
+            journal.add("following a build of the same inputs in flight", BASE_STEP)
+            journal.adopt(await asyncio.shield(leader))
+            return
+        made: asyncio.Future[BuildRecord] = asyncio.get_running_loop().create_future()
+        self._inflight[digest] = made
+        try:
+            await self._on_a_node(journal, start, parent)
+            made.set_result(journal.record)
+        except BaseException as err:
+            made.set_exception(err)
+            raise
+        finally:
+            self._inflight.pop(digest, None)
+            if made.done() and not made.cancelled():
+                made.exception()  # retrieved: a failed leader with no follower is not an error
+
+    async def _ready_with(self, digest: str) -> BuildRecord | None:
+        for build in await self._records.list_builds():
+            if build.inputs_digest == digest and build.status == READY:
+                return build
+        return None
+
+    async def _on_a_node(
+        self, journal: BuildJournal, start: BuildStart, parent: str | None
+    ) -> None:
+        build = journal.record
+        journal.add("waiting for a node", BASE_STEP)
+        placement = await self._scheduler.schedule(cluster_pb2.SandboxSpec(
+            sandbox_id=new_sandbox_id(), template_id=parent or PLACE_IMAGE_BUILDS_AS,
+            resources=build.resources))
+        build.node_id = placement.node_id
+        journal.add(f"building on node {placement.node_id}", BASE_STEP)
+        request = start.node_request(build.build_id, build.build_id, parent, build.resources)
+        async for event in self._nodeagents.build_template(placement.nodeagent_address, request):
+            if event.HasField("log"):
+                journal.add(event.log.message, event.log.step, event.log.level or "info")
+            else:
+                built = event.result.template
+                build.image_id = built.template_id
+                build.envd_version = built.envd_version
+                build.resources.CopyFrom(built.default_resources)
+                phases = ", ".join(f"{k} {v / 1000:.1f}s" for k, v in
+                                   sorted(event.result.phases_ms.items()))
+                journal.add(f"template ready ({phases})", "finalize")
+
+
+class BuildJournal:
+    """A running build's record: lines are added as they come and written out in batches."""
+
+    def __init__(
+        self,
+        record: BuildRecord,
+        write: Callable[[BuildRecord], Awaitable[None]],
+        clock: Callable[[], float],
+    ) -> None:
+        self.record = record
+        self._write = write
+        self._clock = clock
+        self._last_write = 0.0
+        self._pending: asyncio.Task[None] | None = None
+        self._dropped = 0
+
+    def add(self, message: str, step: str = "", level: str = "info") -> None:
+        logs = self.record.logs
+        if len(logs) >= MAX_LOG_ENTRIES and level != "error":
+            self._dropped += 1
+            return
+        logs.append(cluster_pb2.BuildLogEntry(
+            time=now_timestamp(self._clock), level=level, message=message[:MAX_LINE_CHARS],
+            step=step))
+        self._schedule_write()
+
+    def fail(self, reason: str, step: str | None = None) -> None:
+        """Ends it failed; the step is the one under way unless given."""
+        steps = [entry.step for entry in self.record.logs if entry.step]
+        self.record.status = ERROR
+        self.record.reason = reason
+        self.record.reason_step = step or (steps[-1] if steps else BASE_STEP)
+        self.add(reason, self.record.reason_step, "error")
+
+    def adopt(self, other: BuildRecord) -> None:
+        """This build made no template itself: it is `other`'s (ready, or failed as it did)."""
+        self.record.image_id = other.image_id or other.build_id
+        self.record.envd_version = other.envd_version
+        self.record.node_id = other.node_id
+        if other.status == ERROR:
+            raise _Failed(other.reason, other.reason_step)
+
+    async def finish(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+        if self._dropped:
+            self.record.logs.append(cluster_pb2.BuildLogEntry(
+                time=now_timestamp(self._clock), level="warn",
+                message=f"{self._dropped} log lines were not kept"))
+        self.record.finished_at.CopyFrom(now_timestamp(self._clock))
+        await self._flush()
+
+    def _schedule_write(self) -> None:
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.ensure_future(self._write_soon())
+
+    async def _write_soon(self) -> None:
+        wait = self._last_write + FLUSH_INTERVAL_S - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        self._last_write = time.monotonic()
+        try:
+            await self._write(self.record)
+        except AenvError as err:
+            log.warning("could not write a build's record",
+                        extra={"build_id": self.record.build_id, "error": err.message})
+
+
+class _Failed(AenvError):
+    """The build it followed failed: so does this one, for the same reason."""
+
+    def __init__(self, message: str, step: str) -> None:
+        super().__init__(message)
+        self.step = step
