@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # After the process exits, output still arriving from descendants holding its pipes is read for
 # this long before the end event is sent.
+BASH = "/bin/bash"
+POSIX_SHELL = "/bin/sh"
 EXIT_DRAIN_GRACE_S = 2.0
 # Output pipes get this capacity and are read this much at a time: a fast producer (`yes`,
 # `cat bigfile`) then costs envd a few large reads instead of one wake-up per 64 KiB.
@@ -70,6 +72,14 @@ def end_event(status: int) -> Event:
     return Event(end=end)
 
 
+def available_shell(cmd: str) -> str:
+    """The SDKs run every command as `/bin/bash -l -c ...`; an image without bash (busybox,
+    Alpine) gets its POSIX shell, which takes the same options."""
+    if cmd == BASH and not os.path.exists(BASH) and os.path.exists(POSIX_SHELL):
+        return POSIX_SHELL
+    return cmd
+
+
 def set_winsize(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
@@ -106,7 +116,7 @@ class ManagedProcess:
         self.exited = asyncio.create_task(self._await_exit())
 
     def _spawn(self, spec: SpawnSpec) -> tuple[subprocess.Popen[bytes], list[tuple[int, str]]]:
-        argv = [spec.config.cmd, *spec.config.args]
+        argv = [available_shell(spec.config.cmd), *spec.config.args]
         # Switching identity needs root; an unprivileged envd (tests) runs children as itself.
         privileged = os.geteuid() == 0
         uid = spec.user.uid if privileged else None

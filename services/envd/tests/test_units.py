@@ -160,3 +160,16 @@ def test_root_is_uid_0_even_without_an_account_database(monkeypatch: pytest.Monk
     assert (root.name, root.uid, root.gid, root.home) == ("root", 0, 0, "/root")
     with pytest.raises(EnvdError, match="invalid username: 'user'"):
         lookup_user("user")
+
+
+def test_an_image_without_bash_runs_the_sdks_commands_with_its_posix_shell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aenv_envd import processes
+
+    present = {"/bin/sh"}
+    monkeypatch.setattr(processes.os.path, "exists", lambda path: path in present)
+    assert processes.available_shell("/bin/bash") == "/bin/sh"
+    assert processes.available_shell("/usr/bin/python3") == "/usr/bin/python3"
+    present.add("/bin/bash")
+    assert processes.available_shell("/bin/bash") == "/bin/bash"

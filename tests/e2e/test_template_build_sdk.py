@@ -1,0 +1,105 @@
+"""E2B template code, unchanged, against the whole platform: `AsyncTemplate.build` of an image
+pushed to a real registry (Debian's docker-registry on loopback) with a COPY of a local context,
+a RUN, ENV and a start command with its ready check; sandboxes of the alias start with the app
+already answering; a template built on it (`from_template`); a failing step reported with its
+step and the previous version kept; the catalog and builds kept in the real etcd."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from e2b import AsyncSandbox, AsyncTemplate, BuildException
+from e2b.template.logger import LogEntry
+
+from aenv_cli.platform import Platform
+from aenv_common.testing.oci_layouts import busybox_layout
+from aenv_common.testing.registry import Registry, docker_registry, push
+
+pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
+              pytest.mark.registry, pytest.mark.asyncio(loop_scope="session")]
+
+APP = "wget -q -O- http://127.0.0.1:8000/index.html"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def image(tmp_path: Path) -> AsyncIterator[tuple[Registry, str]]:
+    """A busybox-only image (no bash, no Python, no libc) in a registry of its own."""
+    layout = busybox_layout(tmp_path / "layout")
+    async with docker_registry(tmp_path / "registry") as registry:
+        await push(f"oci:{layout}:1", registry, "e2e/busybox:1")
+        yield registry, f"{registry.host}/e2e/busybox:1"
+
+
+def _context(tmp_path: Path) -> Path:
+    context = tmp_path / "context"
+    (context / "www").mkdir(parents=True)
+    (context / "www" / "index.html").write_text("from the context\n")
+    return context
+
+
+async def test_existing_template_code_builds_and_runs_unchanged(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
+) -> None:
+    _, reference = image
+    template = (
+        AsyncTemplate(file_context_path=_context(tmp_path))
+        .from_image(reference)
+        .copy("www", "/www")
+        .run_cmd("echo built > /www/built.txt", user="root")
+        .set_envs({"GREETING": "hello"})
+        .set_start_cmd("busybox httpd -f -p 8000 -h /www", APP)
+    )
+    lines: list[LogEntry] = []
+    info = await AsyncTemplate.build(template, "e2e-web", memory_mb=512,
+                                     on_build_logs=lines.append)
+    assert any("RUN echo built" in entry.message for entry in lines)
+    assert await AsyncTemplate.exists("e2e-web")
+
+    sandbox = await AsyncSandbox.create("e2e-web", timeout=300)
+    try:
+        # The start command's server was captured running: it answers at once.
+        assert (await sandbox.commands.run(APP)).stdout == "from the context\n"
+        assert (await sandbox.commands.run("busybox cat /www/built.txt")).stdout == "built\n"
+        assert (await sandbox.commands.run("echo $GREETING")).stdout == "hello\n"
+        assert (await sandbox.commands.run("busybox whoami")).stdout == "user\n"
+    finally:
+        await sandbox.kill()
+
+    child = AsyncTemplate().from_template("e2e-web").run_cmd(
+        "echo child > /www/child.html", user="root")
+    await AsyncTemplate.build(child, "e2e-web-child", memory_mb=512)
+    sandbox = await AsyncSandbox.create("e2e-web-child", timeout=300)
+    try:
+        both = await sandbox.commands.run(APP + " http://127.0.0.1:8000/child.html")
+        assert both.stdout == "from the context\nchild\n"
+    finally:
+        await sandbox.kill()
+
+    # A failing rebuild names its step; the alias keeps creating the version that worked.
+    broken = AsyncTemplate().from_image(reference).run_cmd("exit 3")
+    with pytest.raises(BuildException, match=r"step 1 \(RUN\): exited with code 3"):
+        await AsyncTemplate.build(broken, "e2e-web", memory_mb=512)
+    sandbox = await AsyncSandbox.create("e2e-web", timeout=300)
+    try:
+        assert (await sandbox.commands.run(APP)).stdout == "from the context\n"
+        assert sandbox.sandbox_id
+    finally:
+        await sandbox.kill()
+
+    tags = {t.tag: t.build_id for t in await AsyncTemplate.get_tags("e2e-web")}
+    assert tags == {"default": info.build_id}
+
+
+async def test_an_unknown_image_fails_the_build_with_its_reason(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str],
+) -> None:
+    registry, _ = image
+    missing = AsyncTemplate().from_image(f"{registry.host}/e2e/nosuch:1")
+    with pytest.raises(BuildException, match=r"nosuch:1 not found"):
+        await AsyncTemplate.build(missing, "e2e-missing", memory_mb=512)
+    assert await AsyncTemplate.exists("e2e-missing")  # requested, but nothing to create
+    with pytest.raises(Exception, match="no ready build"):
+        await AsyncSandbox.create("e2e-missing", timeout=60)
