@@ -165,10 +165,12 @@ def test_root_is_uid_0_even_without_an_account_database(monkeypatch: pytest.Monk
 def test_an_image_without_bash_runs_the_sdks_commands_with_its_posix_shell(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import os.path
+
     from aenv_envd import processes
 
     present = {"/bin/sh"}
-    monkeypatch.setattr(processes.os.path, "exists", lambda path: path in present)
+    monkeypatch.setattr(os.path, "exists", lambda path: path in present)
     assert processes.available_shell("/bin/bash") == "/bin/sh"
     assert processes.available_shell("/usr/bin/python3") == "/usr/bin/python3"
     present.add("/bin/bash")
