@@ -248,7 +248,7 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
     settings = NodeAgentSettings(state_dir=state_dir)
     network = NetworkManager(NetworkConfig(prefix="alcb", pool_cidr="10.216.0.0/24"))
     envd = EnvdClient(session)
-    templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+    templates = TemplateStore(settings.resolved_templates_dir(), network, envd,
                               QemuDriver(), GuestCommands(session),
                               boot_timeout_s=120, boot_attempts=3)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
@@ -372,7 +372,7 @@ async def floor_runs(session: aiohttp.ClientSession, work: Path) -> dict[str, ob
     inputs = await base_template_inputs(settings, detect_accelerator(None))
     network = NetworkManager(NetworkConfig(prefix="alcf", pool_cidr="10.218.0.0/24"))
     envd = EnvdClient(session)
-    templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+    templates = TemplateStore(settings.resolved_templates_dir(), network, envd,
                               QemuDriver(), GuestCommands(session),
                               boot_timeout_s=120, boot_attempts=3)
     templates.register(inputs)

@@ -65,6 +65,9 @@ class NodeAgentSettings(BaseSettings):
     # Templates from OCI images. Layers are cached by digest, shared by every image (default:
     # <cache_dir>/images).
     image_cache_dir: Path | None = None
+    # Template snapshots, the templates built or pulled here, and COPY contexts (default:
+    # <cache_dir>/templates). Nodes of one host may share it; each node of a test its own.
+    templates_dir: Path | None = None
     # Mirrors as containerd's hosts.toml gives them: registry (`docker.io`, `host:5000`, or
     # `_default` for any other) -> endpoints (`host[:port][/path]` or URLs) tried in order, then
     # the registry itself unless it is listed in registry_mirror_only. JSON in the environment.
@@ -78,6 +81,9 @@ class NodeAgentSettings(BaseSettings):
 
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or self.common.home / "cache"
+
+    def resolved_templates_dir(self) -> Path:
+        return self.templates_dir or self.resolved_cache_dir() / "templates"
 
     def resolved_image_cache_dir(self) -> Path:
         return self.image_cache_dir or self.resolved_cache_dir() / "images"

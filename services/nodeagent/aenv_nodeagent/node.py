@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import grpc
@@ -42,6 +42,8 @@ from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import TemplateBuilds
+from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BuildContexts
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
 from aenv_nodeagent.vmm.driver import VmmDriver
@@ -80,6 +82,14 @@ async def base_template_inputs(
     )
 
 
+
+class _Templates(NamedTuple):
+    """This node's templates, where it keeps the ones it built or pulled, and snapstore's."""
+
+    store: TemplateStore
+    saved: SavedTemplates
+    distribution: TemplateDistribution | None
+
 class NodeAgent:
     """Starts its parts in order, each registered with its stop on one exit stack, so `stop`
     undoes exactly what `start` did, in reverse."""
@@ -109,9 +119,12 @@ class NodeAgent:
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
                                   await store.list_sandboxes())
         driver = QemuDriver()
-        self.templates = templates = await self._prepare_templates(
-            store, network, envd, driver, GuestCommands(session))
-        builds = self._template_builds(templates, store, session)
+        publisher = SnapshotPublisher(store, s.node_id)
+        persistence = self._persistence(publisher)
+        kept = await self._prepare_templates(
+            store, network, envd, driver, GuestCommands(session), persistence)
+        self.templates = templates = kept.store
+        builds = self._template_builds(kept, store, session)
         builds.load_saved()  # before the sandboxes that stand on them are taken back
         pool = WarmPool(network, s.resolved_state_dir() / "pool",
                         slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
@@ -122,13 +135,12 @@ class NodeAgent:
         # Stopped after the sandboxes are killed: until then the cluster sees the node alive.
         registration = NodeRegistration(store, self.node_record, ttl=s.heartbeat_ttl_s)
         stack.push_async_callback(registration.stop)
-        publisher = SnapshotPublisher(store, s.node_id)
         self.sandboxes = sandboxes = SandboxService(
             SandboxSettings(s.resolved_state_dir(), ready_timeout_s=s.restore_ready_timeout_s,
                             persist_paused=s.snapstore_persist_paused,
                             metrics_max_samples=s.metrics_max_samples),
             self.registry, templates, network, envd, store, driver, pool=pool,
-            persistence=self._persistence(publisher), publisher=publisher,
+            persistence=persistence, publisher=publisher,
             cut_traffic=connections.cut, allocation_changed=registration.publish)
         stack.push_async_callback(sandboxes.stop)
         await sandboxes.adopt(recovered.adopted)
@@ -187,17 +199,21 @@ class NodeAgent:
 
     async def _prepare_templates(
         self, store: ClusterStore, network: NetworkManager, envd: EnvdClient, driver: VmmDriver,
-        commands: GuestCommands,
-    ) -> TemplateStore:
+        commands: GuestCommands, persistence: SnapshotPersistence | None,
+    ) -> _Templates:
         s = self.settings
         assert self.accel is not None
         inputs = await base_template_inputs(s, self.accel)
         self.kernel_version = inputs.artifacts.kernel_version
-        root = s.resolved_cache_dir() / "templates"
+        root = s.resolved_templates_dir()
+        saved = SavedTemplates(root / "built", inputs)
+        distribution = (TemplateDistribution(persistence, root, saved)
+                        if persistence is not None else None)
         templates = TemplateStore(
             root, network, envd, driver, commands,
             boot_timeout_s=s.boot_timeout_s, boot_attempts=s.boot_attempts,
             contexts=BuildContexts(root / "contexts", self._snapstore_stub()),
+            remote=distribution,
         )
         templates.register(inputs)
         snap = await templates.get(BASE_TEMPLATE)
@@ -211,7 +227,7 @@ class NodeAgent:
             envd_version=snap.envd_version,
             created_at=created,
         ))
-        return templates
+        return _Templates(templates, saved, distribution)
 
     def _snapstore_stub(self) -> Any | None:
         """A snapstore client for template builds' uploaded files (None: no snapstore)."""
@@ -222,16 +238,15 @@ class NodeAgent:
         return snapstore_stub(channel)
 
     def _template_builds(
-        self, templates: TemplateStore, store: ClusterStore, session: aiohttp.ClientSession
+        self, kept: _Templates, store: ClusterStore, session: aiohttp.ClientSession
     ) -> TemplateBuilds:
         s = self.settings
         images = s.resolved_image_cache_dir()
         hosts = RegistryHosts(s.registry_mirrors, s.insecure_registries, s.registry_mirror_only)
         bases = ImageBases(images / "bases", BlobCache(images), hosts,
                            load_credentials(s.registry_credentials_file), session)
-        saved = s.resolved_cache_dir() / "templates" / "built"
-        return TemplateBuilds(templates, bases, saved, templates.inputs(BASE_TEMPLATE),
-                              store.put_template)
+        return TemplateBuilds(kept.store, bases, kept.saved, store.put_template,
+                              kept.distribution)
 
     async def _start_proxy(self, connections: SandboxConnections) -> None:
         host, _, port = self.settings.proxy_listen.rpartition(":")

@@ -6,6 +6,9 @@ image) and a recipe, cold-booted once and captured, so sandboxes only ever resto
 - steps.py: running a recipe in the build VM through its envd
 - launch.py: starting a VM of a template (a restore's target or a cold boot): the one place
 - store.py: this node's templates, each captured on first use
+- bases.py, builds.py: templates built from OCI images or other templates (E2B's build)
+- saved.py: the templates built or pulled here, known again after a restart
+- distribution.py: templates through snapstore, so any node creates from them
 """
 
 from aenv_nodeagent.templates.model import (

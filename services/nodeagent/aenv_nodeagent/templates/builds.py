@@ -2,7 +2,7 @@
 another template this node knows), a recipe, sizes; the result is a captured template every
 sandbox of this node can restore, its inputs saved so it outlives a restart, and its record.
 
-    builds = TemplateBuilds(store, bases, saved_dir, defaults, publish)
+    builds = TemplateBuilds(store, bases, SavedTemplates(saved_dir, defaults), publish)
     built = await builds.build(BuildRequest("app", "b1", recipe, from_image="python:3.11"), log)
 
 A new build of an existing template id replaces it for new sandboxes only when it succeeds: a
@@ -12,12 +12,10 @@ failed build leaves the previous version registered and usable.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -26,10 +24,11 @@ from aenv_common.errors import InvalidArgument
 from aenv_common.snapshots.codec import check_name
 from aenv_nodeagent.artifacts import RootfsImage
 from aenv_nodeagent.images.auth import Login
-from aenv_nodeagent.private_files import write_private_json
 from aenv_nodeagent.templates.bases import ImageBases
+from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.model import TemplateInputs, TemplateSnapshot
 from aenv_nodeagent.templates.recipe import Recipe
+from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BASE_STEP, Log
 from aenv_nodeagent.templates.store import TemplateStore
 
@@ -61,27 +60,23 @@ class Built:
 
 class TemplateBuilds:
     def __init__(
-        self, store: TemplateStore, bases: ImageBases, saved: Path, defaults: TemplateInputs,
-        publish: Publish,
+        self, store: TemplateStore, bases: ImageBases, saved: SavedTemplates, publish: Publish,
+        distribution: TemplateDistribution | None = None,
     ) -> None:
         self._store = store
         self._bases = bases
         self._saved = saved
-        self._defaults = defaults  # the node's artifacts, accelerator and default sizes
+        self._defaults = saved.defaults  # the node's artifacts, accelerator and default sizes
         self._publish = publish
+        # Built templates go to snapstore, so other nodes create from them without a build.
+        self._distribution = distribution
 
     def load_saved(self) -> list[str]:
-        """Registers the templates built here before (at start); returns their ids."""
-        loaded = []
-        for path in sorted(self._saved.glob("*.json")) if self._saved.is_dir() else []:
-            data = json.loads(path.read_text())
-            self._store.register(dataclasses.replace(
-                self._defaults, template_id=data["template_id"],
-                rootfs=RootfsImage(Path(data["rootfs"]), data["rootfs_digest"], ()),
-                recipe=Recipe.from_json(data["recipe"]), vcpus=data["vcpus"],
-                memory_mib=data["memory_mib"], disk_mib=data["disk_mib"]))
-            loaded.append(data["template_id"])
-        return loaded
+        """Registers the templates built or pulled here before (at start); returns their ids."""
+        loaded = self._saved.load_all()
+        for inputs in loaded:
+            self._store.register(inputs)
+        return [inputs.template_id for inputs in loaded]
 
     async def build(self, request: BuildRequest, build_log: Log) -> Built:
         """:raise InvalidArgument: a bad request, or a step that failed (`step N (KIND): ...`).
@@ -101,7 +96,9 @@ class TemplateBuilds:
             self._store.unregister(request.template_id, previous)
             raise
         phases["capture"] = (time.monotonic() - capture_started) * 1000
-        self._save(inputs)
+        self._saved.save(inputs)
+        if self._distribution is not None:
+            self._distribution.share_soon(inputs, snapshot)
         record = _record(snapshot)
         await self._publish(record)
         phases["total"] = (time.monotonic() - started) * 1000
@@ -133,15 +130,6 @@ class TemplateBuilds:
             vcpus=request.vcpus or self._defaults.vcpus,
             memory_mib=request.memory_mib or self._defaults.memory_mib,
         ), phases
-
-    def _save(self, inputs: TemplateInputs) -> None:
-        self._saved.mkdir(parents=True, exist_ok=True)
-        write_private_json(self._saved / f"{inputs.template_id}.json", {
-            "template_id": inputs.template_id, "rootfs": str(inputs.rootfs.path),
-            "rootfs_digest": inputs.rootfs.digest, "recipe": inputs.recipe.to_json(),
-            "vcpus": inputs.vcpus, "memory_mib": inputs.memory_mib,
-            "disk_mib": inputs.disk_mib,
-        })
 
 
 def _record(snapshot: TemplateSnapshot) -> cluster_pb2.TemplateRecord:

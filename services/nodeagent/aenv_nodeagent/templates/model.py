@@ -24,7 +24,8 @@ TOOLS_DISK_ID = "tools"
 # A template snapshot's files: its frozen disk layer and its guest RAM.
 DISK_FILE = "disk.qcow2"
 MEMORY_FILE = "memory"
-_META = "template.json"
+STATE_FILE = "state"
+META_FILE = "template.json"
 # The guest gives the pages it frees back to the host (restored VMs: see vmm/seccomp.py).
 FREE_PAGE_REPORTING = True
 
@@ -56,7 +57,7 @@ class TemplateSnapshot:
 
     @property
     def state(self) -> Path:
-        return self.directory / "state"
+        return self.directory / STATE_FILE
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,11 @@ def snapshot_dir(root: Path, inputs: TemplateInputs) -> Path:
 
 
 def save_snapshot(snapshot: TemplateSnapshot, directory: Path) -> None:
-    (directory / _META).write_text(json.dumps(asdict(snapshot), default=str))
+    (directory / META_FILE).write_text(json.dumps(asdict(snapshot), default=str))
 
 
 def load_snapshot(directory: Path) -> TemplateSnapshot | None:
-    meta = directory / _META
+    meta = directory / META_FILE
     if not meta.is_file():
         return None
     data = json.loads(meta.read_text())

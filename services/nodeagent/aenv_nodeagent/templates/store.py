@@ -21,10 +21,12 @@ from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetworkManager
+from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.launch import boot_from_disk
 from aenv_nodeagent.templates.model import (
     DISK_FILE,
     MEMORY_FILE,
+    STATE_FILE,
     TemplateCatalog,
     TemplateInputs,
     TemplateSnapshot,
@@ -51,6 +53,7 @@ class TemplateStore(TemplateCatalog):
         boot_timeout_s: float,
         boot_attempts: int,
         contexts: BuildContexts | None = None,
+        remote: TemplateDistribution | None = None,
     ) -> None:
         super().__init__()
         self._root = root
@@ -60,6 +63,8 @@ class TemplateStore(TemplateCatalog):
         self._commands = commands
         # COPY steps' files: local ones only, unless a snapstore-backed store is given.
         self._contexts = contexts or BuildContexts(root / "contexts")
+        # Templates built on other nodes, pulled on first use.
+        self._remote = remote
         self._boot_timeout_s = boot_timeout_s
         self._boot_attempts = boot_attempts
         self._ready: dict[str, TemplateSnapshot] = {}
@@ -78,15 +83,23 @@ class TemplateStore(TemplateCatalog):
         """
         if snap := self._ready.get(template_id):
             return snap
+        if not self.has(template_id) and self._remote is not None:
+            if (pulled := await self._remote.fetch(template_id)) is not None:
+                self.register(pulled)
         inputs = self.inputs(template_id)
         async with self._locks.setdefault(template_id, asyncio.Lock()):
             if snap := self._ready.get(template_id):
                 return snap
             directory = snapshot_dir(self._root, inputs)
             directory.parent.mkdir(parents=True, exist_ok=True)
-            async with file_lock(directory.parent / f".{directory.name}.lock"):
-                snap = load_snapshot(directory) or await self._build(
-                    inputs, directory, build_log or _build_log(inputs))
+            lock = directory.parent / f".{directory.name}.lock"
+            try:
+                async with file_lock(lock):
+                    snap = load_snapshot(directory) or await self._build(
+                        inputs, directory, build_log or _build_log(inputs))
+            except BaseException:
+                _drop_if_unused(lock)  # a failed first capture leaves nothing behind
+                raise
             self._ready[template_id] = snap
             return snap
 
@@ -133,7 +146,7 @@ class TemplateStore(TemplateCatalog):
             envd_version = await self._envd.init(
                 slot.ns_ip, env_vars=defaults.env_vars, access_token="",
                 default_user=defaults.user, default_workdir=defaults.workdir)
-            await vm.capture(work / "state")
+            await vm.capture(work / STATE_FILE)
         finally:
             if vm is not None:
                 await vm.shutdown()
@@ -154,6 +167,14 @@ class TemplateStore(TemplateCatalog):
             default_workdir=defaults.workdir,
             env_vars=defaults.env_vars,
         )
+
+
+def _drop_if_unused(lock: Path) -> None:
+    """The template's folder, when it holds nothing but locks (no other snapshot, no capture
+    under way: those keep their files and `.build-*` folders there)."""
+    folder = lock.parent
+    if all(path.name.endswith(".lock") for path in folder.iterdir()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _build_log(inputs: TemplateInputs) -> Log:

@@ -36,6 +36,8 @@ from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
 
 
@@ -66,6 +68,8 @@ class Node:
     node_id: str = "test-node"
     snapstore: str = ""
     templates: TemplateStore | None = None
+    saved: SavedTemplates | None = None
+    distribution: TemplateDistribution | None = None
     allocation: AllocationSink = field(default_factory=AllocationSink)
     successor: Node | None = None
 
@@ -103,7 +107,7 @@ async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
     pool_vms: int = 0, pool_cidr: str | None = None, snapstore: str = "",
-    node_id: str = "test-node", own_templates: bool = False,
+    node_id: str = "test-node", own_templates: bool = False, share_templates: bool = False,
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
     # A pool of its own per node: runs beside it (CI, another suite) have theirs.
@@ -112,23 +116,29 @@ async def build_node(
     envd = EnvdClient(session)
     # Shared by every run (captures are keyed by their inputs), unless the test builds its own.
     templates_root = state_dir / "templates" if own_templates else (
-        settings.resolved_cache_dir() / "templates")
+        settings.resolved_templates_dir())
+    base = await base_template_inputs(settings, detect_accelerator(None))
+    persistence = SnapshotPersistence(snapstore, retry_delays_s=(0.2,)) if snapstore else None
+    saved = SavedTemplates(templates_root / "built", base)
+    # Templates built here go to snapstore, and ones this node lacks come from it.
+    distribution = (TemplateDistribution(persistence, templates_root, saved)
+                    if persistence is not None and share_templates else None)
     templates = TemplateStore(templates_root, network, envd,
                               QemuDriver(), GuestCommands(session),
-                              boot_timeout_s=90, boot_attempts=3)
-    templates.register(await base_template_inputs(settings, detect_accelerator(None)))
+                              boot_timeout_s=90, boot_attempts=3, remote=distribution)
+    templates.register(base)
     pool = WarmPool(network, state_dir / "pool", slots=pool_slots,
                     overlays_per_backing=pool_overlays, vms_per_template=pool_vms,
                     vm_root=state_dir / "sandboxes")
     pool.start()
-    persistence = SnapshotPersistence(snapstore, retry_delays_s=(0.2,)) if snapstore else None
     allocation = AllocationSink()
     sandboxes = SandboxService(
         SandboxSettings(state_dir, ready_timeout_s=60), SandboxRegistry(node_id), templates,
         network, envd, records, QemuDriver(), pool=pool, persistence=persistence,
         publisher=SnapshotPublisher(records, node_id), allocation_changed=allocation.publish)
     return Node(sandboxes, records, network, session, state_dir, prefix, pool, node_id,
-                snapstore=snapstore, templates=templates, allocation=allocation)
+                snapstore=snapstore, templates=templates, saved=saved, distribution=distribution,
+                allocation=allocation)
 
 
 def netns_with(prefix: str) -> list[str]:
@@ -159,6 +169,7 @@ async def node_parts(
     *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0,
     pool_cidr: str | None = None, snapstore: str = "", node_id: str = "test-node",
     records: MemoryRecords | None = None, own_templates: bool = False,
+    share_templates: bool = False,
 ) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
@@ -167,7 +178,8 @@ async def node_parts(
             first = await build_node(state_dir, prefix, session, records or MemoryRecords(),
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
                                      pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore,
-                                     node_id=node_id, own_templates=own_templates)
+                                     node_id=node_id, own_templates=own_templates,
+                                     share_templates=share_templates)
             try:
                 yield first
             finally:

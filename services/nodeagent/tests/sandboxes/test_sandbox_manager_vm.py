@@ -49,7 +49,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=free_subnet(24)))
     async with aiohttp.ClientSession() as session:
         envd = EnvdClient(session)
-        templates = TemplateStore(settings.resolved_cache_dir() / "templates", network, envd,
+        templates = TemplateStore(settings.resolved_templates_dir(), network, envd,
                                   QemuDriver(), GuestCommands(session),
                                   boot_timeout_s=90, boot_attempts=3)
         templates.register(await base_template_inputs(settings, detect_accelerator(None)))

@@ -19,7 +19,6 @@ from aenv_common.testing.oci_layouts import busybox_layout
 from aenv_common.testing.registry import docker_registry, push
 from aenv_nodeagent.images import BlobCache, RegistryHosts
 from aenv_nodeagent.images.auth import NO_CREDENTIALS
-from aenv_nodeagent.node import BASE_TEMPLATE
 from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import TemplateBuilds
@@ -31,7 +30,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.registry]
 
 
 def _builds(node: Node, published: list[cluster_pb2.TemplateRecord]) -> TemplateBuilds:
-    assert node.templates is not None
+    assert node.templates is not None and node.saved is not None
     images = node.state_dir / "images"
     bases = ImageBases(images / "bases", BlobCache(images), RegistryHosts(), NO_CREDENTIALS,
                        node.session)
@@ -39,8 +38,7 @@ def _builds(node: Node, published: list[cluster_pb2.TemplateRecord]) -> Template
     async def publish(record: cluster_pb2.TemplateRecord) -> None:
         published.append(record)
 
-    return TemplateBuilds(node.templates, bases, node.state_dir / "built",
-                          node.templates.inputs(BASE_TEMPLATE), publish)
+    return TemplateBuilds(node.templates, bases, node.saved, publish, node.distribution)
 
 
 def _request(template_id: str, **fields: Any) -> nodeagent_pb2.BuildTemplateRequest:
@@ -121,3 +119,41 @@ async def test_images_from_a_registry_become_templates_and_outlive_a_restart(
         assert sorted(restarted.load_saved()) == ["web", "web-child"]
         assert node.templates.inputs("web-child").recipe.start_cmd == (
             "busybox httpd -f -p 8000 -h /www")
+
+
+async def test_a_template_built_on_one_node_is_created_on_another(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    layout = busybox_layout(tmp_path / "layout")
+    async with docker_registry(tmp_path / "registry") as registry, \
+            node_parts(own_templates=True, snapstore=snapstore, share_templates=True,
+                       node_id="node-a") as a, \
+            node_parts(own_templates=True, snapstore=snapstore, share_templates=True,
+                       node_id="node-b") as b:
+        await push(f"oci:{layout}:1", registry, "tools/busybox:1")
+        servicer = NodeAgentServicer(a.sandboxes, cluster_pb2.NodeRecord, _builds(a, []))
+        await _build(servicer, _request(
+            "shared-web", from_image=f"{registry.host}/tools/busybox:1",
+            steps=[_run("mkdir -p /www && echo shared > /www/index.html", "root")],
+            start_cmd="busybox httpd -f -p 8000 -h /www",
+            ready_cmd="wget -q -O- http://127.0.0.1:8000/index.html"))
+        assert a.templates is not None and a.distribution is not None
+        built = await a.templates.get("shared-web")
+        await a.distribution.shared("shared-web", a.templates.inputs("shared-web").key())
+
+        # Node b never built it: it pulls it on first use, captured snapshot included.
+        assert b.templates is not None and not b.templates.has("shared-web")
+        s = spec(template_id="shared-web")
+        sandbox = await b.sandboxes.create(s)
+        assert await sh(b.session, sandbox.host, s.envd_access_token,
+                        "wget -q -O- http://127.0.0.1:8000/index.html") == "shared\n"
+        pulled = await b.templates.get("shared-web")
+        assert pulled.directory.is_relative_to(b.state_dir)
+        assert pulled.boot_seconds == built.boot_seconds  # a's capture, not one of its own
+        await b.sandboxes.kill(s.sandbox_id)
+        assert not list((b.state_dir / "templates").glob(".pull-*"))
+        assert b.saved is not None and b.saved.path("shared-web").is_file()
+
+        # An id snapstore does not hold stays unknown.
+        with pytest.raises(AenvError, match="not found"):
+            await b.templates.get("never-built")

@@ -1,0 +1,70 @@
+"""Templates through snapstore (a real one, in process) between two nodes' template folders:
+what one shares, the other pulls on first ask — its rootfs placed by digest when the recorded
+path is not on this host, its snapshot re-pointed at that rootfs; nothing left in staging."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.model import DISK_FILE, load_snapshot, snapshot_dir
+from aenv_nodeagent.templates.saved import SavedTemplates
+
+from ..fakes.templates import FakeTemplates
+
+
+def _backing_of(disk: Path) -> str:
+    info = subprocess.run(["qemu-img", "info", "--output=json", str(disk)],
+                          capture_output=True, check=True, text=True).stdout
+    backing: str = json.loads(info)["backing-filename"]
+    return backing
+
+
+async def test_a_shared_template_is_pulled_with_its_rootfs_and_snapshot(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    source = FakeTemplates(tmp_path / "made")
+    snapshot = source.add("web")
+    inputs = source.inputs("web")
+    saved_a = SavedTemplates(tmp_path / "a" / "built", inputs)
+    saved_a.save(inputs)
+    # The node's own snapshot folder layout (keyed by the inputs), as TemplateStore keeps it.
+    keyed = snapshot_dir(tmp_path / "a", inputs)
+    keyed.parent.mkdir(parents=True)
+    snapshot.directory.rename(keyed)
+    (keyed / "template.json").write_text(json.dumps({
+        "template_id": "web", "directory": str(keyed), "vcpus": 1, "memory_mib": 128,
+        "disk_mib": 64, "accelerator": snapshot.accelerator,
+        "kernel_version": snapshot.kernel_version, "artifacts_digest": snapshot.artifacts_digest,
+        "envd_version": "0.9.0", "boot_seconds": 1.5}))
+    captured = load_snapshot(keyed)
+    assert captured is not None
+
+    pushing = SnapshotPersistence(snapstore)
+    pulling = SnapshotPersistence(snapstore)
+    try:
+        TemplateDistribution(pushing, tmp_path / "a", saved_a).share_soon(inputs, captured)
+        await TemplateDistribution(pushing, tmp_path / "a", saved_a).shared("web", inputs.key())
+        await pushing.persisted(f"template-web-{inputs.key()}")
+        inputs.rootfs.path.unlink()  # another host: the recorded rootfs path is not here
+
+        node_b = tmp_path / "b"
+        # The same artifacts, accelerator and sizes: the snapshot fits node b.
+        saved_b = SavedTemplates(node_b / "built", inputs)
+        distribution = TemplateDistribution(pulling, node_b, saved_b)
+        pulled = await distribution.fetch("web")
+        assert pulled is not None and pulled.recipe == inputs.recipe
+        assert pulled.rootfs.path == node_b / "rootfs" / "rootfs-digest"
+        assert pulled.rootfs.path.is_file()
+        local = load_snapshot(snapshot_dir(node_b, pulled))
+        assert local is not None and local.boot_seconds == 1.5
+        assert _backing_of(local.directory / DISK_FILE) == str(pulled.rootfs.path)
+        assert saved_b.path("web").is_file()
+        assert not list(node_b.glob(".pull-*"))
+        assert await distribution.fetch("never-shared") is None
+    finally:
+        await pushing.close()
+        await pulling.close()
