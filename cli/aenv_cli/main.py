@@ -11,6 +11,7 @@ from typing import Annotated, TypeVar
 import typer
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from aenv.cluster.v1 import cluster_pb2
@@ -19,6 +20,14 @@ from aenv_cli.edge import DEFAULT_LISTEN, PublicEdge
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
 from aenv_cli.status import PlatformStatus, collect_status
+from aenv_cli.templates import (
+    BuildRequest,
+    Gateway,
+    build_template,
+    list_templates,
+    remove_template,
+    templates_table,
+)
 from aenv_cli.traces import find_traces, render_trace, spans_of_trace
 from aenv_cli.up import run_platform
 from aenv_common.errors import AenvError
@@ -30,6 +39,10 @@ T = TypeVar("T")
 app = typer.Typer(help="aenv: agent sandboxes as microVMs.", no_args_is_help=True)
 sandbox_app = typer.Typer(help="Sandboxes, through the gateway's native gRPC API.")
 app.add_typer(sandbox_app, name="sandbox")
+template_app = typer.Typer(
+    help="Templates: built from Dockerfiles through the E2B template API.", no_args_is_help=True
+)
+app.add_typer(template_app, name="template")
 console = Console()
 
 
@@ -44,7 +57,7 @@ HomeOption = Annotated[
 
 
 def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/] {message}")
+    console.print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(1)
 
 
@@ -146,6 +159,59 @@ def sandbox_kill(
     """Kill a sandbox."""
     _run_client(home, lambda client: client.kill_sandbox(sandbox_id))
     console.print(f"killed {sandbox_id}")
+
+
+@template_app.command("build")
+def template_build(
+    dockerfile: Annotated[Path, typer.Option("--file", "-f", help="The Dockerfile.")],
+    name: Annotated[str, typer.Option(help="The template's name (`name` or `name:tag`).")],
+    context: Annotated[
+        Path | None, typer.Option(help="Folder of the COPY sources (else the Dockerfile's).")
+    ] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Another tag of the build (repeatable).")
+    ] = None,
+    cpu: Annotated[int | None, typer.Option(help="vCPUs of the template's sandboxes.")] = None,
+    memory_mb: Annotated[
+        int | None, typer.Option(help="Memory of the template's sandboxes, MiB.")
+    ] = None,
+    skip_cache: Annotated[
+        bool, typer.Option("--skip-cache", help="Build again even if nothing changed.")
+    ] = False,
+    home: HomeOption = DEFAULT_HOME,
+) -> None:
+    """Build a template from a Dockerfile (with the official e2b SDK), streaming its log."""
+    request = BuildRequest(dockerfile, name, context, tuple(tag or ()), cpu, memory_mb,
+                           skip_cache)
+    try:
+        built = build_template(Gateway.of_home(home), request, console)
+    except AenvError as err:
+        raise _fail(err.message) from None
+    console.print(f"[green]built[/] {escape(built.name)}: template id {built.template_id}, "
+                  f"build id {built.build_id}")
+
+
+@template_app.command("ls")
+def template_ls(home: HomeOption = DEFAULT_HOME) -> None:
+    """The templates of the platform."""
+    try:
+        rows = list_templates(Gateway.of_home(home))
+    except AenvError as err:
+        raise _fail(err.message) from None
+    console.print(templates_table(rows))
+
+
+@template_app.command("rm")
+def template_rm(
+    name: Annotated[str, typer.Argument(help="The template's name or id.")],
+    home: HomeOption = DEFAULT_HOME,
+) -> None:
+    """Delete a template and its builds."""
+    try:
+        remove_template(Gateway.of_home(home), name)
+    except AenvError as err:
+        raise _fail(err.message) from None
+    console.print(f"removed {escape(name)}")
 
 
 def _run_client(home: Path, call: Callable[[GatewayClient], Awaitable[T]]) -> T:
