@@ -47,10 +47,11 @@ from aenv_nodeagent.network import (
     NetworkManager,
     netns_exec_prefix,
 )
-from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
+from aenv_nodeagent.node import base_template_inputs
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore, vm_spec
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, QemuVm, detect_accelerator
 from aenv_nodeagent.vmm.delta import mapped_memory, private_runs
 

@@ -68,6 +68,10 @@ class NodeAgentSettings(BaseSettings):
     # Template snapshots, the templates built or pulled here, and COPY contexts (default:
     # <cache_dir>/templates). Nodes of one host may share it; each node of a test its own.
     templates_dir: Path | None = None
+    # The captured templates kept on disk: past this, the least recently used ones that nothing
+    # stands on are dropped (pulled from snapstore or captured again on their next use).
+    template_cache_max_gib: float = Field(default=64.0, gt=0)
+    template_cache_trim_interval_s: float = Field(default=60.0, gt=0)
     # Mirrors as containerd's hosts.toml gives them: registry (`docker.io`, `host:5000`, or
     # `_default` for any other) -> endpoints (`host[:port][/path]` or URLs) tried in order, then
     # the registry itself unless it is listed in registry_mirror_only. JSON in the environment.

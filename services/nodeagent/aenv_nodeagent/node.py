@@ -42,15 +42,15 @@ from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import TemplateBuilds
+from aenv_nodeagent.templates.cache import TemplateCache
 from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BuildContexts
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
 from aenv_nodeagent.vmm.driver import VmmDriver
 
 log = logging.getLogger(__name__)
-
-BASE_TEMPLATE = "base"
 
 
 def default_envd_packages() -> list[Path]:
@@ -159,6 +159,9 @@ class NodeAgent:
         self._run(sandboxes.run_exit_watch())
         self._run(self._metrics_sampler(sandboxes).run())
         self._run(sandboxes.run_log_collection())
+        self._run(TemplateCache(
+            templates, int(s.template_cache_max_gib * (1 << 30)), sandboxes.templates_in_use,
+            pool.forget_template).run(s.template_cache_trim_interval_s))
         log.info(
             "node agent ready",
             extra={"node_id": s.node_id, "accelerator": str(self.accel.accel),

@@ -121,6 +121,14 @@ class WarmPool:
         self._wake.set()
         return pooled.pop() if pooled else None
 
+    async def forget_template(self, key: str, backing: Path) -> None:
+        """The template is going away: its warm VMs are discarded and not made again, and the
+        overlays over its disk dropped."""
+        self._launchers.pop(key, None)
+        vms = self._vms.pop(key, [])
+        await asyncio.gather(*(self._discard_vm(vm) for vm in vms), return_exceptions=True)
+        self.forget_backing(backing)
+
     def forget_backing(self, backing: Path) -> None:
         """`backing` is going away: drop the overlays made over it."""
         for overlay in self._overlays.pop(backing, []):
@@ -183,8 +191,13 @@ class WarmPool:
                     break
                 pooled.append(overlay)
         for key, launcher in list(self._launchers.items()):
-            while len(self._vms[key]) < self._vm_target and not self._closed:
-                self._vms[key].append(await self._start_vm(launcher))
+            while (key in self._launchers and len(self._vms[key]) < self._vm_target
+                   and not self._closed):
+                started = await self._start_vm(launcher)
+                if key in self._launchers:
+                    self._vms[key].append(started)
+                else:  # its template was evicted meanwhile
+                    await self._discard_vm(started)
 
     async def _start_vm(self, launcher: VmLauncher) -> PooledVm:
         directory = self._vm_root / f"{VM_DIR_PREFIX}{secrets.token_hex(8)}"

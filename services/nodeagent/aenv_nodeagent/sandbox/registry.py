@@ -123,9 +123,16 @@ class SandboxRegistry:
 
     def layers_in_use(self) -> set[str]:
         """The frozen disk layers a running, paused or restoring sandbox stands on."""
-        chains = [*self._chains.values(), *self._restoring.values(),
-                  *(p.chain for p in self._paused.values())]
-        return {layer for chain in chains for layer in chain.layers}
+        return {layer for chain in self._all_chains() for layer in chain.layers}
+
+    def templates_in_use(self) -> set[str]:
+        """The templates a running, paused or restoring sandbox stands on."""
+        running = {sbx.record.template_id for sbx in self._running.values()}
+        return running | {chain.template_id for chain in self._all_chains()}
+
+    def _all_chains(self) -> list[Chain]:
+        return [*self._chains.values(), *self._restoring.values(),
+                *(p.chain for p in self._paused.values())]
 
     # --- one operation at a time ---------------------------------------------------------------
 

@@ -143,6 +143,11 @@ class SandboxService:
     def records(self) -> list[cluster_pb2.SandboxRecord]:
         return self.registry.records()
 
+    def templates_in_use(self) -> set[str]:
+        """Templates this node's sandboxes (running, paused, being made) and snapshots stand
+        on: the template cache keeps them."""
+        return self.registry.templates_in_use() | self.snapshots.templates_in_use()
+
     def paused_ids(self) -> list[str]:
         return self.registry.paused_ids()
 

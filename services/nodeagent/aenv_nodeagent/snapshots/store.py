@@ -147,6 +147,9 @@ class SnapshotStore:
     def layers_in_use(self) -> set[str]:
         return {layer for meta in self._snapshots.values() for layer in meta.layers}
 
+    def templates_in_use(self) -> set[str]:
+        return {meta.template_id for meta in self._snapshots.values()}
+
     def remove(self, snapshot_id: str) -> None:
         meta = self._snapshots.pop(snapshot_id, None)
         if meta is None:

@@ -130,6 +130,16 @@ class TemplateDistribution:
             os.replace(pulled, target)
         return target
 
+    async def fetch_snapshot(self, inputs: TemplateInputs) -> bool:
+        """Pulls the captured snapshot of a template this node knows (evicted from its cache,
+        say) when snapstore has one that fits; False when it has none."""
+        self._root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=self._root))
+        try:
+            return await self._fetch_snapshot(inputs, staging / "snapshot")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
     async def _fetch_snapshot(self, inputs: TemplateInputs, dest: Path) -> bool:
         directory = snapshot_dir(self._root, inputs)
         if load_snapshot(directory) is not None:

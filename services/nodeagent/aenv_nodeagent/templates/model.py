@@ -19,6 +19,8 @@ from aenv_nodeagent.artifacts.cache import CacheKey
 from aenv_nodeagent.templates.recipe import Recipe
 from aenv_nodeagent.vmm import AcceleratorChoice, DiskSpec, NetSpec, VmSpec
 
+# The built-in template every node captures at start from its own artifacts.
+BASE_TEMPLATE = "base"
 ROOT_DISK_ID = "root"
 TOOLS_DISK_ID = "tools"
 # A template snapshot's files: its frozen disk layer and its guest RAM.

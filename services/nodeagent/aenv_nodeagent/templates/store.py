@@ -9,7 +9,9 @@ running VM — its start command's process included, so a sandbox's port answers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -24,8 +26,10 @@ from aenv_nodeagent.network import EgressPolicy, NetworkManager
 from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.launch import boot_from_disk
 from aenv_nodeagent.templates.model import (
+    BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
+    META_FILE,
     STATE_FILE,
     TemplateCatalog,
     TemplateInputs,
@@ -82,6 +86,7 @@ class TemplateStore(TemplateCatalog):
         :raise DeadlineExceeded: its guest never answered, every attempt.
         """
         if snap := self._ready.get(template_id):
+            mark_used(snap)
             return snap
         if not self.has(template_id) and self._remote is not None:
             if (pulled := await self._remote.fetch(template_id)) is not None:
@@ -95,13 +100,41 @@ class TemplateStore(TemplateCatalog):
             lock = directory.parent / f".{directory.name}.lock"
             try:
                 async with file_lock(lock):
-                    snap = load_snapshot(directory) or await self._build(
+                    snap = await self._local_or_pulled(inputs, directory) or await self._build(
                         inputs, directory, build_log or _build_log(inputs))
             except BaseException:
                 _drop_if_unused(lock)  # a failed first capture leaves nothing behind
                 raise
             self._ready[template_id] = snap
+        mark_used(snap)
+        return snap
+
+    async def _local_or_pulled(
+        self, inputs: TemplateInputs, directory: Path
+    ) -> TemplateSnapshot | None:
+        if (snap := load_snapshot(directory)) is not None:
             return snap
+        if self._remote is not None and inputs.template_id != BASE_TEMPLATE:
+            if await self._remote.fetch_snapshot(inputs):
+                return load_snapshot(directory)
+        return None
+
+    def on_disk(self) -> list[TemplateSnapshot]:
+        """Every captured template snapshot under this store's folder (also ones not loaded
+        since the node started)."""
+        found = []
+        for meta in sorted(self._root.glob(f"*/*/{META_FILE}")):
+            if (snap := load_snapshot(meta.parent)) is not None:
+                found.append(snap)
+        return found
+
+    def drop_captured(self, snapshot: TemplateSnapshot) -> None:
+        """Removes a captured snapshot (the cache's eviction); the template stays registered,
+        so its next use pulls or captures it again."""
+        if (ready := self._ready.get(snapshot.template_id)) is not None and \
+                ready.directory == snapshot.directory:
+            del self._ready[snapshot.template_id]
+        shutil.rmtree(snapshot.directory, ignore_errors=True)
 
     async def _build(
         self, inputs: TemplateInputs, directory: Path, build_log: Log
@@ -167,6 +200,12 @@ class TemplateStore(TemplateCatalog):
             default_workdir=defaults.workdir,
             env_vars=defaults.env_vars,
         )
+
+
+def mark_used(snapshot: TemplateSnapshot) -> None:
+    """Its use time, for the cache's least-recently-used order (kept across restarts)."""
+    with contextlib.suppress(OSError):
+        os.utime(snapshot.directory / META_FILE)
 
 
 def _drop_if_unused(lock: Path) -> None:

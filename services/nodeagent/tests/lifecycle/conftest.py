@@ -28,7 +28,7 @@ from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
-from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
+from aenv_nodeagent.node import base_template_inputs
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.restart.recovery import recover
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
@@ -37,6 +37,7 @@ from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
 

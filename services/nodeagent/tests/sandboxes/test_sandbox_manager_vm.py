@@ -25,10 +25,11 @@ from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
-from aenv_nodeagent.node import BASE_TEMPLATE, base_template_inputs
+from aenv_nodeagent.node import base_template_inputs
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]

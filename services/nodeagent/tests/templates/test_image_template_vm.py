@@ -13,7 +13,7 @@ import pytest
 from aenv_common.testing.oci_layouts import busybox_layout
 from aenv_nodeagent.artifacts import RootfsImage
 from aenv_nodeagent.images import BlobCache, OciLayoutSource, build_base_disk
-from aenv_nodeagent.node import BASE_TEMPLATE
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.recipe import Recipe
 
 from ..lifecycle.conftest import node_parts, spec

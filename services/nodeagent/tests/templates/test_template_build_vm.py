@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from aenv_common.errors import InvalidArgument
-from aenv_nodeagent.node import BASE_TEMPLATE
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.recipe import Recipe
 
 from ..lifecycle.conftest import Node, node_parts, qemus_under, spec

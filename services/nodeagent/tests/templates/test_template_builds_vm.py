@@ -22,6 +22,7 @@ from aenv_nodeagent.images.auth import NO_CREDENTIALS
 from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import TemplateBuilds
+from aenv_nodeagent.templates.cache import TemplateCache
 
 from ..lifecycle.conftest import Node, node_parts, spec
 from ..lifecycle.guest import sh
@@ -153,6 +154,21 @@ async def test_a_template_built_on_one_node_is_created_on_another(
         await b.sandboxes.kill(s.sandbox_id)
         assert not list((b.state_dir / "templates").glob(".pull-*"))
         assert b.saved is not None and b.saved.path("shared-web").is_file()
+
+        # Evicted from b's bounded cache (nothing stands on it), it comes back from snapstore.
+        async def forget(template_id: str, disk: Path) -> None:
+            await b.pool.forget_template(template_id, disk)
+
+        cache = TemplateCache(b.templates, 0, b.sandboxes.templates_in_use, forget,
+                              min_idle_s=0)
+        assert await cache.trim() == ["shared-web"] and not pulled.directory.exists()
+        s = spec(template_id="shared-web")
+        sandbox = await b.sandboxes.create(s)
+        assert await sh(b.session, sandbox.host, s.envd_access_token,
+                        "wget -q -O- http://127.0.0.1:8000/index.html") == "shared\n"
+        assert (await b.templates.get("shared-web")).boot_seconds == built.boot_seconds
+        assert await cache.trim() == []  # in use now
+        await b.sandboxes.kill(s.sandbox_id)
 
         # An id snapstore does not hold stays unknown.
         with pytest.raises(AenvError, match="not found"):
