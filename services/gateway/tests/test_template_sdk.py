@@ -5,6 +5,7 @@ the COPY contexts the SDK uploads."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from e2b import AsyncSandbox, AsyncTemplate, BuildException
 from e2b.template.logger import LogEntry
 
+from aenv.cluster.v1 import cluster_pb2
 from aenv_snapstore.config import SnapstoreSettings
 from aenv_snapstore.server import start_snapstore
 
@@ -195,6 +197,20 @@ async def test_bad_requests_get_clear_errors(tstack: Stack) -> None:
         assert (await http.get(f"/templates/{tid}/files/not-hex")).status_code == 400
         assert (await http.get("/templates", headers={"X-API-Key": "wrong"})).status_code \
             == 401
+
+
+async def test_a_build_its_gateway_left_is_reported_interrupted(tstack: Stack) -> None:
+    async with httpx.AsyncClient(base_url=tstack.url, headers=AUTH) as http:
+        asked = (await http.post("/v3/templates", json={"name": "orphan"})).json()
+        tid, bid = asked["templateID"], asked["buildID"]
+        # As another gateway that stopped mid-build left it: building, last written long ago.
+        record = tstack.templates.builds[bid]
+        record.status = cluster_pb2.BUILD_STATUS_BUILDING
+        record.updated_at.FromSeconds(int(time.time()) - 3600)
+        status = (await http.get(f"/templates/{tid}/builds/{bid}/status")).json()
+        assert status["status"] == "error"
+        assert "interrupted" in status["reason"]["message"]
+        assert tstack.templates.builds[bid].status == cluster_pb2.BUILD_STATUS_ERROR
 
 
 async def _status(stack: Stack, name: str) -> dict[str, Any]:

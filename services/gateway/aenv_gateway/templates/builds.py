@@ -36,6 +36,10 @@ ERROR = cluster_pb2.BUILD_STATUS_ERROR
 MAX_LOG_ENTRIES = 1500
 MAX_LINE_CHARS = 500
 FLUSH_INTERVAL_S = 0.5
+# A running build's record is written at least this often; one not written for STALE_S while
+# it says "building" was left by a gateway that stopped (or lost etcd) mid-build.
+HEARTBEAT_S = 30.0
+STALE_S = 120.0
 BASE_STEP = "base"
 # Every node has the built-in template: a build from an image is placed as a sandbox of it.
 PLACE_IMAGE_BUILDS_AS = "base"
@@ -81,6 +85,7 @@ class TemplateBuilds:
             parent = await self._catalog.resolve(start.from_template) or start.from_template
         build.inputs_digest = start.digest(build.resources, parent)
         build.status = BUILDING
+        build.updated_at.CopyFrom(now_timestamp(self._clock))
         await self._records.put_build(build)
         task = asyncio.ensure_future(self._run(build, start, parent))
         self._running[build_id] = task
@@ -91,7 +96,17 @@ class TemplateBuilds:
     ) -> BuildStatusPage:
         """:raise NotFound: no such build of this template."""
         build = await self._build_of(template_id, build_id)
+        if self._abandoned(build):
+            journal = BuildJournal(build, self._records.put_build, self._clock)
+            journal.fail("the build was interrupted: the gateway running it stopped")
+            await journal.finish()
         return BuildStatusPage(build, list(build.logs[offset:offset + limit]))
+
+    def _abandoned(self, build: BuildRecord) -> bool:
+        if build.status != BUILDING or build.build_id in self._running:
+            return False
+        written = build.updated_at.ToNanoseconds() / 1e9 if build.HasField("updated_at") else 0
+        return self._clock() - written > STALE_S
 
     async def _build_of(self, template_id: str, build_id: str) -> BuildRecord:
         template = await self._catalog.find(template_id)
@@ -111,6 +126,7 @@ class TemplateBuilds:
 
     async def _run(self, build: BuildRecord, start: BuildStart, parent: str | None) -> None:
         journal = BuildJournal(build, self._records.put_build, self._clock)
+        heartbeat = asyncio.ensure_future(journal.keep_alive())
         try:
             await self._make(journal, start, parent)
             journal.record.status = READY
@@ -128,6 +144,8 @@ class TemplateBuilds:
             journal.fail("the build was interrupted: its gateway stopped")
             await asyncio.shield(journal.finish())
             raise
+        finally:
+            heartbeat.cancel()
 
     async def _make(self, journal: BuildJournal, start: BuildStart, parent: str | None) -> None:
         digest = journal.record.inputs_digest
@@ -225,6 +243,12 @@ class BuildJournal:
         if other.status == ERROR:
             raise _Failed(other.reason, other.reason_step)
 
+    async def keep_alive(self) -> None:
+        """Writes the record now and then while nothing else does (a long quiet step)."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            self._schedule_write()
+
     async def finish(self) -> None:
         if self._pending is not None:
             self._pending.cancel()
@@ -247,6 +271,7 @@ class BuildJournal:
 
     async def _flush(self) -> None:
         self._last_write = time.monotonic()
+        self.record.updated_at.CopyFrom(now_timestamp(self._clock))
         try:
             await self._write(self.record)
         except AenvError as err:

@@ -273,7 +273,7 @@ class BuildLogEntry(_message.Message):
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[str] = ...) -> None: ...
 
 class TemplateBuildRecord(_message.Message):
-    __slots__ = ("build_id", "template_id", "status", "tags", "resources", "node_id", "logs", "reason", "reason_step", "created_at", "finished_at", "inputs_digest", "image_id", "envd_version")
+    __slots__ = ("build_id", "template_id", "status", "tags", "resources", "node_id", "logs", "reason", "reason_step", "created_at", "finished_at", "inputs_digest", "image_id", "envd_version", "updated_at")
     BUILD_ID_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +288,7 @@ class TemplateBuildRecord(_message.Message):
     INPUTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
     ENVD_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     build_id: str
     template_id: str
     status: BuildStatus
@@ -302,4 +303,5 @@ class TemplateBuildRecord(_message.Message):
     inputs_digest: str
     image_id: str
     envd_version: str
-    def __init__(self, build_id: _Optional[str] = ..., template_id: _Optional[str] = ..., status: _Optional[_Union[BuildStatus, str]] = ..., tags: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., node_id: _Optional[str] = ..., logs: _Optional[_Iterable[_Union[BuildLogEntry, _Mapping]]] = ..., reason: _Optional[str] = ..., reason_step: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_digest: _Optional[str] = ..., image_id: _Optional[str] = ..., envd_version: _Optional[str] = ...) -> None: ...
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, build_id: _Optional[str] = ..., template_id: _Optional[str] = ..., status: _Optional[_Union[BuildStatus, str]] = ..., tags: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., node_id: _Optional[str] = ..., logs: _Optional[_Iterable[_Union[BuildLogEntry, _Mapping]]] = ..., reason: _Optional[str] = ..., reason_step: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_digest: _Optional[str] = ..., image_id: _Optional[str] = ..., envd_version: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
