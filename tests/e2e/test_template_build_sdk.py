@@ -16,7 +16,7 @@ from e2b.template.logger import LogEntry
 
 from aenv_cli.platform import Platform
 from aenv_common.testing.oci_layouts import busybox_layout
-from aenv_common.testing.registry import Registry, docker_registry, push
+from aenv_common.testing.registry import Registry, bcrypt_hash, docker_registry, push
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.registry, pytest.mark.asyncio(loop_scope="session")]
@@ -103,3 +103,47 @@ async def test_an_unknown_image_fails_the_build_with_its_reason(
     assert await AsyncTemplate.exists("e2e-missing")  # requested, but nothing to create
     with pytest.raises(Exception, match="no ready build"):
         await AsyncSandbox.create("e2e-missing", timeout=60)
+
+
+async def test_a_dockerfile_builds_through_the_sdk(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
+) -> None:
+    _, reference = image
+    context = _context(tmp_path)
+    (context / "Dockerfile").write_text(
+        f"FROM {reference}\nENV STAGE=docker\nWORKDIR /srv\nCOPY www ./www\n"
+        "RUN echo ran > /srv/ran.txt\n")
+    template = AsyncTemplate(file_context_path=context).from_dockerfile(
+        str(context / "Dockerfile"))
+    await AsyncTemplate.build(template, "e2e-dockerfile", memory_mb=512)
+    sandbox = await AsyncSandbox.create("e2e-dockerfile", timeout=300)
+    try:
+        # WORKDIR stays the sandboxes' directory; the files COPY and RUN left are there.
+        done = await sandbox.commands.run(
+            "busybox pwd; busybox cat www/index.html ran.txt; echo $STAGE")
+        assert done.stdout == "/srv\nfrom the context\nran\ndocker\n"
+    finally:
+        await sandbox.kill()
+
+
+async def test_images_of_a_registry_with_basic_auth_need_its_credentials(
+    platform: Platform, sdk_env: None, tmp_path: Path,
+) -> None:
+    htpasswd = tmp_path / "htpasswd"
+    htpasswd.write_text(f"builder:{bcrypt_hash('s3cret')}\n")
+    auth = {"htpasswd": {"realm": "e2e", "path": str(htpasswd)}}
+    layout = busybox_layout(tmp_path / "layout")
+    async with docker_registry(tmp_path / "registry", auth) as registry:
+        await push(f"oci:{layout}:1", registry, "private/busybox:1", creds="builder:s3cret")
+        reference = f"{registry.host}/private/busybox:1"
+        wrong = AsyncTemplate().from_image(reference, username="builder", password="nope")
+        with pytest.raises(BuildException, match=r"(?i)unauthorized|credentials|denied"):
+            await AsyncTemplate.build(wrong, "e2e-private", memory_mb=512)
+        right = AsyncTemplate().from_image(reference, username="builder", password="s3cret")
+        await AsyncTemplate.build(right.run_cmd("echo ok > /ok", user="root"), "e2e-private",
+                                  memory_mb=512)
+    sandbox = await AsyncSandbox.create("e2e-private", timeout=300)
+    try:
+        assert (await sandbox.commands.run("busybox cat /ok")).stdout == "ok\n"
+    finally:
+        await sandbox.kill()
