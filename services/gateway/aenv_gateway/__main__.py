@@ -34,11 +34,15 @@ async def _serve(settings: GatewaySettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     view = await EtcdClusterView.open(settings.common)
     try:
-        gateway = await start_gateway(settings, view, EtcdTemplateRecords(view.store), api_key)
+        records = await EtcdTemplateRecords.open(view.store)
         try:
-            await stop.wait()
+            gateway = await start_gateway(settings, view, records, api_key)
+            try:
+                await stop.wait()
+            finally:
+                await gateway.stop()
         finally:
-            await gateway.stop()
+            await records.close()
     finally:
         await view.close()
 

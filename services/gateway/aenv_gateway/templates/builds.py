@@ -129,9 +129,10 @@ class TemplateBuilds:
         heartbeat = asyncio.ensure_future(journal.keep_alive())
         try:
             await self._make(journal, start, parent)
+            # Tags first: an SDK seeing "ready" creates from the tag at once.
+            await self._catalog.publish(journal.record)
             journal.record.status = READY
             await journal.finish()
-            await self._catalog.publish(journal.record)
             log.info("template build ready", extra={"template_id": build.template_id,
                                                     "build_id": build.build_id})
         except AenvError as err:

@@ -22,8 +22,6 @@ from aenv_common.ids import new_template_id
 from aenv_gateway.templates.names import DEFAULT_TAG, TemplateName, check_tag, split_name
 from aenv_gateway.templates.records import BuildRecord, CatalogTemplate, TemplateRecords
 
-READY = cluster_pb2.BUILD_STATUS_READY
-
 
 @dataclass(frozen=True)
 class TagInfo:
@@ -97,23 +95,24 @@ class TemplateCatalog:
 
     async def resolve(self, text: str) -> str | None:
         """The node-side template a sandbox of `name[:tag]` restores; None when the catalog
-        holds no such name (the caller then takes `text` as it is).
+        holds no such name (the caller then takes `text` as it is). Read from the watched
+        catalog: no round trip on a create.
 
         :raise NotFound: the template exists but has no such tag, or no ready build yet.
         """
         wanted = split_name(text)
-        template = await self._find(wanted.name)
+        template = next((t for t in self._records.watched_templates()
+                         if wanted.name == t.template_id or wanted.name in t.names), None)
         if template is None:
             return None
-        build_id = template.tags.get(wanted.tag)
-        if build_id is None:
+        image: str | None = template.tag_images.get(wanted.tag)
+        if image is None and (fresh := await self._records.get_template(template.template_id)):
+            image = fresh.tag_images.get(wanted.tag)  # the watched copy may lag a new build
+        if image is None:
             if wanted.tag == DEFAULT_TAG:
                 raise NotFound(f"template '{wanted.name}' has no ready build yet")
             raise NotFound(f"template '{wanted.name}' has no tag '{wanted.tag}'")
-        build = await self._records.get_build(build_id)
-        if build is None or build.status != READY:
-            raise NotFound(f"build '{build_id}' of template '{wanted.name}' is gone")
-        return build.image_id or build.build_id
+        return image
 
     async def publish(self, build: BuildRecord) -> None:
         """A build became ready: its tags now create it."""
@@ -123,6 +122,7 @@ class TemplateCatalog:
                 return  # deleted while it built
             for tag in build.tags:
                 template.tags[tag] = build.build_id
+                template.tag_images[tag] = build.image_id or build.build_id
             template.resources.CopyFrom(build.resources)
             template.updated_at.CopyFrom(now_timestamp(self._clock))
             await self._records.put_template(template)
@@ -144,6 +144,7 @@ class TemplateCatalog:
                 raise NotFound(f"template '{wanted.name}' has no tag '{wanted.tag}'")
             for tag in tags:
                 template.tags[tag] = build_id
+                template.tag_images[tag] = template.tag_images[wanted.tag]
             await self._records.put_template(template)
         return build_id, list(tags)
 
@@ -156,6 +157,7 @@ class TemplateCatalog:
                 raise NotFound(f"template '{name}' has no tag '{missing[0]}'")
             for tag in tags:
                 del template.tags[tag]
+                template.tag_images.pop(tag, None)
             await self._records.put_template(template)
 
     async def tags(self, id_or_name: str) -> list[TagInfo]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.cluster import ClusterStore
+from aenv_common.cluster import ClusterStore, RecordCache
 
 CATALOG = "catalog"
 BUILDS = "builds"
@@ -16,6 +16,11 @@ BuildRecord = cluster_pb2.TemplateBuildRecord
 
 
 class TemplateRecords(Protocol):
+    def watched_templates(self) -> list[CatalogTemplate]:
+        """The catalog as last seen (a watched copy: no round trip, may lag writes by a few
+        milliseconds): for resolving names on every sandbox create."""
+        ...
+
     async def get_template(self, template_id: str) -> CatalogTemplate | None: ...
     async def list_templates(self) -> list[CatalogTemplate]: ...
     async def put_template(self, record: CatalogTemplate) -> None: ...
@@ -29,6 +34,19 @@ class TemplateRecords(Protocol):
 class EtcdTemplateRecords:
     def __init__(self, store: ClusterStore) -> None:
         self._store = store
+        self._watched = RecordCache(store, CATALOG, CatalogTemplate)
+
+    @classmethod
+    async def open(cls, store: ClusterStore) -> EtcdTemplateRecords:
+        records = cls(store)
+        await records._watched.start()
+        return records
+
+    async def close(self) -> None:
+        await self._watched.stop()
+
+    def watched_templates(self) -> list[CatalogTemplate]:
+        return self._watched.values()
 
     async def get_template(self, template_id: str) -> CatalogTemplate | None:
         return await self._store.get_record(CATALOG, template_id, CatalogTemplate)
@@ -59,6 +77,9 @@ class InMemoryTemplateRecords:
     def __init__(self) -> None:
         self.templates: dict[str, CatalogTemplate] = {}
         self.builds: dict[str, BuildRecord] = {}
+
+    def watched_templates(self) -> list[CatalogTemplate]:
+        return [_copy(r) for r in self.templates.values()]
 
     async def get_template(self, template_id: str) -> CatalogTemplate | None:
         found = self.templates.get(template_id)
