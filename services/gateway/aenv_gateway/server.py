@@ -35,6 +35,7 @@ from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.snapshots import SnapshotRoutes
 from aenv_gateway.routes.templates import TemplateRoutes
+from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import Presenter
 from aenv_gateway.service import SandboxService
 from aenv_gateway.signed_urls import SignedFileRouter
@@ -138,6 +139,7 @@ async def start_gateway(
         Presenter(settings.domain, settings.fallback_envd_version),
         settings.default_timeout_s,
         SandboxLogs(service, nodeagents),
+        SandboxMetrics(service, directory, nodeagents),
     )
     snapstore = (snapstore_stub(pool.get(settings.snapstore_address))
                  if settings.snapstore_address else None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
+from aenv_common.errors import Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
@@ -201,44 +201,6 @@ class SandboxService:
         if located.record.state not in VISIBLE_STATES:
             raise NotFound(f'sandbox "{sandbox_id}" not found')
         return located
-
-    async def metrics(
-        self, sandbox_id: str, start: int | None = None, end: int | None = None
-    ) -> Sequence[nodeagent_pb2.SandboxMetric]:
-        """The guest's CPU, memory and disk figures sampled by its node agent, oldest first,
-        within [start, end] (unix seconds). Paused sandboxes answer what was kept (none once
-        their node is gone)."""
-        located = self.observed(sandbox_id)
-        if located is None:
-            return []
-        return await self._nodeagents.metrics(
-            located.owner.nodeagent_address, sandbox_id, start, end
-        )
-
-    async def latest_metrics(
-        self, sandbox_ids: Sequence[str]
-    ) -> dict[str, nodeagent_pb2.SandboxMetric]:
-        """The newest sample of each sandbox, one call per owning node. Unknown sandboxes, ones
-        without a sample and ones whose node fails are left out: one node must not fail all."""
-        by_node: dict[str, list[str]] = {}
-        for sandbox_id in sandbox_ids:
-            located = self._directory.find(sandbox_id)
-            if located is not None and located.record.state in VISIBLE_STATES:
-                by_node.setdefault(located.owner.nodeagent_address, []).append(sandbox_id)
-        answers = await asyncio.gather(
-            *(self._nodeagents.latest_metrics(address, ids) for address, ids in by_node.items()),
-            return_exceptions=True,
-        )
-        found: dict[str, nodeagent_pb2.SandboxMetric] = {}
-        for address, answer in zip(by_node, answers, strict=True):
-            if isinstance(answer, AenvError):
-                log.warning("batch metrics of a node failed",
-                            extra={"nodeagent": address, "error": answer.message})
-            elif isinstance(answer, BaseException):
-                raise answer
-            else:
-                found.update(answer)
-        return {sid: found[sid] for sid in sandbox_ids if sid in found}
 
     async def update_network(
         self, sandbox_id: str, network: cluster_pb2.NetworkPolicy

@@ -21,6 +21,7 @@ from aenv_gateway.logs import (
     present_entry,
     present_line,
 )
+from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import (
     Presenter,
     parse_json_object,
@@ -53,10 +54,12 @@ class SandboxRoutes:
         presenter: Presenter,
         default_timeout_s: int,
         logs: SandboxLogs,
+        metrics: SandboxMetrics,
     ) -> None:
         self._service = service
         self._snapshots = snapshots
         self._logs = logs
+        self._metrics = metrics
         self._present = presenter
         self._default_timeout = default_timeout_s
 
@@ -166,14 +169,14 @@ class SandboxRoutes:
 
     async def metrics(self, request: Request) -> Response:
         start, end = parse_metrics_window(request.query_params)
-        metrics = await self._service.metrics(request.path_params["sandbox_id"], start, end)
+        metrics = await self._metrics.history(request.path_params["sandbox_id"], start, end)
         return JSONResponse([present_metric(m) for m in metrics])
 
     async def batch_metrics(self, request: Request) -> Response:
         """`GET /sandboxes/metrics?sandbox_ids=a,b`: SandboxesWithMetrics, the newest sample of
         each sandbox by id (unknown ones and ones without a sample yet are left out)."""
         ids = parse_sandbox_ids(request.query_params)
-        latest = await self._service.latest_metrics(ids)
+        latest = await self._metrics.latest(ids)
         return JSONResponse({"sandboxes": {sid: present_metric(m) for sid, m in latest.items()}})
 
     async def update_network(self, request: Request) -> Response:
