@@ -24,6 +24,7 @@ from aenv_nodeagent.config import NodeAgentSettings
 GATEWAY_DOMAIN = "sbx.aenv.test"
 # The node agent samples sandbox metrics every 5 s by default; tests wait for a few samples.
 METRICS_INTERVAL_S = 1.0
+BUILD_READY_TIMEOUT_S = 15.0
 
 
 def shared_cache_dir() -> Path:
@@ -69,6 +70,8 @@ async def platform(
             "AENV_NODEAGENT_NODE_ID": "e2e-node",
             "AENV_GATEWAY_DOMAIN": GATEWAY_DOMAIN,
             "AENV_NODEAGENT_METRICS_INTERVAL_S": str(METRICS_INTERVAL_S),
+            # The template tests' ready command that never succeeds gives up this soon.
+            "AENV_NODEAGENT_BUILD_READY_TIMEOUT_S": str(BUILD_READY_TIMEOUT_S),
         }
     )
     async with running_platform(home, env, net_prefix) as plat:

@@ -147,3 +147,12 @@ async def test_images_of_a_registry_with_basic_auth_need_its_credentials(
         assert (await sandbox.commands.run("busybox cat /ok")).stdout == "ok\n"
     finally:
         await sandbox.kill()
+
+
+async def test_a_ready_command_that_never_succeeds_fails_the_build(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str],
+) -> None:
+    _, reference = image
+    never = AsyncTemplate().from_image(reference).set_start_cmd("busybox sleep 600", "false")
+    with pytest.raises(BuildException, match=r"ready command `false` did not succeed within"):
+        await AsyncTemplate.build(never, "e2e-never-ready", memory_mb=512)

@@ -42,6 +42,8 @@ class NodeAgentSettings(BaseSettings):
     # Cold boots under TCG occasionally hang silently: each attempt is bounded and retried.
     boot_timeout_s: float = 90.0
     boot_attempts: int = 3
+    # A template's ready command must succeed within this long after its start command.
+    build_ready_timeout_s: float = Field(default=120.0, gt=0)
     restore_ready_timeout_s: float = 30.0
     # Warm pool: network slots, per-template disk overlays and pre-started QEMUs (each idle one
     # holds a slot and ~40 MiB of host memory) built ahead; all 0 disables it.

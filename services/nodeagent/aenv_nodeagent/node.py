@@ -216,7 +216,7 @@ class NodeAgent:
             root, network, envd, driver, commands,
             boot_timeout_s=s.boot_timeout_s, boot_attempts=s.boot_attempts,
             contexts=BuildContexts(root / "contexts", self._snapstore_stub()),
-            remote=distribution,
+            remote=distribution, ready_timeout_s=s.build_ready_timeout_s,
         )
         templates.register(inputs)
         snap = await templates.get(BASE_TEMPLATE)

@@ -138,12 +138,14 @@ class BuildContexts:
 
 class StepRunner:
     def __init__(
-        self, commands: GuestCommands, host: str, contexts: BuildContexts, log: Log
+        self, commands: GuestCommands, host: str, contexts: BuildContexts, log: Log,
+        ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
         self._commands = commands
         self._host = host
         self._contexts = contexts
         self._log = log
+        self._ready_timeout_s = ready_timeout_s
 
     async def run(self, recipe: Recipe) -> GuestDefaults:
         """:raise BuildStepFailed: a step failed; :raise AenvError: the guest broke off."""
@@ -199,16 +201,16 @@ class StepRunner:
         if not recipe.ready_cmd:
             return
         self._log(f"waiting for: {recipe.ready_cmd}", FINALIZE_STEP)
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self._ready_timeout_s
         while True:
             result = await self._commands.run(self._host, self._as(now, recipe.ready_cmd),
-                                              timeout_s=READY_TIMEOUT_S)
+                                              timeout_s=self._ready_timeout_s)
             if result.exit_code == 0:
                 return
             if time.monotonic() > deadline:
                 raise BuildStepFailed(
                     f"ready command `{recipe.ready_cmd}` did not succeed within "
-                    f"{READY_TIMEOUT_S:.0f}s (last exit code {result.exit_code})")
+                    f"{self._ready_timeout_s:.0f}s (last exit code {result.exit_code})")
             await asyncio.sleep(READY_INTERVAL_S)
 
     def _as(self, now: GuestDefaults, command: str) -> CommandSpec:

@@ -38,7 +38,13 @@ from aenv_nodeagent.templates.model import (
     save_snapshot,
     snapshot_dir,
 )
-from aenv_nodeagent.templates.steps import BuildContexts, GuestDefaults, Log, StepRunner
+from aenv_nodeagent.templates.steps import (
+    READY_TIMEOUT_S,
+    BuildContexts,
+    GuestDefaults,
+    Log,
+    StepRunner,
+)
 from aenv_nodeagent.vmm.driver import VmmDriver
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,7 @@ class TemplateStore(TemplateCatalog):
         boot_attempts: int,
         contexts: BuildContexts | None = None,
         remote: TemplateDistribution | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
         super().__init__()
         self._root = root
@@ -69,6 +76,7 @@ class TemplateStore(TemplateCatalog):
         self._contexts = contexts or BuildContexts(root / "contexts")
         # Templates built on other nodes, pulled on first use.
         self._remote = remote
+        self._ready_timeout_s = ready_timeout_s
         self._boot_timeout_s = boot_timeout_s
         self._boot_attempts = boot_attempts
         self._ready: dict[str, TemplateSnapshot] = {}
@@ -175,7 +183,8 @@ class TemplateStore(TemplateCatalog):
             defaults = GuestDefaults()
             if inputs.recipe:
                 defaults = await StepRunner(
-                    self._commands, slot.ns_ip, self._contexts, build_log).run(inputs.recipe)
+                    self._commands, slot.ns_ip, self._contexts, build_log,
+                    self._ready_timeout_s).run(inputs.recipe)
             envd_version = await self._envd.init(
                 slot.ns_ip, env_vars=defaults.env_vars, access_token="",
                 default_user=defaults.user, default_workdir=defaults.workdir)

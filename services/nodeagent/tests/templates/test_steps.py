@@ -40,14 +40,14 @@ class FakeGuest:
 
 def _runner(
     guest: FakeGuest, tmp_path: Path, lines: list[str] | None = None,
-    steps: list[str] | None = None,
+    steps: list[str] | None = None, ready_timeout_s: float = 120.0,
 ) -> StepRunner:
     def record(line: str, step: str = "", /) -> None:
         (lines if lines is not None else []).append(line)
         (steps if steps is not None else []).append(step)
 
     return StepRunner(guest, "10.0.0.2", BuildContexts(tmp_path),  # type: ignore[arg-type]
-                      record)
+                      record, ready_timeout_s)
 
 
 def _recipe(*steps: dict[str, object], **commands: str) -> Recipe:
@@ -135,10 +135,10 @@ async def test_a_ready_command_that_never_succeeds_fails_the_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(steps_module, "READY_INTERVAL_S", 0)
-    monkeypatch.setattr(steps_module, "READY_TIMEOUT_S", 0.05)
     guest = FakeGuest(lambda spec: CommandResult(7 if spec.command == "false" else 0, b"", b""))
     with pytest.raises(BuildStepFailed, match=r"ready command `false` did not succeed .*code 7"):
-        await _runner(guest, tmp_path).run(_recipe(startCmd="serve", readyCmd="false"))
+        await _runner(guest, tmp_path, ready_timeout_s=0.05).run(
+            _recipe(startCmd="serve", readyCmd="false"))
 
 
 async def test_steps_start_from_the_images_environment_and_directory(tmp_path: Path) -> None:
