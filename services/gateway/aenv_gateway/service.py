@@ -98,10 +98,11 @@ class SandboxService:
 
     async def _create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
         # A template built through the template API: its tag's build.
-        template_id = await self._templates(request.template_id) or request.template_id
+        built = await self._templates(request.template_id)
         spec = cluster_pb2.SandboxSpec(
             sandbox_id=new_sandbox_id(),
-            template_id=template_id,
+            template_id=built or request.template_id,
+            alias=request.template_id if built else "",
             env_vars=request.env_vars,
             metadata=request.metadata,
             envd_access_token=new_secret(),

@@ -118,7 +118,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             end_at=_timestamp(now + spec.timeout_seconds),
             envd_access_token=spec.envd_access_token,
             envd_version="0.5.7",
-            alias=spec.template_id,
+            alias=spec.alias or spec.template_id,
             network=spec.network,
             lifecycle=spec.lifecycle,
             env_vars=spec.env_vars,

@@ -75,6 +75,7 @@ async def test_a_template_builds_from_an_image_and_sandboxes_start_from_it(
 
     sandbox = await AsyncSandbox.create("web-app")
     assert tstack.nodeagent.specs[-1].template_id == request.template_id == info.build_id
+    assert (await sandbox.get_info()).name == "web-app"  # the name it was created by
 
     # The same files again: the SDK is told they are present and uploads nothing.
     again: list[LogEntry] = []

@@ -98,7 +98,7 @@ def new_record(
         end_at=end_at(spec.timeout_seconds),
         envd_access_token=spec.envd_access_token,
         envd_version=envd_version,
-        alias=spec.template_id,
+        alias=spec.alias or spec.template_id,
         network=spec.network,
         lifecycle=spec.lifecycle,
         env_vars=dict(spec.env_vars),
