@@ -74,8 +74,9 @@ class TemplateBuilds:
     async def start(self, template_id: str, build_id: str, start: BuildStart) -> None:
         """Starts a requested build in the background (the SDK then polls its status).
 
-        :raise NotFound: no such build of this template. :raise Conflict: it was started.
-        :raise InvalidArgument: `fromTemplate` names no ready template.
+        :raise NotFound: no such build of this template, or `fromTemplate` names a template
+            of the catalog with no ready build (another name fails the build on its node).
+        :raise Conflict: it was started already.
         """
         build = await self._build_of(template_id, build_id)
         if build.status != WAITING or build_id in self._running:

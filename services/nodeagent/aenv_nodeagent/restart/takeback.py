@@ -57,8 +57,8 @@ class TakeBack:
         cannot be read is killed."""
         if not adopted:
             return
-        templates = {(await self._templates.get(tid)).disk: tid
-                     for tid in self._templates.registered()}
+        # Only captured templates can be under a running VM: none is captured for this.
+        templates = {snap.disk: snap.template_id for snap in self._templates.on_disk()}
         for found in adopted:
             sandbox_id = found.record.sandbox_id
             sandbox = Sandbox(found.record, found.slot, found.vm, found.directory)

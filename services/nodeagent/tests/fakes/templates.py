@@ -64,6 +64,9 @@ class FakeTemplates(TemplateCatalog):
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())
 
+    def on_disk(self) -> list[TemplateSnapshot]:
+        return list(self._ready.values())
+
     async def get(self, template_id: str, build_log: Log | None = None) -> TemplateSnapshot:
         self.inputs(template_id)  # NotFound for unknown ids
         await self.gets_open.wait()
@@ -88,6 +91,7 @@ class _Templates(Protocol):
     def inputs(self, template_id: str) -> TemplateInputs: ...
     def registered(self) -> list[str]: ...
     def cached(self) -> list[TemplateSnapshot]: ...
+    def on_disk(self) -> list[TemplateSnapshot]: ...
     async def get(self, template_id: str, build_log: Log | None = None) -> TemplateSnapshot: ...
 
 
