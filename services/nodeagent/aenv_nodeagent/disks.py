@@ -86,6 +86,14 @@ async def rebase_overlay(path: Path, backing: Path, backing_format: str = "") ->
                     "-b", str(backing), str(path))
 
 
+async def flatten_onto(image: Path, base: Path, dest: Path) -> None:
+    """A copy of `image` standing on `base` alone: the layers between them merged into it (a
+    template's disk on its step layers, to hand to a node that has only the rootfs). Running
+    QEMUs may read the chain meanwhile (`-U`)."""
+    await _qemu_img("convert", "-U", "-f", "qcow2", "-O", "qcow2", "-B", str(base),
+                    "-F", _format_of(base), str(image), str(dest))
+
+
 async def _qemu_img(command: str, *args: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         "qemu-img", command, *args,

@@ -200,7 +200,7 @@ def build_request(request: nodeagent_pb2.BuildTemplateRequest) -> BuildRequest:
         from_image=request.from_image or None, from_template=request.from_template or None,
         login=Login(creds.username, creds.password) if creds.username else None,
         vcpus=request.resources.vcpus, memory_mib=request.resources.memory_mib,
-        disk_mib=request.resources.disk_mib,
+        disk_mib=request.resources.disk_mib, force=request.force,
     )
 
 

@@ -94,7 +94,7 @@ class BuildStart:
             template_id=template_id, build_id=build_id, resources=resources,
             steps=[nodeagent_pb2.TemplateStep(type=s.type, args=s.args, files_hash=s.files_hash)
                    for s in self.steps],
-            start_cmd=self.start_cmd, ready_cmd=self.ready_cmd)
+            start_cmd=self.start_cmd, ready_cmd=self.ready_cmd, force=self.force)
         if parent is not None:
             request.from_template = parent
         else:

@@ -59,6 +59,11 @@ class ImageBases:
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
+    def drop_unless_used(self, disk: Path, in_use: set[Path]) -> None:
+        """Removes a base disk no registered template stands on (its build failed)."""
+        if disk not in in_use and disk.parent.parent == self._root:
+            shutil.rmtree(disk.parent, ignore_errors=True)
+
     def _keep(self, built: BaseDisk, disk_mib: int, work: Path) -> BaseDisk:
         """Move the new disk to its digest's place, unless an earlier build put one there: a
         template may stand on that one already (its overlays name its path)."""

@@ -49,6 +49,8 @@ class BuildRequest:
     vcpus: int = 0
     memory_mib: int = 0
     disk_mib: int = 0
+    # Run every step, reusing no step layer.
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,14 @@ class TemplateBuilds:
         try:
             build_log("booting the template's VM to run its recipe", BASE_STEP)
             capture_started = time.monotonic()
-            snapshot = await self._store.get(request.template_id, build_log)
+            snapshot = await self._store.get(request.template_id, build_log,
+                                             reuse_layers=not request.force)
         except BaseException:
             self._store.unregister(request.template_id, previous)
+            # Nothing of a failed build is kept: its image's base disk neither, unless another
+            # template (or a build under way) stands on it.
+            self._bases.drop_unless_used(inputs.rootfs.path, {
+                self._store.inputs(t).rootfs.path for t in self._store.registered()})
             raise
         phases["capture"] = (time.monotonic() - capture_started) * 1000
         self._saved.save(inputs)

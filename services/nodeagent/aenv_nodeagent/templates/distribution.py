@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from aenv_common.errors import Internal, NotFound
-from aenv_nodeagent.disks import rebase_overlay
+from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.model import (
     DISK_FILE,
@@ -70,15 +70,25 @@ class TemplateDistribution:
         async def inputs_files() -> dict[str, Path]:
             return {INPUTS_FILE: saved, ROOTFS_FILE: inputs.rootfs.path}
 
+        flat = self._root / ".share" / f"{template_id}.qcow2"
+
         async def snapshot_files() -> dict[str, Path]:
-            return {name: snapshot.directory / name for name in SNAPSHOT_FILES}
+            # Its disk stands on step layers only this node has: sent merged onto the rootfs.
+            flat.parent.mkdir(parents=True, exist_ok=True)
+            await flatten_onto(snapshot.disk, inputs.rootfs.path, flat)
+            files = {name: snapshot.directory / name for name in SNAPSHOT_FILES}
+            return {**files, DISK_FILE: flat}
 
         async def shared() -> None:
             log.info("template pushed to snapstore", extra={"template": template_id})
 
+        async def snapshot_shared() -> None:
+            flat.unlink(missing_ok=True)
+            await shared()
+
         self._persistence.push_soon(inputs_manifest(template_id), inputs_files, shared, labels)
         self._persistence.push_soon(snapshot_manifest(template_id, inputs.key()), snapshot_files,
-                                    shared, labels)
+                                    snapshot_shared, labels)
 
     async def shared(self, template_id: str, key: str) -> None:
         """Waits for the template's pushes in flight (tests, and a node about to stop)."""

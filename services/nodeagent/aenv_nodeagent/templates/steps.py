@@ -19,6 +19,7 @@ import shlex
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,6 +68,11 @@ class GuestDefaults:
     user: str = "user"
     workdir: str = "/home/user"
     env_vars: dict[str, str] = field(default_factory=dict)
+
+
+# Where a resumed build starts: the number of steps its disk holds, and what they left.
+Resume = tuple[int, GuestDefaults]
+Checkpoint = Callable[[int, GuestDefaults], Awaitable[None]]
 
 
 def _user_script(user: str, sudo: str = "") -> str:
@@ -147,18 +153,44 @@ class StepRunner:
         self._log = log
         self._ready_timeout_s = ready_timeout_s
 
-    async def run(self, recipe: Recipe) -> GuestDefaults:
-        """:raise BuildStepFailed: a step failed; :raise AenvError: the guest broke off."""
-        configure = _add_user("user") + CONFIGURE_TAIL + " && " + _sudoer("user")
-        await self._shell("configure", CommandSpec(configure, user="root"), BASE_STEP)
-        defaults = GuestDefaults(workdir=recipe.image_workdir or GuestDefaults.workdir,
-                                 env_vars=dict(recipe.image_env))
+    async def run(
+        self, recipe: Recipe, *, resume: Resume | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> GuestDefaults:
+        """Runs the recipe; with `resume` (the disk already holds the configure phase and the
+        first steps), only the steps after it. `checkpoint` is called after the configure
+        phase (0) and each step run (its number), with the defaults so far.
+
+        :raise BuildStepFailed: a step failed; :raise AenvError: the guest broke off.
+        """
+        if resume is None:
+            configure = _add_user("user") + CONFIGURE_TAIL + " && " + _sudoer("user")
+            await self._shell("configure", CommandSpec(configure, user="root"), BASE_STEP)
+            defaults = GuestDefaults(workdir=recipe.image_workdir or GuestDefaults.workdir,
+                                     env_vars=dict(recipe.image_env))
+            done = 0
+            if checkpoint is not None:
+                await self._checkpoint(checkpoint, 0, defaults)
+        else:
+            done, defaults = resume
+            if done:
+                self._log(f"steps 1-{done} unchanged: their layers are reused", BASE_STEP)
         for number, step in enumerate(recipe.steps, start=1):
+            if number <= done:
+                continue
             self._log(f"step {number}: {step.describe()}", str(number))
             defaults = await self._step(number, step, defaults)
+            if checkpoint is not None:
+                await self._checkpoint(checkpoint, number, defaults)
         if recipe.start_cmd:
             await self._start(recipe, defaults)
         return defaults
+
+    async def _checkpoint(self, checkpoint: Checkpoint, number: int, now: GuestDefaults) -> None:
+        # What the guest wrote is on the virtual disk before its layer is frozen.
+        await self._shell(f"step {number} (sync)", CommandSpec(f"{BUSYBOX} sync", user="root"),
+                          str(number) if number else BASE_STEP)
+        await checkpoint(number, now)
 
     async def _step(self, number: int, step: Step, now: GuestDefaults) -> GuestDefaults:
         name, at = f"step {number} ({step.kind})", str(number)

@@ -25,6 +25,7 @@ from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetworkManager
 from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.launch import boot_from_disk
+from aenv_nodeagent.templates.layers import BuildDisk, StepLayers, layer_keys
 from aenv_nodeagent.templates.model import (
     BASE_TEMPLATE,
     DISK_FILE,
@@ -77,6 +78,8 @@ class TemplateStore(TemplateCatalog):
         # Templates built on other nodes, pulled on first use.
         self._remote = remote
         self._ready_timeout_s = ready_timeout_s
+        # The build VMs' disks after each step, reused by builds that begin alike.
+        self._layers = StepLayers(root / "layers")
         self._boot_timeout_s = boot_timeout_s
         self._boot_attempts = boot_attempts
         self._ready: dict[str, TemplateSnapshot] = {}
@@ -85,9 +88,12 @@ class TemplateStore(TemplateCatalog):
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())
 
-    async def get(self, template_id: str, build_log: Log | None = None) -> TemplateSnapshot:
+    async def get(
+        self, template_id: str, build_log: Log | None = None, *, reuse_layers: bool = True
+    ) -> TemplateSnapshot:
         """The template's snapshot, capturing it the first time (its build's lines go to
-        `build_log`, else to this node's log).
+        `build_log`, else to this node's log; `reuse_layers=False`: every step runs, even
+        those an earlier build's step layers hold).
 
         :raise NotFound: no such template registered.
         :raise BuildStepFailed: a step of its recipe failed.
@@ -109,7 +115,7 @@ class TemplateStore(TemplateCatalog):
             try:
                 async with file_lock(lock):
                     snap = await self._local_or_pulled(inputs, directory) or await self._build(
-                        inputs, directory, build_log or _build_log(inputs))
+                        inputs, directory, build_log or _build_log(inputs), reuse_layers)
             except BaseException:
                 _drop_if_unused(lock)  # a failed first capture leaves nothing behind
                 raise
@@ -145,13 +151,13 @@ class TemplateStore(TemplateCatalog):
         shutil.rmtree(snapshot.directory, ignore_errors=True)
 
     async def _build(
-        self, inputs: TemplateInputs, directory: Path, build_log: Log
+        self, inputs: TemplateInputs, directory: Path, build_log: Log, reuse_layers: bool
     ) -> TemplateSnapshot:
         last: AenvError | None = None
         for attempt in range(1, self._boot_attempts + 1):
             work = Path(tempfile.mkdtemp(prefix=".build-", dir=directory.parent))
             try:
-                snap = await self._capture(inputs, work, directory, build_log)
+                snap = await self._capture(inputs, work, directory, build_log, reuse_layers)
                 save_snapshot(snap, work)
                 work.rename(directory)
                 log.info("template captured", extra={"template": inputs.template_id,
@@ -168,12 +174,17 @@ class TemplateStore(TemplateCatalog):
         raise last
 
     async def _capture(
-        self, inputs: TemplateInputs, work: Path, final_dir: Path, build_log: Log
+        self, inputs: TemplateInputs, work: Path, final_dir: Path, build_log: Log,
+        reuse_layers: bool,
     ) -> TemplateSnapshot:
-        await create_overlay(inputs.rootfs.path, work / DISK_FILE)
+        keys = layer_keys(inputs) if inputs.recipe else []
+        cached = (self._layers.newest_cached(keys, inputs.rootfs.path)
+                  if keys and reuse_layers else None)
+        await create_overlay(cached[1].disk if cached else inputs.rootfs.path, work / DISK_FILE)
         # A recipe's RUN steps fetch packages: the internet, never the host or private ranges.
         slot = await self._network.create_slot(EgressPolicy())
         vm = None
+        disk: BuildDisk | None = None
         try:
             started = time.monotonic()
             vm = await boot_from_disk(self._driver, inputs, work, slot, DISK_FILE,
@@ -182,9 +193,16 @@ class TemplateStore(TemplateCatalog):
             boot_seconds = time.monotonic() - started
             defaults = GuestDefaults()
             if inputs.recipe:
+                disk = BuildDisk(vm, self._layers, work, inputs.rootfs.path)
+
+                async def checkpoint(number: int, now: GuestDefaults) -> None:
+                    await disk.freeze(keys[number], now)
+
                 defaults = await StepRunner(
                     self._commands, slot.ns_ip, self._contexts, build_log,
-                    self._ready_timeout_s).run(inputs.recipe)
+                    self._ready_timeout_s).run(
+                        inputs.recipe, checkpoint=checkpoint,
+                        resume=(cached[0], cached[1].defaults) if cached else None)
             envd_version = await self._envd.init(
                 slot.ns_ip, env_vars=defaults.env_vars, access_token="",
                 default_user=defaults.user, default_workdir=defaults.workdir)
@@ -193,6 +211,8 @@ class TemplateStore(TemplateCatalog):
             if vm is not None:
                 await vm.shutdown()
             await self._network.destroy_slot(slot)
+        if disk is not None:
+            disk.settle()
         shutil.rmtree(work / "vm", ignore_errors=True)
         return TemplateSnapshot(
             template_id=inputs.template_id,

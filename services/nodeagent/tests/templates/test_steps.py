@@ -176,3 +176,37 @@ async def test_uploaded_files_are_pulled_from_snapstore_once(
     with pytest.raises(InvalidArgument, match="not a lower-case hex digest"):
         await contexts.archive("../x")
     assert sorted(p.name for p in (tmp_path / "contexts").iterdir()) == ["abc1"]
+
+
+async def test_each_step_is_checkpointed_after_the_guest_synced(tmp_path: Path) -> None:
+    guest = FakeGuest()
+    points: list[tuple[int, GuestDefaults]] = []
+
+    async def checkpoint(number: int, now: GuestDefaults) -> None:
+        assert guest.ran[-1].command.endswith("busybox sync")  # the disk holds the step
+        points.append((number, now))
+
+    await _runner(guest, tmp_path).run(
+        _recipe(_s("RUN", "make"), _s("ENV", "A", "1")), checkpoint=checkpoint)
+    assert [number for number, _ in points] == [0, 1, 2]
+    assert points[-1][1].env_vars == {"A": "1"}
+
+
+async def test_a_resumed_build_runs_only_the_steps_after_its_layer(tmp_path: Path) -> None:
+    guest = FakeGuest()
+    lines: list[str] = []
+    points: list[int] = []
+
+    async def checkpoint(number: int, now: GuestDefaults) -> None:
+        points.append(number)
+
+    left = GuestDefaults("builder", "/src", {"A": "1"})
+    defaults = await _runner(guest, tmp_path, lines).run(
+        _recipe(_s("RUN", "first"), _s("RUN", "second"), _s("RUN", "third")),
+        resume=(2, left), checkpoint=checkpoint)
+    ran = [spec.command for spec in guest.ran if not spec.command.endswith("sync")]
+    assert ran == ["third"]  # no configure phase, no first or second step
+    assert (guest.ran[0].user, guest.ran[0].cwd, guest.ran[0].envs) == ("builder", "/src",
+                                                                        {"A": "1"})
+    assert points == [3] and defaults == left
+    assert "steps 1-2 unchanged: their layers are reused" in lines

@@ -94,3 +94,38 @@ async def test_a_failing_step_fails_the_create_naming_it_and_leaves_nothing() ->
         # No build directory, no snapshot, no lock: nothing of it is left.
         assert not (node.state_dir / "templates" / "recipe-broken").exists()
         assert list(Path(node.state_dir / "sandboxes").glob("*")) == []
+
+
+async def test_a_rebuild_runs_only_the_steps_after_its_unchanged_ones() -> None:
+    first = [_step("RUN", "echo one > /srv-one", "root"), _step("ENV", "X", "1")]
+    async with node_parts(own_templates=True) as node:
+        assert node.templates is not None
+
+        async def built(template_id: str, steps: list[dict[str, Any]],
+                        reuse: bool = True) -> list[str]:
+            assert node.templates is not None
+            _register(node, template_id, Recipe.from_e2b({"steps": steps}))
+            lines: list[str] = []
+            await node.templates.get(template_id, lambda line, step="": lines.append(line),
+                                     reuse_layers=reuse)
+            return lines
+
+        made = await built("layered-a", [*first, _step("RUN", "echo two > /srv-two", "root")])
+        assert "step 1: RUN echo one > /srv-one root" in made
+        changed = await built("layered-b", [
+            *first, _step("RUN", "echo three > /srv-three && cat /srv-one > /copied", "root")])
+        assert "steps 1-2 unchanged: their layers are reused" in changed
+        assert not any(line.startswith(("step 1:", "step 2:")) for line in changed)
+
+        for template_id, expected in (("layered-b", "one\nthree\none\n1\nno two\n"),
+                                      ("layered-a", "one\n1\ntwo\n")):
+            s = spec(template_id=template_id)
+            sandbox = await node.sandboxes.create(s)
+            script = ("cat /srv-one; cat /srv-three /copied 2>/dev/null; echo $X; "
+                      "cat /srv-two 2>/dev/null || echo no two")
+            assert await sh(node.session, sandbox.host, s.envd_access_token, script) == expected
+            await node.sandboxes.kill(s.sandbox_id)
+
+        # skip_cache: every step runs again.
+        forced = await built("layered-c", [*first], reuse=False)
+        assert "step 1: RUN echo one > /srv-one root" in forced

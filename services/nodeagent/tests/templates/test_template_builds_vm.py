@@ -112,6 +112,15 @@ async def test_images_from_a_registry_become_templates_and_outlive_a_restart(
         await node.sandboxes.create(s)
         await node.sandboxes.kill(s.sandbox_id)
 
+        # A failed build of another size leaves no base disk of its own; web's stays.
+        bases = node.state_dir / "images" / "bases"
+        before = sorted(p.name for p in bases.iterdir())
+        with pytest.raises(AenvError, match=r"step 1 \(RUN\): exited with code 3"):
+            await _build(servicer, _request(
+                "web-broken", from_image=f"{registry.host}/tools/busybox:1",
+                steps=[_run("exit 3", "root")], resources=cluster_pb2.Resources(disk_mib=300)))
+        assert sorted(p.name for p in bases.iterdir()) == before
+
         # A restarted node agent knows what this one built (saved beside its templates).
         assert node.templates is not None
         restarted = _builds(node, published)
