@@ -61,13 +61,14 @@ async def test_a_template_builds_from_an_image_and_sandboxes_start_from_it(
     )
     lines: list[LogEntry] = []
     info = await AsyncTemplate.build(template, "web-app", cpu_count=2, memory_mb=1024,
-                                     on_build_logs=lines.append)
+                                     min_free_disk_mb=512, on_build_logs=lines.append)
     request = tstack.nodeagent.builds[-1]
     assert request.from_image == "registry.test/app:1"
     assert [s.type for s in request.steps][-3:] == ["COPY", "RUN", "ENV"]
     copy = next(s for s in request.steps if s.type == "COPY")
     assert copy.files_hash and request.start_cmd.startswith("python -m http.server")
     assert request.resources.vcpus == 2 and request.resources.memory_mib == 1024
+    assert request.min_free_disk_mib == 512 and not request.resources.disk_mib
     messages = [entry.message for entry in lines]
     assert any(m.startswith("Uploaded") for m in messages)  # the context went to snapstore
     assert any("RUN echo built" in m for m in messages)      # the node's lines reached the SDK
@@ -80,7 +81,7 @@ async def test_a_template_builds_from_an_image_and_sandboxes_start_from_it(
     # The same files again: the SDK is told they are present and uploads nothing.
     again: list[LogEntry] = []
     await AsyncTemplate.build(template, "web-app", cpu_count=2, memory_mb=1024,
-                              on_build_logs=again.append)
+                              min_free_disk_mb=512, on_build_logs=again.append)
     assert any("already cached" in entry.message for entry in again)
     await sandbox.kill()
 

@@ -42,6 +42,10 @@ class NodeAgentSettings(BaseSettings):
     # Cold boots under TCG occasionally hang silently: each attempt is bounded and retried.
     boot_timeout_s: float = 90.0
     boot_attempts: int = 3
+    # An image's disk: its files plus this much free room unless a build asks for other room
+    # (E2B's minFreeDiskMb), at least the default disk size, at most template_max_disk_mib.
+    template_min_free_disk_mib: int = Field(default=1024, ge=0)
+    template_max_disk_mib: int = Field(default=65536, gt=0)
     # A template's ready command must succeed within this long after its start command.
     build_ready_timeout_s: float = Field(default=120.0, gt=0)
     restore_ready_timeout_s: float = 30.0

@@ -41,7 +41,7 @@ from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.templates.bases import ImageBases
-from aenv_nodeagent.templates.builds import TemplateBuilds
+from aenv_nodeagent.templates.builds import ImageDiskSizes, TemplateBuilds
 from aenv_nodeagent.templates.cache import TemplateCache
 from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
@@ -249,7 +249,8 @@ class NodeAgent:
         bases = ImageBases(images / "bases", BlobCache(images), hosts,
                            load_credentials(s.registry_credentials_file), session)
         return TemplateBuilds(kept.store, bases, kept.saved, store.put_template,
-                              kept.distribution)
+                              kept.distribution,
+                              ImageDiskSizes(s.template_min_free_disk_mib, s.template_max_disk_mib))
 
     async def _start_proxy(self, connections: SandboxConnections) -> None:
         host, _, port = self.settings.proxy_listen.rpartition(":")

@@ -201,6 +201,8 @@ def build_request(request: nodeagent_pb2.BuildTemplateRequest) -> BuildRequest:
         login=Login(creds.username, creds.password) if creds.username else None,
         vcpus=request.resources.vcpus, memory_mib=request.resources.memory_mib,
         disk_mib=request.resources.disk_mib, force=request.force,
+        min_free_disk_mib=(request.min_free_disk_mib
+                           if request.HasField("min_free_disk_mib") else None),
     )
 
 

@@ -58,7 +58,8 @@ class TemplateRoutes:
 
     async def request_build(self, request: Request) -> Response:
         ask = parse_build_request(parse_json_object(await request.body()))
-        template, build = await self._catalog.request_build(ask.name, ask.tags, ask.resources)
+        template, build = await self._catalog.request_build(
+            ask.name, ask.tags, ask.resources, ask.min_free_disk_mib)
         return JSONResponse(present_requested(template, build), status_code=202)
 
     async def upload_link(self, request: Request) -> Response:

@@ -84,7 +84,7 @@ class TemplateBuilds:
         parent = None
         if start.from_template:
             parent = await self._catalog.resolve(start.from_template) or start.from_template
-        build.inputs_digest = start.digest(build.resources, parent)
+        build.inputs_digest = start.digest(build, parent)
         build.status = BUILDING
         build.updated_at.CopyFrom(now_timestamp(self._clock))
         await self._records.put_build(build)
@@ -189,7 +189,7 @@ class TemplateBuilds:
             resources=build.resources))
         build.node_id = placement.node_id
         journal.add(f"building on node {placement.node_id}", BASE_STEP)
-        request = start.node_request(build.build_id, build.build_id, parent, build.resources)
+        request = start.node_request(build.build_id, build.build_id, parent, build)
         async for event in self._nodeagents.build_template(placement.nodeagent_address, request):
             if event.HasField("log"):
                 journal.add(event.log.message, event.log.step, event.log.level or "info")

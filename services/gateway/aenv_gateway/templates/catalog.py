@@ -47,7 +47,8 @@ class TemplateCatalog:
         return self._records
 
     async def request_build(
-        self, name: TemplateName, extra_tags: Sequence[str], resources: cluster_pb2.Resources
+        self, name: TemplateName, extra_tags: Sequence[str], resources: cluster_pb2.Resources,
+        min_free_disk_mib: int | None = None,
     ) -> tuple[CatalogTemplate, BuildRecord]:
         """A new build of the template called `name.name` (made when there is none), to be
         tagged `name.tag` and `extra_tags` once ready."""
@@ -68,6 +69,8 @@ class TemplateCatalog:
                 tags=list(dict.fromkeys([name.tag, *extra_tags])), resources=resources,
                 created_at=stamp,
             )
+            if min_free_disk_mib is not None:
+                build.min_free_disk_mib = min_free_disk_mib
             template.latest_build_id = build.build_id
             await self._records.put_build(build)
             await self._records.put_template(template)

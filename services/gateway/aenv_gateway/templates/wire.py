@@ -36,6 +36,7 @@ class BuildAsk:
     name: TemplateName
     tags: list[str]
     resources: cluster_pb2.Resources
+    min_free_disk_mib: int | None = None
 
 
 def parse_build_request(body: Mapping[str, Any]) -> BuildAsk:
@@ -53,7 +54,7 @@ def parse_build_request(body: Mapping[str, Any]) -> BuildAsk:
     if disk is not None and not 0 <= disk <= MAX_DISK_MIB:
         raise InvalidArgument(f"minFreeDiskMb must be between 0 and {MAX_DISK_MIB}")
     return BuildAsk(parse_name(name), json_strings(body, "tags"), cluster_pb2.Resources(
-        vcpus=cpus or 0, memory_mib=memory or 0, disk_mib=disk or 0))
+        vcpus=cpus or 0, memory_mib=memory or 0), disk)
 
 
 @dataclass(frozen=True)
@@ -78,20 +79,21 @@ class BuildStart:
     force: bool
     login: tuple[str, str] | None = field(default=None, repr=False)
 
-    def digest(self, resources: cluster_pb2.Resources, parent: str | None) -> str:
+    def digest(self, build: BuildRecord, parent: str | None) -> str:
         """What shapes the template (never the registry's credentials)."""
+        r = build.resources
+        free = build.min_free_disk_mib if build.HasField("min_free_disk_mib") else None
         plain = {"image": self.from_image, "parent": parent,
                  "steps": [[s.type, list(s.args), s.files_hash] for s in self.steps],
                  "start": self.start_cmd, "ready": self.ready_cmd,
-                 "size": [resources.vcpus, resources.memory_mib, resources.disk_mib]}
+                 "size": [r.vcpus, r.memory_mib, r.disk_mib, free]}
         return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
 
     def node_request(
-        self, template_id: str, build_id: str, parent: str | None,
-        resources: cluster_pb2.Resources,
+        self, template_id: str, build_id: str, parent: str | None, build: BuildRecord,
     ) -> nodeagent_pb2.BuildTemplateRequest:
         request = nodeagent_pb2.BuildTemplateRequest(
-            template_id=template_id, build_id=build_id, resources=resources,
+            template_id=template_id, build_id=build_id, resources=build.resources,
             steps=[nodeagent_pb2.TemplateStep(type=s.type, args=s.args, files_hash=s.files_hash)
                    for s in self.steps],
             start_cmd=self.start_cmd, ready_cmd=self.ready_cmd, force=self.force)
@@ -101,6 +103,8 @@ class BuildStart:
             request.from_image = self.from_image or ""
         if self.login is not None:
             request.registry.username, request.registry.password = self.login
+        if build.HasField("min_free_disk_mib"):
+            request.min_free_disk_mib = build.min_free_disk_mib
         return request
 
 

@@ -14,13 +14,14 @@
 from .auth import Credentials, load_credentials
 from .blobs import BlobCache
 from .reference import ImageReference, RegistryHosts, parse_reference
-from .rootfs import BaseDisk, build_base_disk
+from .rootfs import BaseDisk, DiskSize, build_base_disk
 from .sources import DockerArchiveSource, ImageSource, OciLayoutSource, RegistrySource
 
 __all__ = [
     "BaseDisk",
     "BlobCache",
     "Credentials",
+    "DiskSize",
     "DockerArchiveSource",
     "ImageReference",
     "ImageSource",

@@ -63,21 +63,48 @@ class BaseDisk:
     phases_ms: dict[str, float] = field(default_factory=dict)  # pull, unpack, ext4, qcow2
 
 
+@dataclass(frozen=True)
+class DiskSize:
+    """How large the base disk is: `disk_mib`, or — given `min_free_mib` — as large as the
+    content needs plus that much free room (never below `disk_mib`, never past `max_mib`)."""
+
+    disk_mib: int
+    min_free_mib: int | None = None
+    max_mib: int | None = None
+
+    def for_content(self, content: int, inodes: int) -> tuple[int, int]:
+        """(disk MiB, MiB the files need on it)."""
+        size = self.disk_mib
+        if self.min_free_mib is not None:
+            for _ in range(3):  # the filesystem's own overhead grows with its size
+                wanted = filesystem_mib(content, inodes, size) + self.min_free_mib
+                if wanted <= size:
+                    break
+                size = -(-wanted // GROW_STEP_MIB) * GROW_STEP_MIB
+        return size, filesystem_mib(content, inodes, size)
+
+
 async def build_base_disk(
-    source: ImageSource, cache: BlobCache, out_dir: Path, disk_mib: int
+    source: ImageSource, cache: BlobCache, out_dir: Path, size: int | DiskSize
 ) -> BaseDisk:
-    """Pull `source` and make `out_dir/rootfs.qcow2` of `disk_mib` MiB from it."""
+    """Pull `source` and make `out_dir/rootfs.qcow2` from it, of `size` MiB (or as `DiskSize`
+    says).
+
+    :raise RootfsTooLarge: the files do not fit (or would need more than `max_mib`).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".image-build-", dir=out_dir))  # 0700
     try:
-        return await _build(source, cache, out_dir, work, disk_mib)
+        return await _build(source, cache, out_dir, work,
+                            size if isinstance(size, DiskSize) else DiskSize(size))
     finally:
         await asyncio.to_thread(remove_build_dir, work)
 
 
 async def _build(
-    source: ImageSource, cache: BlobCache, out_dir: Path, work: Path, disk_mib: int
+    source: ImageSource, cache: BlobCache, out_dir: Path, work: Path, size: DiskSize
 ) -> BaseDisk:
+    disk_mib = size.disk_mib
     timer = PhaseTimer(span_prefix="image")
     tree, raw, qcow2 = work / "rootfs", work / "rootfs.ext4", work / BASE_DISK_NAME
     image = await timer.timed("pull", source.pull(cache))
@@ -90,12 +117,13 @@ async def _build(
         # tree need not be walked (tens of thousands of lstat calls on a large image).
         content = unpacked.bytes + unpacked.entries * BLOCK
         inodes = unpacked.entries + 1
-        if filesystem_mib(content, inodes, disk_mib) > disk_mib:
+        if size.for_content(content, inodes)[0] != disk_mib or \
+                filesystem_mib(content, inodes, disk_mib) > disk_mib:
             content, inodes = await run_in_fresh_thread(partial(measure_tree, tree),
                                                         "image-measure")
-        needed_mib = filesystem_mib(content, inodes, disk_mib)
-        if needed_mib > disk_mib:
-            raise RootfsTooLarge(source.name, needed_mib, disk_mib)
+        disk_mib, needed_mib = size.for_content(content, inodes)
+        if needed_mib > disk_mib or (size.max_mib is not None and disk_mib > size.max_mib):
+            raise RootfsTooLarge(source.name, needed_mib, min(disk_mib, size.max_mib or disk_mib))
         await make_ext4(tree, raw, disk_mib, inodes, source.name)
     with timer.phase("qcow2"):
         await run(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow2])
@@ -105,6 +133,10 @@ async def _build(
     return BaseDisk(final, source.name, image.digest, image.config.raw, disk_mib,
                     -(-content // MIB),
                     unpacked, image.downloaded, image.cached, dict(timer.phases_ms))
+
+
+# A grown disk is a multiple of this.
+GROW_STEP_MIB = 256
 
 
 def measure_tree(tree: Path) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from aenv_nodeagent.images import (
     BaseDisk,
     BlobCache,
     Credentials,
+    DiskSize,
     RegistryHosts,
     RegistrySource,
     build_base_disk,
@@ -37,10 +38,10 @@ class ImageBases:
         self._hosts = hosts
         self._credentials = credentials
         self._session = session
-        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._locks: dict[tuple[str, DiskSize], asyncio.Lock] = {}
 
-    async def base(self, reference: str, disk_mib: int, login: Login | None = None) -> BaseDisk:
-        """The image's base disk of `disk_mib` MiB.
+    async def base(self, reference: str, size: DiskSize, login: Login | None = None) -> BaseDisk:
+        """The image's base disk, as large as `size` says.
 
         :raise AenvError: one of `images.errors` (unknown image, refused credentials, wrong
             architecture, a corrupt layer, a disk too small, ...).
@@ -50,12 +51,12 @@ class ImageBases:
         if login is not None:
             credentials = Credentials({**credentials.by_host, ref.registry: login})
         source = RegistrySource(ref, self._hosts, credentials, self._session)
-        async with self._locks.setdefault((str(ref), disk_mib), asyncio.Lock()):
+        async with self._locks.setdefault((str(ref), size), asyncio.Lock()):
             self._root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(prefix=".base-", dir=self._root))
             try:
-                built = await build_base_disk(source, self._cache, work, disk_mib)
-                return self._keep(built, disk_mib, work)
+                built = await build_base_disk(source, self._cache, work, size)
+                return self._keep(built, work)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
@@ -64,10 +65,10 @@ class ImageBases:
         if disk not in in_use and disk.parent.parent == self._root:
             shutil.rmtree(disk.parent, ignore_errors=True)
 
-    def _keep(self, built: BaseDisk, disk_mib: int, work: Path) -> BaseDisk:
+    def _keep(self, built: BaseDisk, work: Path) -> BaseDisk:
         """Move the new disk to its digest's place, unless an earlier build put one there: a
         template may stand on that one already (its overlays name its path)."""
-        home = self._root / f"{built.digest.replace(':', '-')}-{disk_mib}"
+        home = self._root / f"{built.digest.replace(':', '-')}-{built.disk_mib}"
         if not (home / built.path.name).exists():
             shutil.rmtree(home, ignore_errors=True)
             os.rename(work, home)

@@ -23,6 +23,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_common.snapshots.codec import check_name
 from aenv_nodeagent.artifacts import RootfsImage
+from aenv_nodeagent.images import DiskSize
 from aenv_nodeagent.images.auth import Login
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.distribution import TemplateDistribution
@@ -51,6 +52,17 @@ class BuildRequest:
     disk_mib: int = 0
     # Run every step, reusing no step layer.
     force: bool = False
+    # E2B's minFreeDiskMb: free room the image's disk has past its files (None: the node's).
+    min_free_disk_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class ImageDiskSizes:
+    """How large an image's disk is made: its files plus `min_free_mib` (unless the build asks
+    for other room), at least the node's default disk, at most `max_mib`."""
+
+    min_free_mib: int = 1024
+    max_mib: int = 65536
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class TemplateBuilds:
     def __init__(
         self, store: TemplateStore, bases: ImageBases, saved: SavedTemplates, publish: Publish,
         distribution: TemplateDistribution | None = None,
+        sizes: ImageDiskSizes = ImageDiskSizes(),
     ) -> None:
         self._store = store
         self._bases = bases
@@ -72,6 +85,7 @@ class TemplateBuilds:
         self._publish = publish
         # Built templates go to snapstore, so other nodes create from them without a build.
         self._distribution = distribution
+        self._sizes = sizes
 
     def load_saved(self) -> list[str]:
         """Registers the templates built or pulled here before (at start); returns their ids."""
@@ -120,7 +134,11 @@ class TemplateBuilds:
         disk_mib = request.disk_mib or self._defaults.disk_mib
         if request.from_image:
             build_log(f"pulling {request.from_image}", BASE_STEP)
-            disk = await self._bases.base(request.from_image, disk_mib, request.login)
+            min_free = (request.min_free_disk_mib if request.min_free_disk_mib is not None
+                        else self._sizes.min_free_mib)
+            disk = await self._bases.base(request.from_image, DiskSize(
+                disk_mib, min_free, self._sizes.max_mib), request.login)
+            disk_mib = disk.disk_mib
             build_log(f"base disk of {disk.image} ({disk.digest}) ready", BASE_STEP)
             inputs = dataclasses.replace(
                 self._defaults, rootfs=RootfsImage(disk.path, disk.digest, ()),

@@ -15,7 +15,13 @@ import pytest
 
 from aenv_common.testing.oci_layouts import CAP_NET_RAW
 from aenv_nodeagent.artifacts.proc import run
-from aenv_nodeagent.images import BlobCache, DockerArchiveSource, OciLayoutSource, build_base_disk
+from aenv_nodeagent.images import (
+    BlobCache,
+    DiskSize,
+    DockerArchiveSource,
+    OciLayoutSource,
+    build_base_disk,
+)
 from aenv_nodeagent.images import rootfs as rootfs_module
 from aenv_nodeagent.images.errors import (
     ImageNotFound,
@@ -94,6 +100,20 @@ async def test_too_large_for_the_disk_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(RootfsTooLarge, match=r"needs about \d+ MiB but the disk is 32 MiB"):
         await build_base_disk(OciLayoutSource(layout), BlobCache(tmp_path / "c"), out, 32)
     assert os.listdir(out) == []
+
+
+async def test_a_disk_asked_for_free_room_grows_to_the_files_plus_that_room(
+    tmp_path: Path,
+) -> None:
+    layout = tmp_path / "layout"
+    write_layout(layout, [make_layer([Entry("big", data=os.urandom(40 << 20))], "")])
+    source, cache = OciLayoutSource(layout), BlobCache(tmp_path / "c")
+    disk = await build_base_disk(source, cache, tmp_path / "grown", DiskSize(32, 100))
+    assert disk.disk_mib >= 140 and disk.disk_mib % 256 == 0
+    kept = await build_base_disk(source, cache, tmp_path / "kept", DiskSize(1024, 100))
+    assert kept.disk_mib == 1024  # room enough already: never smaller than asked
+    with pytest.raises(RootfsTooLarge, match=r"the disk is 64 MiB"):
+        await build_base_disk(source, cache, tmp_path / "capped", DiskSize(32, 100, 64))
 
 
 async def test_corrupt_layout_blob_leaves_nothing(tmp_path: Path) -> None:

@@ -284,7 +284,7 @@ class BuildLogEntry(_message.Message):
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[str] = ...) -> None: ...
 
 class TemplateBuildRecord(_message.Message):
-    __slots__ = ("build_id", "template_id", "status", "tags", "resources", "node_id", "logs", "reason", "reason_step", "created_at", "finished_at", "inputs_digest", "image_id", "envd_version", "updated_at")
+    __slots__ = ("build_id", "template_id", "status", "tags", "resources", "node_id", "logs", "reason", "reason_step", "created_at", "finished_at", "inputs_digest", "image_id", "envd_version", "updated_at", "min_free_disk_mib")
     BUILD_ID_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -300,6 +300,7 @@ class TemplateBuildRecord(_message.Message):
     IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
     ENVD_VERSION_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MIN_FREE_DISK_MIB_FIELD_NUMBER: _ClassVar[int]
     build_id: str
     template_id: str
     status: BuildStatus
@@ -315,4 +316,5 @@ class TemplateBuildRecord(_message.Message):
     image_id: str
     envd_version: str
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, build_id: _Optional[str] = ..., template_id: _Optional[str] = ..., status: _Optional[_Union[BuildStatus, str]] = ..., tags: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., node_id: _Optional[str] = ..., logs: _Optional[_Iterable[_Union[BuildLogEntry, _Mapping]]] = ..., reason: _Optional[str] = ..., reason_step: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_digest: _Optional[str] = ..., image_id: _Optional[str] = ..., envd_version: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    min_free_disk_mib: int
+    def __init__(self, build_id: _Optional[str] = ..., template_id: _Optional[str] = ..., status: _Optional[_Union[BuildStatus, str]] = ..., tags: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., node_id: _Optional[str] = ..., logs: _Optional[_Iterable[_Union[BuildLogEntry, _Mapping]]] = ..., reason: _Optional[str] = ..., reason_step: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_digest: _Optional[str] = ..., image_id: _Optional[str] = ..., envd_version: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., min_free_disk_mib: _Optional[int] = ...) -> None: ...

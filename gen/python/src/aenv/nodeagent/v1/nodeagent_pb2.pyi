@@ -35,7 +35,7 @@ class TemplateStep(_message.Message):
     def __init__(self, type: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., files_hash: _Optional[str] = ...) -> None: ...
 
 class BuildTemplateRequest(_message.Message):
-    __slots__ = ("template_id", "build_id", "from_image", "from_template", "registry", "steps", "start_cmd", "ready_cmd", "resources", "force")
+    __slots__ = ("template_id", "build_id", "from_image", "from_template", "registry", "steps", "start_cmd", "ready_cmd", "resources", "force", "min_free_disk_mib")
     TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     BUILD_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_IMAGE_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class BuildTemplateRequest(_message.Message):
     READY_CMD_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    MIN_FREE_DISK_MIB_FIELD_NUMBER: _ClassVar[int]
     template_id: str
     build_id: str
     from_image: str
@@ -56,7 +57,8 @@ class BuildTemplateRequest(_message.Message):
     ready_cmd: str
     resources: _cluster_pb2.Resources
     force: bool
-    def __init__(self, template_id: _Optional[str] = ..., build_id: _Optional[str] = ..., from_image: _Optional[str] = ..., from_template: _Optional[str] = ..., registry: _Optional[_Union[RegistryCredentials, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[TemplateStep, _Mapping]]] = ..., start_cmd: _Optional[str] = ..., ready_cmd: _Optional[str] = ..., resources: _Optional[_Union[_cluster_pb2.Resources, _Mapping]] = ..., force: _Optional[bool] = ...) -> None: ...
+    min_free_disk_mib: int
+    def __init__(self, template_id: _Optional[str] = ..., build_id: _Optional[str] = ..., from_image: _Optional[str] = ..., from_template: _Optional[str] = ..., registry: _Optional[_Union[RegistryCredentials, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[TemplateStep, _Mapping]]] = ..., start_cmd: _Optional[str] = ..., ready_cmd: _Optional[str] = ..., resources: _Optional[_Union[_cluster_pb2.Resources, _Mapping]] = ..., force: _Optional[bool] = ..., min_free_disk_mib: _Optional[int] = ...) -> None: ...
 
 class RegistryCredentials(_message.Message):
     __slots__ = ("username", "password")
