@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import secrets
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
 import pytest
 from e2b import Sandbox
+
+from aenv_cli.children import ChildProcess
+from aenv_cli.platform import Platform
+from aenv_cli.ports import address
+from aenv_cli.readiness import GrpcHealthProbe
+from aenv_common.testing.ports import free_port
+from aenv_common.testing.subnets import free_subnet
+
+from ..conftest import netns_names, qemu_pids_under
 
 # Written aside and renamed: a reader never sees the file truncated mid-write.
 COUNTER = ("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.tmp; "
@@ -22,3 +39,38 @@ def sdk_env(e2b_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith("E2B_"):
             monkeypatch.setenv(name, value)
     monkeypatch.delenv("E2B_DEBUG", raising=False)
+
+
+async def until(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not await check():
+        assert time.monotonic() < deadline, f"not within {within_s} s: {what}"
+        await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def another_node_agent(
+    platform: Platform, tmp_path: Path, node_id: str, **env: str
+) -> AsyncIterator[tuple[str, Path, str]]:
+    """Another node agent of the platform's cluster, its settings overridden by `env`:
+    (node id, state dir, netns prefix). Nothing of it is left once it stops."""
+    prefix = "aeb" + secrets.token_hex(2) + "x"
+    state_dir = tmp_path / node_id
+    grpc_address = address(free_port())
+    child_env = platform.service_env() | {
+        "AENV_NODEAGENT_NODE_ID": node_id,
+        "AENV_NODEAGENT_LISTEN": grpc_address,
+        "AENV_NODEAGENT_PROXY_LISTEN": address(free_port()),
+        "AENV_NODEAGENT_STATE_DIR": str(state_dir),
+        "AENV_NODEAGENT_NET_PREFIX": prefix,
+        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
+        "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+    } | env
+    child = await ChildProcess.spawn(node_id, [sys.executable, "-m", "aenv_nodeagent"],
+                                     child_env, tmp_path / f"{node_id}.log")
+    try:
+        await until(GrpcHealthProbe(grpc_address).ready, 300, f"node agent {node_id}")
+        yield node_id, state_dir, prefix
+    finally:
+        await child.stop(30)
+        assert qemu_pids_under(state_dir) == [] and netns_names(prefix) == []

@@ -5,9 +5,6 @@ there) and kills another; when the node comes back it drops its stale copies."""
 from __future__ import annotations
 
 import asyncio
-import secrets
-import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -16,17 +13,11 @@ import pytest_asyncio
 from e2b import Sandbox
 from e2b.exceptions import SandboxNotFoundException
 
-from aenv_cli.children import ChildProcess
 from aenv_cli.platform import Platform
-from aenv_cli.ports import address
-from aenv_cli.readiness import GrpcHealthProbe
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_common.testing.ports import free_port
-from aenv_common.testing.subnets import free_subnet
 
-from ..conftest import netns_names, qemu_pids_under
-from .conftest import COUNTER, counter
+from .conftest import COUNTER, another_node_agent, counter, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
@@ -46,26 +37,8 @@ async def second_node(
     platform: Platform, tmp_path: Path
 ) -> AsyncIterator[tuple[str, Path, str]]:
     """Another node agent of the same cluster: (node id, state dir, netns prefix)."""
-    node_id, prefix = "e2e-node-b", "aeb" + secrets.token_hex(2) + "x"
-    state_dir = tmp_path / "node-b"
-    grpc_address = address(free_port())
-    env = platform.service_env() | {
-        "AENV_NODEAGENT_NODE_ID": node_id,
-        "AENV_NODEAGENT_LISTEN": grpc_address,
-        "AENV_NODEAGENT_PROXY_LISTEN": address(free_port()),
-        "AENV_NODEAGENT_STATE_DIR": str(state_dir),
-        "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
-        "AENV_NODEAGENT_WARM_POOL_VMS": "0",
-    }
-    child = await ChildProcess.spawn("nodeagent-b", [sys.executable, "-m", "aenv_nodeagent"],
-                                     env, tmp_path / "nodeagent-b.log")
-    try:
-        await _until(GrpcHealthProbe(grpc_address).ready, 300, "the second node agent")
-        yield node_id, state_dir, prefix
-    finally:
-        await child.stop(30)
-        assert qemu_pids_under(state_dir) == [] and netns_names(prefix) == []
+    async with another_node_agent(platform, tmp_path, "e2e-node-b") as node:
+        yield node
 
 
 async def test_paused_sandboxes_outlive_their_node(
@@ -77,7 +50,7 @@ async def test_paused_sandboxes_outlive_their_node(
     dropped = await _paused_with_state(store)
     try:
         async with platform.service_down("nodeagent", crash=True):
-            await _until(_node_gone(store, PLATFORM_NODE), 60, "the lost node's lease to expire")
+            await until(_node_gone(store, PLATFORM_NODE), 60, "the lost node's lease to expire")
             await asyncio.sleep(6)  # a sweep of the scheduler (every 5 s) has run meanwhile
             assert (await _state(Sandbox.get_info, moved.sandbox_id)) == "paused"
 
@@ -116,7 +89,7 @@ async def _paused_with_state(store: ClusterStore, *, counting: bool = False) -> 
         record = await store.get_sandbox(sandbox.sandbox_id)
         return record is not None and bool(record.paused_image)
 
-    await _until(stored, 120, "the paused state in snapstore")
+    await until(stored, 120, "the paused state in snapstore")
     return sandbox
 
 
@@ -129,10 +102,3 @@ def _node_gone(store: ClusterStore, node_id: str) -> Callable[[], Awaitable[bool
 async def _state(get_info: Callable[[str], object], sandbox_id: str) -> str:
     info = await asyncio.to_thread(get_info, sandbox_id)
     return str(info.state.value)  # type: ignore[attr-defined]
-
-
-async def _until(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        assert time.monotonic() < deadline, f"not within {within_s} s: {what}"
-        await asyncio.sleep(0.2)

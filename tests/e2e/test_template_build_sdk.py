@@ -6,22 +6,32 @@ step and the previous version kept; the catalog and builds kept in the real etcd
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 import pytest_asyncio
 from e2b import AsyncSandbox, AsyncTemplate, BuildException
 from e2b.template.logger import LogEntry
 
+from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_cli.platform import Platform
+from aenv_cli.ports import address
+from aenv_common.snapshots import snapstore_stub
 from aenv_common.testing.oci_layouts import busybox_layout
 from aenv_common.testing.registry import Registry, bcrypt_hash, docker_registry, push
+
+from .conftest import another_node_agent, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.registry, pytest.mark.asyncio(loop_scope="session")]
 
 APP = "wget -q -O- http://127.0.0.1:8000/index.html"
+REPO = Path(__file__).resolve().parents[2]
+JS_BUILD = Path(__file__).parent / "js" / "template_build.mjs"
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -156,3 +166,51 @@ async def test_a_ready_command_that_never_succeeds_fails_the_build(
     never = AsyncTemplate().from_image(reference).set_start_cmd("busybox sleep 600", "false")
     with pytest.raises(BuildException, match=r"ready command `false` did not succeed within"):
         await AsyncTemplate.build(never, "e2e-never-ready", memory_mb=512)
+
+
+async def _in_snapstore(platform: Platform, build_id: str) -> bool:
+    """Both manifests of the build's template: its inputs, and its captured snapshot."""
+    async with grpc.aio.insecure_channel(address(platform.ports.snapstore)) as channel:
+        listed = await snapstore_stub(channel).ListManifests(pb.ListManifestsRequest())
+    names = set(listed.snapshot_ids)
+    return f"template-{build_id}" in names and any(
+        name.startswith(f"template-{build_id}-") for name in names)
+
+
+async def test_a_template_built_on_one_node_is_created_on_another(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
+) -> None:
+    _, reference = image
+    template = (AsyncTemplate().from_image(reference)
+                .run_cmd("mkdir -p /www && echo roaming > /www/index.html", user="root")
+                .set_start_cmd("busybox httpd -f -p 8000 -h /www", APP))
+    info = await AsyncTemplate.build(template, "e2e-roaming", memory_mb=512)
+    await until(lambda: _in_snapstore(platform, info.build_id), 300, "the template in snapstore")
+
+    # A node with templates of its own (it never saw this one); the building node goes away.
+    async with another_node_agent(platform, tmp_path, "e2e-node-t",
+                                  AENV_NODEAGENT_TEMPLATES_DIR=str(tmp_path / "templates-t")):
+        async with platform.service_down("nodeagent"):
+            sandbox = await AsyncSandbox.create("e2e-roaming", timeout=300)
+            try:
+                # Pulled with its captured snapshot: the start command's server answers at once.
+                assert (await sandbox.commands.run(APP)).stdout == "roaming\n"
+                detail = await AsyncSandbox.get_info(sandbox.sandbox_id)
+                assert detail.name == "e2e-roaming"
+            finally:
+                await sandbox.kill()
+    assert list((tmp_path / "templates-t" / info.build_id).iterdir())
+
+
+async def test_the_js_sdks_template_builder_works_unchanged(
+    platform: Platform, e2b_env: dict[str, str], image: tuple[Registry, str],
+) -> None:
+    node = shutil.which("node")
+    assert node, "node is required (make setup-node)"
+    _, reference = image
+    done = await asyncio.create_subprocess_exec(
+        node, str(JS_BUILD), cwd=REPO, env={**e2b_env, "AENV_TEST_IMAGE": reference},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(done.communicate(), 900)
+    assert done.returncode == 0, out.decode()[-4000:] + err.decode()[-4000:]
+    assert b"template build: ok" in out
