@@ -17,7 +17,6 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
@@ -28,10 +27,10 @@ from aenv_cli import main
 from aenv_cli.files import API_KEY_FILE
 from aenv_cli.ports import PlatformPorts
 from aenv_cli.state import save_ports
-from aenv_common.errors import InvalidArgument
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.snapshots import snapstore_stub
 from aenv_common.snapshots.contexts import pull_context
+from aenv_common.testing.builds import build_result, build_steps
 from aenv_common.testing.ports import free_port
 from aenv_gateway.config import GatewaySettings
 from aenv_gateway.directory import InMemoryClusterView
@@ -43,13 +42,6 @@ from aenv_snapstore.server import start_snapstore
 pytestmark = pytest.mark.sdk
 API_KEY = "e2b_" + "0123456789abcdef" * 2 + "fedcba98"
 NODE_ID = "node1"
-
-
-def _line(message: str, step: str) -> nodeagent_pb2.BuildTemplateResponse:
-    now = Timestamp()
-    now.GetCurrentTime()
-    return nodeagent_pb2.BuildTemplateResponse(log=nodeagent_pb2.BuildLogLine(
-        time=now, level="info", message=message, step=step))
 
 
 class FakeScheduler(scheduler_pb2_grpc.SchedulerServiceServicer):
@@ -76,23 +68,16 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:
         self.builds.append(request)
-        yield _line(f"pulling {request.from_image or request.from_template}", "base")
-        for number, step in enumerate(request.steps, start=1):
-            yield _line(f"step {number}: {step.type} {' '.join(step.args)}", str(number))
-            if step.type == "COPY":
-                tarball = await pull_context(self._snapstore, step.files_hash,
-                                             self._scratch / step.files_hash)
-                with tarfile.open(tarball) as archive:
-                    self.contexts[step.files_hash] = archive.getnames()
-            if step.type == "RUN" and step.args[0] == "false":
-                raise InvalidArgument(f"step {number} (RUN): exited with code 1")
-        size = request.resources
-        yield nodeagent_pb2.BuildTemplateResponse(result=nodeagent_pb2.BuildTemplateResult(
-            template=cluster_pb2.TemplateRecord(
-                template_id=request.template_id, envd_version="0.5.7",
-                default_resources=cluster_pb2.Resources(
-                    vcpus=size.vcpus or 2, memory_mib=size.memory_mib or 512, disk_mib=1024)),
-            phases_ms={"base": 10.0, "capture": 20.0}))
+        async for line in build_steps(request, self._keep_context):
+            yield line
+        yield build_result(request)
+
+    async def _keep_context(self, step: nodeagent_pb2.TemplateStep) -> None:
+        if step.type == "COPY":
+            tarball = await pull_context(self._snapstore, step.files_hash,
+                                         self._scratch / step.files_hash)
+            with tarfile.open(tarball) as archive:
+                self.contexts[step.files_hash] = archive.getnames()
 
 
 @dataclass

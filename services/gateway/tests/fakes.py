@@ -13,7 +13,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
+from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_common.testing.builds import build_result, build_steps
 from aenv_gateway.directory import InMemoryClusterView
 
 NODE_ID = "node1"
@@ -23,11 +24,6 @@ def _timestamp(seconds: float) -> Timestamp:
     ts = Timestamp()
     ts.FromNanoseconds(int(seconds * 1e9))
     return ts
-
-
-def _build_line(message: str, step: str) -> nodeagent_pb2.BuildTemplateResponse:
-    return nodeagent_pb2.BuildTemplateResponse(log=nodeagent_pb2.BuildLogLine(
-        time=_timestamp(time.time()), level="info", message=message, step=step))
 
 
 def _metric() -> nodeagent_pb2.SandboxMetric:
@@ -82,24 +78,14 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def BuildTemplate(
         self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:
-        """As the real agent: a line per step (with its number), a RUN of `false` fails."""
         self.builds.append(request)
         self.build_started.set()
-        yield _build_line(f"pulling {request.from_image or request.from_template}", "base")
-        for number, step in enumerate(request.steps, start=1):
-            yield _build_line(f"step {number}: {step.type} {' '.join(step.args)}", str(number))
-            if step.type == "RUN" and step.args[0] == "false":
-                raise InvalidArgument(f"step {number} (RUN): exited with code 1")
+        async for line in build_steps(request):
+            yield line
         if self.build_gate is not None:
             await self.build_gate.wait()
         self.templates.add(request.template_id)
-        size = request.resources
-        yield nodeagent_pb2.BuildTemplateResponse(result=nodeagent_pb2.BuildTemplateResult(
-            template=cluster_pb2.TemplateRecord(
-                template_id=request.template_id, envd_version="0.5.7",
-                default_resources=cluster_pb2.Resources(
-                    vcpus=size.vcpus or 2, memory_mib=size.memory_mib or 512, disk_mib=1024)),
-            phases_ms={"base": 10.0, "capture": 20.0}))
+        yield build_result(request)
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext

@@ -113,16 +113,15 @@ class TemplateRoutes:
     async def list_templates(self, request: Request) -> Response:
         shown = []
         for template in await self._catalog.list_templates():
-            builds = await self._catalog.builds_of(template.template_id)
-            latest = next((b for b in builds if b.build_id == template.latest_build_id), None)
+            latest = await self._catalog.latest_build(template)
             shown.append(present_template(template, latest, self._envd_version))
         return JSONResponse(shown)
 
     async def get_template(self, request: Request) -> Response:
         template = await self._catalog.require(request.path_params["template_id"])
         builds = await self._catalog.builds_of(template.template_id)
-        latest = next((b for b in builds if b.build_id == template.latest_build_id), None)
-        shown = present_template(template, latest, self._envd_version)
+        shown = present_template(template, await self._catalog.latest_build(template),
+                                 self._envd_version)
         shown["builds"] = [present_build(b, self._envd_version) for b in reversed(builds)]
         return JSONResponse(shown)
 

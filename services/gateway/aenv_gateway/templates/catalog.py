@@ -55,7 +55,7 @@ class TemplateCatalog:
         for tag in extra_tags:
             check_tag(tag)
         async with self._lock:
-            template = await self._find(name.name)
+            template = await self.find(name.name)
             stamp = now_timestamp(self._clock)
             if template is None:
                 template = CatalogTemplate(template_id=new_template_id(), names=[name.name],
@@ -76,17 +76,15 @@ class TemplateCatalog:
             await self._records.put_template(template)
         return template, build
 
-    async def find(self, id_or_name: str) -> CatalogTemplate | None:
-        return await self._find(id_or_name)
-
     async def require(self, id_or_name: str) -> CatalogTemplate:
         """:raise NotFound: no template has this id or name."""
-        template = await self._find(id_or_name)
+        template = await self.find(id_or_name)
         if template is None:
             raise NotFound(f"template '{id_or_name}' not found")
         return template
 
-    async def _find(self, id_or_name: str) -> CatalogTemplate | None:
+    async def find(self, id_or_name: str) -> CatalogTemplate | None:
+        """The template of this id or name, read from etcd (not the watched copy)."""
         if not id_or_name or "/" in id_or_name:
             return None
         if (by_id := await self._records.get_template(id_or_name)) is not None:
@@ -176,6 +174,12 @@ class TemplateCatalog:
         templates = await self._records.list_templates()
         return sorted(templates, key=lambda t: t.created_at.ToNanoseconds())
 
+    async def latest_build(self, template: CatalogTemplate) -> BuildRecord | None:
+        """The newest build asked for, read by its id (not by listing every build)."""
+        if not template.latest_build_id:
+            return None
+        return await self._records.get_build(template.latest_build_id)
+
     async def builds_of(self, template_id: str) -> list[BuildRecord]:
         builds = [b for b in await self._records.list_builds() if b.template_id == template_id]
         return sorted(builds, key=lambda b: b.created_at.ToNanoseconds())
@@ -186,7 +190,7 @@ class TemplateCatalog:
         :raise Conflict: one of its builds is still running.
         """
         async with self._lock:
-            template = await self._find(id_or_name)
+            template = await self.find(id_or_name)
             if template is None:
                 return False
             builds = await self.builds_of(template.template_id)

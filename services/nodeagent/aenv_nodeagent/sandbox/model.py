@@ -19,7 +19,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_nodeagent.network import NetSlot
 from aenv_nodeagent.private_files import write_private_json
 from aenv_nodeagent.templates import TemplateInputs
-from aenv_nodeagent.vmm.argv import block_node_name
+from aenv_nodeagent.templates.model import ROOT_DISK_ID, ROOT_NODE
 from aenv_nodeagent.vmm.driver import Vm
 from aenv_nodeagent.vmm.spec import DiskSpec
 
@@ -30,9 +30,7 @@ DISK = "disk.qcow2"  # the first overlay of every sandbox
 PAUSED_MARKER = "sandbox.json"  # a paused sandbox's record and chain
 PAUSED_STATE = "paused.state"  # the full capture of a pause of a guest that runs on no image
 BOOT_RAM = "boot.ram"  # a cold-booted guest's RAM file (sparse, never written back)
-# The root disk's block node name in a freshly launched QEMU (overlays added later get others).
-ROOT_DISK = DiskSpec("root", Path(DISK), "qcow2", readonly=False)
-ROOT_NODE = block_node_name(ROOT_DISK)
+ROOT_DISK = DiskSpec(ROOT_DISK_ID, Path(DISK), "qcow2", readonly=False)
 OVERLAY_NODE = "ovl"  # + the number of overlays added: the node of a snapshot's new overlay
 
 

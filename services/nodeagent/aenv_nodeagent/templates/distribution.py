@@ -15,11 +15,13 @@ the snapshot persistence's retries; chunks the store has are not sent again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from aenv_common.errors import Internal, NotFound
@@ -109,9 +111,7 @@ class TemplateDistribution:
         return await asyncio.shield(task)
 
     async def _fetch(self, template_id: str) -> TemplateInputs | None:
-        self._root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=self._root))
-        try:
+        with self._staging() as staging:
             try:
                 files = await self._persistence.pull(inputs_manifest(template_id),
                                                      staging / "inputs")
@@ -127,8 +127,6 @@ class TemplateDistribution:
             log.info("template pulled from snapstore",
                      extra={"template": template_id, "with_snapshot": pulled_snapshot})
             return inputs
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
 
     def _place_rootfs(self, data: dict[str, object], pulled: Path) -> Path:
         recorded = Path(str(data["rootfs"]))
@@ -143,10 +141,17 @@ class TemplateDistribution:
     async def fetch_snapshot(self, inputs: TemplateInputs) -> bool:
         """Pulls the captured snapshot of a template this node knows (evicted from its cache,
         say) when snapstore has one that fits; False when it has none."""
+        with self._staging() as staging:
+            return await self._fetch_snapshot(inputs, staging / "snapshot")
+
+    @contextlib.contextmanager
+    def _staging(self) -> Iterator[Path]:
+        """A folder for a pull beside the templates (renames into place stay on one
+        filesystem), gone afterwards."""
         self._root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=self._root))
         try:
-            return await self._fetch_snapshot(inputs, staging / "snapshot")
+            yield staging
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 

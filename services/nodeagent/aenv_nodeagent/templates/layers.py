@@ -21,14 +21,9 @@ from pathlib import Path
 
 from aenv_nodeagent.artifacts.cache import CacheKey
 from aenv_nodeagent.disks import create_overlay
-from aenv_nodeagent.templates.model import DISK_FILE, ROOT_DISK_ID, TemplateInputs
+from aenv_nodeagent.templates.model import DISK_FILE, ROOT_NODE, TemplateInputs
 from aenv_nodeagent.templates.steps import GuestDefaults
 from aenv_nodeagent.vmm import Vm
-from aenv_nodeagent.vmm.argv import block_node_name
-from aenv_nodeagent.vmm.spec import DiskSpec
-
-# The build VM's root disk node as QEMU names it at launch (vm_spec's root disk).
-ROOT_NODE = block_node_name(DiskSpec(ROOT_DISK_ID, Path(DISK_FILE), "qcow2", readonly=False))
 
 
 @dataclass(frozen=True)

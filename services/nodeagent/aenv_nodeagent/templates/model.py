@@ -18,6 +18,7 @@ from aenv_nodeagent.artifacts import GuestArtifacts, RootfsImage
 from aenv_nodeagent.artifacts.cache import CacheKey
 from aenv_nodeagent.templates.recipe import Recipe
 from aenv_nodeagent.vmm import AcceleratorChoice, DiskSpec, NetSpec, VmSpec
+from aenv_nodeagent.vmm.argv import block_node_name
 
 # The built-in template every node captures at start from its own artifacts.
 BASE_TEMPLATE = "base"
@@ -28,6 +29,9 @@ DISK_FILE = "disk.qcow2"
 MEMORY_FILE = "memory"
 STATE_FILE = "state"
 META_FILE = "template.json"
+# The root disk's block node in a freshly launched VM (vm_spec): a template's build VM and every
+# sandbox's; overlays added later get other names.
+ROOT_NODE = block_node_name(DiskSpec(ROOT_DISK_ID, Path(DISK_FILE), "qcow2", readonly=False))
 # The guest gives the pages it frees back to the host (restored VMs: see vmm/seccomp.py).
 FREE_PAGE_REPORTING = True
 

@@ -50,6 +50,8 @@ from aenv_nodeagent.vmm.driver import VmmDriver
 
 log = logging.getLogger(__name__)
 
+MARK_EVERY_S = 60.0
+
 class TemplateStore(TemplateCatalog):
     """Builds template snapshots on first use and keeps the ones this node has."""
 
@@ -84,6 +86,7 @@ class TemplateStore(TemplateCatalog):
         self._boot_attempts = boot_attempts
         self._ready: dict[str, TemplateSnapshot] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._marked: dict[Path, float] = {}  # snapshot folder -> when its use was written
 
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())
@@ -100,7 +103,7 @@ class TemplateStore(TemplateCatalog):
         :raise DeadlineExceeded: its guest never answered, every attempt.
         """
         if snap := self._ready.get(template_id):
-            mark_used(snap)
+            self._mark_used(snap)
             return snap
         if not self.has(template_id) and self._remote is not None:
             if (pulled := await self._remote.fetch(template_id)) is not None:
@@ -120,8 +123,19 @@ class TemplateStore(TemplateCatalog):
                 _drop_if_unused(lock)  # a failed first capture leaves nothing behind
                 raise
             self._ready[template_id] = snap
-        mark_used(snap)
+        self._mark_used(snap)
         return snap
+
+    def _mark_used(self, snapshot: TemplateSnapshot) -> None:
+        """Its use time, for the cache's least-recently-used order (the snapshot's
+        `template.json` mtime: it survives restarts). Written at most once a minute: every
+        create passes here, and the cache never evicts what was used in the last minutes."""
+        now = time.monotonic()
+        if now - self._marked.get(snapshot.directory, -MARK_EVERY_S) < MARK_EVERY_S:
+            return
+        self._marked[snapshot.directory] = now
+        with contextlib.suppress(OSError):
+            os.utime(snapshot.directory / META_FILE)
 
     async def _local_or_pulled(
         self, inputs: TemplateInputs, directory: Path
@@ -229,12 +243,6 @@ class TemplateStore(TemplateCatalog):
             default_workdir=defaults.workdir,
             env_vars=defaults.env_vars,
         )
-
-
-def mark_used(snapshot: TemplateSnapshot) -> None:
-    """Its use time, for the cache's least-recently-used order (kept across restarts)."""
-    with contextlib.suppress(OSError):
-        os.utime(snapshot.directory / META_FILE)
 
 
 def _drop_if_unused(lock: Path) -> None:

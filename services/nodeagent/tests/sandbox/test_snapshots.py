@@ -11,8 +11,9 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import SNAPSHOTS
 from aenv_common.errors import Conflict, Internal, NotFound, Unavailable
-from aenv_nodeagent.sandbox.model import ROOT_NODE, Sandbox
+from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.snapshots.store import SNAPSHOT_META, SnapshotMeta
+from aenv_nodeagent.templates.model import ROOT_NODE
 
 from .conftest import FILESYSTEM, NODE_ID, TEMPLATE, Wing
 
