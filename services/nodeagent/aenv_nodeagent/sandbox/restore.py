@@ -198,9 +198,18 @@ class Restorer:
         ready_s = self._timeouts.boot_s if image.boots else self._timeouts.ready_s
         await timer.timed("envd_ready", self._envd.wait_healthy(slot.ns_ip, ready_s))
         record.envd_version = await timer.timed("envd_init", self._envd.init(
-            slot.ns_ip, env_vars=record.env_vars, access_token=record.envd_access_token,
+            slot.ns_ip, env_vars=identity_env(record) | dict(record.env_vars),
+            access_token=record.envd_access_token,
             current_token=image.guest_token or None,
             # Many guests woken at once (a fork) share the host's CPUs: as long as /health.
             timeout_s=self._timeouts.ready_s,
         ))
 
+
+
+def identity_env(record: cluster_pb2.SandboxRecord) -> dict[str, str]:
+    """E2B's default variables: every process of the sandbox knows it is one, and which (a
+    fork's child or a create from a snapshot gets its own, not its source's). The sandbox's own
+    variables come after them."""
+    return {"E2B_SANDBOX": "true", "E2B_SANDBOX_ID": record.sandbox_id,
+            "E2B_TEMPLATE_ID": record.template_id}

@@ -35,6 +35,7 @@ class FakeEnvd:
         self._gates: dict[str, asyncio.Event] = {}
         self._held: dict[str, asyncio.Event] = {}
         self.tokens: dict[str, str] = {}  # by host: the access token its last /init gave
+        self.env_vars: dict[str, dict[str, str]] = {}  # by host: the variables it gave
         self.figures: dict[str, float] = {
             "cpu_count": 1, "cpu_used_pct": 1.5, "mem_used": 64 << 20, "mem_total": 128 << 20,
             "mem_cache": 8 << 20, "disk_used": 1 << 30, "disk_total": 2 << 30}
@@ -70,6 +71,7 @@ class FakeEnvd:
     ) -> str:
         await self._call(EnvdCall("init", host, access_token, current_token))
         self.tokens[host] = access_token
+        self.env_vars[host] = dict(env_vars)
         return self.version
 
     async def metrics(

@@ -57,6 +57,10 @@ async def test_a_create_restores_the_template_and_publishes_a_running_record(win
     [restore] = [call for call in vm.calls if call.method == "restore"]
     assert restore.arguments["state_path"] == wing.template.state
     assert await vm.status() == "running"
+    # E2B's default variables name this sandbox; the sandbox's own come beside them.
+    assert wing.envd.env_vars[sandbox.slot.ns_ip] == {
+        "E2B_SANDBOX": "true", "E2B_SANDBOX_ID": sandbox_id, "E2B_TEMPLATE_ID": TEMPLATE,
+        "K": "v"}
 
     # Its own slot; envd was handed the sandbox's token (a template's guest enforces none).
     assert wing.network.live == [sandbox.slot]
