@@ -16,5 +16,5 @@ $venv/bin/pip install -q --upgrade pip setuptools wheel
 $venv/bin/pip install -q -r requirements-dev.txt \
   -e gen/python -e common \
   -e services/envd -e services/snapstore -e services/scheduler -e services/nodeagent \
-  -e services/gateway -e cli
+  -e services/gateway -e services/codeinterp -e cli
 echo "$want" > "$stamp"

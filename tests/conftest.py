@@ -72,6 +72,9 @@ async def platform(
             "AENV_NODEAGENT_METRICS_INTERVAL_S": str(METRICS_INTERVAL_S),
             # The template tests' ready command that never succeeds gives up this soon.
             "AENV_NODEAGENT_BUILD_READY_TIMEOUT_S": str(BUILD_READY_TIMEOUT_S),
+            # Captured once per cache, in the background from the start (the code-interpreter
+            # tests, first in order, wait for it).
+            "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "true",
         }
     )
     async with running_platform(home, env, net_prefix) as plat:

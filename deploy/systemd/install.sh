@@ -32,6 +32,7 @@ if [ "$venv" = 1 ]; then
   [ -x "$prefix/bin/python" ] || python3.11 -m venv "$prefix"
   "$prefix/bin/pip" install -q --upgrade pip setuptools wheel
   "$prefix/bin/pip" install -q "$repo/gen/python" "$repo/common" "$repo/services/envd" \
+    "$repo/services/codeinterp" \
     "$repo/services/snapstore" "$repo/services/scheduler" "$repo/services/nodeagent" \
     "$repo/services/gateway" "$repo/cli"
 fi

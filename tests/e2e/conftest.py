@@ -7,13 +7,15 @@ import contextlib
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from e2b import Sandbox
 
+from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.children import ChildProcess
+from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
 from aenv_cli.readiness import GrpcHealthProbe
@@ -41,6 +43,25 @@ def sdk_env(e2b_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("E2B_DEBUG", raising=False)
 
 
+@pytest.fixture
+def sandboxes(sdk_env: None) -> Iterator[list[str]]:
+    """Ids of every sandbox a test made; all are killed afterwards, also on failure."""
+    made: list[str] = []
+    try:
+        yield made
+    finally:
+        for sandbox_id in made:
+            Sandbox.kill(sandbox_id)
+
+
+async def grpc_reset(
+    platform: Platform, sandbox_id: str, snapshot_id: str
+) -> cluster_pb2.SandboxRecord:
+    """The native gRPC API's reset: the sandbox rewound to the snapshot, in place."""
+    async with GatewayClient.for_home(platform.home, timeout_s=300) as client:
+        return await client.reset_sandbox(sandbox_id, snapshot_id)
+
+
 async def until(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> None:
     deadline = time.monotonic() + within_s
     while not await check():
@@ -65,6 +86,7 @@ async def another_node_agent(
         "AENV_NODEAGENT_NET_PREFIX": prefix,
         "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
     } | env
     child = await ChildProcess.spawn(node_id, [sys.executable, "-m", "aenv_nodeagent"],
                                      child_env, tmp_path / f"{node_id}.log")

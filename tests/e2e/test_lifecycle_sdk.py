@@ -6,43 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from e2b import Sandbox
 from e2b.exceptions import SandboxNotRunningException
 
-from aenv.cluster.v1 import cluster_pb2
-from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 
-from .conftest import COUNTER, counter
+from .conftest import COUNTER, counter, grpc_reset
 
 # Plain (sync) tests: they drive the platform the way a user's program does, from outside.
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
-
-@pytest.fixture
-def sandboxes(sdk_env: None) -> Iterator[list[str]]:
-    """Ids of every sandbox a test made; all are killed afterwards, also on failure."""
-    made: list[str] = []
-    try:
-        yield made
-    finally:
-        for sandbox_id in made:
-            Sandbox.kill(sandbox_id)
-
 
 def _created(made: list[str], **kwargs: object) -> Sandbox:
     sandbox = Sandbox.create(timeout=300, **kwargs)  # type: ignore[arg-type]
     made.append(sandbox.sandbox_id)
     return sandbox
-
-
-async def _grpc_reset(
-    platform: Platform, sandbox_id: str, snapshot_id: str
-) -> cluster_pb2.SandboxRecord:
-    async with GatewayClient.for_home(platform.home, timeout_s=300) as client:
-        return await client.reset_sandbox(sandbox_id, snapshot_id)
 
 
 def _eventually(check: Callable[[], bool], within_s: float, what: str) -> None:
@@ -117,7 +97,7 @@ def test_snapshot_create_from_reset_and_delete(
     assert not child.files.exists("/tmp/after")
 
     # The native gRPC API rewinds the source in place: same id, state of the snapshot.
-    reset = asyncio.run(_grpc_reset(platform, source.sandbox_id, snapshot.snapshot_id))
+    reset = asyncio.run(grpc_reset(platform, source.sandbox_id, snapshot.snapshot_id))
     assert reset.sandbox_id == source.sandbox_id
     assert source.files.read("/tmp/before") == "captured"
     assert not source.files.exists("/tmp/after")

@@ -78,6 +78,9 @@ class NodeAgentSettings(BaseSettings):
     # stands on are dropped (pulled from snapstore or captured again on their next use).
     template_cache_max_gib: float = Field(default=64.0, gt=0)
     template_cache_trim_interval_s: float = Field(default=60.0, gt=0)
+    # `code-interpreter-v1` captured in the background at start when it is not on disk yet,
+    # so the first `Sandbox.create()` of E2B's code-interpreter SDK does not wait for it.
+    prewarm_code_interpreter: bool = True
     # Mirrors as containerd's hosts.toml gives them: registry (`docker.io`, `host:5000`, or
     # `_default` for any other) -> endpoints (`host[:port][/path]` or URLs) tried in order, then
     # the registry itself unless it is listed in registry_mirror_only. JSON in the environment.

@@ -20,11 +20,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2_grpc
 from aenv_common.cluster import ClusterStore, NodeRegistration
+from aenv_common.errors import AenvError
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import start_http_server
 from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
+from aenv_nodeagent.artifacts.rootfs import CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
@@ -43,6 +45,10 @@ from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import ImageDiskSizes, TemplateBuilds
 from aenv_nodeagent.templates.cache import TemplateCache
+from aenv_nodeagent.templates.code_interpreter import (
+    CODE_INTERPRETER_TEMPLATE,
+    code_interpreter_inputs,
+)
 from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.saved import SavedTemplates
@@ -81,6 +87,31 @@ async def base_template_inputs(
         preload_library=preload.path,
     )
 
+
+
+async def _publish_builtin(
+    store: ClusterStore, inputs: TemplateInputs, envd_version: str
+) -> None:
+    """A template every node has, under its own name."""
+    created = Timestamp()
+    created.GetCurrentTime()
+    await store.put_template(cluster_pb2.TemplateRecord(
+        template_id=inputs.template_id,
+        aliases=[inputs.template_id],
+        default_resources=cluster_pb2.Resources(
+            vcpus=inputs.vcpus, memory_mib=inputs.memory_mib, disk_mib=inputs.disk_mib),
+        envd_version=envd_version,
+        created_at=created,
+    ))
+
+
+async def _prewarm(templates: TemplateStore, template_id: str) -> None:
+    """Captures the template ahead of its first create (a failure is that create's to report)."""
+    try:
+        await templates.get(template_id)
+    except AenvError as err:
+        log.warning("template prewarm failed",
+                    extra={"template": template_id, "error": err.message})
 
 
 class _Templates(NamedTuple):
@@ -220,16 +251,14 @@ class NodeAgent:
         )
         templates.register(inputs)
         snap = await templates.get(BASE_TEMPLATE)
-        created = Timestamp()
-        created.GetCurrentTime()
-        await store.put_template(cluster_pb2.TemplateRecord(
-            template_id=BASE_TEMPLATE,
-            aliases=[BASE_TEMPLATE],
-            default_resources=cluster_pb2.Resources(
-                vcpus=snap.vcpus, memory_mib=snap.memory_mib, disk_mib=snap.disk_mib),
-            envd_version=snap.envd_version,
-            created_at=created,
-        ))
+        await _publish_builtin(store, inputs, snap.envd_version)
+        interpreter = code_interpreter_inputs(inputs, (await ensure_rootfs_build(
+            s.resolved_cache_dir(), CODE_INTERPRETER_ROOTFS)).image)
+        templates.register(interpreter)
+        # Same tools disk as base's, so the same envd.
+        await _publish_builtin(store, interpreter, snap.envd_version)
+        if s.prewarm_code_interpreter:
+            self._run(_prewarm(templates, CODE_INTERPRETER_TEMPLATE))
         return _Templates(templates, saved, distribution)
 
     def _snapstore_stub(self) -> Any | None:

@@ -16,7 +16,7 @@ from aenv_common.errors import AenvError
 from . import build_guest_artifacts
 from .cache import CacheEntry
 from .preload import ensure_preload_library
-from .rootfs import ensure_base_rootfs_build
+from .rootfs import BASE_ROOTFS, CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
 
 app = typer.Typer(add_completion=False, help="Build or reuse aenv guest artifacts.")
 console = Console()
@@ -33,7 +33,7 @@ def build(
     envd_package: Annotated[
         list[Path] | None, typer.Option(help="Local package dir to install on the tools disk.")
     ] = None,
-    rootfs: Annotated[bool, typer.Option(help="Also build the base template rootfs.")] = True,
+    rootfs: Annotated[bool, typer.Option(help="Also build the templates' rootfs images.")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Build whatever is missing from the cache and print what was built or reused."""
@@ -46,21 +46,18 @@ def build(
 
 
 async def _build(cache_dir: Path, packages: list[Path], with_rootfs: bool) -> None:
-    guest = build_guest_artifacts(cache_dir, packages)
-    library = ensure_preload_library(cache_dir)
-    if with_rootfs:
-        result, preload, base = await asyncio.gather(
-            guest, library, ensure_base_rootfs_build(cache_dir))
-    else:
-        (result, preload), base = await asyncio.gather(guest, library), None
+    specs = [BASE_ROOTFS, CODE_INTERPRETER_ROOTFS] if with_rootfs else []
+    result, preload, images = await asyncio.gather(
+        build_guest_artifacts(cache_dir, packages), ensure_preload_library(cache_dir),
+        asyncio.gather(*(ensure_rootfs_build(cache_dir, spec) for spec in specs)))
     table = Table("artifact", "status", "seconds", "path")
     artifacts = result.artifacts
     paths = {"kernel": artifacts.kernel, "initramfs": artifacts.initrd,
              "toolsdisk": artifacts.tools_disk}
     for kind, entry in result.entries.items():
         table.add_row(kind, *_status(entry), str(paths[kind]))
-    if base is not None:
-        table.add_row("rootfs-base", *_status(base.entry), str(base.image.path))
+    for spec, image in zip(specs, images, strict=True):
+        table.add_row(spec.kind, *_status(image.entry), str(image.image.path))
     table.add_row("qemu preload", *_status(preload.entry), str(preload.path))
     console.print(table)
     console.print(f"kernel {artifacts.kernel_version}  digest {artifacts.digest}")

@@ -1,5 +1,6 @@
-"""Base template rootfs: Debian bookworm minbase + E2B's base tools + user `user`, as read-only
-qcow2.
+"""Template rootfs images: Debian bookworm minbase + E2B's base tools + user `user`, as read-only
+qcow2: `base`'s, and `code-interpreter-v1`'s (the same plus Debian's Jupyter Python stack; its
+server comes on the tools disk, so changing it rebuilds no rootfs).
 
 mmdebstrap is given the host's own apt source files (never a mirror name), so the build uses
 whatever mirror or snapshot this machine is configured for.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,12 @@ _DPKG_OPTIONS = (
     "path-include=/usr/share/doc/*/copyright",
 )
 IMAGE_SIZE = "2G"  # sparse: only written blocks use host disk
+# E2B's code-interpreter template (Jupyter, numpy, pandas, matplotlib), from Debian's packages;
+# its server (services/codeinterp, on the tools disk) runs on this Python with these.
+CODE_INTERPRETER_PACKAGES = (
+    *BASE_PACKAGES, "python3-ipykernel", "python3-jupyter-client", "python3-numpy",
+    "python3-pandas", "python3-matplotlib", "python3-starlette", "python3-uvicorn",
+)
 USER_NAME = "user"
 USER_UID = 1000
 
@@ -57,6 +65,19 @@ _CUSTOMIZE = (
     # (externally-managed-environment). Root installs go to /usr/local, `user`'s to ~/.local.
     'printf "[global]\\nbreak-system-packages = true\\n" > "$1/etc/pip.conf"',
 )
+
+
+@dataclass(frozen=True)
+class RootfsSpec:
+    """What a rootfs is made of."""
+
+    kind: str  # its cache folder
+    packages: tuple[str, ...]
+    size: str = IMAGE_SIZE
+
+
+BASE_ROOTFS = RootfsSpec("rootfs-base", BASE_PACKAGES)
+CODE_INTERPRETER_ROOTFS = RootfsSpec("rootfs-code-interpreter", CODE_INTERPRETER_PACKAGES, "3G")
 
 
 @dataclass(frozen=True)
@@ -83,12 +104,12 @@ def host_apt_sources() -> list[Path]:
     return sources
 
 
-async def _debootstrap(target: Path) -> None:
+async def _debootstrap(target: Path, spec: RootfsSpec) -> None:
     customize = [arg for hook in _CUSTOMIZE for arg in ("--customize-hook", hook)]
     dpkg = [f"--dpkgopt={option}" for option in _DPKG_OPTIONS]
     await run([
         "mmdebstrap", "--quiet", "--mode=root", "--variant=minbase", "--format=directory",
-        "--include=" + ",".join(BASE_PACKAGES), *dpkg, *customize, SUITE, target,
+        "--include=" + ",".join(spec.packages), *dpkg, *customize, SUITE, target,
         *host_apt_sources(),
     ])
     # apt lists and caches are useless in a template and large
@@ -96,31 +117,38 @@ async def _debootstrap(target: Path) -> None:
         shutil.rmtree(target / junk, ignore_errors=True)
 
 
-async def _build_rootfs(tmp: Path) -> None:
-    tree, raw, qcow2 = tmp / "tree", tmp / "rootfs.ext4", tmp / "rootfs.qcow2"
-    await _debootstrap(tree)
-    await run(["mkfs.ext4", "-q", "-F", "-L", "aenv-root", "-d", tree, raw, IMAGE_SIZE])
-    await run(["qemu-img", "convert", "-O", "qcow2", raw, qcow2])
-    raw.unlink()
-    shutil.rmtree(tree)
-    qcow2.chmod(0o444)  # a base is shared by every sandbox's overlay: never written
+def _builder(spec: RootfsSpec) -> Callable[[Path], Awaitable[None]]:
+    async def build(tmp: Path) -> None:
+        tree, raw, qcow2 = tmp / "tree", tmp / "rootfs.ext4", tmp / "rootfs.qcow2"
+        await _debootstrap(tree, spec)
+        await run(["mkfs.ext4", "-q", "-F", "-L", "aenv-root", "-d", tree, raw, spec.size])
+        await run(["qemu-img", "convert", "-O", "qcow2", raw, qcow2])
+        raw.unlink()
+        shutil.rmtree(tree)
+        qcow2.chmod(0o444)  # a base is shared by every sandbox's overlay: never written
+    return build
 
 
 async def ensure_base_rootfs(cache_dir: Path) -> RootfsImage:
-    return (await ensure_base_rootfs_build(cache_dir)).image
+    return (await ensure_rootfs_build(cache_dir, BASE_ROOTFS)).image
 
 
 async def ensure_base_rootfs_build(cache_dir: Path) -> RootfsBuild:
+    return await ensure_rootfs_build(cache_dir, BASE_ROOTFS)
+
+
+async def ensure_rootfs_build(cache_dir: Path, spec: RootfsSpec) -> RootfsBuild:
+    """The rootfs `spec` describes, built unless the cache has it."""
     key = (
         CacheKey("rootfs")
         .add("build", _BUILD_VERSION)
         .add("suite", SUITE)
-        .add("packages", ",".join(BASE_PACKAGES))
+        .add("packages", ",".join(spec.packages))
         .add("dpkg", "\n".join(_DPKG_OPTIONS))
         .add("customize", "\n".join(_CUSTOMIZE))
-        .add("size", IMAGE_SIZE)
-        .hexdigest()
+        .add("size", spec.size)
     )
-    entry = await cached_build(cache_dir, "rootfs-base", key, _build_rootfs)
-    image = RootfsImage(entry.path / "rootfs.qcow2", key, BASE_PACKAGES)
+    digest = key.hexdigest()
+    entry = await cached_build(cache_dir, spec.kind, digest, _builder(spec))
+    image = RootfsImage(entry.path / "rootfs.qcow2", digest, spec.packages)
     return RootfsBuild(image, entry)

@@ -2,12 +2,15 @@
 
 It carries a self-contained Python 3.11 (Debian's interpreter, its stdlib and every shared
 library it needs, started through its own ELF loader, so it runs in any rootfs), envd with its
-dependencies, static busybox and tini, and aenv-init (the guest's PID 1).
+dependencies, static busybox and tini, and aenv-init (the guest's PID 1). It also carries the
+code interpreter's server (`services/codeinterp`, at CODE_INTERPRETER_DIR), which only the
+`code-interpreter-v1` template runs, on its rootfs's own Python and Jupyter packages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import re
 import shutil
@@ -30,6 +33,8 @@ TINI = "/usr/bin/tini-static"
 ENVD_MODULE = "aenv_envd"
 LOADER = "ld-linux-x86-64.so.2"
 SITE_PACKAGES = "lib/python3/dist-packages"  # on Debian's site.py search path under PYTHONHOME
+CODE_INTERPRETER_SERVER = "aenv_codeinterp"
+CODE_INTERPRETER_DIR = f"{PREFIX}/codeinterp"  # on the server's PYTHONPATH, nothing else there
 TOOLS_LABEL = "aenv-tools"
 
 # Host Debian packages whose files end up on the disk: a new version means a rebuild.
@@ -48,6 +53,15 @@ _STDLIB_EXCLUDE_GLOBS = ("config-3.11-*",)
 class ToolsDiskBuild:
     path: Path
     entry: CacheEntry
+
+
+def code_interpreter_package() -> Path:
+    """The server's source folder, found where Python imports it from (only located: nothing
+    of it runs on the host)."""
+    spec = importlib.util.find_spec(CODE_INTERPRETER_SERVER)
+    if spec is None or spec.origin is None:
+        raise InvalidArgument(f"cannot locate the {CODE_INTERPRETER_SERVER} package")
+    return Path(spec.origin).parent
 
 
 def python_command(prefix: str = PREFIX) -> list[str]:
@@ -77,6 +91,7 @@ async def tools_disk_key(envd_packages: Sequence[Path]) -> str:
         .add("debian", await debian_versions(SOURCE_PACKAGES))
         .add_file("python", Path(PYTHON))
         .add("aenv-init", render_aenv_init())
+        .add_tree("codeinterp", code_interpreter_package())
     )
     for i, package in enumerate(envd_packages):
         if not (package / "pyproject.toml").is_file() and not (package / "setup.py").is_file():
@@ -154,7 +169,7 @@ async def bundle_libraries(root: Path) -> None:
 async def compile_bytecode(root: Path) -> None:
     """Precompile once: the disk is read-only and compiling under TCG would cost seconds a boot."""
     await run([PYTHON, "-m", "compileall", "-q", "-j0", "--invalidation-mode", "unchecked-hash",
-               root / "lib"])
+               root / "lib", root / CODE_INTERPRETER_DIR.removeprefix(PREFIX + "/")])
 
 
 def _tree_size(source: Path) -> tuple[int, int]:
@@ -189,6 +204,10 @@ def _copy_runtime(root: Path) -> None:
 async def _populate(root: Path, envd_packages: Sequence[Path], scratch: Path) -> None:
     await asyncio.to_thread(_copy_runtime, root)
     await install_packages(envd_packages, root / SITE_PACKAGES, scratch)
+    await asyncio.to_thread(
+        shutil.copytree, code_interpreter_package(),
+        root / CODE_INTERPRETER_DIR.removeprefix(PREFIX + "/") / CODE_INTERPRETER_SERVER,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     await bundle_libraries(root)
     await compile_bytecode(root)
 

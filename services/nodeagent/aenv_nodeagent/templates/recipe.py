@@ -53,6 +53,9 @@ class Recipe:
     image_env: tuple[tuple[str, str], ...] = ()
     image_workdir: str | None = None
     from_image: bool = False
+    # How long the ready command may take to succeed (None: the node's setting); only the
+    # built-in templates set it. Shapes nothing captured, so it is not in the digest.
+    ready_timeout_s: float | None = None
 
     def __bool__(self) -> bool:
         return bool(self.steps or self.start_cmd or self.from_image)

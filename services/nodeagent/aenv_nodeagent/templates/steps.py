@@ -233,16 +233,17 @@ class StepRunner:
         if not recipe.ready_cmd:
             return
         self._log(f"waiting for: {recipe.ready_cmd}", FINALIZE_STEP)
-        deadline = time.monotonic() + self._ready_timeout_s
+        within_s = recipe.ready_timeout_s or self._ready_timeout_s
+        deadline = time.monotonic() + within_s
         while True:
             result = await self._commands.run(self._host, self._as(now, recipe.ready_cmd),
-                                              timeout_s=self._ready_timeout_s)
+                                              timeout_s=within_s)
             if result.exit_code == 0:
                 return
             if time.monotonic() > deadline:
                 raise BuildStepFailed(
                     f"ready command `{recipe.ready_cmd}` did not succeed within "
-                    f"{self._ready_timeout_s:.0f}s (last exit code {result.exit_code})")
+                    f"{within_s:.0f}s (last exit code {result.exit_code})")
             await asyncio.sleep(READY_INTERVAL_S)
 
     def _as(self, now: GuestDefaults, command: str) -> CommandSpec:
