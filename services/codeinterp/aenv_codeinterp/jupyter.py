@@ -8,6 +8,7 @@ code, the tail of an interrupted cell).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import queue
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 300.0  # under TCG an ipykernel takes minutes to come up
 QUIET_TIMEOUT_S = 120.0
+INTERRUPT_GRACE_S = 10.0
 
 # Run in every Python kernel before anything else: DataFrames get E2B's `e2b/data`
 # representation (looked up by name: pandas is only imported when the user's code uses it).
@@ -64,6 +66,7 @@ class JupyterKernel:
         self._cwd = cwd
         self._warm = warm
         self._client: Any = None
+        self._running = ""  # the msg_id of the cell the kernel runs, if any
 
     async def start(self) -> None:
         try:
@@ -83,8 +86,15 @@ class JupyterKernel:
                 await self.quietly(PYTHON_WARM)
 
     async def execute(self, code: str, outputs_queue: OutputQueue) -> None:
-        msg_id = self._client.execute(code, store_history=True, allow_stdin=False,
-                                      stop_on_error=True)
+        # stop_on_error=False: a cell sent while an interrupted one is still unwinding must
+        # run, not be aborted as queued behind an error.
+        msg_id = self._running = self._client.execute(
+            code, store_history=True, allow_stdin=False, stop_on_error=False)
+        await self._until_idle(msg_id, outputs_queue)
+        self._running = ""
+
+    async def _until_idle(self, msg_id: str, queue: OutputQueue | None) -> None:
+        """Reads IOPub until `msg_id`'s cell is idle, its outputs to `queue` (None: dropped)."""
         while True:
             msg = await self._client.get_iopub_msg()
             if msg["parent_header"].get("msg_id") != msg_id:
@@ -92,8 +102,8 @@ class JupyterKernel:
             kind, content = msg["msg_type"], msg["content"]
             if kind == "status" and content.get("execution_state") == "idle":
                 return
-            if (output := _output(kind, content)) is not None:
-                await outputs_queue.put(output)
+            if queue is not None and (output := _output(kind, content)) is not None:
+                await queue.put(output)
 
     async def quietly(self, code: str) -> None:
         msg_id = self._client.execute(code, silent=True, store_history=False,
@@ -110,7 +120,14 @@ class JupyterKernel:
                 return
 
     async def interrupt(self) -> None:
+        """SIGINT, then the interrupted cell's end: the context's next cell starts after it."""
+        interrupted, self._running = self._running, ""
         await self._manager.interrupt_kernel()
+        if interrupted:
+            try:
+                await asyncio.wait_for(self._until_idle(interrupted, None), INTERRUPT_GRACE_S)
+            except TimeoutError:
+                log.warning("interrupted cell did not end", extra={"language": self.language})
 
     async def restart(self) -> None:
         try:
