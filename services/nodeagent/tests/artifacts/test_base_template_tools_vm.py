@@ -38,7 +38,8 @@ async def test_base_template_has_e2b_base_tools(node: Node) -> None:
     token = sandbox_spec.envd_access_token
 
     async def run(script: str, user: str = "user") -> str:
-        return await sh(node.session, sandbox.host, token, script, user=user)
+        # A dozen interpreters and compilers each start cold under TCG: minutes on a busy host.
+        return await sh(node.session, sandbox.host, token, script, user=user, timeout_s=300)
 
     versions = await run(
         "python --version; python3 --version; pip --version; command -v pip3; command -v npx; "

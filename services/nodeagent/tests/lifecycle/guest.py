@@ -33,7 +33,7 @@ def _frames(body: bytes) -> list[dict[str, object]]:
 
 async def sh(
     session: aiohttp.ClientSession, host: str, token: str, script: str,
-    *, user: str | None = "root",
+    *, user: str | None = "root", timeout_s: float = 60.0,
 ) -> str:
     """Run `sh -c script` as `user` (envd takes it from Basic auth, as the E2B SDKs send it;
     None: the guest's default user); return its stdout; fail on a non-zero exit."""
@@ -43,7 +43,7 @@ async def sh(
         headers["authorization"] = "Basic " + base64.b64encode(f"{user}:".encode()).decode()
     async with session.post(
         f"http://{host}:{ENVD_PORT}/process.Process/Start", data=_envelope(request),
-        headers=headers, timeout=aiohttp.ClientTimeout(total=60),
+        headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s),
     ) as resp:
         body = await resp.read()
     assert resp.status == 200, body
