@@ -140,11 +140,17 @@ class Platform:
         log.info("platform ready", extra={"home": str(self.home), "api_url": self.api_url})
 
     async def stop(self) -> None:
-        """Stops the children in reverse start order (etcd last) and releases the home."""
+        """Stops the children in reverse start order (etcd last) and releases the home. A
+        service that could not stop by itself (it had died, or ignored SIGTERM) gets its cleanup
+        run in its place in that order, so however the platform stops, nothing it started is
+        left running."""
         while self._children:
             child = self._children.pop()
             spec = self._spec(child.name)
-            await child.stop(spec.stop_timeout_s)
+            was_running = child.returncode is None
+            code = await child.stop(spec.stop_timeout_s)
+            if spec.cleanup_argv is not None and not (was_running and code == 0):
+                await self._clean_up_after(spec)
         self._api_key = None
         self._lock.release()
 
@@ -194,6 +200,17 @@ class Platform:
 
     def _spec(self, name: str) -> ServiceSpec:
         return next(spec for spec in self.services if spec.name == name)
+
+    async def _clean_up_after(self, spec: ServiceSpec) -> None:
+        assert spec.cleanup_argv is not None
+        name = f"{spec.name}-cleanup"
+        cleanup = await ChildProcess.spawn(
+            name, spec.cleanup_argv, self._env, self.home / "logs" / f"{name}.log")
+        try:
+            code = await asyncio.wait_for(cleanup.wait(), spec.stop_timeout_s)
+        except TimeoutError:
+            code = await cleanup.stop(0)
+        log.info("service cleaned up after", extra={"service": spec.name, "code": code})
 
     async def _start_service(self, spec: ServiceSpec) -> None:
         log_path = self.home / "logs" / f"{spec.name}.log"

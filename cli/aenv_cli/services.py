@@ -24,6 +24,9 @@ class ServiceSpec:
     start_timeout_s: float = 60.0
     # The node agent stops its microVMs before it exits: give it longer than the others.
     stop_timeout_s: float = 10.0
+    # Stops what the service started in sessions of its own when it could not stop them itself
+    # (it died, or ignored SIGTERM); None: nothing of it outlives its process group.
+    cleanup_argv: Sequence[str] | None = None
 
 
 def etcd_argv(home: Path, ports: PlatformPorts, binary: str = ETCD_BINARY) -> list[str]:
@@ -67,6 +70,8 @@ def default_service_table(home: Path, ports: PlatformPorts) -> list[ServiceSpec]
             GrpcHealthProbe(address(ports.nodeagent)),
             start_timeout_s=300.0,  # first start may build guest artifacts and warm its pool
             stop_timeout_s=30.0,
+            # Its QEMUs and netns outlive it (restart/cleanup.py).
+            cleanup_argv=[*python_module(NODEAGENT), "cleanup"],
         ),
         ServiceSpec(
             GATEWAY,
@@ -79,11 +84,13 @@ def default_service_table(home: Path, ports: PlatformPorts) -> list[ServiceSpec]
 def with_commands(
     table: Sequence[ServiceSpec], commands: Mapping[str, Sequence[str]]
 ) -> list[ServiceSpec]:
-    """The same table with some services' command lines replaced (tests run stand-ins)."""
+    """The same table with some services' command lines replaced (tests run stand-ins). A
+    replaced service has no cleanup: the real one's would act on what the stand-in never made."""
     unknown = set(commands) - {spec.name for spec in table}
     if unknown:
         raise ValueError(f"no such services: {sorted(unknown)}")
-    return [replace(spec, argv=commands.get(spec.name, spec.argv)) for spec in table]
+    return [replace(spec, argv=commands[spec.name], cleanup_argv=None)
+            if spec.name in commands else spec for spec in table]
 
 
 def service_environment(

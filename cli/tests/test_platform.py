@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -128,3 +129,45 @@ async def test_gateway_without_api_key_fails_start(
 def test_unknown_service_in_command_table_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no such services"):
         Platform(tmp_path, commands={"gatewya": ["true"]})
+
+
+def _with_nodeagent_cleanup(platform: Platform) -> Path:
+    """The stand-in node agent gets a cleanup; returns the file it leaves when it ran."""
+    platform.services = [
+        replace(spec, cleanup_argv=standin("cleanup", spec.name))
+        if spec.name == "nodeagent" else spec
+        for spec in platform.services
+    ]
+    return platform.home / "cleaned-nodeagent"
+
+
+async def test_a_service_that_died_is_cleaned_up_after_at_stop(
+    make_platform: PlatformFactory,
+) -> None:
+    platform = make_platform()
+    cleaned = _with_nodeagent_cleanup(platform)
+    await platform.start()
+    nodeagent = next(c for c in platform.children if c.name == "nodeagent")
+    os.kill(nodeagent.pid, signal.SIGKILL)
+    await nodeagent.wait()
+    await platform.stop()
+    assert cleaned.read_text() == "cleaned"
+    assert (platform.home / "logs" / "nodeagent-cleanup.log").exists()
+
+
+async def test_a_service_that_stopped_by_itself_needs_no_cleanup(
+    make_platform: PlatformFactory,
+) -> None:
+    platform = make_platform()
+    cleaned = _with_nodeagent_cleanup(platform)
+    await platform.start()
+    await platform.stop()
+    assert not cleaned.exists()
+
+
+def test_a_replaced_command_drops_the_real_cleanup(tmp_path: Path) -> None:
+    real = {spec.name: spec for spec in Platform(tmp_path).services}
+    assert real["nodeagent"].cleanup_argv is not None
+    assert real["nodeagent"].cleanup_argv[-2:] == ["aenv_nodeagent", "cleanup"]
+    replaced = Platform(tmp_path, commands={"nodeagent": ["true"]}).services
+    assert all(spec.cleanup_argv is None for spec in replaced)

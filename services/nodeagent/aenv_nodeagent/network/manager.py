@@ -15,7 +15,13 @@ from functools import partial
 from aenv_common.errors import AenvError, Internal, ResourceExhausted
 
 from . import firewall, slotops
-from .namespaces import list_netns, netns_exists, netns_path, run_in_fresh_thread
+from .namespaces import (
+    list_netns,
+    netns_exists,
+    netns_path,
+    pids_in_netns,
+    run_in_fresh_thread,
+)
 from .policy import EgressPolicy
 from .slots import (
     NetSlot,
@@ -138,6 +144,11 @@ class NetworkManager:
             except OSError:
                 continue
         return None
+
+    def processes_in_slots(self) -> list[int]:
+        """Every process in one of this prefix's slots (VMs of sandboxes, the pool, builds)."""
+        prefix = self._config.prefix
+        return pids_in_netns([netns_name(prefix, index) for index in self._netns_indices()])
 
     async def destroy_orphans(self, keep: set[str]) -> list[str]:
         """Remove this prefix's slots whose netns name is not in ``keep`` (including half-built

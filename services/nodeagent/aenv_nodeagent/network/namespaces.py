@@ -42,6 +42,21 @@ def list_netns() -> list[str]:
         return []
 
 
+def pids_in_netns(names: list[str]) -> list[int]:
+    """Processes that run in any of the named netns (found by the namespace's inode)."""
+    wanted: set[int] = set()
+    for name in names:
+        with contextlib.suppress(OSError):
+            wanted.add(os.stat(netns_path(name)).st_ino)
+    found: list[int] = []
+    for entry in os.listdir("/proc") if wanted else []:
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}/ns/net").st_ino in wanted:
+                    found.append(int(entry))
+    return found
+
+
 def netns_exists(name: str) -> bool:
     return os.path.exists(netns_path(name))
 

@@ -1,0 +1,80 @@
+"""`aenv up` gives up on a node agent that keeps dying, and stops everything it started, as a
+Ctrl-C does: no QEMU (pool VMs, sandboxes) and no network namespace is left behind, although no
+node agent was there to stop them (the node agent's cleanup does it in its place)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from aenv_cli.client import GatewayClient
+from aenv_cli.platform import Platform
+from aenv_cli.ports import PlatformPorts
+from aenv_cli.up import EXIT_FAILED, MAX_RESTARTS, run_platform
+from aenv_common.testing.subnets import free_subnet
+
+from ..conftest import netns_names, qemu_pids_under, shared_cache_dir
+
+pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
+              pytest.mark.asyncio(loop_scope="session")]
+
+RESTART_WAIT_S = 300.0
+
+
+async def test_giving_up_on_the_node_agent_leaves_no_vm_or_netns(tmp_path: Path) -> None:
+    prefix = "aeg" + secrets.token_hex(2) + "x"
+    env = dict(os.environ) | {
+        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
+        "AENV_NODEAGENT_NET_PREFIX": prefix,
+        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
+        "AENV_NODEAGENT_WARM_POOL_VMS": "1",
+        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
+    }
+    home = tmp_path / "home"
+    platform = Platform(home, PlatformPorts.free(), base_env=env)
+    out = io.StringIO()
+    up = asyncio.create_task(run_platform(platform, Console(file=out, width=200)))
+    try:
+        await _until(lambda: (home / "e2b.env").exists() or up.done(), "the platform to start")
+        assert not up.done(), out.getvalue()
+        async with GatewayClient.for_home(home, timeout_s=300) as client:
+            sandbox = await client.create_sandbox("base", timeout_seconds=600)
+        assert len(qemu_pids_under(home)) >= 2 and netns_names(prefix)  # a sandbox and the pool
+
+        for attempt in range(MAX_RESTARTS + 1):
+            await _until(_back(out, attempt), "the node agent to be back")
+            nodeagent = next(c for c in platform.children if c.name == "nodeagent")
+            os.kill(nodeagent.pid, signal.SIGKILL)
+        assert await asyncio.wait_for(up, RESTART_WAIT_S) == EXIT_FAILED
+    finally:
+        if not up.done():
+            up.cancel()
+        await asyncio.gather(up, return_exceptions=True)
+        await platform.stop()  # idempotent: a no-op once run_platform stopped it
+
+    assert "giving up" in out.getvalue()
+    assert qemu_pids_under(home) == []
+    assert netns_names(prefix) == []
+    cleanup_log = (home / "logs" / "nodeagent-cleanup.log").read_text()
+    assert sandbox.sandbox_id in cleanup_log  # its record was deleted, as a kill deletes it
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {RESTART_WAIT_S} s: {what}"
+        await asyncio.sleep(0.2)
+
+
+def _back(out: io.StringIO, times: int) -> Callable[[], bool]:
+    """`aenv up` has said the node agent is back this many times."""
+    return lambda: out.getvalue().count("nodeagent is back") == times
