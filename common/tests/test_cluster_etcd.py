@@ -95,6 +95,32 @@ async def test_concurrent_updates_lose_nothing(store: ClusterStore) -> None:
     assert final is not None and final.metadata["count"] == "20"
 
 
+async def test_guarded_puts_create_once_and_swap_at_the_revision_read(
+    store: ClusterStore,
+) -> None:
+    # Ten writers create the same absent key at once: exactly one does, with its companion.
+    won = await asyncio.gather(*(
+        store.put_guarded(SANDBOXES, "claimed", 0,
+                          (SANDBOXES, "claimed", sandbox("claimed", f"n{i}")),
+                          (SANDBOXES, f"companion{i}", sandbox(f"companion{i}")))
+        for i in range(10)))
+    assert won.count(True) == 1
+    winner = won.index(True)
+    assert [r.sandbox_id for r in await store.list_sandboxes()] == ["claimed", f"companion{winner}"]
+    seen = await store.get_versioned(SANDBOXES, "claimed", cluster_pb2.SandboxRecord)
+    assert seen is not None and seen.record.node_id == f"n{winner}"
+    replaced = sandbox("claimed", "new")
+    assert not await store.put_guarded(SANDBOXES, "claimed", seen.mod_revision - 1,
+                                       (SANDBOXES, "claimed", replaced))
+    assert await store.put_guarded(SANDBOXES, "claimed", seen.mod_revision,
+                                   (SANDBOXES, "claimed", replaced))
+    assert not await store.delete_guarded(SANDBOXES, "claimed", seen.mod_revision)
+    now = await store.get_versioned(SANDBOXES, "claimed", cluster_pb2.SandboxRecord)
+    assert now is not None and now.record == replaced
+    assert await store.delete_guarded(SANDBOXES, "claimed", now.mod_revision)
+    assert await store.get_sandbox("claimed") is None
+
+
 async def test_update_keeps_the_lease(store: ClusterStore) -> None:
     lease = await store.client.lease(30)
     try:

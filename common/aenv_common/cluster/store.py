@@ -149,6 +149,31 @@ class ClusterStore:
             await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
         raise errors.Conflict(f"{kind} '{record_id}' kept changing; update abandoned")
 
+    async def put_guarded(
+        self, kind: str, record_id: str, mod_revision: int, *writes: tuple[str, str, Message]
+    ) -> bool:
+        """Puts every `(kind, id, record)` of `writes` in one transaction, only while the key of
+        `kind/record_id` is at `mod_revision` (0: absent): create-if-absent and compare-and-swap
+        that hold across processes. False when another writer changed the key first."""
+        key = self.keys.record(kind, record_id)
+        txn = self.client.transactions
+        with etcd_errors(f"guarded put {kind}/{record_id}"):
+            succeeded, _ = await self.client.transaction(
+                compare=[txn.mod(key) == mod_revision],
+                success=[txn.put(self.keys.record(*w[:2]), encode(w[2])) for w in writes],
+                failure=[],
+            )
+        return bool(succeeded)
+
+    async def delete_guarded(self, kind: str, record_id: str, mod_revision: int) -> bool:
+        """Deletes the record only while its key is at `mod_revision`."""
+        key = self.keys.record(kind, record_id)
+        txn = self.client.transactions
+        with etcd_errors(f"guarded delete {kind}/{record_id}"):
+            succeeded, _ = await self.client.transaction(
+                compare=[txn.mod(key) == mod_revision], success=[txn.delete(key)], failure=[])
+        return bool(succeeded)
+
     async def _put_if_unchanged(self, key: bytes, record: Message, seen: Versioned[Any]) -> bool:
         txn = self.client.transactions
         with etcd_errors(f"update {key.decode()}"):

@@ -15,7 +15,7 @@ from aenv_common.grpc_server import start_grpc_server
 from aenv_gateway.config import GatewaySettings
 from aenv_gateway.directory import InMemoryClusterView
 from aenv_gateway.server import RunningGateway, start_gateway
-from aenv_gateway.templates.records import InMemoryTemplateRecords
+from aenv_gateway.templates.records import InMemoryTemplateRecords, TemplateRecords
 
 from .fakes import NODE_ID, FakeNodeAgent, FakeScheduler
 from .upstreams import GuestApp, MiniNodeProxy, serve
@@ -31,7 +31,7 @@ class Stack:
     nodeagent: FakeNodeAgent
     guest: GuestApp
     guest_port: int
-    templates: InMemoryTemplateRecords
+    templates: TemplateRecords
 
     @property
     def url(self) -> str:
@@ -45,8 +45,11 @@ async def stack() -> AsyncIterator[Stack]:
 
 
 @contextlib.asynccontextmanager
-async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
-    """A gateway over fake scheduler and node agent; `settings` add to its GatewaySettings."""
+async def running_stack(
+    records: TemplateRecords | None = None, **settings: Any
+) -> AsyncIterator[Stack]:
+    """A gateway over fake scheduler and node agent; `settings` add to its GatewaySettings;
+    the template catalog is kept in `records` (in memory when not given)."""
     view = InMemoryClusterView()
     guest = GuestApp()
     async with contextlib.AsyncExitStack() as stack:
@@ -96,7 +99,7 @@ async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
             domain="aenv.test",
             **settings,
         )
-        records = InMemoryTemplateRecords()
+        records = records if records is not None else InMemoryTemplateRecords()
         gateway = await start_gateway(gateway_settings, view, records, API_KEY)
         stack.push_async_callback(gateway.stop)
         yield Stack(gateway, view, scheduler, nodeagent, guest, guest_port, records)

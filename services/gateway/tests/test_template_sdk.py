@@ -16,6 +16,7 @@ from e2b import AsyncSandbox, AsyncTemplate, BuildException
 from e2b.template.logger import LogEntry
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_gateway.templates.records import InMemoryTemplateRecords
 from aenv_snapstore.config import SnapstoreSettings
 from aenv_snapstore.server import start_snapstore
 
@@ -166,7 +167,7 @@ async def test_listing_getting_and_deleting_templates(tstack: Stack) -> None:
         assert (await http.delete("/templates/listed")).status_code == 204
         assert (await http.get("/templates/aliases/listed")).status_code == 404
         assert (await http.get("/templates")).json() == []
-    assert tstack.templates.builds == {}
+    assert _memory(tstack).builds == {} and _memory(tstack).claims == {}
 
 
 async def test_bad_requests_get_clear_errors(tstack: Stack) -> None:
@@ -206,13 +207,18 @@ async def test_a_build_its_gateway_left_is_reported_interrupted(tstack: Stack) -
         asked = (await http.post("/v3/templates", json={"name": "orphan"})).json()
         tid, bid = asked["templateID"], asked["buildID"]
         # As another gateway that stopped mid-build left it: building, last written long ago.
-        record = tstack.templates.builds[bid]
+        record = _memory(tstack).builds[bid]
         record.status = cluster_pb2.BUILD_STATUS_BUILDING
         record.updated_at.FromSeconds(int(time.time()) - 3600)
         status = (await http.get(f"/templates/{tid}/builds/{bid}/status")).json()
         assert status["status"] == "error"
         assert "interrupted" in status["reason"]["message"]
-        assert tstack.templates.builds[bid].status == cluster_pb2.BUILD_STATUS_ERROR
+        assert _memory(tstack).builds[bid].status == cluster_pb2.BUILD_STATUS_ERROR
+
+
+def _memory(stack: Stack) -> InMemoryTemplateRecords:
+    assert isinstance(stack.templates, InMemoryTemplateRecords)
+    return stack.templates
 
 
 async def _status(stack: Stack, name: str) -> dict[str, Any]:

@@ -128,7 +128,7 @@ class TemplateRoutes:
     async def delete(self, request: Request) -> Response:
         """A template of the catalog, else a snapshot (E2B deletes both here)."""
         name = raw_template_id(request)
-        if not await self._catalog.delete(name, self._builds.building):
+        if await self._catalog.delete(name, self._builds.building) is None:
             await self._snapshots.delete(name)
         return Response(status_code=204)
 

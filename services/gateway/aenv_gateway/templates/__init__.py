@@ -2,7 +2,7 @@
 
 - names.py: `name[:tag]` as the SDKs send it (pure)
 - wire.py: the SDKs' request bodies in, their response shapes out (pure)
-- records.py: where the catalog and builds are kept (etcd; plain dicts in tests)
+- records.py: where the catalog, builds and their claims are kept (etcd; plain dicts in tests)
 - catalog.py: templates by id and name, their tags, and what a sandbox of `name:tag` restores
 - builds.py: running a build on a scheduled node and following it into its record
 - uploads.py: COPY contexts through signed upload links into snapstore

@@ -5,7 +5,10 @@ answer the SDK's status polls from etcd.
 
 A build's node-side template is named by its image id. Equal inputs make an equal template, so a
 build whose inputs match a ready build reuses that one's image (unless `force`), and one whose
-inputs match a build in flight follows it instead of building the same thing twice.
+inputs match a build in flight follows it instead of building the same thing twice. Which build
+makes the template of some inputs is the inputs' claim in etcd (records.py), so this holds
+across gateway replicas: of builds asked for at once through any gateways, one builds and the
+others follow its record.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_common.ids import new_sandbox_id
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.templates.catalog import TemplateCatalog, now_timestamp
-from aenv_gateway.templates.records import BuildRecord
+from aenv_gateway.templates.records import INPUTS, BuildRecord, Claim
 from aenv_gateway.templates.wire import BuildStart
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,9 @@ FLUSH_INTERVAL_S = 0.5
 # it says "building" was left by a gateway that stopped (or lost etcd) mid-build.
 HEARTBEAT_S = 30.0
 STALE_S = 120.0
+# A follower reads the record of the build it follows this often.
+FOLLOW_POLL_S = 0.5
+CLAIM_ATTEMPTS = 16
 BASE_STEP = "base"
 # Every node has the built-in template: a build from an image is placed as a sandbox of it.
 PLACE_IMAGE_BUILDS_AS = "base"
@@ -65,11 +71,11 @@ class TemplateBuilds:
         self._nodeagents = nodeagents
         self._clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
-        # Inputs digest -> the build making that template now.
-        self._inflight: dict[str, asyncio.Future[BuildRecord]] = {}
 
-    def building(self, build_id: str) -> bool:
-        return build_id in self._running
+    def building(self, build: BuildRecord) -> bool:
+        """Running here, or on another gateway that still writes its record."""
+        return build.build_id in self._running or (
+            build.status == BUILDING and not self._stale(build))
 
     async def start(self, template_id: str, build_id: str, start: BuildStart) -> None:
         """Starts a requested build in the background (the SDK then polls its status).
@@ -104,8 +110,10 @@ class TemplateBuilds:
         return BuildStatusPage(build, list(build.logs[offset:offset + limit]))
 
     def _abandoned(self, build: BuildRecord) -> bool:
-        if build.status != BUILDING or build.build_id in self._running:
-            return False
+        return build.status == BUILDING and build.build_id not in self._running and self._stale(
+            build)
+
+    def _stale(self, build: BuildRecord) -> bool:
         written = build.updated_at.ToNanoseconds() / 1e9 if build.HasField("updated_at") else 0
         return self._clock() - written > STALE_S
 
@@ -150,34 +158,46 @@ class TemplateBuilds:
             heartbeat.cancel()
 
     async def _make(self, journal: BuildJournal, start: BuildStart, parent: str | None) -> None:
-        digest = journal.record.inputs_digest
-        if not start.force and (earlier := await self._ready_with(digest)) is not None:
-            journal.add(f"reusing the template of build {earlier.build_id} (same inputs)",
-                        BASE_STEP)
-            journal.adopt(earlier)
-            return
-        if (leader := self._inflight.get(digest)) is not None:
-            journal.add("following a build of the same inputs in flight", BASE_STEP)
-            journal.adopt(await asyncio.shield(leader))
-            return
-        made: asyncio.Future[BuildRecord] = asyncio.get_running_loop().create_future()
-        self._inflight[digest] = made
-        try:
-            await self._on_a_node(journal, start, parent)
-            made.set_result(journal.record)
-        except BaseException as err:
-            made.set_exception(err)
-            raise
-        finally:
-            self._inflight.pop(digest, None)
-            if made.done() and not made.cancelled():
-                made.exception()  # retrieved: a failed leader with no follower is not an error
+        """Reuses or follows the build that holds the inputs' claim, else claims it and builds."""
+        own = journal.record
+        for _ in range(CLAIM_ATTEMPTS):
+            held = await self._records.get_claim(INPUTS, own.inputs_digest)
+            other = await self._records.get_build(held.holder_id) if held else None
+            if other is not None and other.status == READY and not start.force:
+                journal.add(f"reusing the template of build {other.build_id} (same inputs)",
+                            BASE_STEP)
+                journal.adopt(other)
+                return
+            if other is not None and other.status == BUILDING and not self._stale(other):
+                await self._follow(journal, other.build_id)
+                return
+            if other is not None and other.status == READY:
+                break  # forced: built again, while the ready build keeps the claim
+            if await self._claim(own, held):
+                break
+        else:
+            raise Conflict("builds of the same inputs kept starting; try again")
+        await self._on_a_node(journal, start, parent)
 
-    async def _ready_with(self, digest: str) -> BuildRecord | None:
-        for build in await self._records.list_builds():
-            if build.inputs_digest == digest and build.status == READY:
-                return build
-        return None
+    async def _claim(self, own: BuildRecord, held: Claim | None) -> bool:
+        """Takes the inputs' claim over from nobody, a failed, interrupted or deleted build."""
+        return await self._records.claim(INPUTS, own.inputs_digest, own.build_id,
+                                         held.revision if held else 0)
+
+    async def _follow(self, journal: BuildJournal, leader_id: str) -> None:
+        """Waits for the build in flight (on any gateway) and ends as it does."""
+        journal.add("following a build of the same inputs in flight", BASE_STEP)
+        while True:
+            leader = await self._records.get_build(leader_id)
+            if leader is None:
+                raise _Failed("the build it followed was deleted", BASE_STEP)
+            if leader.status in (READY, ERROR):
+                journal.adopt(leader)
+                return
+            if self._stale(leader):
+                raise _Failed("the build it followed was interrupted: the gateway running it "
+                              "stopped", BASE_STEP)
+            await asyncio.sleep(FOLLOW_POLL_S)
 
     async def _on_a_node(
         self, journal: BuildJournal, start: BuildStart, parent: str | None

@@ -3,12 +3,12 @@ creates. A sandbox created from `name[:tag]` restores that build's node-side tem
 is the build's image id, see builds.py); names the catalog does not hold (`base`, snapshot ids)
 pass through unchanged.
 
-Mutations are serialised in this process; names are unique across the catalog.
+Names are unique across gateway replicas: a template is made together with its name's claim,
+created only where absent (records.py); templates change by compare-and-swap.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,7 +20,16 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_template_id
 from aenv_gateway.templates.names import DEFAULT_TAG, TemplateName, check_tag, split_name
-from aenv_gateway.templates.records import BuildRecord, CatalogTemplate, TemplateRecords
+from aenv_gateway.templates.records import (
+    INPUTS,
+    NAMES,
+    BuildRecord,
+    CatalogTemplate,
+    TemplateRecords,
+)
+
+# A name's claim is contested only by gateways asking for it at the same moment.
+CLAIM_ATTEMPTS = 16
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,6 @@ class TemplateCatalog:
     def __init__(self, records: TemplateRecords, clock: Callable[[], float] = time.time) -> None:
         self._records = records
         self._clock = clock
-        self._lock = asyncio.Lock()
 
     @property
     def records(self) -> TemplateRecords:
@@ -54,27 +62,41 @@ class TemplateCatalog:
         tagged `name.tag` and `extra_tags` once ready."""
         for tag in extra_tags:
             check_tag(tag)
-        async with self._lock:
-            template = await self.find(name.name)
+        stamp = now_timestamp(self._clock)
+        template = await self._named(name.name)
+        build = BuildRecord(
+            build_id=str(uuid.uuid4()), template_id=template.template_id,
+            status=cluster_pb2.BUILD_STATUS_WAITING,
+            tags=list(dict.fromkeys([name.tag, *extra_tags])), resources=resources,
+            created_at=stamp,
+        )
+        if min_free_disk_mib is not None:
+            build.min_free_disk_mib = min_free_disk_mib
+        await self._records.put_build(build)
+
+        def count(found: CatalogTemplate) -> None:
+            found.resources.CopyFrom(resources)
+            found.updated_at.CopyFrom(stamp)
+            found.build_count += 1
+            found.latest_build_id = build.build_id
+
+        return await self._records.update_template(template.template_id, count), build
+
+    async def _named(self, name: str) -> CatalogTemplate:
+        """The template called `name`, made when there is none: made with its name's claim in
+        one write, so gateways asking at once agree on one. A claim whose template is gone
+        (deleted meanwhile) is taken over at the revision read."""
+        for _ in range(CLAIM_ATTEMPTS):
+            held = await self._records.get_claim(NAMES, name)
+            if held is not None and (found := await self._records.get_template(held.holder_id)):
+                return found
             stamp = now_timestamp(self._clock)
-            if template is None:
-                template = CatalogTemplate(template_id=new_template_id(), names=[name.name],
-                                           created_at=stamp)
-            template.resources.CopyFrom(resources)
-            template.updated_at.CopyFrom(stamp)
-            template.build_count += 1
-            build = BuildRecord(
-                build_id=str(uuid.uuid4()), template_id=template.template_id,
-                status=cluster_pb2.BUILD_STATUS_WAITING,
-                tags=list(dict.fromkeys([name.tag, *extra_tags])), resources=resources,
-                created_at=stamp,
-            )
-            if min_free_disk_mib is not None:
-                build.min_free_disk_mib = min_free_disk_mib
-            template.latest_build_id = build.build_id
-            await self._records.put_build(build)
-            await self._records.put_template(template)
-        return template, build
+            fresh = CatalogTemplate(template_id=new_template_id(), names=[name],
+                                    created_at=stamp, updated_at=stamp)
+            if await self._records.claim(NAMES, name, fresh.template_id,
+                                         held.revision if held else 0, fresh):
+                return fresh
+        raise Conflict(f"template '{name}' kept changing; try again")
 
     async def require(self, id_or_name: str) -> CatalogTemplate:
         """:raise NotFound: no template has this id or name."""
@@ -89,10 +111,8 @@ class TemplateCatalog:
             return None
         if (by_id := await self._records.get_template(id_or_name)) is not None:
             return by_id
-        for template in await self._records.list_templates():
-            if id_or_name in template.names:
-                return template
-        return None
+        held = await self._records.get_claim(NAMES, id_or_name)
+        return None if held is None else await self._records.get_template(held.holder_id)
 
     async def resolve(self, text: str) -> str | None:
         """The node-side template a sandbox of `name[:tag]` restores; None when the catalog
@@ -117,16 +137,17 @@ class TemplateCatalog:
 
     async def publish(self, build: BuildRecord) -> None:
         """A build became ready: its tags now create it."""
-        async with self._lock:
-            template = await self._records.get_template(build.template_id)
-            if template is None:
-                return  # deleted while it built
-            for tag in build.tags:
-                template.tags[tag] = build.build_id
-                template.tag_images[tag] = build.image_id or build.build_id
+        def tag(template: CatalogTemplate) -> None:
+            for name in build.tags:
+                template.tags[name] = build.build_id
+                template.tag_images[name] = build.image_id or build.build_id
             template.resources.CopyFrom(build.resources)
             template.updated_at.CopyFrom(now_timestamp(self._clock))
-            await self._records.put_template(template)
+
+        try:
+            await self._records.update_template(build.template_id, tag)
+        except NotFound:
+            pass  # deleted while it built
 
     async def assign_tags(self, target: str, tags: Sequence[str]) -> tuple[str, list[str]]:
         """Points `tags` at the build `target` (`name:tag`) names.
@@ -138,28 +159,34 @@ class TemplateCatalog:
         for tag in tags:
             check_tag(tag)
         wanted = split_name(target)
-        async with self._lock:
-            template = await self.require(wanted.name)
-            build_id = template.tags.get(wanted.tag)
+        template = await self.require(wanted.name)
+        assigned: list[str] = []
+
+        def point(found: CatalogTemplate) -> None:
+            build_id = found.tags.get(wanted.tag)
             if build_id is None:
                 raise NotFound(f"template '{wanted.name}' has no tag '{wanted.tag}'")
             for tag in tags:
-                template.tags[tag] = build_id
-                template.tag_images[tag] = template.tag_images[wanted.tag]
-            await self._records.put_template(template)
-        return build_id, list(tags)
+                found.tags[tag] = build_id
+                found.tag_images[tag] = found.tag_images[wanted.tag]
+            assigned[:] = [build_id]
+
+        await self._records.update_template(template.template_id, point)
+        return assigned[0], list(tags)
 
     async def remove_tags(self, name: str, tags: Sequence[str]) -> None:
         """:raise NotFound: no such template, or one of the tags is not on it."""
-        async with self._lock:
-            template = await self.require(split_name(name).name)
-            missing = [tag for tag in tags if tag not in template.tags]
+        template = await self.require(split_name(name).name)
+
+        def remove(found: CatalogTemplate) -> None:
+            missing = [tag for tag in tags if tag not in found.tags]
             if missing:
                 raise NotFound(f"template '{name}' has no tag '{missing[0]}'")
             for tag in tags:
-                del template.tags[tag]
-                template.tag_images.pop(tag, None)
-            await self._records.put_template(template)
+                del found.tags[tag]
+                found.tag_images.pop(tag, None)
+
+        await self._records.update_template(template.template_id, remove)
 
     async def tags(self, id_or_name: str) -> list[TagInfo]:
         template = await self.require(split_name(id_or_name).name)
@@ -184,19 +211,25 @@ class TemplateCatalog:
         builds = [b for b in await self._records.list_builds() if b.template_id == template_id]
         return sorted(builds, key=lambda b: b.created_at.ToNanoseconds())
 
-    async def delete(self, id_or_name: str, building: Callable[[str], bool]) -> bool:
-        """Removes the template and its build records; False when there is none.
+    async def delete(
+        self, id_or_name: str, building: Callable[[BuildRecord], bool]
+    ) -> CatalogTemplate | None:
+        """Removes the template, its names and its build records; returns what was removed
+        (None when there is no such template).
 
-        :raise Conflict: one of its builds is still running.
+        :raise Conflict: one of its builds is still running (on any gateway).
         """
-        async with self._lock:
-            template = await self.find(id_or_name)
-            if template is None:
-                return False
-            builds = await self.builds_of(template.template_id)
-            if any(building(b.build_id) for b in builds):
-                raise Conflict(f"template '{id_or_name}' is being built")
-            await self._records.delete_template(template.template_id)
-            for build in builds:
-                await self._records.delete_build(build.build_id)
-        return True
+        template = await self.find(id_or_name)
+        if template is None:
+            return None
+        builds = await self.builds_of(template.template_id)
+        if any(building(b) for b in builds):
+            raise Conflict(f"template '{id_or_name}' is being built")
+        await self._records.delete_template(template.template_id)
+        for name in template.names:
+            await self._records.release(NAMES, name, template.template_id)
+        for build in builds:
+            await self._records.delete_build(build.build_id)
+            if build.inputs_digest:
+                await self._records.release(INPUTS, build.inputs_digest, build.build_id)
+        return template

@@ -1,18 +1,38 @@
 """Where the template catalog and its builds are kept: etcd (`<prefix>/catalog/<id>`,
-`<prefix>/builds/<id>`) in a cluster, plain dicts in tests and single-process set-ups."""
+`<prefix>/builds/<id>`) in a cluster, plain dicts in tests and single-process set-ups.
+
+Claims (`<prefix>/catalog-names/<name>`, `<prefix>/build-inputs/<digest>`) say which template
+holds a name and which build makes the template of some inputs. They are created only where
+absent and replaced only at the revision read, so gateway replicas agree on them without a lock;
+template records change by compare-and-swap for the same reason.
+"""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore, RecordCache
+from aenv_common.errors import NotFound
 
 CATALOG = "catalog"
 BUILDS = "builds"
+NAMES = "catalog-names"
+INPUTS = "build-inputs"
 
 CatalogTemplate = cluster_pb2.CatalogTemplate
 BuildRecord = cluster_pb2.TemplateBuildRecord
+Mutation = Callable[[CatalogTemplate], None]
+
+
+@dataclass(frozen=True)
+class Claim:
+    holder_id: str
+    # Where the claim's key stood when read: a replacement names it (0: the key is absent).
+    revision: int
 
 
 class TemplateRecords(Protocol):
@@ -29,6 +49,27 @@ class TemplateRecords(Protocol):
     async def list_builds(self) -> list[BuildRecord]: ...
     async def put_build(self, record: BuildRecord) -> None: ...
     async def delete_build(self, build_id: str) -> None: ...
+
+    async def update_template(self, template_id: str, mutate: Mutation) -> CatalogTemplate:
+        """Read, `mutate`, write back unless another writer came first (then again).
+
+        :raise NotFound: no such template.
+        """
+        ...
+
+    async def get_claim(self, kind: str, key: str) -> Claim | None: ...
+
+    async def claim(
+        self, kind: str, key: str, holder_id: str, revision: int,
+        template: CatalogTemplate | None = None,
+    ) -> bool:
+        """Makes `holder_id` hold the claim (and stores `template` with it, in one write) if the
+        claim is still at `revision`; False when another writer changed it first."""
+        ...
+
+    async def release(self, kind: str, key: str, holder_id: str) -> None:
+        """Drops the claim if `holder_id` still holds it."""
+        ...
 
 
 class EtcdTemplateRecords:
@@ -72,11 +113,34 @@ class EtcdTemplateRecords:
     async def delete_build(self, build_id: str) -> None:
         await self._store.delete_record(BUILDS, build_id)
 
+    async def update_template(self, template_id: str, mutate: Mutation) -> CatalogTemplate:
+        return await self._store.update_record(CATALOG, template_id, CatalogTemplate, mutate)
+
+    async def get_claim(self, kind: str, key: str) -> Claim | None:
+        found = await self._store.get_versioned(kind, key, cluster_pb2.CatalogClaim)
+        return None if found is None else Claim(found.record.holder_id, found.mod_revision)
+
+    async def claim(
+        self, kind: str, key: str, holder_id: str, revision: int,
+        template: CatalogTemplate | None = None,
+    ) -> bool:
+        together = [] if template is None else [(CATALOG, template.template_id, template)]
+        return await self._store.put_guarded(
+            kind, key, revision, (kind, key, cluster_pb2.CatalogClaim(holder_id=holder_id)),
+            *together)
+
+    async def release(self, kind: str, key: str, holder_id: str) -> None:
+        held = await self.get_claim(kind, key)
+        if held is not None and held.holder_id == holder_id:
+            await self._store.delete_guarded(kind, key, held.revision)
+
 
 class InMemoryTemplateRecords:
     def __init__(self) -> None:
         self.templates: dict[str, CatalogTemplate] = {}
         self.builds: dict[str, BuildRecord] = {}
+        self.claims: dict[tuple[str, str], Claim] = {}
+        self._revisions = itertools.count(1)
 
     def watched_templates(self) -> list[CatalogTemplate]:
         return [_copy(r) for r in self.templates.values()]
@@ -106,6 +170,34 @@ class InMemoryTemplateRecords:
 
     async def delete_build(self, build_id: str) -> None:
         self.builds.pop(build_id, None)
+
+    async def update_template(self, template_id: str, mutate: Mutation) -> CatalogTemplate:
+        found = await self.get_template(template_id)
+        if found is None:
+            raise NotFound(f"catalog '{template_id}' not found")
+        mutate(found)
+        await self.put_template(found)
+        return found
+
+    async def get_claim(self, kind: str, key: str) -> Claim | None:
+        return self.claims.get((kind, key))
+
+    async def claim(
+        self, kind: str, key: str, holder_id: str, revision: int,
+        template: CatalogTemplate | None = None,
+    ) -> bool:
+        held = self.claims.get((kind, key))
+        if (held.revision if held is not None else 0) != revision:
+            return False
+        self.claims[kind, key] = Claim(holder_id, next(self._revisions))
+        if template is not None:
+            await self.put_template(template)
+        return True
+
+    async def release(self, kind: str, key: str, holder_id: str) -> None:
+        held = self.claims.get((kind, key))
+        if held is not None and held.holder_id == holder_id:
+            del self.claims[kind, key]
 
 
 M = TypeVar("M", CatalogTemplate, BuildRecord)

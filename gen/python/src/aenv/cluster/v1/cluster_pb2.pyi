@@ -271,6 +271,12 @@ class CatalogTemplate(_message.Message):
     tag_images: _containers.ScalarMap[str, str]
     def __init__(self, template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., tags: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., build_count: _Optional[int] = ..., latest_build_id: _Optional[str] = ..., tag_images: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class CatalogClaim(_message.Message):
+    __slots__ = ("holder_id",)
+    HOLDER_ID_FIELD_NUMBER: _ClassVar[int]
+    holder_id: str
+    def __init__(self, holder_id: _Optional[str] = ...) -> None: ...
+
 class BuildLogEntry(_message.Message):
     __slots__ = ("time", "level", "message", "step")
     TIME_FIELD_NUMBER: _ClassVar[int]
