@@ -16,6 +16,7 @@ from rich.table import Table
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
+from aenv_cli.commands.register import register
 from aenv_cli.edge import DEFAULT_LISTEN, PublicEdge
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
@@ -212,6 +213,9 @@ def template_rm(
     except AenvError as err:
         raise _fail(err.message) from None
     console.print(f"removed {escape(name)}")
+
+
+register(app)
 
 
 def _run_client(home: Path, call: Callable[[GatewayClient], Awaitable[T]]) -> T:

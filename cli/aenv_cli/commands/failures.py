@@ -1,0 +1,51 @@
+"""The edge of every people-facing command: a typed error becomes one line on stderr and a
+non-zero exit code, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from aenv_common.errors import AenvError, InvalidArgument
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# 2 is Click's own exit code for bad usage; bad input found later reads the same.
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def exit_code_of(err: AenvError) -> int:
+    return EXIT_USAGE if isinstance(err, InvalidArgument) else EXIT_FAILURE
+
+
+def fail(err: AenvError) -> typer.Exit:
+    """Prints `err` as one line on stderr; the Exit to raise."""
+    stderr.print(f"[red]error:[/] {escape(' '.join(err.message.split()))}")
+    return typer.Exit(exit_code_of(err))
+
+
+def clean_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Wraps a command: typed errors and Ctrl-C end it with one line and an exit code.
+    (Typer reads the wrapped function's signature through `functools.wraps`.)"""
+
+    @functools.wraps(command)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except AenvError as err:
+            raise fail(err) from None
+        except KeyboardInterrupt:
+            stderr.print("[red]interrupted[/]")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapped

@@ -1,0 +1,18 @@
+"""Adds the people-facing commands to the `aenv` app (`main.py` calls `register`)."""
+
+from __future__ import annotations
+
+import typer
+
+from aenv_cli.commands import sandboxes
+from aenv_cli.commands.auth import auth_app
+from aenv_cli.commands.snapshots import snapshot_app
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(auth_app, name="auth")
+    for command in (sandboxes.ls, sandboxes.inspect, sandboxes.pause, sandboxes.resume,
+                    sandboxes.rm, sandboxes.timeout, sandboxes.fork, sandboxes.reset,
+                    sandboxes.logs):
+        app.command(command.__name__)(command)
+    app.add_typer(snapshot_app, name="snapshot")
