@@ -7,23 +7,26 @@ step and the previous version kept; the catalog and builds kept in the real etcd
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 import pytest_asyncio
-from e2b import AsyncSandbox, AsyncTemplate, BuildException
+from e2b import AsyncSandbox, AsyncTemplate, BuildException, TemplateClass
 from e2b.template.logger import LogEntry
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
 from aenv_common.snapshots import snapstore_stub
-from aenv_common.testing.oci_layouts import busybox_layout
+from aenv_common.testing.oci_layouts import busybox_layout, marker_layout
 from aenv_common.testing.registry import Registry, bcrypt_hash, docker_registry, push
 
+from ..conftest import shared_cache_dir
 from .conftest import another_node_agent, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
@@ -113,6 +116,60 @@ async def test_an_unknown_image_fails_the_build_with_its_reason(
     assert await AsyncTemplate.exists("e2e-missing")  # requested, but nothing to create
     with pytest.raises(Exception, match="no ready build"):
         await AsyncSandbox.create("e2e-missing", timeout=60)
+
+
+async def _fails_at_the_pull(name: str, template: TemplateClass, reason: str,
+                             min_free_disk_mb: int | None = None) -> None:
+    """The build ends `error` with its one-line reason at the base step, and nothing of it is
+    left on the node (no template directory of its build)."""
+    with pytest.raises(BuildException, match=reason) as failed:
+        await AsyncTemplate.build(template, name, memory_mb=512,
+                                  min_free_disk_mb=min_free_disk_mb)
+    assert "\n" not in str(failed.value)
+    assert not (shared_cache_dir() / "templates" / await _latest_build(name)).exists()
+    with pytest.raises(Exception, match="no ready build"):
+        await AsyncSandbox.create(name, timeout=60)
+
+
+async def _latest_build(name: str) -> str:
+    headers = {"X-API-Key": os.environ["E2B_API_KEY"]}
+    async with httpx.AsyncClient(base_url=os.environ["E2B_API_URL"], headers=headers) as http:
+        template = (await http.get(f"/templates/aliases/{name}")).json()["templateID"]
+        return str((await http.get(f"/templates/{template}")).json()["buildID"])
+
+
+async def test_an_image_for_another_architecture_only_fails_the_build(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
+) -> None:
+    registry, _ = image
+    await push(f"oci:{marker_layout(tmp_path, 'arm64')}:1", registry, "e2e/arm64only:1")
+    await _fails_at_the_pull(
+        "e2e-arm64", AsyncTemplate().from_image(f"{registry.host}/e2e/arm64only:1"),
+        r"has no linux/amd64 variant \(it has: linux/arm64\)")
+
+
+async def test_a_corrupt_layer_fails_the_build_and_is_not_kept(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
+) -> None:
+    registry, _ = image
+    await push(f"oci:{marker_layout(tmp_path)}:1", registry, "e2e/corrupt:1")
+    [layer] = await registry.layer_digests("e2e/corrupt", "1")
+    registry.corrupt(layer)
+    await _fails_at_the_pull(
+        "e2e-corrupt", AsyncTemplate().from_image(f"{registry.host}/e2e/corrupt:1"),
+        rf"layer {layer} is corrupt")
+    blob = shared_cache_dir() / "images" / "blobs" / "sha256" / layer.split(":")[1]
+    assert not blob.exists()
+
+
+async def test_a_disk_past_the_nodes_limit_fails_the_build(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str],
+) -> None:
+    # The node's template_max_disk_mib (64 GiB by default) is less than the free room asked.
+    _, reference = image
+    await _fails_at_the_pull(
+        "e2e-too-large", AsyncTemplate().from_image(reference),
+        r"but a template's disk is at most \d+ MiB", min_free_disk_mb=100_000)
 
 
 async def test_a_dockerfile_builds_through_the_sdk(

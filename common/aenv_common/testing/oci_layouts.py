@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -38,5 +39,19 @@ def busybox_layout(work: Path) -> Path:
     sh("umoci", "repack", "--image", f"{layout}:1", bundle)
     sh("umoci", "config", "--image", f"{layout}:1", "--config.cmd", "/bin/sh",
        "--config.env", "PATH=/bin")
+    sh("umoci", "gc", "--layout", layout)
+    return layout
+
+
+def marker_layout(work: Path, architecture: str = "amd64") -> Path:
+    """One layer by umoci holding only `/marker` of random bytes (so its blob is in no cache
+    yet), its config saying `architecture`."""
+    layout, bundle = work / "marker", work / "marker-bundle"
+    sh("umoci", "init", "--layout", layout)
+    sh("umoci", "new", "--image", f"{layout}:1")
+    sh("umoci", "unpack", "--image", f"{layout}:1", bundle)
+    (bundle / "rootfs" / "marker").write_bytes(secrets.token_bytes(4096))
+    sh("umoci", "repack", "--image", f"{layout}:1", bundle)
+    sh("umoci", "config", "--image", f"{layout}:1", "--architecture", architecture)
     sh("umoci", "gc", "--layout", layout)
     return layout

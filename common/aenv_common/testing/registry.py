@@ -45,6 +45,23 @@ class Registry:
         hex_ = digest.split(":", 1)[1]
         return self.storage / "docker/registry/v2/blobs/sha256" / hex_[:2] / hex_ / "data"
 
+    def corrupt(self, digest: str) -> None:
+        """Flips a byte of a stored blob: the registry serves bytes that miss their digest."""
+        data = bytearray(self.blob_data(digest).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        self.blob_data(digest).write_bytes(bytes(data))
+
+    async def layer_digests(self, name: str, tag: str) -> list[str]:
+        """The layers of a single-platform image as the registry's manifest lists them."""
+        accept = ", ".join(f"application/vnd.{kind}+json" for kind in (
+            "oci.image.manifest.v1", "docker.distribution.manifest.v2"))
+        async with aiohttp.ClientSession() as session, session.get(
+                f"http://{self.host}/v2/{name}/manifests/{tag}",
+                headers={"Accept": accept}) as resp:
+            resp.raise_for_status()
+            manifest = await resp.json(content_type=None)
+        return [layer["digest"] for layer in manifest["layers"]]
+
 
 def _config(port: int, storage: Path, auth: dict[str, Any] | None) -> str:
     lines = [

@@ -94,9 +94,15 @@ class LayerCorrupt(InvalidArgument):
 
 
 class RootfsTooLarge(InvalidArgument):
-    """The image's files need more room than the disk size asked for."""
+    """The image's files need more room than the disk size asked for, or its files and the free
+    room asked for (E2B's minFreeDiskMb) more than the node lets a template's disk have."""
 
-    def __init__(self, image: str, needed_mib: int, disk_mib: int) -> None:
+    def __init__(self, image: str, needed_mib: int, disk_mib: int, *, limit: bool = False) -> None:
+        if limit:
+            super().__init__(
+                f"image {image} with the free room asked for needs a {needed_mib} MiB disk, "
+                f"but a template's disk is at most {disk_mib} MiB: ask for less free room")
+            return
         super().__init__(
             f"image {image} needs about {needed_mib} MiB but the disk is {disk_mib} MiB: "
             "ask for a larger disk"

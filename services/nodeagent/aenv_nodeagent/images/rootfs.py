@@ -122,6 +122,8 @@ async def _build(
             content, inodes = await run_in_fresh_thread(partial(measure_tree, tree),
                                                         "image-measure")
         disk_mib, needed_mib = size.for_content(content, inodes)
+        if size.max_mib is not None and needed_mib <= size.max_mib < disk_mib:
+            raise RootfsTooLarge(source.name, disk_mib, size.max_mib, limit=True)
         if needed_mib > disk_mib or (size.max_mib is not None and disk_mib > size.max_mib):
             raise RootfsTooLarge(source.name, needed_mib, min(disk_mib, size.max_mib or disk_mib))
         await make_ext4(tree, raw, disk_mib, inodes, source.name)

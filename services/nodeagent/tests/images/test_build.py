@@ -112,7 +112,8 @@ async def test_a_disk_asked_for_free_room_grows_to_the_files_plus_that_room(
     assert disk.disk_mib >= 140 and disk.disk_mib % 256 == 0
     kept = await build_base_disk(source, cache, tmp_path / "kept", DiskSize(1024, 100))
     assert kept.disk_mib == 1024  # room enough already: never smaller than asked
-    with pytest.raises(RootfsTooLarge, match=r"the disk is 64 MiB"):
+    with pytest.raises(RootfsTooLarge, match=r"needs a 256 MiB disk, but a template's disk is at "
+                       r"most 64 MiB: ask for less free room"):
         await build_base_disk(source, cache, tmp_path / "capped", DiskSize(32, 100, 64))
 
 

@@ -151,9 +151,7 @@ async def test_corrupt_layer_in_registry_storage(
     pulled = await source.pull(BlobCache(tmp_path / "probe"))
     victim = pulled.layers[0].digest
     assert victim is not None
-    data = bytearray(registry.blob_data(victim).read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    registry.blob_data(victim).write_bytes(bytes(data))
+    registry.corrupt(victim)
     cache, out = BlobCache(tmp_path / "cache"), tmp_path / "out"
     with pytest.raises(LayerCorrupt, match=victim):
         await build_base_disk(source, cache, out, 64)
