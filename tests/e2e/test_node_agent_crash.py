@@ -1,19 +1,29 @@
 """A node agent crash loses nothing: its successor re-adopts the running VMs, and the SDK's
 sandbox objects keep working, the guest's processes never having stopped; a snapshot whose memory
-image the crash cut short is made by the successor."""
+image the crash cut short is made by the successor. Creates the crash cuts short leave nothing
+that no client knows of."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from e2b import Sandbox
 
+from aenv.cluster.v1 import cluster_pb2
+from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
+from aenv_common.cluster import ClusterStore
+from aenv_common.config import CommonSettings
+from aenv_nodeagent.network.namespaces import pids_in_netns
+from aenv_nodeagent.pool import VM_DIR_PREFIX
+from aenv_nodeagent.vmm.process import qemu_owning
 
-from .conftest import COUNTER, counter
+from ..conftest import netns_names, qemu_pids_under
+from .conftest import COUNTER, counter, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
@@ -77,3 +87,87 @@ async def test_a_snapshot_taken_right_before_a_crash_is_kept(
                or "finishing memory images an earlier run left" in line for line in lines)
     assert not any("snapshot lost" in line for line in lines)
     assert await asyncio.to_thread(Sandbox.delete_snapshot, snapshot.snapshot_id) is True
+
+
+CONCURRENT_CREATES = 8
+
+
+async def test_creates_cut_by_a_node_agent_crash_leave_nothing_no_client_knows(
+    platform: Platform, sdk_env: None, net_prefix: str
+) -> None:
+    before = await _node_state(platform, net_prefix)
+    creates = [asyncio.ensure_future(asyncio.to_thread(_create_or_error))
+               for _ in range(CONCURRENT_CREATES)]
+    # The crash lands as the creates publish their records: some made and published but not
+    # answered yet (the successor adopts those), others still being made.
+    async def one_published() -> bool:
+        return bool((await _node_state(platform, net_prefix)).records - before.records)
+    await until(one_published, 120, "a create to publish its record")
+    await platform.restart_service("nodeagent", crash=True)
+    outcomes = await asyncio.gather(*creates)
+    made = {o.sandbox_id for o in outcomes if isinstance(o, Sandbox)}
+    try:
+        # Every sandbox VM, netns and record is one a client holds (the gateway kills those of
+        # the creates it gave up on once the node agent answers again: wait for that).
+        async def only_known() -> bool:
+            now = await _node_state(platform, net_prefix)
+            return (now.vm_dirs - before.vm_dirs == made and now.records - before.records == made
+                    and now.listed - before.listed == made and now.clean)
+        await until(only_known, 120, f"only the sandboxes clients got ({outcomes})")
+        for sandbox_id in made:  # and they work
+            sandbox = await asyncio.to_thread(Sandbox.connect, sandbox_id)
+            assert (await asyncio.to_thread(sandbox.commands.run, "echo ok")).stdout == "ok\n"
+    finally:
+        for sandbox_id in made:
+            await asyncio.to_thread(Sandbox.kill, sandbox_id)
+
+    async def as_before() -> bool:
+        now = await _node_state(platform, net_prefix)
+        return now.settled_like(before)
+    await until(as_before, 120, "the node as before the creates: no VM, netns or record left")
+
+
+def _create_or_error() -> Sandbox | Exception:
+    try:
+        return Sandbox.create(timeout=300)
+    except Exception as err:  # the crash may fail it: what counts is what is left
+        return err
+
+
+# The warm pool keeps this many network slots built ahead, with no VM in them (the default).
+POOL_SLOTS = 4
+
+
+@dataclass(frozen=True)
+class _NodeState:
+    vm_dirs: set[str]  # sandbox VMs, by directory (warm-pool VMs apart)
+    unowned_vms: int  # QEMUs under the state dir that hold no sandbox's or pool's pidfile
+    idle_netns: int  # the prefix's netns no process runs in
+    records: set[str]  # running sandboxes' records in etcd
+    listed: set[str]  # the API's list
+
+    def settled_like(self, other: _NodeState) -> bool:
+        return (self.vm_dirs, self.records, self.listed) == (
+            other.vm_dirs, other.records, other.listed) and self.clean
+
+    @property
+    def clean(self) -> bool:
+        return self.unowned_vms == 0 and self.idle_netns <= POOL_SLOTS
+
+
+async def _node_state(platform: Platform, net_prefix: str) -> _NodeState:
+    sandboxes_dir = platform.home / "nodeagent" / "sandboxes"
+    owned = {pidfile.parent.parent.name for pidfile in sandboxes_dir.glob("*/vm/qemu.pid")
+             if qemu_owning(pidfile) is not None}
+    store = await ClusterStore.connect(CommonSettings(etcd_endpoints=platform.etcd_endpoints))
+    try:
+        records = {r.sandbox_id for r in await store.list_sandboxes()
+                   if r.state == cluster_pb2.SANDBOX_STATE_RUNNING}
+    finally:
+        await store.close()
+    async with GatewayClient.for_home(platform.home) as client:
+        listed = {r.sandbox_id for r in await client.list_sandboxes()}
+    names = netns_names(net_prefix)
+    idle = sum(1 for name in names if not pids_in_netns([name]))
+    return _NodeState({d for d in owned if not d.startswith(VM_DIR_PREFIX)},
+                      len(qemu_pids_under(sandboxes_dir)) - len(owned), idle, records, listed)

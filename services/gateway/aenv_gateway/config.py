@@ -52,6 +52,12 @@ class GatewaySettings(BaseSettings):
     # Deadlines of calls to the scheduler / node agents (create includes a VM restore).
     create_deadline_s: float = 120.0
     rpc_deadline_s: float = 30.0
+    # A create the node agent did not answer (it crashed or restarted meanwhile) is sent again
+    # with the same sandbox id for this long (under the SDKs' 60 s request timeout), every
+    # interval; one that still fails has its sandbox killed within create_abandon_s.
+    create_retry_s: float = Field(default=40.0, ge=0)
+    create_retry_interval_s: float = Field(default=1.0, gt=0)
+    create_abandon_s: float = Field(default=600.0, ge=0)
     # A template build (pull, unpack, every step, capture) ends with an error after this long.
     build_deadline_s: float = 7200.0
     # Returned when a record carries no envd version (SDKs refuse anything below 0.1.0).

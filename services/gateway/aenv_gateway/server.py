@@ -28,6 +28,7 @@ from aenv_gateway.app import GatewayApp, control_routes, instrumented
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
 from aenv_gateway.config import GatewaySettings, TlsCertificate
+from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
@@ -66,6 +67,7 @@ class RunningGateway:
 
     async def stop(self) -> None:
         await self._builds.stop()
+        await self.service.close()
         for server, _ in self._edges:
             server.should_exit = True
         for _, task in self._edges:
@@ -127,6 +129,8 @@ async def start_gateway(
         max_timeout_s=settings.max_timeout_s,
         idempotency_ttl_s=settings.idempotency_ttl_s,
         templates=catalog.resolve,
+        creates=NodeCreates(nodeagents, CreateRetryPolicy(
+            settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
     )
     snapshots = SnapshotService(service, directory, nodeagents)
     auth = ApiKeyAuth(api_key)

@@ -19,6 +19,7 @@ from aenv_common.errors import Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
+from aenv_gateway.creates import NodeCreates
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
 from aenv_gateway.handover import Handover
 from aenv_gateway.idempotency import IdempotencyCache
@@ -73,9 +74,11 @@ class SandboxService:
         max_timeout_s: int,
         idempotency_ttl_s: float,
         templates: TemplateResolver,
+        creates: NodeCreates,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._directory = directory
+        self._creates = creates
         self._templates = templates
         self._scheduler = scheduler
         self._nodeagents = nodeagents
@@ -112,7 +115,8 @@ class SandboxService:
             traffic_access_token=new_secret() if request.network.private_traffic else "",
         )
         placement = await self._scheduler.schedule(spec)
-        record = await self._nodeagents.create(placement.nodeagent_address, spec)
+        # Sent again with the same id if unanswered (creates.py): the sandbox id is its key.
+        record = await self._creates.create(placement.nodeagent_address, spec)
         owner = Owner(placement.node_id, placement.nodeagent_address, placement.proxy_address)
         self._directory.remember(record, owner)
         log.info(
@@ -124,6 +128,10 @@ class SandboxService:
             },
         )
         return record
+
+    async def close(self) -> None:
+        """Stops killing the sandboxes of abandoned creates (creates.py)."""
+        await self._creates.close()
 
     async def get(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
         located = self._directory.find(sandbox_id)

@@ -46,6 +46,8 @@ class Creates:
         :raise AenvError: the restore failed; nothing of it is left.
         """
         validate_spec(spec)
+        if (made := self._made_before(spec)) is not None:
+            return made
         snapshot = self._snapshots.find(spec.template_id) or await self._pull(spec.template_id)
         if snapshot is not None:
             return await self.from_snapshot(self._snapshots.get(spec.template_id), spec)
@@ -77,6 +79,21 @@ class Creates:
         log.info("sandbox restored from snapshot", extra={
             "sandbox_id": spec.sandbox_id, "snapshot_id": snapshot.snapshot_id,
             **timer.fields()})
+        return sandbox
+
+    def _made_before(self, spec: cluster_pb2.SandboxSpec) -> Sandbox | None:
+        """The sandbox an earlier attempt of this very create made: the caller sends a create
+        again, same id and token, when the answer was lost (this agent crashed after publishing
+        it and adopted it since), and gets that sandbox instead of a Conflict."""
+        sandbox = self._registry.serving(spec.sandbox_id)
+        if sandbox is None or not spec.envd_access_token or self._registry.is_busy(
+                spec.sandbox_id):
+            return None  # (busy: being paused, snapshotted, …; the create is refused)
+        record = sandbox.record
+        if (record.envd_access_token, record.template_id) != (spec.envd_access_token,
+                                                              spec.template_id):
+            return None
+        log.info("create repeated: the sandbox it made", extra={"sandbox_id": spec.sandbox_id})
         return sandbox
 
     async def _pull(self, snapshot_id: str) -> SnapshotMeta | None:

@@ -166,11 +166,13 @@ async def test_a_create_that_fails_at_any_step_leaves_nothing(
 
 # --- refusals ------------------------------------------------------------------------------------
 
-async def test_a_taken_id_is_refused_and_its_sandbox_left_alone(wing: Wing) -> None:
+@pytest.mark.parametrize("token", [pytest.param("another", id="other-token"),
+                                   pytest.param("", id="no-token")])
+async def test_a_taken_id_is_refused_and_its_sandbox_left_alone(wing: Wing, token: str) -> None:
     spec = wing.spec()
     sandbox = await wing.service.create(spec)
-    with pytest.raises(Conflict):
-        await wing.service.create(spec)
+    with pytest.raises(Conflict):  # not the same create sent again (no token: unknown)
+        await wing.service.create(wing.spec(sandbox_id=spec.sandbox_id, envd_access_token=token))
     assert wing.service.get(spec.sandbox_id) is sandbox
     assert len(wing.driver.launched) == 1
     assert wing.network.live == [sandbox.slot]
@@ -184,6 +186,15 @@ async def test_an_id_being_created_is_refused_to_a_second_create(wing: Wing) -> 
     assert sorted(type(o).__name__ for o in outcomes) == ["Conflict", "Sandbox"]
     assert len(wing.service.all()) == 1
     assert len(wing.network.live) == 1
+
+
+async def test_a_create_sent_again_gets_the_sandbox_it_made(wing: Wing) -> None:
+    # The gateway sends a create again, same id and token, when its answer was lost.
+    spec = wing.spec()
+    made = await wing.service.create(spec)
+    assert await wing.service.create(spec) is made
+    assert len(wing.driver.launched) == 1 and len(wing.network.live) == 1
+    assert wing.records.states(spec.sandbox_id) == [RUNNING]
 
 
 async def test_the_id_of_a_paused_sandbox_is_taken(wing: Wing) -> None:
