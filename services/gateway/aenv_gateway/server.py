@@ -43,6 +43,7 @@ from aenv_gateway.signed_urls import SignedFileRouter
 from aenv_gateway.snapshots import SnapshotService
 from aenv_gateway.templates.builds import TemplateBuilds
 from aenv_gateway.templates.catalog import TemplateCatalog
+from aenv_gateway.templates.cleanup import TemplateCleanup
 from aenv_gateway.templates.records import TemplateRecords
 from aenv_gateway.templates.uploads import ContextUploads
 
@@ -148,7 +149,8 @@ async def start_gateway(
     snapstore = (snapstore_stub(pool.get(settings.snapstore_address))
                  if settings.snapstore_address else None)
     template_routes = TemplateRoutes(catalog, builds, ContextUploads(snapstore, api_key),
-                                     snapshots, settings.fallback_envd_version)
+                                     snapshots, settings.fallback_envd_version,
+                                     TemplateCleanup(template_records, snapstore))
     routes = control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth)
     app = GatewayApp(
         routes,

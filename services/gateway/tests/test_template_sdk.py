@@ -10,12 +10,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from e2b import AsyncSandbox, AsyncTemplate, BuildException
 from e2b.template.logger import LogEntry
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv.snapstore.v1 import snapstore_pb2
+from aenv_common.snapshots import snapstore_stub
 from aenv_gateway.templates.records import InMemoryTemplateRecords
 from aenv_snapstore.config import SnapstoreSettings
 from aenv_snapstore.server import start_snapstore
@@ -27,19 +30,22 @@ AUTH = {"X-API-Key": API_KEY}
 
 
 @pytest.fixture
-async def tstack(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Stack]:
+async def snapstore_address(tmp_path: Path) -> AsyncIterator[str]:
     snapstore = await start_snapstore(SnapstoreSettings(
         listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store"))
     try:
-        async with running_stack(snapstore_address=f"127.0.0.1:{snapstore.port}") as stack:
-            monkeypatch.setenv("E2B_API_KEY", API_KEY)
-            monkeypatch.setenv("E2B_API_URL", stack.url)
-            monkeypatch.setenv("E2B_SANDBOX_URL", stack.url)
-            yield stack
+        yield f"127.0.0.1:{snapstore.port}"
     finally:
         await snapstore.stop(grace=0)
+
+
+@pytest.fixture
+async def tstack(snapstore_address: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Stack]:
+    async with running_stack(snapstore_address=snapstore_address) as stack:
+        monkeypatch.setenv("E2B_API_KEY", API_KEY)
+        monkeypatch.setenv("E2B_API_URL", stack.url)
+        monkeypatch.setenv("E2B_SANDBOX_URL", stack.url)
+        yield stack
 
 
 def _context(tmp_path: Path) -> Path:
@@ -168,6 +174,40 @@ async def test_listing_getting_and_deleting_templates(tstack: Stack) -> None:
         assert (await http.get("/templates/aliases/listed")).status_code == 404
         assert (await http.get("/templates")).json() == []
     assert _memory(tstack).builds == {} and _memory(tstack).claims == {}
+
+
+async def test_deleting_a_template_retires_the_images_no_other_template_uses(
+    tstack: Stack, snapstore_address: str,
+) -> None:
+    image = AsyncTemplate().from_image("alpine:3").run_cmd("echo shared")
+    first = await AsyncTemplate.build(image, "first")
+    await AsyncTemplate.build(image, "second")  # equal inputs: reuses the first's image
+    own = await AsyncTemplate.build(AsyncTemplate().from_image("alpine:3"), "own")
+    channel = grpc.aio.insecure_channel(snapstore_address)
+    stub = snapstore_stub(channel)
+    try:
+        # As the building node pushes them (the fake node does not).
+        for image_id in (first.build_id, own.build_id):
+            for name in (f"template-{image_id}", f"template-{image_id}-key0"):
+                await stub.PutManifest(snapstore_pb2.PutManifestRequest(
+                    manifest=snapstore_pb2.Manifest(snapshot_id=name)))
+
+        async def manifests() -> list[str]:
+            listed = await stub.ListManifests(snapstore_pb2.ListManifestsRequest())
+            return sorted(m for m in listed.snapshot_ids if m.startswith("template-"))
+
+        async with httpx.AsyncClient(base_url=tstack.url, headers=AUTH) as http:
+            assert (await http.delete("/templates/first")).status_code == 204
+            assert _memory(tstack).dropped_node_templates == []  # "second" stands on it
+            assert (await http.delete("/templates/own")).status_code == 204
+            assert _memory(tstack).dropped_node_templates == [own.build_id]
+            assert await manifests() == [f"template-{first.build_id}",
+                                         f"template-{first.build_id}-key0"]
+            assert (await http.delete("/templates/second")).status_code == 204
+        assert _memory(tstack).dropped_node_templates == [own.build_id, first.build_id]
+        assert await manifests() == []
+    finally:
+        await channel.close()
 
 
 async def test_bad_requests_get_clear_errors(tstack: Stack) -> None:

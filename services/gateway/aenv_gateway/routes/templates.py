@@ -17,6 +17,7 @@ from aenv_gateway.schemas import parse_json_object
 from aenv_gateway.snapshots import SnapshotService
 from aenv_gateway.templates.builds import TemplateBuilds
 from aenv_gateway.templates.catalog import TemplateCatalog
+from aenv_gateway.templates.cleanup import TemplateCleanup
 from aenv_gateway.templates.uploads import ContextUploads
 from aenv_gateway.templates.wire import (
     parse_build_request,
@@ -49,10 +50,12 @@ class TemplateRoutes:
         uploads: ContextUploads,
         snapshots: SnapshotService,
         default_envd_version: str,
+        cleanup: TemplateCleanup,
     ) -> None:
         self._catalog = catalog
         self._builds = builds
         self._uploads = uploads
+        self._cleanup = cleanup
         self._snapshots = snapshots
         self._envd_version = default_envd_version
 
@@ -128,8 +131,11 @@ class TemplateRoutes:
     async def delete(self, request: Request) -> Response:
         """A template of the catalog, else a snapshot (E2B deletes both here)."""
         name = raw_template_id(request)
-        if await self._catalog.delete(name, self._builds.building) is None:
+        removed = await self._catalog.delete(name, self._builds.building)
+        if removed is None:
             await self._snapshots.delete(name)
+        else:
+            await self._cleanup.after_delete(removed)
         return Response(status_code=204)
 
     def routes(self, auth: ApiKeyAuth) -> list[Route]:

@@ -6,4 +6,5 @@
 - catalog.py: templates by id and name, their tags, and what a sandbox of `name:tag` restores
 - builds.py: running a build on a scheduled node and following it into its record
 - uploads.py: COPY contexts through signed upload links into snapstore
+- cleanup.py: a deleted template's images no other build uses: their records and manifests
 """

@@ -213,8 +213,8 @@ class TemplateCatalog:
 
     async def delete(
         self, id_or_name: str, building: Callable[[BuildRecord], bool]
-    ) -> CatalogTemplate | None:
-        """Removes the template, its names and its build records; returns what was removed
+    ) -> list[BuildRecord] | None:
+        """Removes the template, its names and its build records; returns the builds removed
         (None when there is no such template).
 
         :raise Conflict: one of its builds is still running (on any gateway).
@@ -232,4 +232,4 @@ class TemplateCatalog:
             await self._records.delete_build(build.build_id)
             if build.inputs_digest:
                 await self._records.release(INPUTS, build.inputs_digest, build.build_id)
-        return template
+        return builds

@@ -57,6 +57,11 @@ class TemplateRecords(Protocol):
         """
         ...
 
+    async def drop_node_template(self, template_id: str) -> None:
+        """Removes a node-side template's cluster record (`templates/<id>`): its image is no
+        build's any more (cleanup.py)."""
+        ...
+
     async def get_claim(self, kind: str, key: str) -> Claim | None: ...
 
     async def claim(
@@ -116,6 +121,9 @@ class EtcdTemplateRecords:
     async def update_template(self, template_id: str, mutate: Mutation) -> CatalogTemplate:
         return await self._store.update_record(CATALOG, template_id, CatalogTemplate, mutate)
 
+    async def drop_node_template(self, template_id: str) -> None:
+        await self._store.delete_template(template_id)
+
     async def get_claim(self, kind: str, key: str) -> Claim | None:
         found = await self._store.get_versioned(kind, key, cluster_pb2.CatalogClaim)
         return None if found is None else Claim(found.record.holder_id, found.mod_revision)
@@ -140,6 +148,7 @@ class InMemoryTemplateRecords:
         self.templates: dict[str, CatalogTemplate] = {}
         self.builds: dict[str, BuildRecord] = {}
         self.claims: dict[tuple[str, str], Claim] = {}
+        self.dropped_node_templates: list[str] = []
         self._revisions = itertools.count(1)
 
     def watched_templates(self) -> list[CatalogTemplate]:
@@ -178,6 +187,9 @@ class InMemoryTemplateRecords:
         mutate(found)
         await self.put_template(found)
         return found
+
+    async def drop_node_template(self, template_id: str) -> None:
+        self.dropped_node_templates.append(template_id)
 
     async def get_claim(self, kind: str, key: str) -> Claim | None:
         return self.claims.get((kind, key))
