@@ -9,12 +9,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox
+
+from aenv_cli.platform import Platform
+
+from .conftest import grpc_reset
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
@@ -153,6 +158,54 @@ def test_a_reconnected_sandbox_keeps_its_kernel(sandboxes: list[str]) -> None:
     sandbox = _create(sandboxes)
     sandbox.run_code("kept = 'state'")
     assert Sandbox.connect(sandbox.sandbox_id).run_code("kept").text == "state"
+
+
+def test_a_timed_out_cell_is_interrupted_and_its_kernel_goes_on(sandboxes: list[str]) -> None:
+    sandbox = _create(sandboxes)
+    sandbox.run_code("kept = 41")
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("import time\nwhile True: time.sleep(0.05)", timeout=3)
+    # The loop was interrupted when the client went away: the context runs the next cell
+    # (cells of a context are serialised, so a loop still running would time this out).
+    after = sandbox.run_code("kept + 1", timeout=60)
+    assert after.error is None and after.text == "42"
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("sleep 600", language="bash", timeout=3)
+    assert sandbox.run_code("echo on", language="bash", timeout=60).logs.stdout == ["on\n"]
+
+
+def test_kernel_state_survives_pause_fork_and_reset(
+    sandboxes: list[str], platform: Platform
+) -> None:
+    """Set up once, branch many: what the kernel holds before a pause, a snapshot or a fork is
+    there after it, each fork child diverges, and a reset rewinds the kernel."""
+    parent = _create(sandboxes)
+    parent.run_code("import random\ndataset = list(range(1000))\nstage = 'set up'")
+    assert parent.pause() is True
+    resumed = Sandbox.connect(parent.sandbox_id, timeout=300)
+    assert resumed.run_code("stage, len(dataset)").text == "('set up', 1000)"
+    snapshot = parent.create_snapshot()
+    parent.run_code("stage = 'moved on'")
+
+    children = [c for c in parent.fork(count=16, timeout=300) if isinstance(c, Sandbox)]
+    sandboxes.extend(child.sandbox_id for child in children)
+    assert len(children) == 16
+
+    def branch(child: Sandbox) -> tuple[str | None, str | None]:
+        seen = child.run_code("stage, sum(dataset)", timeout=240, request_timeout=240)
+        own = child.run_code(f"stage = '{child.sandbox_id}'\nrandom.random()", timeout=240,
+                             request_timeout=240)
+        return seen.text, own.text
+
+    with ThreadPoolExecutor(len(children)) as pool:
+        seen, draws = zip(*pool.map(branch, children), strict=True)
+    assert set(seen) == {"('moved on', 499500)"}
+    assert len(set(draws)) == len(children)  # reseeded per child: their rollouts diverge
+    assert parent.run_code("stage").text == "moved on"  # children's writes stay theirs
+
+    asyncio.run(grpc_reset(platform, parent.sandbox_id, snapshot.snapshot_id))
+    assert parent.run_code("stage").text == "set up"
+    Sandbox.delete_snapshot(snapshot.snapshot_id)
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -30,6 +30,7 @@ class BashKernel:
     def __init__(self, cwd: str) -> None:
         self._cwd = cwd
         self._ids = itertools.count(1)
+        self._executions = 0  # user cells run, as a Jupyter kernel's execution_count
         self._process: asyncio.subprocess.Process | None = None
         self._streams: MarkedStreams | None = None
         self._cells = tempfile.mkdtemp(prefix="aenv-bash-")
@@ -47,6 +48,8 @@ class BashKernel:
         await self.quietly(PRELUDE)
 
     async def execute(self, code: str, outputs_queue: OutputQueue) -> None:
+        self._executions += 1
+        await outputs_queue.put(outputs.execution_count(self._executions))
         status = await self._run(code, outputs_queue)
         if status not in ("", "0"):
             await outputs_queue.put(outputs.error(
@@ -79,6 +82,7 @@ class BashKernel:
     async def restart(self) -> None:
         await self.stop()
         self._ids = itertools.count(1)
+        self._executions = 0
         await self.start()
 
     async def stop(self) -> None:

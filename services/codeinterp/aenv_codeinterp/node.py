@@ -34,6 +34,7 @@ class NodeKernel:
     def __init__(self, cwd: str) -> None:
         self._cwd = cwd
         self._ids = itertools.count(1)
+        self._executions = 0  # user cells run, as a Jupyter kernel's execution_count
         self._process: asyncio.subprocess.Process | None = None
         self._streams: MarkedStreams | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -70,6 +71,8 @@ class NodeKernel:
             await replies.put({"type": "exited"})
 
     async def execute(self, code: str, outputs_queue: OutputQueue) -> None:
+        self._executions += 1
+        await outputs_queue.put(outputs.execution_count(self._executions))
         await self._run(code, outputs_queue)
 
     async def quietly(self, code: str) -> None:
@@ -117,6 +120,7 @@ class NodeKernel:
     async def restart(self) -> None:
         await self.stop()
         self._ids = itertools.count(1)
+        self._executions = 0
         self._running = ""
         await self.start()
 

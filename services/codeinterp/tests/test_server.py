@@ -83,7 +83,10 @@ def test_javascript_awaits_imports_and_throws(server: Server) -> None:
     thrown = server.run("throw new TypeError('bad')", language="javascript")
     assert thrown.error is not None
     assert (thrown.error.name, thrown.error.value) == ("TypeError", "bad")
-    assert server.run("base", language="javascript").text == "40"
+    last = server.run("base", language="javascript")
+    assert last.text == "40"
+    assert thrown.execution_count is not None and last.execution_count == (
+        thrown.execution_count + 1)
 
 
 def test_bash_keeps_its_shell_and_reports_exit_statuses(server: Server) -> None:
@@ -92,6 +95,9 @@ def test_bash_keeps_its_shell_and_reports_exit_statuses(server: Server) -> None:
     failed = server.run("echo before; false", language="bash")
     assert failed.logs.stdout == ["before\n"]
     assert failed.error is not None and failed.error.value == "exit status 1"
+    again = server.run("true", language="bash")
+    assert failed.execution_count is not None and again.execution_count == (
+        failed.execution_count + 1)
 
 
 def test_the_sandboxs_variables_follow_envd_and_a_cells_last_for_it(server: Server) -> None:
