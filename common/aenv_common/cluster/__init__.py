@@ -2,7 +2,14 @@
 election and the lost-sandbox sweep."""
 
 from aenv_common.cluster.cache import RecordCache
-from aenv_common.cluster.keys import NODES, SANDBOXES, SNAPSHOTS, TEMPLATES, EtcdKeys
+from aenv_common.cluster.keys import (
+    NODES,
+    RETIRED_TEMPLATES,
+    SANDBOXES,
+    SNAPSHOTS,
+    TEMPLATES,
+    EtcdKeys,
+)
 from aenv_common.cluster.leader import LeaderElection
 from aenv_common.cluster.lost import mark_lost_sandboxes
 from aenv_common.cluster.registration import NodeRegistration
@@ -10,6 +17,7 @@ from aenv_common.cluster.store import ClusterStore, Versioned
 
 __all__ = [
     "NODES",
+    "RETIRED_TEMPLATES",
     "SANDBOXES",
     "SNAPSHOTS",
     "TEMPLATES",

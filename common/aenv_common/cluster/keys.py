@@ -15,6 +15,10 @@ NODES = "nodes"
 SANDBOXES = "sandboxes"
 TEMPLATES = "templates"
 SNAPSHOTS = "snapshots"
+# Node-side templates the catalog no longer uses (written by the gateway that deleted the last
+# build using one): nodes drop their copies. Positive evidence, unlike a missing record, which a
+# node sharing its folders with another cluster's would also see.
+RETIRED_TEMPLATES = "retired-templates"
 
 
 def _check_id(kind: str, record_id: str) -> str:

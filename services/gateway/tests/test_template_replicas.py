@@ -1,6 +1,7 @@
 """Template builds through several gateway replicas over one real etcd: a name makes one
 template, equal inputs build once (the others follow), and a build whose gateway died is taken
-over. Each gateway has its own etcd connection and its own fake node, as replicas would."""
+over; deleting the template marks its node-side template retired. Each gateway has its own etcd
+connection and its own fake node, as replicas would."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from e2b import AsyncTemplate, TemplateClass
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.cluster import ClusterStore
+from aenv_common.cluster import RETIRED_TEMPLATES, ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_gateway.templates import builds
 from aenv_gateway.templates.catalog import TemplateCatalog
@@ -47,7 +49,9 @@ async def _build(gateway: Stack, template: TemplateClass, name: str) -> str:
     return f"{info.template_id}/{info.build_id}"
 
 
-async def test_concurrent_builds_through_two_gateways_build_once(replicas: list[Stack]) -> None:
+async def test_concurrent_builds_through_two_gateways_build_once(
+    replicas: list[Stack], etcd_settings: CommonSettings,
+) -> None:
     for gateway in replicas:
         gateway.nodeagent.build_gate = asyncio.Event()
     template = AsyncTemplate().from_image("alpine:3").run_cmd("echo replicas")
@@ -72,6 +76,18 @@ async def test_concurrent_builds_through_two_gateways_build_once(replicas: list[
     for gateway in replicas:
         catalog = TemplateCatalog(gateway.templates)
         assert await catalog.resolve("shared") == built
+
+    # Deleted through either: the node-side template is marked retired for the nodes.
+    store = await ClusterStore.connect(etcd_settings)
+    try:
+        await store.put_template(cluster_pb2.TemplateRecord(template_id=built))
+        async with httpx.AsyncClient(base_url=replicas[0].url,
+                                     headers={"X-API-Key": API_KEY}) as http:
+            assert (await http.delete("/templates/shared")).status_code == 204
+        assert await store.get_template(built) is None
+        assert await store.get_record(RETIRED_TEMPLATES, built, cluster_pb2.TemplateRecord)
+    finally:
+        await store.close()
 
 
 async def test_a_name_asked_for_through_replicas_at_once_is_one_template(

@@ -51,6 +51,7 @@ from aenv_nodeagent.templates.code_interpreter import (
 )
 from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
+from aenv_nodeagent.templates.retire import RetiredTemplates, retired_ids
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BuildContexts
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
@@ -192,6 +193,9 @@ class NodeAgent:
         self._run(sandboxes.run_log_collection())
         self._run(TemplateCache(
             templates, int(s.template_cache_max_gib * (1 << 30)), sandboxes.templates_in_use,
+            pool.forget_template).run(s.template_cache_trim_interval_s))
+        self._run(RetiredTemplates(
+            templates, kept.saved, lambda: retired_ids(store), sandboxes.templates_in_use,
             pool.forget_template).run(s.template_cache_trim_interval_s))
         log.info(
             "node agent ready",

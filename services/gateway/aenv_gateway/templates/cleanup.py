@@ -1,8 +1,9 @@
 """What a deleted catalog template leaves outside the catalog: the node-side templates its builds
-made (named by their image ids) that no remaining build uses. Each loses its cluster record
-(`templates/<id>`: the scheduler stops placing it, and nodes drop their local copies once nothing
-stands on them, see the node agent's templates/retire.py) and its two snapstore manifests
-(`template-<id>`, `template-<id>-<key>`; their chunks go in snapstore's next collection).
+made (named by their image ids) that no remaining build uses. Each is marked retired
+(`retired-templates/<id>`: nodes drop their local copies once nothing stands on them, see the
+node agent's templates/retire.py), loses its cluster record (`templates/<id>`: the scheduler
+stops placing it) and its two snapstore manifests (`template-<id>`, `template-<id>-<key>`; their
+chunks go in snapstore's next collection).
 
 Builds of other templates may have reused an image (equal inputs): such an image stays.
 """

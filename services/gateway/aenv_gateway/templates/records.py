@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.cluster import ClusterStore, RecordCache
+from aenv_common.cluster import RETIRED_TEMPLATES, ClusterStore, RecordCache
 from aenv_common.errors import NotFound
 
 CATALOG = "catalog"
@@ -58,8 +58,9 @@ class TemplateRecords(Protocol):
         ...
 
     async def drop_node_template(self, template_id: str) -> None:
-        """Removes a node-side template's cluster record (`templates/<id>`): its image is no
-        build's any more (cleanup.py)."""
+        """Marks a node-side template retired (`retired-templates/<id>`: nodes drop their
+        copies) and removes its record (`templates/<id>`): its image is no build's any more
+        (cleanup.py)."""
         ...
 
     async def get_claim(self, kind: str, key: str) -> Claim | None: ...
@@ -122,6 +123,9 @@ class EtcdTemplateRecords:
         return await self._store.update_record(CATALOG, template_id, CatalogTemplate, mutate)
 
     async def drop_node_template(self, template_id: str) -> None:
+        # Retired first: a node never sees the record gone without knowing why.
+        await self._store.put_record(RETIRED_TEMPLATES, template_id,
+                                     cluster_pb2.TemplateRecord(template_id=template_id))
         await self._store.delete_template(template_id)
 
     async def get_claim(self, kind: str, key: str) -> Claim | None:

@@ -9,6 +9,7 @@ image) and a recipe, cold-booted once and captured, so sandboxes only ever resto
 - bases.py, builds.py: templates built from OCI images or other templates (E2B's build)
 - saved.py: the templates built or pulled here, known again after a restart
 - distribution.py: templates through snapstore, so any node creates from them
+- cache.py, retire.py: bounding the captured ones; dropping those the catalog retired
 """
 
 from aenv_nodeagent.templates.model import (

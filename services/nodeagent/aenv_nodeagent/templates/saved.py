@@ -51,6 +51,12 @@ class SavedTemplates:
         self._directory.mkdir(parents=True, exist_ok=True)
         write_private_json(self.path(inputs.template_id), inputs_to_json(inputs))
 
+    def ids(self) -> list[str]:
+        return sorted(path.stem for path in self._directory.glob("*.json"))
+
+    def remove(self, template_id: str) -> None:
+        self.path(template_id).unlink(missing_ok=True)
+
     def load_all(self) -> list[TemplateInputs]:
         if not self._directory.is_dir():
             return []

@@ -88,6 +88,10 @@ class TemplateStore(TemplateCatalog):
         self._locks: dict[str, asyncio.Lock] = {}
         self._marked: dict[Path, float] = {}  # snapshot folder -> when its use was written
 
+    @property
+    def root(self) -> Path:
+        return self._root
+
     def cached(self) -> list[TemplateSnapshot]:
         return list(self._ready.values())
 
