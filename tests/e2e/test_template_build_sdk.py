@@ -234,6 +234,12 @@ async def _in_snapstore(platform: Platform, build_id: str) -> bool:
         name.startswith(f"template-{build_id}-") for name in names)
 
 
+async def _any_in_snapstore(platform: Platform, build_id: str) -> bool:
+    async with grpc.aio.insecure_channel(address(platform.ports.snapstore)) as channel:
+        listed = await snapstore_stub(channel).ListManifests(pb.ListManifestsRequest())
+    return any(name.startswith(f"template-{build_id}") for name in listed.snapshot_ids)
+
+
 async def test_a_template_built_on_one_node_is_created_on_another(
     platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
 ) -> None:
@@ -257,6 +263,28 @@ async def test_a_template_built_on_one_node_is_created_on_another(
             finally:
                 await sandbox.kill()
     assert list((tmp_path / "templates-t" / info.build_id).iterdir())
+
+
+async def test_a_deleted_template_leaves_snapstore_and_the_node(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str],
+) -> None:
+    _, reference = image
+    template = AsyncTemplate().from_image(reference).run_cmd("echo deleted > /gone", user="root")
+    info = await AsyncTemplate.build(template, "e2e-deleted", memory_mb=512)
+    await until(lambda: _in_snapstore(platform, info.build_id), 300, "the template in snapstore")
+    local = shared_cache_dir() / "templates" / info.build_id
+    saved = shared_cache_dir() / "templates" / "built" / f"{info.build_id}.json"
+    assert local.exists() and saved.exists()
+    headers = {"X-API-Key": os.environ["E2B_API_KEY"]}
+    async with httpx.AsyncClient(base_url=os.environ["E2B_API_URL"], headers=headers) as http:
+        assert (await http.delete("/templates/e2e-deleted")).status_code == 204
+    assert not await _any_in_snapstore(platform, info.build_id)
+
+    async def dropped() -> bool:
+        return not local.exists() and not saved.exists()
+
+    # The node's next sweep (every minute) drops its copy.
+    await until(dropped, 180, "the node to drop the deleted template")
 
 
 async def test_the_js_sdks_template_builder_works_unchanged(
