@@ -3,6 +3,8 @@ else is a JSON 404 (spec e2b-compat Appendix A)."""
 
 from __future__ import annotations
 
+import re
+
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -34,6 +36,7 @@ def control_routes(
 
 
 AMBIGUOUS_PATHS = frozenset({"/health", "/metrics"})
+_CONVERTER = re.compile(r":\w+}")
 
 
 class GatewayApp:
@@ -78,6 +81,8 @@ class GatewayApp:
         method, path = scope.get("method", "GET"), scope["path"]
         if match is Match.PARTIAL:
             response = error_response(405, f"method not allowed: {method} {path}")
+            # RFC 9110: a 405 names the methods the resource has.
+            response.headers["Allow"] = ", ".join(self._allowed_methods(scope))
         else:
             response = error_response(404, f"route not found: {method} {path}")
         await self._refuse(scope, receive, send, response)
@@ -91,6 +96,18 @@ class GatewayApp:
             if match is Match.PARTIAL:
                 best = Match.PARTIAL
         return best
+
+    def _allowed_methods(self, scope: Scope) -> list[str]:
+        """The methods of the resource the path names: the routes of the first path template
+        that matches it (as the router picks; `{id}` and `{id:path}` are one template), not
+        of broader templates further down."""
+        partial = [r for r in self._router.routes if r.matches(scope)[0] is Match.PARTIAL]
+        templates = [_CONVERTER.sub("}", getattr(r, "path", "")) for r in partial]
+        methods: set[str] = set()
+        for route, template in zip(partial, templates, strict=True):
+            if template == templates[0]:
+                methods.update(getattr(route, "methods", None) or ())
+        return sorted(methods)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, response: Response) -> None:
         if scope["type"] == "websocket":

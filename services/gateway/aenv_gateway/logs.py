@@ -20,7 +20,7 @@ from typing import Any
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.clients import NodeAgentClients
-from aenv_gateway.schemas import rfc3339
+from aenv_gateway.schemas import MAX_INT64, rfc3339
 from aenv_gateway.service import SandboxService
 
 WEEK_MS = 7 * 24 * 3600 * 1000
@@ -39,14 +39,14 @@ _LEVEL_NAMES = {value: name for name, value in LEVELS.items()}
 
 def _int_param(params: Mapping[str, str], name: str) -> int | None:
     value = params.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
     try:
         number = int(value)
     except ValueError:
         raise InvalidArgument(f"{name} must be an integer") from None
-    if number < 0:
-        raise InvalidArgument(f"{name} must not be negative")
+    if not 0 <= number <= MAX_INT64:
+        raise InvalidArgument(f"{name} must be between 0 and {MAX_INT64}")
     return number
 
 
@@ -92,7 +92,7 @@ def parse_logs_v2(
     elif request.backward:
         request.start_ms, request.end_ms = cursor - WEEK_MS, cursor
     else:
-        request.start_ms, request.end_ms = cursor, cursor + WEEK_MS
+        request.start_ms, request.end_ms = cursor, min(cursor + WEEK_MS, MAX_INT64)
     return request
 
 

@@ -24,6 +24,8 @@ from aenv_gateway.snapshots import SnapshotQuery
 
 T = TypeVar("T")
 MAX_PAGE = 100
+# Times the node agent takes (unix seconds or ms) are int64.
+MAX_INT64 = 2**63 - 1
 _IDEMPOTENCY_KEY_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
 _STATE_NAMES = {RUNNING: "running", PAUSED: "paused"}
 _STATES_BY_NAME = {v: k for k, v in _STATE_NAMES.items()}
@@ -224,11 +226,11 @@ def _states(value: str | None) -> frozenset[int]:
 
 def _int_param(params: Mapping[str, str], name: str) -> int | None:
     value = params.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
     try:
         return int(value)
-    except ValueError as err:
+    except ValueError as err:  # also "": present but no integer
         raise InvalidArgument(f"{name} must be an integer") from err
 
 

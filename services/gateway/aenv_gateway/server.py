@@ -60,6 +60,8 @@ class RunningGateway:
     directory: SandboxDirectory
     # The control-plane routes served (the OpenAPI test checks each is documented).
     routes: list[BaseRoute]
+    # The HTTP edge's ASGI app (in-process tests drive it without a socket).
+    app: ASGIApp
     _edges: list[tuple[EmbeddedServer, asyncio.Task[None]]]
     _grpc: grpc.aio.Server
     _session: aiohttp.ClientSession
@@ -179,7 +181,7 @@ async def start_gateway(
         extra={"http_port": http_port, "https_port": https_port, "grpc_port": grpc_port},
     )
     return RunningGateway(
-        http_port, https_port, grpc_port, service, directory, routes,
+        http_port, https_port, grpc_port, service, directory, routes, app,
         [(server, task) for server, task, _ in edges], grpc_server, session, pool, builds,
     )
 

@@ -232,7 +232,7 @@ async def test_openapi_lists_every_route(stack: Stack) -> None:
     assert routes
     for route in routes:
         path = (route.path.replace("{sandbox_id}", "{sandboxID}")
-                .replace("{template_id:path}", "{templateID}")
+                .replace("{template_id:anypath}", "{templateID}")
                 .replace("{template_id}", "{templateID}").replace("{build_id}", "{buildID}"))
         for method in route.methods or ():
             if method == "HEAD":

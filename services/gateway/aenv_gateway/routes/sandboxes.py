@@ -23,7 +23,9 @@ from aenv_gateway.logs import (
 )
 from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import (
+    MAX_INT64,
     Presenter,
+    json_field,
     parse_json_object,
     parse_list_query,
     parse_memory,
@@ -156,10 +158,11 @@ class SandboxRoutes:
 
     async def fork(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
-        count, timeout = body.get("count", 1), body.get("timeout", FORK_DEFAULT_TIMEOUT_S)
-        if not isinstance(count, int) or not isinstance(timeout, int):
-            raise InvalidArgument("count and timeout must be integers")
-        results = await self._service.fork(request.path_params["sandbox_id"], count, timeout)
+        count = json_field(body, "count", int)
+        timeout = json_field(body, "timeout", int)
+        results = await self._service.fork(
+            request.path_params["sandbox_id"], 1 if count is None else count,
+            FORK_DEFAULT_TIMEOUT_S if timeout is None else timeout)
         return JSONResponse([self._fork_entry(r) for r in results], status_code=201)
 
     def _fork_entry(self, result: nodeagent_pb2.ForkResult) -> dict[str, Any]:
@@ -219,14 +222,14 @@ MAX_METRICS_SANDBOXES = 100
 
 def _unix_seconds(params: Mapping[str, str], name: str) -> int | None:
     value = params.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
     try:
         seconds = int(value)
     except ValueError:
         raise InvalidArgument(f"{name} must be an integer (unix seconds)") from None
-    if seconds < 0:
-        raise InvalidArgument(f"{name} must not be negative")
+    if not 0 <= seconds <= MAX_INT64:
+        raise InvalidArgument(f"{name} must be between 0 and {MAX_INT64}")
     return seconds
 
 
@@ -240,11 +243,9 @@ def parse_metrics_window(params: Mapping[str, str]) -> tuple[int | None, int | N
 
 def parse_sandbox_ids(params: Mapping[str, str]) -> list[str]:
     """`sandbox_ids=a,b` (comma-separated, as the SDKs' generated clients send it)."""
-    ids = list(dict.fromkeys(
-        sid.strip() for sid in params.get("sandbox_ids", "").split(",") if sid.strip()
-    ))
-    if not ids:
+    given = [sid.strip() for sid in params.get("sandbox_ids", "").split(",") if sid.strip()]
+    if not given:
         raise InvalidArgument("sandbox_ids is required")
-    if len(ids) > MAX_METRICS_SANDBOXES:
+    if len(given) > MAX_METRICS_SANDBOXES:
         raise InvalidArgument(f"at most {MAX_METRICS_SANDBOXES} sandbox_ids")
-    return ids
+    return list(dict.fromkeys(given))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -32,6 +33,22 @@ from aenv_gateway.templates.wire import (
 
 # The status route answers at most this many log entries per call (as E2B's).
 MAX_LOG_PAGE = 100
+
+
+class AnyPathConvertor(Convertor[str]):
+    """starlette's `path`, line breaks included: an id holding one is not found (404), not a
+    method the route lacks (405)."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", AnyPathConvertor())
 
 
 def raw_template_id(request: Request) -> str:
@@ -156,9 +173,9 @@ class TemplateRoutes:
             route("/templates/{template_id}/builds/{build_id}/status", self.build_status, "GET"),
             route("/templates/{template_id}/tags", self.list_tags, "GET"),
             route("/templates/{template_id}", self.get_template, "GET"),
-            # `:path` so a decoded `/` inside a snapshot's id still matches; the handler reads
+            # `:anypath` so a decoded `/` inside a snapshot's id still matches; the handler reads
             # the raw path.
-            route("/templates/{template_id:path}", self.delete, "DELETE"),
+            route("/templates/{template_id:anypath}", self.delete, "DELETE"),
         ]
 
 

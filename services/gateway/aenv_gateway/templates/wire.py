@@ -42,7 +42,10 @@ class BuildAsk:
 def parse_build_request(body: Mapping[str, Any]) -> BuildAsk:
     """TemplateBuildRequestV3: `name` (or the older `alias`), `tags`, `cpuCount`, `memoryMB`,
     `minFreeDiskMb`."""
-    name = json_field(body, "name", str) or json_field(body, "alias", str) or ""
+    name, alias = json_field(body, "name", str), json_field(body, "alias", str)
+    if alias is not None:  # the older field, still checked when a name overrides it
+        parse_name(alias)
+    chosen = parse_name(name if name is not None else alias or "")
     cpus = json_field(body, "cpuCount", int)
     memory = json_field(body, "memoryMB", int)
     disk = json_field(body, "minFreeDiskMb", int)
@@ -53,7 +56,7 @@ def parse_build_request(body: Mapping[str, Any]) -> BuildAsk:
             f"memoryMB must be an even number between {MIN_MEMORY_MIB} and {MAX_MEMORY_MIB}")
     if disk is not None and not 0 <= disk <= MAX_DISK_MIB:
         raise InvalidArgument(f"minFreeDiskMb must be between 0 and {MAX_DISK_MIB}")
-    return BuildAsk(parse_name(name), json_strings(body, "tags"), cluster_pb2.Resources(
+    return BuildAsk(chosen, json_strings(body, "tags"), cluster_pb2.Resources(
         vcpus=cpus or 0, memory_mib=memory or 0), disk)
 
 
