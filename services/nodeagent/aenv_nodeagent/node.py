@@ -43,6 +43,7 @@ from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateInputs, TemplateStore
 from aenv_nodeagent.templates.bases import ImageBases
+from aenv_nodeagent.templates.bounds import BuildCacheSizes, build_cache_bounds, run_bounds
 from aenv_nodeagent.templates.builds import ImageDiskSizes, TemplateBuilds
 from aenv_nodeagent.templates.cache import TemplateCache
 from aenv_nodeagent.templates.code_interpreter import (
@@ -197,6 +198,11 @@ class NodeAgent:
         self._run(RetiredTemplates(
             templates, kept.saved, lambda: retired_ids(store), sandboxes.templates_in_use,
             pool.forget_template).run(s.template_cache_trim_interval_s))
+        self._run(run_bounds(build_cache_bounds(
+            templates, s.resolved_image_cache_dir(), s.resolved_templates_dir() / "layers",
+            BuildCacheSizes(*(int(gib * (1 << 30)) for gib in (
+                s.image_blob_cache_max_gib, s.image_bases_max_gib, s.step_layers_max_gib)))),
+            s.template_cache_trim_interval_s))
         log.info(
             "node agent ready",
             extra={"node_id": s.node_id, "accelerator": str(self.accel.accel),

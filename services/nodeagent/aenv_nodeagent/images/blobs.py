@@ -112,6 +112,7 @@ class BlobCache:
         build is fetching it, in which case wait for that one). True if this call downloaded it."""
         final = self.path(digest)
         if final.is_file():
+            _mark_used(final)
             return False
         for folder in (self._blobs, self._locks, self._tmp):
             folder.mkdir(parents=True, exist_ok=True)
@@ -144,3 +145,10 @@ class BlobCache:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp_name)
             raise
+
+
+def _mark_used(blob: Path) -> None:
+    """Its use time: the node's bound on this cache removes the least recently used first
+    (templates/bounds.py)."""
+    with contextlib.suppress(OSError):
+        os.utime(blob)

@@ -10,6 +10,7 @@ image) and a recipe, cold-booted once and captured, so sandboxes only ever resto
 - saved.py: the templates built or pulled here, known again after a restart
 - distribution.py: templates through snapstore, so any node creates from them
 - cache.py, retire.py: bounding the captured ones; dropping those the catalog retired
+- bounds.py: bounding what builds leave (image blobs, base disks, step layers)
 """
 
 from aenv_nodeagent.templates.model import (

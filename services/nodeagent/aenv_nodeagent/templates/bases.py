@@ -26,6 +26,7 @@ from aenv_nodeagent.images import (
     parse_reference,
 )
 from aenv_nodeagent.images.auth import Login
+from aenv_nodeagent.templates.bounds import mark_used
 
 
 class ImageBases:
@@ -74,4 +75,5 @@ class ImageBases:
             os.rename(work, home)
             home.chmod(0o755)  # every sandbox's QEMU reads the disk (mkdtemp made it 0700)
             work.mkdir()  # for the caller's cleanup
+        mark_used(home / built.path.name)
         return dataclasses.replace(built, path=home / built.path.name)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from aenv_nodeagent.templates.bounds import disk_bytes
 from aenv_nodeagent.templates.model import BASE_TEMPLATE, META_FILE, TemplateSnapshot
 from aenv_nodeagent.templates.store import TemplateStore
 
@@ -32,18 +32,6 @@ class CachedTemplate:
     snapshot: TemplateSnapshot
     bytes: int
     last_used: float
-
-
-def disk_bytes(directory: Path) -> int:
-    """What the folder takes on disk (sparse RAM files count what they hold)."""
-    total = 0
-    for root, _, files in os.walk(directory):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except OSError:
-                continue  # removed meanwhile
-    return total
 
 
 class TemplateCache:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aenv_nodeagent.artifacts.cache import CacheKey
 from aenv_nodeagent.disks import create_overlay
+from aenv_nodeagent.templates.bounds import mark_used
 from aenv_nodeagent.templates.model import DISK_FILE, ROOT_NODE, TemplateInputs
 from aenv_nodeagent.templates.steps import GuestDefaults
 from aenv_nodeagent.vmm import Vm
@@ -87,6 +88,7 @@ class StepLayers:
         disk = self._root / str(data["disk"])
         if data.get("rootfs") != str(rootfs) or not disk.is_file():
             return None
+        mark_used(disk)  # a build boots on it: the node's bound keeps it (bounds.py)
         return StepLayer(key, disk, GuestDefaults(**data["defaults"]))
 
 
