@@ -28,7 +28,7 @@ def lookup_user(name: str) -> User:
     """Resolves a user name from the guest's passwd database; unknown -> unauthenticated."""
     try:
         entry = pwd.getpwnam(name)
-    except KeyError:
+    except (KeyError, ValueError):  # ValueError: a NUL byte, which no name holds
         if name == "root":  # an image without /etc/passwd still has uid 0
             return User("root", 0, 0, "/root", (0,))
         raise unauthenticated(f"invalid username: '{name}'") from None
@@ -39,7 +39,7 @@ def lookup_user(name: str) -> User:
 def user_exists(name: str) -> bool:
     try:
         pwd.getpwnam(name)
-    except KeyError:
+    except (KeyError, ValueError):
         return False
     return True
 
@@ -62,7 +62,12 @@ def username_from_authorization(header: str | None) -> str | None:
 
 
 def resolve_path(path: str, user: User, default_workdir: str | None) -> str:
-    """`~` expands to the user's home; relative paths are under the home (empty -> workdir)."""
+    """`~` expands to the user's home; relative paths are under the home (empty -> workdir).
+
+    :raise EnvdError: invalid_argument for a NUL byte (no path holds one: the OS refuses it)
+        and for `~user` forms."""
+    if "\x00" in path:
+        raise invalid_argument("path holds a NUL byte")
     if path == "":
         return default_workdir or user.home
     if path == "~":
