@@ -80,7 +80,12 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:
         self.builds.append(request)
         self.build_started.set()
-        async for line in build_steps(request):
+
+        async def held(step: nodeagent_pb2.TemplateStep) -> None:
+            if self.build_gate is not None:  # a failing step fails once the gate opens
+                await self.build_gate.wait()
+
+        async for line in build_steps(request, held):
             yield line
         if self.build_gate is not None:
             await self.build_gate.wait()

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from e2b import AsyncTemplate, TemplateClass
+from e2b import AsyncTemplate, BuildException, TemplateClass
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import RETIRED_TEMPLATES, ClusterStore
@@ -88,6 +88,30 @@ async def test_concurrent_builds_through_two_gateways_build_once(
         assert await store.get_record(RETIRED_TEMPLATES, built, cluster_pb2.TemplateRecord)
     finally:
         await store.close()
+
+
+async def test_the_followers_of_a_failed_build_fail_with_its_reason(
+    replicas: list[Stack],
+) -> None:
+    for gateway in replicas:
+        gateway.nodeagent.build_gate = asyncio.Event()
+    failing = AsyncTemplate().from_image("alpine:3").run_cmd("false")
+    calls = [asyncio.ensure_future(_build(g, failing, "doomed")) for g in replicas]
+    started = [asyncio.ensure_future(g.nodeagent.build_started.wait()) for g in replicas]
+    try:
+        await asyncio.wait(started, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.sleep(2.0)  # the other asks meanwhile, and follows
+        for gateway in replicas:
+            assert gateway.nodeagent.build_gate is not None
+            gateway.nodeagent.build_gate.set()
+        results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 60)
+    finally:
+        for task in calls + started:
+            task.cancel()
+    assert _node_builds(replicas) == 1
+    for result in results:
+        assert isinstance(result, BuildException)
+        assert "step 1 (RUN): exited with code 1" in str(result)
 
 
 async def test_a_name_asked_for_through_replicas_at_once_is_one_template(
