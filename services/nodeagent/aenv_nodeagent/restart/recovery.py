@@ -27,7 +27,7 @@ from aenv_nodeagent.memory.paused import finish_pending
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.sandbox.model import PAUSED_MARKER
 from aenv_nodeagent.sandbox.records import SandboxRecords
-from aenv_nodeagent.vmm import QemuVm
+from aenv_nodeagent.vmm import QemuVm, VmJail
 from aenv_nodeagent.vmm.argv import VmFiles
 from aenv_nodeagent.vmm.process import qemu_owning
 
@@ -91,11 +91,13 @@ def remove_unpaused_dirs(sandboxes_dir: Path, keep: frozenset[str] = frozenset()
 
 
 async def adopt(
-    directory: Path, record: cluster_pb2.SandboxRecord, network: NetworkManager
+    directory: Path, record: cluster_pb2.SandboxRecord, network: NetworkManager,
+    jail: VmJail | None = None,
 ) -> Adopted | None:
-    """The sandbox in `directory` if its VM can be taken over, else None (it is then killed)."""
+    """The sandbox in `directory` if its VM can be taken over, else None (it is then killed).
+    Its cgroup is found again through `jail`, whose to remove it is when the VM ends."""
     try:
-        vm = await QemuVm.attach(directory / "vm")
+        vm = await QemuVm.attach(directory / "vm", jail=jail)
     except NotFound:
         return None
     except AenvError as err:
@@ -127,11 +129,12 @@ async def recover(
     network: NetworkManager,
     records: SandboxRecords,
     previous: list[cluster_pb2.SandboxRecord],
+    jail: VmJail | None = None,
 ) -> Recovered:
     ours = [rec for rec in previous if rec.node_id == node_id]
     sandboxes_dir = state_dir / "sandboxes"
     adopted = [found for rec in ours if rec.state in _ADOPTABLE
-               if (found := await adopt(sandboxes_dir / rec.sandbox_id, rec, network))]
+               if (found := await adopt(sandboxes_dir / rec.sandbox_id, rec, network, jail))]
     kept = frozenset(a.record.sandbox_id for a in adopted)
     await asyncio.to_thread(finish_paused_memory, sandboxes_dir)
     killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))

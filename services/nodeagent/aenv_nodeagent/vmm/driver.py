@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from aenv_nodeagent.vmm.confined import VmJail
 from aenv_nodeagent.vmm.frozen import FrozenCopy
 from aenv_nodeagent.vmm.qemu import QemuVm
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
@@ -110,9 +111,13 @@ class VmmDriver(Protocol):
 
 
 class QemuDriver:
-    """VmmDriver backed by QEMU `-M microvm`."""
+    """VmmDriver backed by QEMU `-M microvm`; every QEMU confined by `jail` (rlimits only by
+    default; the node passes its cgroups)."""
 
     name = "qemu"
+
+    def __init__(self, jail: VmJail | None = None) -> None:
+        self.jail = jail or VmJail()
 
     async def launch(
         self,
@@ -124,7 +129,8 @@ class QemuDriver:
         console_log: Path | None = None,
     ) -> QemuVm:
         return await QemuVm.launch(
-            spec, workdir, incoming=incoming, argv_prefix=argv_prefix, console_log=console_log
+            spec, workdir, incoming=incoming, argv_prefix=argv_prefix, console_log=console_log,
+            jail=self.jail,
         )
 
 

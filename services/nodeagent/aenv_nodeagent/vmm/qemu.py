@@ -13,9 +13,11 @@ from typing import TypeVar
 from qemu.qmp import EventListener, ExecuteError, QMPClient, QMPError
 
 from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, Internal, NotFound
+from aenv_nodeagent.confinement import VmCgroup
 from aenv_nodeagent.phases import PhaseTimer
-from aenv_nodeagent.vmm import process, qemu_disks, qmp_connect, seccomp
+from aenv_nodeagent.vmm import process, qemu_disks, qmp_connect
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles, build_argv
+from aenv_nodeagent.vmm.confined import VmJail
 from aenv_nodeagent.vmm.frozen import FreezeChannel, FrozenCopy
 from aenv_nodeagent.vmm.preload import preload_env
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
@@ -51,10 +53,14 @@ class QemuVm:
         files: VmFiles,
         *,
         incoming: bool,
+        jail: VmJail | None = None,
+        cgroup: VmCgroup | None = None,
     ) -> None:
         self._proc = proc
         self._qmp = qmp
         self.files = files
+        self._jail = jail or VmJail()
+        self.cgroup = cgroup  # held until the shutdown reaped QEMU
         self._awaiting_restore = incoming
         self._ignore_shared: bool | None = None  # as last set in QEMU
         self._shutdown_task: asyncio.Task[None] | None = None
@@ -89,17 +95,22 @@ class QemuVm:
         console_log: Path | None = None,
         qemu_binary: str = QEMU_BINARY,
         start_timeout: float = 10.0,
+        jail: VmJail | None = None,
     ) -> QemuVm:
         """Start QEMU and return once its QMP session is up. `argv_prefix` must exec QEMU (as
-        `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID."""
+        `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID. QEMU runs
+        confined by `jail` (its own cgroup, rlimits) from its first instruction."""
+        jail = jail or VmJail()
         files = qmp_connect.prepare_workdir(workdir)
         disk_fds = qemu_disks.open_disks(spec)
         freezer, freeze_socket = (None, None) if spec.preload_library is None else (
             FreezeChannel.pair())
         clock = PhaseTimer("qemu")
+        cgroup: VmCgroup | None = None
         with clock.phase("exec_to_qmp"):
             try:
-                argv = _hole_punch_guard(spec, [*argv_prefix, *build_argv(
+                cgroup = jail.enter(spec)
+                argv = jail.argv(spec, cgroup, [*argv_prefix, *build_argv(
                     spec, files, incoming=incoming, console_log=console_log,
                     qemu_binary=qemu_binary, disk_fds=disk_fds)])
                 inherited = [fd for fds in disk_fds.values() for fd in fds]
@@ -112,26 +123,32 @@ class QemuVm:
             except BaseException:
                 if freezer is not None:
                     freezer.close()
+                jail.leave(cgroup)  # connect_or_clean_up reaped QEMU
                 raise
             finally:
                 qemu_disks.close_all(disk_fds)  # QEMU holds its own copies
                 if freeze_socket is not None:
                     freeze_socket.close()
-        vm = cls(proc, qmp, files, incoming=incoming)
+        vm = cls(proc, qmp, files, incoming=incoming, jail=jail, cgroup=cgroup)
         vm.logs_writes = spec.preload_library is not None
         vm._freezer = freezer
         vm.timings.update(clock.phases_ms)
         logger.info(
             "QEMU started",
             extra={"pid": vm.pid, "accel": str(spec.accel.accel), "incoming": incoming,
-                   "workdir": str(workdir), "exec_to_qmp_ms": clock.phases_ms["exec_to_qmp"]},
+                   "workdir": str(workdir), "cgroup": cgroup.name if cgroup else None,
+                   "exec_to_qmp_ms": clock.phases_ms["exec_to_qmp"]},
         )
         return vm
 
     @classmethod
-    async def attach(cls, workdir: Path, time_limit: float = 5.0) -> QemuVm:
+    async def attach(
+        cls, workdir: Path, time_limit: float = 5.0, jail: VmJail | None = None
+    ) -> QemuVm:
         """Take over the QEMU an earlier node agent launched in `workdir` (NotFound when none
-        runs there). Its QMP socket is in `workdir`, or where its command line put it."""
+        runs there). Its QMP socket is in `workdir`, or where its command line put it; its
+        cgroup is `jail`'s to remove from now on."""
+        jail = jail or VmJail()
         files = VmFiles.in_dir(workdir)
         pid = process.qemu_owning(files.pidfile)
         if pid is None:
@@ -148,9 +165,11 @@ class QemuVm:
         except BaseException:
             proc.close()  # QEMU stays running; it is not ours after all
             raise
-        logger.info("QEMU adopted", extra={"pid": pid, "workdir": str(workdir)})
+        cgroup = jail.adopt(pid)
+        logger.info("QEMU adopted", extra={"pid": pid, "workdir": str(workdir),
+                                           "cgroup": cgroup.name if cgroup else None})
         return cls(proc, qmp, VmFiles(socket_path, files.pidfile, files.stderr_log),
-                   incoming=False)
+                   incoming=False, jail=jail, cgroup=cgroup)
 
     async def __aenter__(self) -> QemuVm:
         return self
@@ -274,6 +293,7 @@ class QemuVm:
     async def release(self) -> None:
         """Let go of QEMU without stopping it (a VM not taken over after all)."""
         self._close_freezer()
+        self._jail.forget(self.cgroup)
         await qmp_connect.disconnect(self._qmp)
         if isinstance(self._proc, process.AdoptedProcess):
             self._proc.close()
@@ -298,6 +318,9 @@ class QemuVm:
             self._close_freezer()
             await qmp_connect.disconnect(self._qmp)
             qmp_connect.remove_files(self.files)
+            if self._proc.returncode is not None:  # else still running: its cgroup stays
+                self._jail.leave(self.cgroup)
+                self.cgroup = None
         logger.info("QEMU stopped", extra={"pid": self.pid, "exit_code": self._proc.returncode})
 
     def _close_freezer(self) -> None:
@@ -429,10 +452,3 @@ def _discard_partial_state(state_path: Path) -> None:
     if state_path.is_file():
         state_path.unlink()
 
-
-def _hole_punch_guard(spec: VmSpec, argv: list[str]) -> list[str]:
-    """Free page reporting in a VM mapping its RAM file copy-on-write: keep QEMU 7.2 from
-    punching the reported pages out of the file (seccomp.py); the VM still gives them back."""
-    if spec.mem_shared or not spec.free_page_reporting:
-        return argv
-    return seccomp.wrapped(argv)

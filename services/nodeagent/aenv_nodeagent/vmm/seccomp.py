@@ -17,10 +17,10 @@ allocated (the overlay is thrown away with its sandbox). A zero-write falls back
 only on filesystems without `FALLOC_FL_ZERO_RANGE`, which node state directories must have
 (ext4, xfs).
 
-QEMU is started through this file run as a script (`wrapped`): it installs the filter and execs
-QEMU in place (same PID), which inherits it in all its threads, for good. Not in a `preexec_fn`:
-Python code between fork and exec runs gRPC's fork handlers, which abort the child. The script
-imports only the standard library and starts with `-I -S`, in about 10-20 ms.
+QEMU's exec step (jail.py) installs the filter before it execs QEMU in place (same PID), which
+inherits it in all its threads, for good; this file run as a script (`wrapped`) does only that.
+Not in a `preexec_fn`: Python code between fork and exec runs gRPC's fork handlers, which abort
+the child. The script imports only the standard library and starts with `-I -S`, in 10-20 ms.
 """
 
 from __future__ import annotations

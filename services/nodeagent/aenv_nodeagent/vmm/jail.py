@@ -1,0 +1,83 @@
+"""The step every QEMU is exec'd through: it joins the VM's cgroup, drops core dumps, bounds its
+descriptors, sets `no_new_privs`, installs the hole-punch filter when asked (seccomp.py), then
+execs its command line in place (same PID). So no guest instruction ever runs outside the cgroup,
+and nothing of a guest's memory can land in a core file.
+
+Run as a script (`wrapped`), not in a `preexec_fn`: Python code between fork and exec runs gRPC's
+fork handlers, which abort the child. Standard library only, started with `-I -S` (10-20 ms).
+A step that fails exits non-zero before the exec, with its reason on stderr: the VM never starts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+_PR_SET_NO_NEW_PRIVS = 38
+_FAILED = 125  # the exit status of a step that failed (as env(1) and friends use it)
+
+
+def wrapped(
+    argv: Sequence[str], *, cgroup_procs: Sequence[Path] = (), nofile: int = 4096,
+    hole_punch_filter: bool = False,
+) -> list[str]:
+    """`argv` run in the cgroup whose `cgroup.procs` files are `cgroup_procs` (one per
+    hierarchy), with at most `nofile` descriptors."""
+    options = [f"--cgroup={path}" for path in cgroup_procs] + [f"--nofile={nofile}"]
+    if hole_punch_filter:
+        options.append("--hole-punch-filter")
+    return [sys.executable, "-I", "-S", __file__, *options, "--", *argv]
+
+
+def _join_cgroups(procs_files: list[str]) -> None:
+    pid = str(os.getpid())
+    for procs in procs_files:
+        with open(procs, "w") as fh:  # pathlib would cost start-up time here
+            fh.write(pid)
+
+
+def _limit_resources(nofile: int) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    bound = nofile if hard == resource.RLIM_INFINITY else min(nofile, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (bound, bound))
+
+
+def _no_new_privs() -> None:
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+    prctl.restype = ctypes.c_int
+    if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+def _install_hole_punch_filter() -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import seccomp
+
+    seccomp.install()
+
+
+def main(args: list[str]) -> None:
+    split = args.index("--")
+    options, argv = args[:split], args[split + 1:]
+    cgroups = [o.removeprefix("--cgroup=") for o in options if o.startswith("--cgroup=")]
+    nofile = next(int(o.removeprefix("--nofile=")) for o in options if o.startswith("--nofile="))
+    try:
+        _join_cgroups(cgroups)
+        _limit_resources(nofile)
+        _no_new_privs()
+        if "--hole-punch-filter" in options:
+            _install_hole_punch_filter()
+    except OSError as err:
+        print(f"aenv jail: {err}", file=sys.stderr)
+        sys.exit(_FAILED)
+    os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
