@@ -19,7 +19,7 @@ import os
 import shutil
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -222,11 +222,20 @@ def build_cache_bounds(
     ]
 
 
-async def run_bounds(bounds: list[Bounded], interval_s: float) -> None:
+async def run_every(interval_s: float, what: str, work: Callable[[], Awaitable[object]]) -> None:
+    """`work` now and every `interval_s` after, for good: one failed pass is logged, and the next
+    tries again (etcd away, a file removed meanwhile)."""
     while True:
-        for bound in bounds:
-            try:
-                bound.trim()  # in the loop: `kept` reads what the node holds
-            except Exception:  # one bad pass must not end the trimming
-                log.exception("build cache trim failed", extra={"cache": bound.name})
+        try:
+            await work()
+        except Exception:
+            log.exception("periodic pass failed", extra={"what": what})
         await asyncio.sleep(interval_s)
+
+
+async def run_bounds(bounds: list[Bounded], interval_s: float) -> None:
+    async def trim() -> None:
+        for bound in bounds:  # in the loop: `kept` reads what the node holds
+            bound.trim()
+
+    await run_every(interval_s, "build cache trim", trim)

@@ -10,14 +10,13 @@ pre-made overlays go with it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_nodeagent.templates.bounds import disk_bytes
+from aenv_nodeagent.templates.bounds import disk_bytes, run_every
 from aenv_nodeagent.templates.model import BASE_TEMPLATE, META_FILE, TemplateSnapshot
 from aenv_nodeagent.templates.store import TemplateStore
 
@@ -91,9 +90,4 @@ class TemplateCache:
         return evicted
 
     async def run(self, interval_s: float = 60.0) -> None:
-        while True:
-            try:
-                await self.trim()
-            except Exception:  # one bad pass must not end the trimming
-                log.exception("template cache trim failed")
-            await asyncio.sleep(interval_s)
+        await run_every(interval_s, "template cache trim", self.trim)

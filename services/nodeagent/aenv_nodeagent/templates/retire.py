@@ -14,13 +14,13 @@ records.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 from collections.abc import Awaitable, Callable
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import RETIRED_TEMPLATES, ClusterStore
+from aenv_nodeagent.templates.bounds import run_every
 from aenv_nodeagent.templates.cache import Forget, InUse
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.store import TemplateStore
@@ -74,9 +74,5 @@ class RetiredTemplates:
                  extra={"template": template_id})
 
     async def run(self, interval_s: float) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except Exception:  # etcd away, say: nothing is dropped, the next pass tries again
-                log.exception("retired templates sweep failed")
-            await asyncio.sleep(interval_s)
+        # A pass that cannot read the marks (etcd away) drops nothing; the next tries again.
+        await run_every(interval_s, "retired templates sweep", self.sweep)
