@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from aenv_cli.commands import sandboxes
+from aenv_cli.commands import sandboxes, shell
 from aenv_cli.commands.auth import auth_app
 from aenv_cli.commands.snapshots import snapshot_app
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(auth_app, name="auth")
+    app.command("start")(shell.start)
+    app.command("connect")(shell.connect)
+    # Options come before the id, as docker's: everything after it is the command's.
+    app.command("exec", context_settings={"allow_interspersed_args": False})(shell.exec_)
     for command in (sandboxes.ls, sandboxes.inspect, sandboxes.pause, sandboxes.resume,
                     sandboxes.rm, sandboxes.timeout, sandboxes.fork, sandboxes.reset,
                     sandboxes.logs):
