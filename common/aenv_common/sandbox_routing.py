@@ -35,7 +35,8 @@ def parse_port(value: str | None) -> int:
     """`E2b-Sandbox-Port`; absent means envd's port, as upstream's proxy assumes."""
     if value is None or value == "":
         return ENVD_PORT
-    if not value.isdigit() or not 0 < int(value) < 65536:
+    # ASCII digits only: isdigit() also takes "²", which int() refuses.
+    if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:
         raise InvalidArgument(f"invalid E2b-Sandbox-Port {value!r}")
     return int(value)
 

@@ -17,7 +17,8 @@ def target_from_host(host: str, domain: str) -> SandboxTarget | None:
     if not name.endswith(suffix):
         return None
     port, dash, sandbox_id = name[: -len(suffix)].partition("-")
-    if not dash or not port.isdigit() or not 0 < int(port) < 65536:
+    # ASCII digits only: isdigit() also takes "²", which int() refuses.
+    if not dash or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         return None
     if not is_valid_sandbox_id(sandbox_id):
         return None

@@ -43,8 +43,9 @@ class SignedFileRouter:
         if not signature:
             return None
         expiration = _one(query, "signature_expiration")
+        expires = expiration.isascii() and expiration.isdigit()  # isdigit() alone takes "²"
         material = _SignedRequest(_one(query, "path"), operation, _one(query, "username"),
-                                  int(expiration) if expiration.isdigit() else None)
+                                  int(expiration) if expires else None)
         sandbox_id = self._find(signature, material)
         if sandbox_id is None:
             raise Unauthenticated("invalid signature")

@@ -182,6 +182,6 @@ class TemplateRoutes:
 def _non_negative(value: str | None, name: str, default: int) -> int:
     if value is None or value == "":
         return default
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # isdigit() alone takes "²"
         raise InvalidArgument(f"{name} must be a non-negative integer")
     return int(value)

@@ -58,7 +58,7 @@ class ContextUploads:
         :raise InvalidArgument: larger than MAX_CONTEXT_BYTES.
         """
         context_manifest_id(files_hash)
-        if not expires.isdigit() or int(expires) < self._clock():
+        if not (expires.isascii() and expires.isdigit()) or int(expires) < self._clock():
             raise PermissionDenied("the upload link has expired")
         expected = self._sign(files_hash, int(expires))
         if not hmac.compare_digest(expected.encode(), signature.encode()):
