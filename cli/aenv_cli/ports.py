@@ -19,6 +19,10 @@ class PlatformPorts:
     nodeagent: int = 50052
     nodeagent_proxy: int = 50080
     snapstore: int = 50053
+    # Prometheus /metrics of the gRPC services (the gateway's is on gateway_http).
+    scheduler_metrics: int = 9101
+    nodeagent_metrics: int = 9102
+    snapstore_metrics: int = 9103
 
     @classmethod
     def free(cls) -> PlatformPorts:

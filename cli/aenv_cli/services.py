@@ -113,6 +113,9 @@ def service_environment(
             "AENV_NODEAGENT_PROXY_LISTEN": address(ports.nodeagent_proxy),
             "AENV_NODEAGENT_SNAPSTORE_ADDRESS": address(ports.snapstore),
             "AENV_SNAPSTORE_LISTEN": address(ports.snapstore),
+            "AENV_SCHEDULER_METRICS_LISTEN": address(ports.scheduler_metrics),
+            "AENV_NODEAGENT_METRICS_LISTEN": address(ports.nodeagent_metrics),
+            "AENV_SNAPSTORE_METRICS_LISTEN": address(ports.snapstore_metrics),
             # Logs reach the log files as they are written, not when a buffer fills.
             "PYTHONUNBUFFERED": "1",
         }

@@ -1,8 +1,11 @@
-"""gRPC server plumbing shared by the services: typed-error mapping, health and reflection."""
+"""gRPC server plumbing shared by the services: typed-error mapping, request metrics, health and
+reflection."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -11,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from aenv_common.errors import AenvError
+from aenv_common.metrics import GRPC_REQUESTS, GRPC_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +23,7 @@ Registrar = Callable[[Any, grpc.aio.Server], None]
 
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Turns typed `AenvError`s raised by servicers into gRPC statuses, so servicers never deal
-    with status codes themselves."""
+    with status codes themselves; counts and times every request by method and status."""
 
     async def intercept_service(
         self,
@@ -29,46 +33,78 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
+        method = handler_call_details.method
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary),
+                _wrap_unary(handler.unary_unary, method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream),
+                _wrap_stream(handler.unary_stream, method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary),
+                _wrap_unary(handler.stream_unary, method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler
 
 
-def _wrap_unary(fn: Any) -> Any:
+def _wrap_unary(fn: Any, method: str) -> Any:
     async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await fn(request, context)
-        except AenvError as err:
-            await context.abort(err.grpc_code, err.message)
+        with _Measured(method, context) as measured:
+            try:
+                return await fn(request, context)
+            except AenvError as err:
+                measured.code = err.grpc_code.name
+                await context.abort(err.grpc_code, err.message)
 
     return wrapped
 
 
-def _wrap_stream(fn: Any) -> Any:
+def _wrap_stream(fn: Any, method: str) -> Any:
     async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            async for item in fn(request, context):
-                yield item
-        except AenvError as err:
-            await context.abort(err.grpc_code, err.message)
+        with _Measured(method, context) as measured:
+            try:
+                async for item in fn(request, context):
+                    yield item
+            except AenvError as err:
+                measured.code = err.grpc_code.name
+                await context.abort(err.grpc_code, err.message)
 
     return wrapped
+
+
+class _Measured:
+    """One request's count (by its status) and time."""
+
+    def __init__(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        self.method = method
+        self.code = "OK"
+        self._context = context
+        self._started = 0.0
+
+    def __enter__(self) -> _Measured:
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self.code == "OK" and kind is not None:
+            # A servicer's own abort set the status; anything else escaped it.
+            aborted = self._context.code()
+            if aborted is not None:
+                self.code = aborted.name
+            elif issubclass(kind, asyncio.CancelledError):
+                self.code = "CANCELLED"
+            else:
+                self.code = "UNKNOWN"
+        GRPC_REQUESTS.labels(self.method, self.code).inc()
+        GRPC_SECONDS.labels(self.method).observe(time.perf_counter() - self._started)
 
 
 async def start_grpc_server(

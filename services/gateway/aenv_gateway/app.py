@@ -19,6 +19,7 @@ from aenv_common.sandbox_routing import target_from_headers
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.dataplane import DataPlane, drain_body
 from aenv_gateway.dispatch import target_from_host
+from aenv_gateway.gateway_metrics import RequestMetrics
 from aenv_gateway.http_errors import error_response, typed_error_response
 from aenv_gateway.routes import health
 from aenv_gateway.routes.sandboxes import SandboxRoutes
@@ -118,5 +119,6 @@ class GatewayApp:
 
 
 def instrumented(app: ASGIApp) -> ASGIApp:
-    """Server spans for every request; the W3C traceparent of the caller becomes their parent."""
-    return OpenTelemetryMiddleware(app)
+    """Server spans for every request (the W3C traceparent of the caller becomes their parent),
+    and its count and time (gateway_metrics.py)."""
+    return OpenTelemetryMiddleware(RequestMetrics(app))

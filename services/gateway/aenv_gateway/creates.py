@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, NotFound, Unavailable
 from aenv_gateway.clients import NodeAgentClients
+from aenv_gateway.gateway_metrics import CREATE_RETRIES, CREATES_ABANDONED
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class NodeCreates:
         deadline = self._clock() + self._policy.retry_s
         while self._clock() < deadline:
             await self._sleep(self._policy.interval_s)
+            CREATE_RETRIES.inc()
             try:
                 record = await self._nodeagents.create(address, spec)
             except (*_UNKNOWN_OUTCOME, Conflict):
@@ -85,6 +87,7 @@ class NodeCreates:
         raise Unavailable(f"the node agent did not answer the create ({first.message})")
 
     def _abandon(self, address: str, sandbox_id: str) -> None:
+        CREATES_ABANDONED.inc()
         task = asyncio.ensure_future(self._kill_when_answered(address, sandbox_id))
         self._abandoned.add(task)
         task.add_done_callback(self._abandoned.discard)

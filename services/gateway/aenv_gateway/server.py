@@ -31,6 +31,7 @@ from aenv_gateway.config import GatewaySettings, TlsCertificate
 from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
+from aenv_gateway.gateway_metrics import SANDBOX_STATES
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
 from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.routes.sandboxes import SandboxRoutes
@@ -79,6 +80,7 @@ class RunningGateway:
         await self._grpc.stop(grace=2)
         await self._session.close()
         await self._pool.close()
+        SANDBOX_STATES.detach(self.directory.records)
         log.info("gateway stopped")
 
     async def wait(self) -> None:
@@ -180,6 +182,7 @@ async def start_gateway(
         "gateway listening",
         extra={"http_port": http_port, "https_port": https_port, "grpc_port": grpc_port},
     )
+    SANDBOX_STATES.attach(directory.records)
     return RunningGateway(
         http_port, https_port, grpc_port, service, directory, routes, app,
         [(server, task) for server, task, _ in edges], grpc_server, session, pool, builds,

@@ -9,6 +9,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv_common.config import CommonSettings
+from aenv_nodeagent.confinement.choice import CgroupMode
 
 
 class NodeAgentSettings(BaseSettings):
@@ -19,6 +20,8 @@ class NodeAgentSettings(BaseSettings):
     listen: str = "127.0.0.1:50052"
     # Data-plane proxy into this node's sandboxes.
     proxy_listen: str = "127.0.0.1:50080"
+    # Prometheus /metrics over HTTP (host:port); unset: not served.
+    metrics_listen: str | None = None
     # Addresses other services use to reach us (defaults: the listen addresses).
     advertise_address: str | None = None
     advertise_proxy_address: str | None = None
@@ -97,6 +100,18 @@ class NodeAgentSettings(BaseSettings):
     # Registry credentials: a file in Docker's config.json shape (`auths`), never inline, so no
     # secret shows in a dump of these settings.
     registry_credentials_file: Path | None = None
+    # A cgroup per VM (confinement/): `required` fails the node's start where the host cannot
+    # confine VMs; `auto` runs them unconfined there, saying so (a WARNING, the node's status);
+    # `off` does not try.
+    vmm_cgroups: CgroupMode = "auto"
+    # The cgroup the node's VM cgroups go under (default: the agent's own on v1, /aenv on v2).
+    vmm_cgroup_parent: str | None = None
+    # QEMU's own memory beside its guest's RAM: memory.max is the RAM (twice for a VM that
+    # makes frozen copies), TCG's translation cache, and this.
+    vmm_memory_overhead_mib: int = Field(default=256, ge=0)
+    # Tasks of one QEMU: its threads (vCPUs, I/O workers: up to 64) and frozen copies.
+    vmm_pids_max: int = Field(default=512, ge=16)
+    vmm_nofile_max: int = Field(default=4096, ge=64)
 
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or self.common.home / "cache"

@@ -16,6 +16,7 @@ import aiohttp
 import grpc
 import uvicorn
 from google.protobuf.timestamp_pb2 import Timestamp
+from prometheus_client import REGISTRY
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2_grpc
@@ -23,16 +24,19 @@ from aenv_common.cluster import ClusterStore, NodeRegistration
 from aenv_common.errors import AenvError
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import start_http_server
+from aenv_common.metrics import MetricsEndpoint
 from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.artifacts.rootfs import CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
 from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.confinement import Confinement, LimitSettings, choose
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.images import BlobCache, RegistryHosts, load_credentials
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
 from aenv_nodeagent.restart.recovery import recover
@@ -55,7 +59,7 @@ from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.retire import RetiredTemplates, retired_ids
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BuildContexts
-from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, detect_accelerator
+from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, VmJail, detect_accelerator
 from aenv_nodeagent.vmm.driver import VmmDriver
 
 log = logging.getLogger(__name__)
@@ -135,6 +139,7 @@ class NodeAgent:
         self.sandboxes: SandboxService | None = None
         self.templates: TemplateStore | None = None
         self.grpc_port = 0
+        self.confinement: Confinement | None = None
         self._stack = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
@@ -149,9 +154,9 @@ class NodeAgent:
         envd = EnvdClient(session)
         network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
         stack.push_async_callback(network.settled)
+        driver = QemuDriver(self._jail())
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
-                                  await store.list_sandboxes())
-        driver = QemuDriver()
+                                  await store.list_sandboxes(), driver.jail)
         publisher = SnapshotPublisher(store, s.node_id)
         persistence = self._persistence(publisher)
         kept = await self._prepare_templates(
@@ -187,6 +192,7 @@ class NodeAgent:
         )
         stack.push_async_callback(grpc_server.stop, 1.0)
         await self._start_proxy(connections)
+        await self._serve_metrics(pool)
         await registration.start()
         self._run(sandboxes.run_expiry())
         self._run(sandboxes.run_exit_watch())
@@ -215,6 +221,24 @@ class NodeAgent:
         disk for the next start), then the servers and connections close."""
         await self._stack.aclose()
 
+    async def _serve_metrics(self, pool: WarmPool) -> None:
+        s, registry = self.settings, self.registry
+        if s.metrics_listen is None:
+            return
+        collector = NodeCollector(NodeReadings(
+            sandboxes_by_state=lambda: {"running": len(registry.all()),
+                                        "paused": len(registry.paused_ids())},
+            pool_depth=pool.sizes,
+            capacity=cluster_pb2.Resources(vcpus=s.capacity_vcpus,
+                                           memory_mib=s.capacity_memory_mib),
+            allocated=registry.allocated,
+            vm_pids=lambda: [sandbox.vm.pid for sandbox in registry.all()],
+        ))
+        REGISTRY.register(collector)
+        self._stack.callback(REGISTRY.unregister, collector)
+        endpoint = await MetricsEndpoint.start(s.metrics_listen)
+        self._stack.push_async_callback(endpoint.stop)
+
     def _run(self, work: Coroutine[None, None, object]) -> None:
         task = asyncio.create_task(work)
 
@@ -224,6 +248,22 @@ class NodeAgent:
                 await task
 
         self._stack.push_async_callback(cancel)
+
+    def _jail(self) -> VmJail:
+        """How VMs are confined here (a cgroup each, when the host can): said in the node's
+        record; with vmm_cgroups=required, the start fails where the host cannot."""
+        s = self.settings
+        try:
+            self.confinement = confinement = choose(
+                s.vmm_cgroups, s.resolved_state_dir(),
+                LimitSettings(s.vmm_memory_overhead_mib, s.vmm_pids_max), s.vmm_cgroup_parent)
+        except AenvError as err:
+            log.error("node agent cannot start", extra={"error": err.message})
+            raise
+        if confinement.cgroups is not None:
+            # Registered before the sandboxes: their VMs are gone when the slices go.
+            self._stack.callback(confinement.cgroups.close)
+        return VmJail(confinement.cgroups, nofile=s.vmm_nofile_max)
 
     def _persistence(self, publisher: SnapshotPublisher) -> SnapshotPersistence | None:
         s = self.settings
@@ -325,4 +365,5 @@ class NodeAgent:
             accelerator=str(self.accel.accel) if self.accel else "",
             kernel_version=self.kernel_version,
             heartbeat_time=now,
+            confinement=self.confinement.status if self.confinement else "",
         )

@@ -16,26 +16,35 @@ from typing import TypeVar
 
 from opentelemetry import trace
 
+from aenv_nodeagent.node_metrics import OPERATION_SECONDS, PHASE_SECONDS
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
 
 
 class PhaseTimer:
-    """The phases of one operation, in milliseconds, each traced as `<span_prefix>.<phase>`."""
+    """The phases of one operation, in milliseconds, each traced as `<span_prefix>.<phase>`;
+    an operation's time and its phases' also go to the node's Prometheus histograms."""
 
-    def __init__(self, span_prefix: str = "sandbox") -> None:
+    def __init__(self, span_prefix: str = "sandbox", operation: str | None = None) -> None:
         self.phases_ms: dict[str, float] = {}
         self._span_prefix = span_prefix
+        self._operation = operation
 
     @classmethod
     @contextlib.contextmanager
     def operation(cls, name: str, **attributes: str) -> Iterator[PhaseTimer]:
         """A timer whose phases are children of a new span `name` (e.g. `sandbox.create`)."""
+        started, outcome = time.perf_counter(), "error"
         with tracer.start_as_current_span(name) as span:
             for key, value in attributes.items():
                 span.set_attribute(key.replace("_", "."), value)
-            yield cls()
+            try:
+                yield cls(operation=name)
+                outcome = "ok"
+            finally:
+                OPERATION_SECONDS.labels(name, outcome).observe(time.perf_counter() - started)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -44,7 +53,10 @@ class PhaseTimer:
             try:
                 yield
             finally:
-                self.phases_ms[name] = (time.perf_counter() - started) * 1000
+                elapsed = time.perf_counter() - started
+                self.phases_ms[name] = elapsed * 1000
+                if self._operation is not None:
+                    PHASE_SECONDS.labels(self._operation, name).observe(elapsed)
 
     async def timed(self, name: str, awaitable: Awaitable[T]) -> T:
         with self.phase(name):

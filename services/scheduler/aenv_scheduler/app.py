@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import grpc
+from prometheus_client import REGISTRY
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2_grpc
@@ -21,9 +22,11 @@ from aenv_common.cluster import (
     RecordCache,
 )
 from aenv_common.grpc_server import start_grpc_server
+from aenv_common.metrics import MetricsEndpoint
 from aenv_scheduler.config import SchedulerSettings
 from aenv_scheduler.reservations import Reservations
 from aenv_scheduler.scheduler import Scheduler
+from aenv_scheduler.scheduler_metrics import SchedulerCollector
 from aenv_scheduler.servicer import SchedulerServicer
 from aenv_scheduler.sweeper import sweep_lost_sandboxes
 
@@ -43,6 +46,8 @@ class SchedulerApp:
         self._caches: list[RecordCache[Any]] = []
         self._server: grpc.aio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._metrics: MetricsEndpoint | None = None
+        self._collector: SchedulerCollector | None = None
 
     async def start(self) -> None:
         s = self.settings
@@ -80,12 +85,30 @@ class SchedulerApp:
             self._server, self.port = await start_grpc_server(
                 s.listen, [(register, servicer, SERVICE_NAME)]
             )
+            await self._serve_metrics(scheduler, self.election)
         except BaseException:
             await self.stop()
             raise
         log.info("scheduler started", extra={"port": self.port, "instance": s.instance_id})
 
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics.port if self._metrics is not None else None
+
+    async def _serve_metrics(self, scheduler: Scheduler, election: LeaderElection) -> None:
+        if self.settings.metrics_listen is None:
+            return
+        self._collector = SchedulerCollector(scheduler, lambda: election.is_leader)
+        REGISTRY.register(self._collector)
+        self._metrics = await MetricsEndpoint.start(self.settings.metrics_listen)
+
     async def stop(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.stop()
+            self._metrics = None
+        if self._collector is not None:
+            REGISTRY.unregister(self._collector)
+            self._collector = None
         if self._server is not None:
             await self._server.stop(grace=1.0)
             self._server = None

@@ -20,6 +20,8 @@ class SchedulerSettings(BaseSettings):
 
     common: CommonSettings = Field(default_factory=CommonSettings)
     listen: str = "127.0.0.1:50051"
+    # Prometheus /metrics over HTTP (host:port); unset: not served.
+    metrics_listen: str | None = None
     # Identity written into the leader key (which instance is active).
     instance_id: str = Field(default_factory=default_instance_id)
     # A request that cannot be placed now waits this long for capacity before

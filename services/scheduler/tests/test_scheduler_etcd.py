@@ -14,6 +14,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.cluster import SNAPSHOTS, ClusterStore, NodeRegistration
 from aenv_common.config import CommonSettings
+from aenv_common.testing.metrics import moved, scrape, value
 from aenv_scheduler.app import SchedulerApp
 from aenv_scheduler.config import SchedulerSettings
 from aenv_scheduler.scheduler import Scheduler
@@ -85,6 +86,7 @@ async def app(etcd_settings: CommonSettings) -> AsyncIterator[SchedulerApp]:
     settings = SchedulerSettings(
         common=etcd_settings,
         listen="127.0.0.1:0",
+        metrics_listen="127.0.0.1:0",
         queue_wait_seconds=3.0,
         sweep_interval_seconds=0.2,
         leader_ttl_seconds=2,
@@ -281,3 +283,24 @@ async def test_snapshot_places_on_its_node_or_after_its_loss_from_snapstore(
     await until(lambda: core(app).snapshot("snap-3") is not None)
     placed = (await stub.Schedule(request("snap-3", "s-pulled"), timeout=5)).placement
     assert placed.node_id == "idle"  # the idler of the live nodes
+
+
+async def test_metrics_show_placements_queue_leader_and_nodes(
+    app: SchedulerApp, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
+) -> None:
+    url = f"http://127.0.0.1:{app.metrics_port}/metrics"
+    before = await asyncio.to_thread(scrape, url)
+    await make_node("a", 4, ["base"])
+    await until(lambda: len(core(app).live_nodes()) == 1)
+    await until(lambda: app.election is not None and app.election.is_leader)
+    for i in range(3):
+        await stub.Schedule(request("base", f"m{i}"), timeout=5)
+    after = await asyncio.to_thread(scrape, url)
+    assert moved(before, after, "aenv_scheduler_placements_total") == 3
+    assert moved(before, after, "aenv_grpc_requests_total",
+                 method="/aenv.scheduler.v1.SchedulerService/Schedule", code="OK") == 3
+    assert value(after, "aenv_scheduler_reservations") == 3
+    assert value(after, "aenv_scheduler_queue_depth") == 0
+    assert value(after, "aenv_scheduler_leader") == 1
+    assert value(after, "aenv_scheduler_nodes") == 1
+    assert value(after, "aenv_scheduler_node_capacity", node="a", resource="vcpus") == 4

@@ -31,6 +31,8 @@ class SnapstoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AENV_SNAPSTORE_", extra="ignore")
 
     listen: str = "127.0.0.1:50053"
+    # Prometheus /metrics over HTTP (host:port); unset: not served.
+    metrics_listen: str | None = None
     backend: Literal["fs", "s3"] = "fs"
     # Filesystem backend root; unset = $AENV_HOME/snapstore.
     fs_root: Path | None = None

@@ -11,6 +11,7 @@ import grpc
 
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.grpc_server import start_grpc_server
+from aenv_common.metrics import MetricsEndpoint
 from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.backends.fs import FsBackend
 from aenv_snapstore.backends.s3 import S3Backend
@@ -44,8 +45,11 @@ class RunningSnapstore:
     port: int
     store: SnapStore
     gc_task: asyncio.Task[None] | None
+    metrics: MetricsEndpoint | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self.gc_task is not None:
             self.gc_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -80,8 +84,15 @@ async def start_snapstore(settings: SnapstoreSettings) -> RunningSnapstore:
     except BaseException:
         await store.close()
         raise
-    gc_task = None
+    running = RunningSnapstore(server, port, store, None)
+    try:
+        if settings.metrics_listen is not None:
+            running.metrics = await MetricsEndpoint.start(settings.metrics_listen)
+    except BaseException:
+        await running.stop()
+        raise
     if settings.gc_interval_seconds > 0:
-        gc_task = asyncio.create_task(_collect_periodically(store, settings.gc_interval_seconds))
+        running.gc_task = asyncio.create_task(
+            _collect_periodically(store, settings.gc_interval_seconds))
     log.info("snapstore serving", extra={"port": port, "backend": settings.backend})
-    return RunningSnapstore(server, port, store, gc_task)
+    return running

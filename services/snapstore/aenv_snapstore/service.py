@@ -8,6 +8,7 @@ import grpc
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
+from aenv_snapstore import snapstore_metrics as metrics
 from aenv_snapstore.store import SnapStore
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SnapStoreService"].full_name
@@ -20,7 +21,11 @@ class SnapStoreServicer(pb_grpc.SnapStoreServiceServicer):
     async def FindMissingChunks(
         self, request: pb.FindMissingChunksRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindMissingChunksResponse:
-        return pb.FindMissingChunksResponse(digests=await self._store.find_missing(request.digests))
+        missing = await self._store.find_missing(request.digests)
+        # A pusher's question (a manifest's check of its chunks is not counted).
+        metrics.CHUNKS_PRESENT.inc(len(set(request.digests)) - len(missing))
+        metrics.CHUNKS_MISSING.inc(len(missing))
+        return pb.FindMissingChunksResponse(digests=missing)
 
     async def PutChunks(
         self,

@@ -27,6 +27,7 @@ from aenv_common.snapshots.codec import (
     check_name,
     decode_chunk,
 )
+from aenv_snapstore import snapstore_metrics as metrics
 from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.presence import PresenceCache
 
@@ -120,6 +121,9 @@ class SnapStore:
             raise InvalidArgument(f"rejected upload: {err.message}") from err
         await self._backend.put(chunk_key(chunk.digest), chunk.data)
         self._presence.add(chunk.digest)
+        metrics.CHUNKS_WRITTEN.inc()
+        metrics.BYTES_WRITTEN.inc(len(chunk.data))
+        metrics.BYTES_UNCOMPRESSED_WRITTEN.inc(chunk.size)
         return len(chunk.data)
 
     async def put_chunks(self, chunks: AsyncIterable[pb.Chunk]) -> tuple[int, int]:
@@ -150,6 +154,8 @@ class SnapStore:
             size = zstandard.get_frame_parameters(data).content_size
         except zstandard.ZstdError as err:
             raise Internal(f"stored chunk {digest} is not a zstd frame: {err}") from err
+        metrics.CHUNKS_READ.inc()
+        metrics.BYTES_READ.inc(len(data))
         return pb.Chunk(digest=digest, data=data, size=size)
 
     async def iter_chunks(
@@ -249,6 +255,8 @@ class SnapStore:
             self._presence.forget(digest_from_key(key) for key in doomed)
             await bounded_map(self._backend.delete, doomed, self._io_concurrency)
             stats.deleted_chunks = len(doomed)
+        metrics.GC_DELETED_BYTES.inc(stats.deleted_bytes)
+        metrics.GC_KEPT_CHUNKS.set(stats.kept_chunks)
         log.info("garbage collected", extra=vars(stats))
         return stats
 

@@ -1,4 +1,4 @@
-"""Unauthenticated liveness and the OpenAPI document."""
+"""Unauthenticated liveness, Prometheus metrics and the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -11,9 +11,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from aenv_common.metrics import CONTENT_TYPE, exposition
+
 
 async def health(_: Request) -> Response:
     return JSONResponse({"status": "ok"})
+
+
+async def metrics(_: Request) -> Response:
+    return Response(exposition(), headers={"Content-Type": CONTENT_TYPE})
 
 
 @cache
@@ -30,5 +36,7 @@ async def openapi(_: Request) -> Response:
 def routes() -> list[Route]:
     return [
         Route("/health", health, methods=["GET"]),
+        # A request naming a sandbox is that sandbox's envd's /metrics (app.py AMBIGUOUS_PATHS).
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]

@@ -1,0 +1,99 @@
+"""The node agent's Prometheus metrics: its operations' times and their phases' (recorded by
+`PhaseTimer`), and, read at each scrape, its sandboxes by state, the warm pool's depth, the
+capacity it offers, what it has allocated and what its VMs really use (PSS, not nominal RAM).
+Served on `metrics_listen` (aenv_common.metrics)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.metrics import LATENCY_BUCKETS
+
+OPERATION_SECONDS = Histogram(
+    "aenv_node_operation_seconds",
+    "A sandbox operation on this node (sandbox.create, .resume, .pause, .snapshot, .reset, "
+    ".kill), by outcome", ["operation", "outcome"], buckets=LATENCY_BUCKETS)
+PHASE_SECONDS = Histogram(
+    "aenv_node_operation_phase_seconds",
+    "One phase of a sandbox operation (network, restore, envd_ready, publish, …)",
+    ["operation", "phase"], buckets=LATENCY_BUCKETS)
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class NodeReadings:
+    """What a scrape reads from the running agent (each callable is cheap and never blocks)."""
+
+    sandboxes_by_state: Callable[[], dict[str, int]]
+    pool_depth: Callable[[], dict[str, int]]
+    capacity: cluster_pb2.Resources
+    allocated: Callable[[], cluster_pb2.Resources]
+    vm_pids: Callable[[], list[int]]
+
+
+class NodeCollector(Collector):
+    def __init__(self, readings: NodeReadings) -> None:
+        self._readings = readings
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        r = self._readings
+        yield _by_label("aenv_node_sandboxes", "Sandboxes on this node, by state", "state",
+                        r.sandboxes_by_state())
+        yield _by_label("aenv_node_pool_ready", "Warm pool: network slots, overlays and "
+                        "pre-started VMs ready", "kind", r.pool_depth())
+        yield _resources("aenv_node_capacity", "What this node offers the scheduler",
+                         r.capacity)
+        yield _resources("aenv_node_allocated", "What this node's sandboxes were given",
+                         r.allocated())
+        pids = r.vm_pids()
+        used = GaugeMetricFamily("aenv_node_vm_memory_pss_bytes",
+                                 "Host memory the sandboxes' VMs really use (PSS, summed)")
+        used.add_metric([], float(sum(pss_bytes(pid) for pid in pids)))
+        yield used
+        available = GaugeMetricFamily("aenv_node_host_memory_available_bytes",
+                                      "The host's MemAvailable")
+        available.add_metric([], float(host_memory_available()))
+        yield available
+
+
+def _by_label(name: str, doc: str, label: str, counts: dict[str, int]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=[label])
+    for value, count in sorted(counts.items()):
+        family.add_metric([value], float(count))
+    return family
+
+
+def _resources(name: str, doc: str, resources: cluster_pb2.Resources) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=["resource"])
+    family.add_metric(["vcpus"], float(resources.vcpus))
+    family.add_metric(["memory_bytes"], float(resources.memory_mib * MIB))
+    family.add_metric(["disk_bytes"], float(resources.disk_mib * MIB))
+    return family
+
+
+def pss_bytes(pid: int) -> int:
+    """The process's proportional set size (0 once it is gone): shared pages (a template's
+    memory image mapped by many guests) count a share each."""
+    with contextlib.suppress(OSError, ValueError):
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    return 0
+
+
+def host_memory_available() -> int:
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    return 0

@@ -1,0 +1,65 @@
+"""The node's Prometheus metrics: each operation and its phases timed (PhaseTimer), and at a
+scrape, its sandboxes by state, the pool's depth, capacity, allocation and real memory use."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Internal
+from aenv_common.testing.metrics import parse, value
+from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
+
+from .conftest import Wing
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_operations_and_their_phases_are_timed(wing: Wing) -> None:
+    ok = {"operation": "sandbox.create", "outcome": "ok"}
+    publish = {"operation": "sandbox.create", "phase": "publish"}
+    killed = {"operation": "sandbox.kill", "outcome": "ok"}
+    before = [sample("aenv_node_operation_seconds_count", **ok),
+              sample("aenv_node_operation_phase_seconds_count", **publish),
+              sample("aenv_node_operation_seconds_count", **killed)]
+    sandbox = await wing.create()
+    await wing.service.kill(sandbox.sandbox_id)
+    after = [sample("aenv_node_operation_seconds_count", **ok),
+             sample("aenv_node_operation_phase_seconds_count", **publish),
+             sample("aenv_node_operation_seconds_count", **killed)]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+
+
+async def test_a_failed_operation_is_timed_as_an_error(wing: Wing) -> None:
+    failed = {"operation": "sandbox.create", "outcome": "error"}
+    before = sample("aenv_node_operation_seconds_count", **failed)
+    wing.envd.fail_on["init"] = Internal("envd /init failed: HTTP 500")
+    with pytest.raises(Internal):
+        await wing.create()
+    assert sample("aenv_node_operation_seconds_count", **failed) - before == 1
+
+
+async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> None:
+    await wing.create()
+    registry = CollectorRegistry()
+    registry.register(NodeCollector(NodeReadings(
+        sandboxes_by_state=lambda: {"running": len(wing.service.all()),
+                                    "paused": len(wing.service.paused_ids())},
+        pool_depth=lambda: {"slots": 3, "overlays": 2, "vms": 1},
+        capacity=cluster_pb2.Resources(vcpus=8, memory_mib=4096),
+        allocated=wing.service.registry.allocated,
+        vm_pids=lambda: [os.getpid()],  # a process that surely has a PSS
+    )))
+    samples = parse(generate_latest(registry).decode())
+    assert value(samples, "aenv_node_sandboxes", state="running") == 1
+    assert value(samples, "aenv_node_sandboxes", state="paused") == 0
+    assert value(samples, "aenv_node_pool_ready", kind="slots") == 3
+    assert value(samples, "aenv_node_capacity", resource="memory_bytes") == 4096 << 20
+    assert value(samples, "aenv_node_allocated", resource="vcpus") == 1
+    assert value(samples, "aenv_node_vm_memory_pss_bytes") > 1 << 20
+    assert value(samples, "aenv_node_host_memory_available_bytes") > 0
