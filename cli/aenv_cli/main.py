@@ -247,11 +247,14 @@ def _status_table(report: PlatformStatus) -> Table:
 
 
 def _node_table(node: cluster_pb2.NodeRecord) -> Table:
-    table = Table("node", "accelerator", "kernel", "vCPUs", "memory", "sandboxes", "templates")
+    table = Table("node", "accelerator", "kernel", "VMM confinement", "vCPUs", "memory",
+                  "sandboxes", "templates")
+    unconfined = node.confinement.startswith("unconfined")
     table.add_row(
         node.node_id,
         node.accelerator,
         node.kernel_version,
+        f"[red]{node.confinement}[/]" if unconfined else node.confinement,
         f"{node.allocated.vcpus}/{node.capacity.vcpus}",
         f"{node.allocated.memory_mib}/{node.capacity.memory_mib} MiB",
         str(node.sandbox_count),

@@ -157,6 +157,7 @@ def test_status_reports_services_node_and_sandboxes(running_up: RunningUp) -> No
     assert "down" not in result.stdout
     assert f"pid {running_up.process.pid}" in result.stdout
     assert "standin-node" in result.stdout and "tcg" in result.stdout
+    assert "cgroup" in result.stdout  # how the node confines its VMMs
     assert "sandboxes: 2" in result.stdout
 
 

@@ -21,6 +21,7 @@ class NodeInfo(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             nodeagent_address=os.environ["AENV_NODEAGENT_LISTEN"],
             accelerator="tcg",
             kernel_version="6.1.0-standin",
+            confinement="cgroup v1 (cpu, memory, pids)",
             sandbox_count=2,
             capacity=cluster_pb2.Resources(vcpus=2, memory_mib=4096),
             cached_templates=["base"],
