@@ -66,15 +66,19 @@ class Forks:
         """
         ids, tokens = _child_identities(count, child_ids, child_tokens)
         parent = self._registry.get(sandbox_id).record
-        snapshot = await self._snapshots.create(sandbox_id, hidden=True)
-        try:
-            outcomes = await asyncio.gather(
-                *(self._creates.from_snapshot(snapshot, _child_spec(parent, cid, token, timeout_s))
-                  for cid, token in zip(ids, tokens, strict=True)),
-                return_exceptions=True,
-            )
-        finally:
-            await self._snapshots.delete(snapshot.snapshot_id)
+        # Timed as a whole (its capture and its children are operations of their own too).
+        with PhaseTimer.operation("sandbox.fork", sandbox_id=sandbox_id) as timer:
+            snapshot = await timer.timed(
+                "capture", self._snapshots.create(sandbox_id, hidden=True))
+            try:
+                outcomes = await timer.timed("children", asyncio.gather(
+                    *(self._creates.from_snapshot(
+                        snapshot, _child_spec(parent, cid, token, timeout_s))
+                      for cid, token in zip(ids, tokens, strict=True)),
+                    return_exceptions=True,
+                ))
+            finally:
+                await self._snapshots.delete(snapshot.snapshot_id)
         return [_fork_result(outcome) for outcome in outcomes]
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:

@@ -35,6 +35,24 @@ async def test_operations_and_their_phases_are_timed(wing: Wing) -> None:
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
 
 
+async def test_a_fork_is_timed_with_its_capture_and_children(wing: Wing) -> None:
+    fork = {"operation": "sandbox.fork", "outcome": "ok"}
+    children = {"operation": "sandbox.fork", "phase": "children"}
+    # Over the fake VM no memory image can be made for the children: each fails (an error entry),
+    # the fork itself answers.
+    creates = {"operation": "sandbox.create", "outcome": "error"}
+    parent = await wing.create()
+    before = [sample("aenv_node_operation_seconds_count", **fork),
+              sample("aenv_node_operation_phase_seconds_count", **children),
+              sample("aenv_node_operation_seconds_count", **creates)]
+    results = await wing.service.fork(parent.sandbox_id, 2)
+    assert [result.WhichOneof("result") for result in results] == ["error", "error"]
+    after = [sample("aenv_node_operation_seconds_count", **fork),
+             sample("aenv_node_operation_phase_seconds_count", **children),
+             sample("aenv_node_operation_seconds_count", **creates)]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 2]
+
+
 async def test_a_failed_operation_is_timed_as_an_error(wing: Wing) -> None:
     failed = {"operation": "sandbox.create", "outcome": "error"}
     before = sample("aenv_node_operation_seconds_count", **failed)
