@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import posixpath
 import shlex
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -159,4 +160,61 @@ class FakeGuest:
     sandbox_id: str = "sb1"
     pty: FakePty = field(default_factory=FakePty)
     commands: FakeCommands = field(default_factory=FakeCommands)
-    files: Any = None
+    files: Any = None  # FakeFiles (defined below)
+
+
+@dataclass
+class Entry:
+    name: str
+    type: Any
+    path: str
+    size: int
+
+
+@dataclass
+class FakeFiles:
+    """A guest file system: files by absolute path; folders are their prefixes or made ones."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=lambda: {"/", "/tmp", "/home/user"})
+
+    def _is_dir(self, path: str) -> bool:
+        path = path.rstrip("/") or "/"
+        return path in self.dirs or any(f.startswith(path + "/") for f in self.files)
+
+    async def exists(self, path: str) -> bool:
+        return path.rstrip("/") in self.files or self._is_dir(path)
+
+    async def get_info(self, path: str) -> Entry:
+        from e2b import FileNotFoundException, FileType
+        if path.rstrip("/") in self.files:
+            return Entry(posixpath.basename(path), FileType.FILE, path, len(self.files[path]))
+        if self._is_dir(path):
+            return Entry(posixpath.basename(path.rstrip("/")), FileType.DIR, path, 0)
+        raise FileNotFoundException(f"path '{path}' does not exist")
+
+    async def make_dir(self, path: str) -> bool:
+        self.dirs.add(path.rstrip("/"))
+        return True
+
+    async def write(self, path: str, data: AsyncIterator[bytes]) -> None:
+        self.files[path] = b"".join([chunk async for chunk in data])
+
+    async def list(self, path: str, depth: int) -> list[Entry]:
+        from e2b import FileType
+        root = path.rstrip("/")
+        below = [f for f in self.files if f.startswith(root + "/")]
+        folders = {posixpath.dirname(f) for f in below} | {
+            d for d in self.dirs if d.startswith(root + "/")}
+        return [Entry(posixpath.basename(d), FileType.DIR, d, 0) for d in folders
+                if d != root] + [Entry(posixpath.basename(f), FileType.FILE, f,
+                                       len(self.files[f])) for f in below]
+
+    async def read(self, path: str, format: str) -> AsyncIterator[bytes]:
+        data = self.files[path]
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(data), 3):
+                yield data[start:start + 3]
+
+        return chunks()

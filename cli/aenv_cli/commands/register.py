@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from aenv_cli.commands import sandboxes, shell
+from aenv_cli.commands import copy, sandboxes, shell
 from aenv_cli.commands.auth import auth_app
 from aenv_cli.commands.snapshots import snapshot_app
 
@@ -19,4 +19,5 @@ def register(app: typer.Typer) -> None:
                     sandboxes.rm, sandboxes.timeout, sandboxes.fork, sandboxes.reset,
                     sandboxes.logs):
         app.command(command.__name__)(command)
+    app.command("cp")(copy.cp)
     app.add_typer(snapshot_app, name="snapshot")
