@@ -45,11 +45,15 @@ async def stack() -> AsyncIterator[Stack]:
 
 
 @contextlib.asynccontextmanager
-async def running_stack(
-    records: TemplateRecords | None = None, **settings: Any
-) -> AsyncIterator[Stack]:
-    """A gateway over fake scheduler and node agent; `settings` add to its GatewaySettings;
-    the template catalog is kept in `records` (in memory when not given)."""
+async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
+    """A gateway over fake scheduler and node agent; `settings` add to its GatewaySettings."""
+    async with stack_over(InMemoryTemplateRecords(), **settings) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def stack_over(records: TemplateRecords, **settings: Any) -> AsyncIterator[Stack]:
+    """`running_stack` with the template catalog kept in `records`."""
     view = InMemoryClusterView()
     guest = GuestApp()
     async with contextlib.AsyncExitStack() as stack:
@@ -99,7 +103,6 @@ async def running_stack(
             domain="aenv.test",
             **settings,
         )
-        records = records if records is not None else InMemoryTemplateRecords()
         gateway = await start_gateway(gateway_settings, view, records, API_KEY)
         stack.push_async_callback(gateway.stop)
         yield Stack(gateway, view, scheduler, nodeagent, guest, guest_port, records)

@@ -21,7 +21,7 @@ from aenv_gateway.templates.catalog import TemplateCatalog
 from aenv_gateway.templates.names import parse_name
 from aenv_gateway.templates.records import NAMES, EtcdTemplateRecords
 
-from .conftest import API_KEY, Stack, running_stack
+from .conftest import API_KEY, Stack, stack_over
 
 pytestmark = [pytest.mark.etcd, pytest.mark.sdk]
 READY = cluster_pb2.BUILD_STATUS_READY
@@ -36,7 +36,7 @@ async def replicas(etcd_settings: CommonSettings) -> AsyncIterator[list[Stack]]:
             stack.push_async_callback(store.close)
             records = await EtcdTemplateRecords.open(store)
             stack.push_async_callback(records.close)
-            gateways.append(await stack.enter_async_context(running_stack(records)))
+            gateways.append(await stack.enter_async_context(stack_over(records)))
         yield gateways
 
 
