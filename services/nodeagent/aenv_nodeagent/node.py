@@ -54,7 +54,7 @@ from aenv_nodeagent.templates.code_interpreter import (
     CODE_INTERPRETER_TEMPLATE,
     code_interpreter_inputs,
 )
-from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.distribution import TemplateDistribution, cluster_templates
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.retire import RetiredTemplates, retired_ids
 from aenv_nodeagent.templates.saved import SavedTemplates
@@ -164,6 +164,9 @@ class NodeAgent:
         self.templates = templates = kept.store
         builds = self._template_builds(kept, store, session)
         builds.load_saved()  # before the sandboxes that stand on them are taken back
+        if kept.distribution is not None:  # the pushes a stop cut short
+            self._run(kept.distribution.resume(kept.saved.load_all(),
+                                               lambda: cluster_templates(store)))
         pool = WarmPool(network, s.resolved_state_dir() / "pool",
                         slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
                         vms_per_template=s.warm_pool_vms,

@@ -98,6 +98,12 @@ class SnapshotPersistence:
         self._pushes[manifest_id] = task
         task.add_done_callback(lambda _: self._pushes.pop(manifest_id, None))
 
+    async def manifests(self) -> set[str]:
+        """The ids of every manifest the store holds."""
+        with typed_rpc_errors():
+            listed = await self._stub.ListManifests(pb.ListManifestsRequest())
+        return set(listed.snapshot_ids)
+
     async def persisted(self, manifest_id: str) -> None:
         """Wait for the manifest's push in flight, if any."""
         if task := self._pushes.get(manifest_id):

@@ -5,6 +5,8 @@ it again. Two manifests per template:
 - `template-<id>-<key>`: its captured snapshot (frozen disk layer, RAM, device state), for the
   nodes whose inputs key matches — the same guest artifacts, accelerator, kernel and size.
 
+A push a node stop cut short is pushed again when the node starts (`resume`).
+
 A node asked for a template it does not know pulls the first, places the rootfs (kept by digest;
 one this host already holds is used as it is), then the second when its key matches, its disk
 layer re-pointed at the local rootfs. Without a matching snapshot the template is captured here
@@ -21,10 +23,11 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from aenv_common.errors import Internal, NotFound
+from aenv_common.cluster import ClusterStore
+from aenv_common.errors import AenvError, Internal, NotFound
 from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.model import (
@@ -44,6 +47,14 @@ log = logging.getLogger(__name__)
 INPUTS_FILE = "inputs.json"
 ROOTFS_FILE = "rootfs"
 SNAPSHOT_FILES = (DISK_FILE, MEMORY_FILE, STATE_FILE, META_FILE)
+
+
+# The node-side templates the cluster knows (their `templates/<id>` records).
+Known = Callable[[], Awaitable[set[str]]]
+
+
+async def cluster_templates(store: ClusterStore) -> set[str]:
+    return {record.template_id for record in await store.list_templates()}
 
 
 def inputs_manifest(template_id: str) -> str:
@@ -91,6 +102,28 @@ class TemplateDistribution:
         self._persistence.push_soon(inputs_manifest(template_id), inputs_files, shared, labels)
         self._persistence.push_soon(snapshot_manifest(template_id, inputs.key()), snapshot_files,
                                     snapshot_shared, labels)
+
+    async def resume(self, saved: list[TemplateInputs], known: Known) -> list[str]:
+        """Pushes again, in the background, the templates saved and captured here that this
+        cluster knows (a `templates/<id>` record: never another cluster's sharing this folder,
+        nor a retired one) and snapstore lacks — a stop cut their push short. Returns their
+        ids; a store or etcd away is logged, and the next start tries again."""
+        try:
+            cluster, stored = await known(), await self._persistence.manifests()
+        except AenvError as err:
+            log.warning("template pushes not resumed", extra={"error": err.message})
+            return []
+        resumed = []
+        for inputs in saved:
+            template_id, key = inputs.template_id, inputs.key()
+            wanted = {inputs_manifest(template_id), snapshot_manifest(template_id, key)}
+            snapshot = load_snapshot(snapshot_dir(self._root, inputs))
+            if template_id in cluster and not wanted <= stored and snapshot is not None:
+                self.share_soon(inputs, snapshot)
+                resumed.append(template_id)
+        if resumed:
+            log.info("template pushes resumed", extra={"templates": resumed})
+        return resumed
 
     async def shared(self, template_id: str, key: str) -> None:
         """Waits for the template's pushes in flight (tests, and a node about to stop)."""

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.distribution import TemplateDistribution
-from aenv_nodeagent.templates.model import DISK_FILE, load_snapshot, snapshot_dir
+from aenv_nodeagent.templates.model import (
+    DISK_FILE,
+    TemplateInputs,
+    TemplateSnapshot,
+    load_snapshot,
+    snapshot_dir,
+)
 from aenv_nodeagent.templates.saved import SavedTemplates
 
 from ..fakes.templates import FakeTemplates
@@ -23,25 +29,32 @@ def _backing_of(disk: Path) -> str:
     return backing
 
 
-async def test_a_shared_template_is_pulled_with_its_rootfs_and_snapshot(
-    tmp_path: Path, snapstore: str,
-) -> None:
-    source = FakeTemplates(tmp_path / "made")
-    snapshot = source.add("web")
-    inputs = source.inputs("web")
-    saved_a = SavedTemplates(tmp_path / "a" / "built", inputs)
-    saved_a.save(inputs)
+def _built_at(node: Path, made: Path, template_id: str = "web") -> tuple[
+        TemplateInputs, SavedTemplates, TemplateSnapshot]:
+    """A template built and captured on the node of folder `node`, saved there."""
+    source = FakeTemplates(made)
+    snapshot = source.add(template_id)
+    inputs = source.inputs(template_id)
+    saved = SavedTemplates(node / "built", inputs)
+    saved.save(inputs)
     # The node's own snapshot folder layout (keyed by the inputs), as TemplateStore keeps it.
-    keyed = snapshot_dir(tmp_path / "a", inputs)
+    keyed = snapshot_dir(node, inputs)
     keyed.parent.mkdir(parents=True)
     snapshot.directory.rename(keyed)
     (keyed / "template.json").write_text(json.dumps({
-        "template_id": "web", "directory": str(keyed), "vcpus": 1, "memory_mib": 128,
+        "template_id": template_id, "directory": str(keyed), "vcpus": 1, "memory_mib": 128,
         "disk_mib": 64, "accelerator": snapshot.accelerator,
         "kernel_version": snapshot.kernel_version, "artifacts_digest": snapshot.artifacts_digest,
         "envd_version": "0.9.0", "boot_seconds": 1.5}))
     captured = load_snapshot(keyed)
     assert captured is not None
+    return inputs, saved, captured
+
+
+async def test_a_shared_template_is_pulled_with_its_rootfs_and_snapshot(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    inputs, saved_a, captured = _built_at(tmp_path / "a", tmp_path / "made")
 
     pushing = SnapshotPersistence(snapstore)
     pulling = SnapshotPersistence(snapstore)
@@ -68,3 +81,24 @@ async def test_a_shared_template_is_pulled_with_its_rootfs_and_snapshot(
     finally:
         await pushing.close()
         await pulling.close()
+
+
+async def test_a_push_a_stop_cut_short_is_resumed_at_the_next_start(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    inputs, saved, _ = _built_at(tmp_path / "a", tmp_path / "made")
+    other, _, _ = _built_at(tmp_path / "a", tmp_path / "made-other", "other-clusters")
+    persistence = SnapshotPersistence(snapstore)
+    try:
+        distribution = TemplateDistribution(persistence, tmp_path / "a", saved)
+
+        async def known() -> set[str]:
+            return {"web"}  # "other-clusters" has no record here: never pushed from here
+
+        assert await distribution.resume([inputs, other], known) == ["web"]
+        await distribution.shared("web", inputs.key())
+        assert await persistence.manifests() == {
+            "template-web", f"template-web-{inputs.key()}"}
+        assert await distribution.resume([inputs, other], known) == []  # in the store now
+    finally:
+        await persistence.close()
