@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from aenv_cli.commands import copy, sandboxes, shell
+from aenv_cli.commands import copy, sandboxes, shell, top
 from aenv_cli.commands.auth import auth_app
 from aenv_cli.commands.snapshots import snapshot_app
 
@@ -20,4 +20,5 @@ def register(app: typer.Typer) -> None:
                     sandboxes.logs):
         app.command(command.__name__)(command)
     app.command("cp")(copy.cp)
+    app.command("top")(top.top)
     app.add_typer(snapshot_app, name="snapshot")
