@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from aenv_cli_fake_server import FakeServer, fake_clients, invoke, sandbox
-
-from aenv_cli.commands import top
 
 SAMPLE = {"timestamp": "2026-12-04T18:00:05Z", "cpuCount": 2, "cpuUsedPct": 12.5,
           "memUsed": 100 * 1024 * 1024, "memTotal": 512 * 1024 * 1024,
@@ -44,7 +43,7 @@ def test_live_refreshes_until_ctrl_c(server: FakeServer, monkeypatch: pytest.Mon
         if len(naps) == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(top.time, "sleep", sleep)
+    monkeypatch.setattr(time, "sleep", sleep)  # the refresh loop's wait
     result = invoke(fake_clients(server), "top", "-n", "1")
     assert result.exit_code == 130 and naps == [1.0, 1.0, 1.0]
     metric_calls = [r for r in server.requests if r[1] == "/sandboxes/metrics"]
