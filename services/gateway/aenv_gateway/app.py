@@ -19,6 +19,7 @@ from aenv_common.sandbox_routing import target_from_headers
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.dataplane import DataPlane, drain_body
 from aenv_gateway.dispatch import target_from_host
+from aenv_gateway.edge_limits import EdgeLimits, bounded_body
 from aenv_gateway.gateway_metrics import RequestMetrics
 from aenv_gateway.http_errors import error_response, typed_error_response
 from aenv_gateway.routes import health
@@ -47,11 +48,13 @@ class GatewayApp:
         dataplane: DataPlane,
         domain: str | None,
         signed_files: SignedFileRouter,
+        limits: EdgeLimits,
     ) -> None:
         self._router = Router(routes=routes)
         self._dataplane = dataplane
         self._domain = domain
         self._signed_files = signed_files
+        self._limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -64,7 +67,7 @@ class GatewayApp:
         match = self._control_match(scope)
         # Ambiguous paths (GET /health) are the sandbox's when the request names a sandbox.
         if match is Match.FULL and scope["path"] not in AMBIGUOUS_PATHS:
-            await self._router(scope, receive, send)
+            await self._control(scope, receive, send)
             return
         try:
             target = target_from_headers(headers)
@@ -74,7 +77,7 @@ class GatewayApp:
             await self._refuse(scope, receive, send, typed_error_response(err))
             return
         if target is None and match is Match.FULL:
-            await self._router(scope, receive, send)
+            await self._control(scope, receive, send)
             return
         if target is not None:
             await self._dataplane(scope, receive, send, target)
@@ -87,6 +90,9 @@ class GatewayApp:
         else:
             response = error_response(404, f"route not found: {method} {path}")
         await self._refuse(scope, receive, send, response)
+
+    async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._router(scope, bounded_body(scope, receive, self._limits), send)
 
     def _control_match(self, scope: Scope) -> Match:
         best = Match.NONE

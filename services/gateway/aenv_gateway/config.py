@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv_common.config import CommonSettings
 from aenv_common.limits import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
+from aenv_gateway.edge_limits import EdgeLimits
 
 
 class TlsCertificate(NamedTuple):
@@ -62,6 +63,13 @@ class GatewaySettings(BaseSettings):
     build_deadline_s: float = 7200.0
     # Returned when a record carries no envd version (SDKs refuse anything below 0.1.0).
     fallback_envd_version: str = "0.5.7"
+    # Slow and endless clients (edge_limits.py): a connection's request headers must be in
+    # within header_timeout_s (slowloris, idle sockets); a control-plane request's body holds
+    # at most max_body_bytes and is in within body_timeout_s (sandbox traffic and the signed
+    # context upload stream unbounded).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    max_body_bytes: int = Field(default=4 << 20, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
     # On stop, open streams (process output may flow for hours) get this long to finish before
     # their connections are closed.
     shutdown_grace_s: int = 3
@@ -77,6 +85,10 @@ class GatewaySettings(BaseSettings):
             names = ", ".join(f"AENV_GATEWAY_{name.upper()}" for name in missing)
             raise ValueError(f"AENV_GATEWAY_TLS_LISTEN needs {names}")
         return self
+
+    @property
+    def edge_limits(self) -> EdgeLimits:
+        return EdgeLimits(self.header_timeout_s, self.max_body_bytes, self.body_timeout_s)
 
     @property
     def tls(self) -> TlsEdge | None:

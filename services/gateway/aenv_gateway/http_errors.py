@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from aenv_common.errors import AenvError, ResourceExhausted
+from aenv_gateway.edge_limits import BodyRefused
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,11 @@ def error_response(status: int, message: str, no_retry: bool = False) -> JSONRes
 
 
 def typed_error_response(err: AenvError) -> JSONResponse:
-    return error_response(err.http_status, err.message, no_retry=isinstance(err, _NO_RETRY))
+    response = error_response(err.http_status, err.message, no_retry=isinstance(err, _NO_RETRY))
+    if isinstance(err, BodyRefused):
+        # The rest of the body would still be read to keep the connection: close it instead.
+        response.headers["Connection"] = "close"
+    return response
 
 
 def json_errors(endpoint: Endpoint) -> Endpoint:

@@ -31,6 +31,7 @@ from aenv_gateway.config import GatewaySettings, TlsCertificate
 from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
+from aenv_gateway.edge_limits import guarded_http_protocol
 from aenv_gateway.gateway_metrics import SANDBOX_STATES
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
 from aenv_gateway.logs import SandboxLogs
@@ -161,6 +162,7 @@ async def start_gateway(
         DataPlane(service.wake, StreamingProxy(session)),
         settings.domain,
         SignedFileRouter(directory.records),
+        settings.edge_limits,
     )
     grpc_server, grpc_port = await start_grpc_server(
         settings.grpc_listen,
@@ -197,7 +199,7 @@ async def _serve_edge(
     config = uvicorn.Config(
         app,
         lifespan="off",
-        http="httptools",
+        http=guarded_http_protocol(settings.header_timeout_s),
         ws="websockets-sansio",
         log_config=None,
         access_log=False,
