@@ -215,7 +215,7 @@ def template_rm(
     console.print(f"removed {escape(name)}")
 
 
-register(app)
+register(app, template_app)
 
 
 def _run_client(home: Path, call: Callable[[GatewayClient], Awaitable[T]]) -> T:

@@ -23,6 +23,7 @@ from e2b import (
     Template,
 )
 from e2b.template.logger import LogEntry, LogEntryEnd, LogEntryStart
+from e2b.template.main import TemplateBuilder
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -129,6 +130,26 @@ def build_template(gateway: Gateway, request: BuildRequest, console: Console) ->
         raise InvalidArgument(f"the build context {context} is not a folder")
     try:
         template = Template(file_context_path=str(context)).from_dockerfile(str(dockerfile))
+    except (ValueError, OSError) as err:  # the Dockerfile's syntax
+        raise InvalidArgument(f"{dockerfile}: {err}") from None
+    return run_build(gateway, template, request, console, what=str(dockerfile))
+
+
+def pull_image(gateway: Gateway, image: str, request: BuildRequest,
+               console: Console) -> BuiltTemplate:
+    """Builds template `request.name` from a registry image (the SDK's `from_image`; the
+    request's `dockerfile` and `context` are unused); the node pulls it, every layer once.
+
+    :raise BuildFailed, Unauthenticated, Unavailable: as `build_template`.
+    """
+    return run_build(gateway, Template().from_image(image), request, console, what=image)
+
+
+def run_build(gateway: Gateway, template: TemplateBuilder, request: BuildRequest,
+              console: Console, *, what: str) -> BuiltTemplate:
+    """`Template.build` of `template` as `request` names and sizes it, through the gateway,
+    its log lines on `console`."""
+    try:
         info = Template.build(
             template, request.name, tags=list(request.tags) or None,
             cpu_count=request.cpu_count, memory_mb=request.memory_mb,
@@ -142,8 +163,8 @@ def build_template(gateway: Gateway, request: BuildRequest, console: Console) ->
             from None
     except httpx.TransportError:
         raise gateway.unreachable() from None
-    except (ValueError, OSError) as err:  # the Dockerfile's syntax, a COPY source
-        raise InvalidArgument(f"{dockerfile}: {err}") from None
+    except (ValueError, OSError) as err:  # a COPY source
+        raise InvalidArgument(f"{what}: {err}") from None
     return BuiltTemplate(info.name, info.template_id, info.build_id, list(info.tags))
 
 

@@ -35,6 +35,7 @@ def sandbox(sandbox_id: str, template: str = "base", state: str = "running",
 class FakeServer:
     sandboxes: dict[str, dict[str, Any]] = field(default_factory=dict)
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     requests: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
@@ -75,6 +76,14 @@ class FakeServer:
             case "GET", ["snapshots"]:
                 return _json([s for s in self.snapshots.values()
                               if params.get("sandboxID") in (None, s["sandboxID"])])
+            case "GET", ["templates", "aliases", alias]:
+                found = [t for t in self.templates.values() if alias in t["names"]]
+                return _json({"templateID": found[0]["templateID"]}) if found else _error(
+                    404, f"template '{alias}' not found")
+            case "GET", ["templates", template_id]:
+                known = self.templates.get(template_id)
+                return _json(known) if known else _error(404, f"template '{template_id}' "
+                                                          "not found")
             case "DELETE", ["templates", snapshot_id]:
                 if self.snapshots.pop(snapshot_id, None) is None:
                     return _error(404, f"template '{snapshot_id}' not found")

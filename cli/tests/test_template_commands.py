@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import tarfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -269,3 +270,19 @@ async def test_without_a_platform_the_commands_say_so(tmp_path: Path) -> None:
     no_file = await aenv("template", "build", "-f", str(tmp_path / "none"), "--name", "x",
                          "--home", str(stopped))
     assert no_file.exit_code == 1 and "no Dockerfile at" in no_file.output
+
+
+async def test_pull_makes_a_template_of_an_image(
+    tstack: TemplateStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`aenv template pull` (the SDK's from_image) on the server of AENV_URL/AENV_API_KEY."""
+    monkeypatch.setenv("AENV_URL", tstack.url)
+    monkeypatch.setenv("AENV_API_KEY", API_KEY)
+    result = await aenv("template", "pull", "alpine:3", "--name", "alp", "--cpu", "2")
+    assert result.exit_code == 0, result.output
+    [request] = tstack.nodeagent.builds
+    assert request.from_image == "alpine:3" and request.resources.vcpus == 2
+    assert "pulled alpine:3 as alp" in result.output
+    inspected = await aenv("template", "inspect", "alp")
+    assert inspected.exit_code == 0, inspected.output
+    assert "alp" in json.loads(inspected.stdout)["names"]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from aenv_cli.commands import copy, sandboxes, shell, top
+from aenv_cli.commands import copy, sandboxes, shell, templates, top
 from aenv_cli.commands.auth import auth_app
 from aenv_cli.commands.snapshots import snapshot_app
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, template_app: typer.Typer) -> None:
+    """`template_app` is `aenv template`'s group (its build, ls and rm are in main.py)."""
     app.add_typer(auth_app, name="auth")
     app.command("start")(shell.start)
     app.command("connect")(shell.connect)
@@ -22,3 +23,5 @@ def register(app: typer.Typer) -> None:
     app.command("cp")(copy.cp)
     app.command("top")(top.top)
     app.add_typer(snapshot_app, name="snapshot")
+    template_app.command("inspect")(templates.inspect)
+    template_app.command("pull")(templates.pull)
