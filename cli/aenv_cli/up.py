@@ -100,21 +100,18 @@ async def _serve(platform: Platform, console: Console, stop: asyncio.Event) -> C
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> asyncio.Future[T] | None:
     """Runs `work` until it finishes (its finished future) or `stop` is set (None; `work` is
-    cancelled and has cleaned up after itself)."""
+    cancelled and has cleaned up after itself). Cancelled itself, it cancels `work` and waits
+    for its cleanup too: a start left running on its own would outlive the platform's stop."""
     task = asyncio.ensure_future(work)
     stopper = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopper.cancel()
-    if task.done():
-        return task
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-    return None
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    return None if task.cancelled() else task
 
 
 def _ready_panel(platform: Platform) -> Panel:
