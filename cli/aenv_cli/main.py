@@ -84,7 +84,10 @@ def up(
     tls_key: Annotated[Path | None, typer.Option(help="The certificate's PEM key.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log the launcher.")] = False,
 ) -> None:
-    """Start etcd and every service on this node, in the foreground; Ctrl-C stops them all."""
+    """Start etcd and every service on this node, in the foreground; Ctrl-C stops them all.
+
+    Example: aenv up --home ~/.aenv
+    """
     setup_logging("aenv-cli", "INFO" if verbose else "WARNING", as_json=False)
     ports = PlatformPorts(
         etcd_client=etcd_port,
@@ -102,7 +105,10 @@ def up(
 
 @app.command()
 def status(home: HomeOption = DEFAULT_HOME) -> None:
-    """Are the services up; what does the node report; how many sandboxes run."""
+    """Are the services up; what does the node report; how many sandboxes run.
+
+    Example: aenv status
+    """
     report = asyncio.run(collect_status(home))
     console.print(_status_table(report))
     if report.node is not None:
@@ -125,7 +131,10 @@ def trace(
         bool, typer.Option("--all", help="Every trace of the sandbox, not only its create.")
     ] = False,
 ) -> None:
-    """Where the time of a sandbox's create (or any trace) went, span by span."""
+    """Where the time of a sandbox's create (or any trace) went, span by span.
+
+    Example: aenv trace ib0rbwk8ypuqz3fj8pk4x --all
+    """
     spans = read_trace_files(home / "traces")
     try:
         trace_ids = find_traces(spans, ident)
@@ -137,7 +146,10 @@ def trace(
 
 @sandbox_app.command("list")
 def sandbox_list(home: HomeOption = DEFAULT_HOME) -> None:
-    """The sandboxes the gateway knows."""
+    """The sandboxes the gateway knows (through the native gRPC API; see also `aenv ls`).
+
+    Example: aenv sandbox list --home ~/.aenv
+    """
     sandboxes = _run_client(home, lambda client: client.list_sandboxes())
     table = Table("id", "template", "state", "node", "started", "ends", title="sandboxes")
     for record in sandboxes:
@@ -157,7 +169,10 @@ def sandbox_kill(
     sandbox_id: Annotated[str, typer.Argument(help="The sandbox to kill.")],
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
-    """Kill a sandbox."""
+    """Kill a sandbox (see also `aenv rm`).
+
+    Example: aenv sandbox kill ib0rbwk8ypuqz3fj8pk4x
+    """
     _run_client(home, lambda client: client.kill_sandbox(sandbox_id))
     console.print(f"killed {sandbox_id}")
 
@@ -181,7 +196,10 @@ def template_build(
     ] = False,
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
-    """Build a template from a Dockerfile (with the official e2b SDK), streaming its log."""
+    """Build a template from a Dockerfile (with the official e2b SDK), streaming its log.
+
+    Example: aenv template build -f Dockerfile --name python-dev --tag v1
+    """
     request = BuildRequest(dockerfile, name, context, tuple(tag or ()), cpu, memory_mb,
                            skip_cache)
     try:
@@ -194,7 +212,10 @@ def template_build(
 
 @template_app.command("ls")
 def template_ls(home: HomeOption = DEFAULT_HOME) -> None:
-    """The templates of the platform."""
+    """The templates of the platform.
+
+    Example: aenv template ls
+    """
     try:
         rows = list_templates(Gateway.of_home(home))
     except AenvError as err:
@@ -207,7 +228,10 @@ def template_rm(
     name: Annotated[str, typer.Argument(help="The template's name or id.")],
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
-    """Delete a template and its builds."""
+    """Delete a template and its builds.
+
+    Example: aenv template rm python-dev
+    """
     try:
         remove_template(Gateway.of_home(home), name)
     except AenvError as err:
