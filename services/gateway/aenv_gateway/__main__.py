@@ -23,6 +23,7 @@ def instrument_http() -> None:
 
 async def _serve(settings: GatewaySettings) -> None:
     # Imported after telemetry set-up: gRPC instrumentation must precede channels and servers.
+    from aenv_gateway.api_keys import EtcdApiKeyRecords
     from aenv_gateway.etcd_view import EtcdClusterView
     from aenv_gateway.server import start_gateway
     from aenv_gateway.templates.records import EtcdTemplateRecords
@@ -35,13 +36,15 @@ async def _serve(settings: GatewaySettings) -> None:
     view = await EtcdClusterView.open(settings.common)
     try:
         records = await EtcdTemplateRecords.open(view.store)
+        api_keys = await EtcdApiKeyRecords.open(view.store)
         try:
-            gateway = await start_gateway(settings, view, records, api_key)
+            gateway = await start_gateway(settings, view, records, api_key, api_keys)
             try:
                 await stop.wait()
             finally:
                 await gateway.stop()
         finally:
+            await api_keys.close()
             await records.close()
     finally:
         await view.close()

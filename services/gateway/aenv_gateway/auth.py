@@ -1,5 +1,5 @@
-"""The gateway's API key: created once (0600, atomically), read on later starts, compared in
-constant time. The key itself is never logged."""
+"""The gateway's API keys: the configured one, created once (0600, atomically) and read on
+later starts, and the stored ones (api_keys.py); compared in constant time, never logged."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import os
 import time
 from pathlib import Path
 
-from aenv_common.errors import Unauthenticated
+from aenv_common.errors import PermissionDenied, Unauthenticated
 from aenv_common.ids import new_api_key
+from aenv_gateway.api_keys import KeyIndex
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,32 @@ def _read_key(path: Path) -> str:
     raise Unauthenticated(f"api key file {path} is empty")
 
 
-class ApiKeyAuth:
-    def __init__(self, key: str) -> None:
-        self._key = key.encode()
+ADMIN_KEY_ID = "admin"
 
-    def check(self, presented: str | None) -> None:
-        """Raises Unauthenticated unless `presented` is the key."""
-        if presented is None or not hmac.compare_digest(presented.encode(), self._key):
+
+class ApiKeyAuth:
+    """The configured key (the admin key: it also manages the others) and the stored ones."""
+
+    def __init__(self, key: str, stored: KeyIndex | None = None) -> None:
+        self._key = key.encode()
+        self._stored = stored
+
+    def identify(self, presented: str | None) -> str | None:
+        """The id of the key `presented` is (ADMIN_KEY_ID for the configured one), else None."""
+        if presented is None:
+            return None
+        if hmac.compare_digest(presented.encode(), self._key):
+            return ADMIN_KEY_ID
+        return self._stored.key_id(presented) if self._stored is not None else None
+
+    def check(self, presented: str | None) -> str:
+        """The presented key's id. :raise Unauthenticated: no key, or not a valid one."""
+        key_id = self.identify(presented)
+        if key_id is None:
             raise Unauthenticated("Invalid API key")
+        return key_id
+
+    def check_admin(self, presented: str | None) -> None:
+        """:raise Unauthenticated: not a valid key. :raise PermissionDenied: not the admin key."""
+        if self.check(presented) != ADMIN_KEY_ID:
+            raise PermissionDenied("only the admin key (the configured one) manages API keys")

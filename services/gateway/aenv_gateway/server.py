@@ -24,6 +24,7 @@ from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import EmbeddedServer, start_http_server
 from aenv_common.httpproxy import StreamingProxy
 from aenv_common.snapshots import snapstore_stub
+from aenv_gateway.api_keys import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex, OpenRequests
 from aenv_gateway.app import GatewayApp, control_routes, instrumented
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
@@ -35,6 +36,8 @@ from aenv_gateway.edge_limits import guarded_http_protocol
 from aenv_gateway.gateway_metrics import SANDBOX_STATES
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
 from aenv_gateway.logs import SandboxLogs
+from aenv_gateway.revocation import RevocableRequests
+from aenv_gateway.routes.keys import KeyRoutes
 from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.snapshots import SnapshotRoutes
 from aenv_gateway.routes.templates import TemplateRoutes
@@ -64,6 +67,8 @@ class RunningGateway:
     routes: list[BaseRoute]
     # The HTTP edge's ASGI app (in-process tests drive it without a socket).
     app: ASGIApp
+    # The stored API keys (their SHA-256 digests).
+    api_keys: ApiKeyRecords
     _edges: list[tuple[EmbeddedServer, asyncio.Task[None]]]
     _grpc: grpc.aio.Server
     _session: aiohttp.ClientSession
@@ -111,7 +116,7 @@ def _check_certificate(certificate: TlsCertificate) -> None:
 
 async def start_gateway(
     settings: GatewaySettings, view: ClusterView, template_records: TemplateRecords,
-    api_key: str,
+    api_key: str, api_keys: ApiKeyRecords | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down.
@@ -139,7 +144,12 @@ async def start_gateway(
             settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
     )
     snapshots = SnapshotService(service, directory, nodeagents)
-    auth = ApiKeyAuth(api_key)
+    # The stored keys (in memory without etcd: tests, a gateway on its own).
+    key_records = api_keys if api_keys is not None else InMemoryApiKeyRecords()
+    stored_keys = KeyIndex(key_records)
+    auth = ApiKeyAuth(api_key, stored_keys)
+    open_requests = OpenRequests()
+    stored_keys.on_revoked(open_requests.cut)
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, force_close=False), auto_decompress=False
     )
@@ -156,14 +166,16 @@ async def start_gateway(
     template_routes = TemplateRoutes(catalog, builds, ContextUploads(snapstore, api_key),
                                      snapshots, settings.fallback_envd_version,
                                      TemplateCleanup(template_records, snapstore))
-    routes = control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth)
-    app = GatewayApp(
+    routes = [*control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth),
+              *KeyRoutes(auth, key_records).routes()]
+    edge = GatewayApp(
         routes,
         DataPlane(service.wake, StreamingProxy(session)),
         settings.domain,
         SignedFileRouter(directory.records),
         settings.edge_limits,
     )
+    app = RevocableRequests(edge, auth, open_requests)
     grpc_server, grpc_port = await start_grpc_server(
         settings.grpc_listen,
         [
@@ -186,7 +198,7 @@ async def start_gateway(
     )
     SANDBOX_STATES.attach(directory.records)
     return RunningGateway(
-        http_port, https_port, grpc_port, service, directory, routes, app,
+        http_port, https_port, grpc_port, service, directory, routes, app, key_records,
         [(server, task) for server, task, _ in edges], grpc_server, session, pool, builds,
     )
 

@@ -233,7 +233,8 @@ async def test_openapi_lists_every_route(stack: Stack) -> None:
     for route in routes:
         path = (route.path.replace("{sandbox_id}", "{sandboxID}")
                 .replace("{template_id:anypath}", "{templateID}")
-                .replace("{template_id}", "{templateID}").replace("{build_id}", "{buildID}"))
+                .replace("{template_id}", "{templateID}").replace("{build_id}", "{buildID}")
+                .replace("{key_id}", "{keyID}"))
         for method in route.methods or ():
             if method == "HEAD":
                 continue

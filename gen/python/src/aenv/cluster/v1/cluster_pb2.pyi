@@ -326,3 +326,15 @@ class TemplateBuildRecord(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     min_free_disk_mib: int
     def __init__(self, build_id: _Optional[str] = ..., template_id: _Optional[str] = ..., status: _Optional[_Union[BuildStatus, str]] = ..., tags: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., node_id: _Optional[str] = ..., logs: _Optional[_Iterable[_Union[BuildLogEntry, _Mapping]]] = ..., reason: _Optional[str] = ..., reason_step: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_digest: _Optional[str] = ..., image_id: _Optional[str] = ..., envd_version: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., min_free_disk_mib: _Optional[int] = ...) -> None: ...
+
+class ApiKeyRecord(_message.Message):
+    __slots__ = ("key_id", "name", "sha256", "created_at")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    name: str
+    sha256: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, key_id: _Optional[str] = ..., name: _Optional[str] = ..., sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
