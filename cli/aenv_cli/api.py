@@ -152,6 +152,19 @@ class SandboxApi:
 
     # -- transport -------------------------------------------------------------------------
 
+    # -- API keys (the admin key only) ------------------------------------------------------
+
+    def create_key(self, name: str) -> Json:
+        """The new key (`key`: shown once), its `keyID` and `name`."""
+        return self._json("POST", "/admin/keys", {"name": name})
+
+    def keys(self) -> list[Json]:
+        return _json_list(self._send("GET", "/admin/keys"))
+
+    def revoke_key(self, key_id: str) -> None:
+        """:raise NotFound: no such key."""
+        self._send("DELETE", f"/admin/keys/{_id(key_id)}")
+
     def _every_page(self, path: str, params: dict[str, str]) -> list[Json]:
         """Follows E2B's `X-Next-Token` pages to the end."""
         listed: list[Json] = []

@@ -6,11 +6,13 @@ import typer
 
 from aenv_cli.commands import copy, sandboxes, shell, templates, top
 from aenv_cli.commands.auth import auth_app
+from aenv_cli.commands.keys import key_app
 from aenv_cli.commands.snapshots import snapshot_app
 
 
 def register(app: typer.Typer, template_app: typer.Typer) -> None:
     """`template_app` is `aenv template`'s group (its build, ls and rm are in main.py)."""
+    auth_app.add_typer(key_app, name="key")
     app.add_typer(auth_app, name="auth")
     app.command("start")(shell.start)
     app.command("connect")(shell.connect)
