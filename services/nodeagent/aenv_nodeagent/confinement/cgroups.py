@@ -117,6 +117,8 @@ class VmCgroups:
         made: list[Path] = []
         try:
             for hierarchy, slice_dir in zip(self.hierarchies, self.slices, strict=True):
+                if not slice_dir.is_dir():  # removed under us (by hand, a cleanup): made again
+                    _make_slice(hierarchy, slice_dir)
                 directory = slice_dir / name
                 directory.mkdir()
                 made.append(directory)
@@ -124,7 +126,7 @@ class VmCgroups:
                     cgroupfs.write_files(directory, v2_files(limits, hierarchy.controllers))
                 for controller in sorted(hierarchy.controllers) if hierarchy.version == 1 else ():
                     cgroupfs.write_files(directory, v1_files(limits, controller))
-        except OSError as err:
+        except (OSError, ConfinementUnavailable) as err:
             for directory in made:
                 cgroupfs.remove_dir(directory)
             self._live.discard(name)

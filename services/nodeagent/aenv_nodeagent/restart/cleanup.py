@@ -4,8 +4,9 @@ that cannot do it any more (it died and is not started again, or ignored SIGTERM
 Its QEMUs run in sessions of their own, so they outlive it: every QEMU of its state directory
 and every process in one of its network slots (sandboxes, the warm pool, template builds) is
 killed, the slots removed, the running sandboxes' directories and records deleted, as the kills
-at a clean stop delete them. Paused sandboxes stay for the next start, a pause cut short first
-getting its memory written (as a restart's recovery does)."""
+at a clean stop delete them, and the VMs' cgroups with the node's slices. Paused sandboxes stay
+for the next start, a pause cut short first getting its memory written (as a restart's recovery
+does)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aenv_common.cluster import ClusterStore
+from aenv_common.errors import AenvError
 from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.confinement import LimitSettings, choose
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.restart.recovery import (
     finish_paused_memory,
@@ -51,6 +54,7 @@ async def clean_up(settings: NodeAgentSettings) -> Cleaned:
     killed = kill_stale_qemus(state_dir) + _kill(network.processes_in_slots())
     await _until_gone(killed, EXIT_WAIT_S)
     removed = await network.destroy_orphans(keep=set())
+    _remove_cgroups(settings)
     paused = await asyncio.to_thread(remove_unpaused_dirs, sandboxes_dir)
     try:
         deleted = await asyncio.wait_for(
@@ -76,6 +80,21 @@ async def _delete_running_records(settings: NodeAgentSettings, paused: set[str])
         return gone
     finally:
         await store.close()
+
+
+def _remove_cgroups(settings: NodeAgentSettings) -> None:
+    """The node's VM cgroups, now empty, and its slices (a frozen copy's stays: the next start
+    sweeps it)."""
+    if settings.vmm_cgroups == "off":
+        return
+    try:
+        confinement = choose("auto", settings.resolved_state_dir(), LimitSettings(),
+                             settings.vmm_cgroup_parent)
+    except AenvError as err:
+        log.warning("VM cgroups not removed", extra={"error": err.message})
+        return
+    if confinement.cgroups is not None:
+        confinement.cgroups.close()
 
 
 def _kill(pids: list[int]) -> list[int]:

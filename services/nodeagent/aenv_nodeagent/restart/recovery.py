@@ -5,10 +5,11 @@ Paused sandboxes (a directory with `sandbox.json`: overlay and memory image, no 
 written when the agent died has it written first, from its QEMU (memory/paused.py). A VM that was
 running is re-adopted when its QEMU still runs in its slot, answers QMP, is not stopped half-way
 through an operation, and the cluster still has its record on this node: QMP is reconnected and its
-netns slot taken back (the lifecycle then reads its disk chain from QEMU). Everything else is
-cleaned up: other QEMUs killed, their slots and directories removed, and the records of sandboxes
-that did not survive marked lost, so clients get a clear answer and nothing leaks. Paused sandboxes
-that the cluster now records on another node (taken over while this one was gone) are dropped.
+netns slot taken back (the lifecycle then reads its disk chain from QEMU), its cgroup found again.
+Everything else is cleaned up: other QEMUs killed, their slots, cgroups and directories removed,
+and the records of sandboxes that did not survive marked lost, so clients get a clear answer and
+nothing leaks. Paused sandboxes that the cluster now records on another node (taken over while this
+one was gone) are dropped.
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ async def recover(
     await asyncio.to_thread(finish_paused_memory, sandboxes_dir)
     killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))
     removed = await network.destroy_orphans(keep={a.slot.netns for a in adopted})
+    if jail is not None:
+        jail.sweep()  # the killed QEMUs' cgroups (a frozen copy's stays until it is released)
     paused = remove_unpaused_dirs(sandboxes_dir, keep=kept)
     dropped = drop_paused_of_others(sandboxes_dir, paused, ours)
     paused -= dropped

@@ -39,6 +39,11 @@ class VmJail:
         """The cgroup of a QEMU an earlier run launched."""
         return self.cgroups.of_pid(pid) if self.cgroups is not None else None
 
+    def sweep(self) -> None:
+        """Remove the cgroups of VMs that are gone (an earlier run's, killed at recovery)."""
+        if self.cgroups is not None:
+            self.cgroups.sweep()
+
     def forget(self, cgroup: VmCgroup | None) -> None:
         """The VM was let go of, still running: its cgroup is not this agent's to remove."""
         if self.cgroups is not None and cgroup is not None:

@@ -155,3 +155,10 @@ def test_off_and_auto_say_unconfined_and_required_refuses(
 def test_node_keys_tell_state_directories_apart(tmp_path: Path) -> None:
     assert node_key(tmp_path / "a") != node_key(tmp_path / "b")
     assert node_key(tmp_path / "a") == node_key(tmp_path / "x" / ".." / "a")
+
+
+def test_a_slice_removed_under_the_node_is_made_again(tmp_path: Path) -> None:
+    cgroups = VmCgroups.open(detect(_hybrid(tmp_path)), "k6", SETTINGS, HYBRID_OWN)
+    cgroups.close()  # as a cleanup run beside the node would
+    cgroup = cgroups.create(VmShape(1, 256))
+    assert all(d.is_dir() for d in cgroup.dirs)

@@ -25,6 +25,7 @@ from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
 from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
@@ -39,7 +40,7 @@ from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.saved import SavedTemplates
-from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
+from aenv_nodeagent.vmm import QemuDriver, VmJail, detect_accelerator
 
 
 class AllocationSink:
@@ -73,6 +74,7 @@ class Node:
     distribution: TemplateDistribution | None = None
     allocation: AllocationSink = field(default_factory=AllocationSink)
     successor: Node | None = None
+    cgroups: VmCgroups | None = None  # a cgroup per VM, as the node agent does where it can
 
     def latest(self) -> Node:
         return self.successor.latest() if self.successor else self
@@ -94,10 +96,11 @@ class Node:
             await self.sandboxes.persistence.close()
         for sandbox in self.sandboxes.all():
             await sandbox.vm.release()
+        cgroups = node_cgroups(self.state_dir) if self.cgroups else None
         recovered = await recover(self.node_id, self.state_dir, network, self.records,
-                                  list(self.records.records.values()))
+                                  list(self.records.records.values()), VmJail(cgroups))
         node = await build_node(self.state_dir, self.prefix, self.session, self.records, network,
-                                snapstore=self.snapstore, node_id=self.node_id)
+                                snapstore=self.snapstore, node_id=self.node_id, cgroups=cgroups)
         await node.sandboxes.adopt(recovered.adopted)
         node.sandboxes.load()
         self.successor = node
@@ -109,8 +112,10 @@ async def build_node(
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
     pool_vms: int = 0, pool_cidr: str | None = None, snapstore: str = "",
     node_id: str = "test-node", own_templates: bool = False, share_templates: bool = False,
+    cgroups: VmCgroups | None = None,
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
+    driver = QemuDriver(VmJail(cgroups))
     # A pool of its own per node: runs beside it (CI, another suite) have theirs.
     network = network or NetworkManager(NetworkConfig(
         prefix=prefix, pool_cidr=pool_cidr or free_subnet(24)))
@@ -125,7 +130,7 @@ async def build_node(
     distribution = (TemplateDistribution(persistence, templates_root, saved)
                     if persistence is not None and share_templates else None)
     templates = TemplateStore(templates_root, network, envd,
-                              QemuDriver(), GuestCommands(session),
+                              driver, GuestCommands(session),
                               boot_timeout_s=90, boot_attempts=3, remote=distribution)
     templates.register(base)
     pool = WarmPool(network, state_dir / "pool", slots=pool_slots,
@@ -135,11 +140,18 @@ async def build_node(
     allocation = AllocationSink()
     sandboxes = SandboxService(
         SandboxSettings(state_dir, ready_timeout_s=60), SandboxRegistry(node_id), templates,
-        network, envd, records, QemuDriver(), pool=pool, persistence=persistence,
+        network, envd, records, driver, pool=pool, persistence=persistence,
         publisher=SnapshotPublisher(records, node_id), allocation_changed=allocation.publish)
     return Node(sandboxes, records, network, session, state_dir, prefix, pool, node_id,
                 snapstore=snapstore, templates=templates, saved=saved, distribution=distribution,
-                allocation=allocation)
+                allocation=allocation, cgroups=cgroups)
+
+
+def node_cgroups(state_dir: Path) -> VmCgroups:
+    """The VM cgroups a node agent over `state_dir` keeps (this host must have them)."""
+    cgroups = choose("required", state_dir, LimitSettings()).cgroups
+    assert cgroups is not None
+    return cgroups
 
 
 def netns_with(prefix: str) -> list[str]:
@@ -170,7 +182,7 @@ async def node_parts(
     *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0,
     pool_cidr: str | None = None, snapstore: str = "", node_id: str = "test-node",
     records: MemoryRecords | None = None, own_templates: bool = False,
-    share_templates: bool = False,
+    share_templates: bool = False, confined: bool = False,
 ) -> AsyncIterator[Node]:
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
@@ -180,7 +192,8 @@ async def node_parts(
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
                                      pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore,
                                      node_id=node_id, own_templates=own_templates,
-                                     share_templates=share_templates)
+                                     share_templates=share_templates,
+                                     cgroups=node_cgroups(state_dir) if confined else None)
             try:
                 yield first
             finally:
@@ -189,6 +202,8 @@ async def node_parts(
                 await current.sandboxes.destroy_all()
                 await current.pool.close()
                 await current.network.destroy_orphans(keep=set())
+                if current.cgroups is not None:
+                    await until(lambda: _closed(current.cgroups), "VM cgroups removed", 120)
         assert qemus_under(state_dir) == []
         assert netns_with(prefix) == []
         assert list((state_dir / "layers").glob("*")) == []
@@ -196,6 +211,13 @@ async def node_parts(
         for line in qemus_under(state_dir):
             os.kill(int(line.split()[0]), signal.SIGKILL)  # QEMUs under our own state dir
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _closed(cgroups: VmCgroups | None) -> bool:
+    """Whether the node's cgroups are all gone (a frozen copy still held one a while)."""
+    assert cgroups is not None
+    cgroups.close()
+    return not any(s.exists() for s in cgroups.slices)
 
 
 def pss_mib(pid: int) -> float:
