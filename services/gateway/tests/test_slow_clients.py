@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+import aiohttp
 import httpx
 import pytest
 
@@ -151,3 +152,16 @@ async def test_normal_requests_are_untouched(guarded: Stack) -> None:
         await asyncio.sleep(1.5)
         listed = await http.get("/v2/sandboxes", headers=AUTH)
         assert listed.status_code == 200 and len(listed.json()) == 1
+
+
+async def test_a_websocket_outlives_the_header_timeout(guarded: Stack) -> None:
+    async with httpx.AsyncClient(base_url=guarded.url, timeout=10) as http:
+        created = await http.post("/v2/sandboxes", headers=AUTH, json={"templateID": "base"})
+        sandbox_id = created.json()["sandboxID"]
+    headers = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(guarded.guest_port)}
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+        f"{guarded.url}/ws", headers=headers
+    ) as ws:
+        await asyncio.sleep(1.5)  # past the 1 s header timeout: its timer ended with the headers
+        await ws.send_str("ping")
+        assert (await asyncio.wait_for(ws.receive(), 5)).data == "echo:ping"
