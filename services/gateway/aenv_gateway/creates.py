@@ -5,8 +5,10 @@ its successor would then re-adopt and run unknown to any client.
 The sandbox id the gateway chose is the create's idempotency key: the create is sent again with
 the same spec until the node agent answers, and a node agent that has the sandbox already (made
 before the crash and adopted since) answers with it, so the client gets the sandbox that was
-made. A create that still fails is abandoned: its sandbox is killed in the background, as soon as
-the node agent answers, so a create a client saw fail leaves nothing running."""
+made; each attempt ends with the window (create_retry_s, under the SDKs' own timeout). A create
+that still fails, one past its deadline, or one whose caller went away is abandoned: its sandbox
+is killed in the background as soon as the node agent answers, so a create a client saw fail
+leaves nothing running (unless this gateway stops first: the kill is not kept anywhere else)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ from aenv_gateway.gateway_metrics import CREATE_RETRIES, CREATES_ABANDONED
 
 log = logging.getLogger(__name__)
 
-# The node agent may have made the sandbox: the attempt's connection broke, or its deadline
-# passed (the node agent's create is cancelled then, but may have published first).
-_UNKNOWN_OUTCOME = (Unavailable, DeadlineExceeded)
+# An attempt whose connection broke: the node agent went away (a crash, a restart) after it may
+# have made the sandbox, and a successor may soon answer.
+_UNANSWERED = (Unavailable, DeadlineExceeded, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,11 @@ class NodeCreates:
         """
         try:
             return await self._nodeagents.create(address, spec)
-        except _UNKNOWN_OUTCOME as err:
+        except Unavailable as err:
             first: AenvError = err
-        except asyncio.CancelledError:
+        except (DeadlineExceeded, asyncio.CancelledError):
+            # The node agent's create outlived its deadline (it is cancelled there, but may have
+            # published first), or the caller went away: past any client's patience to retry.
             self._abandon(address, spec.sandbox_id)
             raise
         try:
@@ -77,8 +81,10 @@ class NodeCreates:
             await self._sleep(self._policy.interval_s)
             CREATE_RETRIES.inc()
             try:
-                record = await self._nodeagents.create(address, spec)
-            except (*_UNKNOWN_OUTCOME, Conflict):
+                # Within the window: a client waiting on its own timeout must not outlast it.
+                record = await asyncio.wait_for(self._nodeagents.create(address, spec),
+                                                max(deadline - self._clock(), 0.001))
+            except (*_UNANSWERED, Conflict):
                 # Conflict: the id is ours alone, so it is our earlier attempt, still being made.
                 continue
             log.info("create answered on a later attempt", extra={

@@ -12,7 +12,6 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import (
-    AenvError,
     Conflict,
     DeadlineExceeded,
     NotFound,
@@ -83,13 +82,13 @@ async def test_an_answered_create_is_sent_once() -> None:
     assert record.sandbox_id == "sbx1" and len(node.created) == 1 and node.killed == []
 
 
-@pytest.mark.parametrize("error", [Unavailable("failed to connect"), DeadlineExceeded("late")])
-async def test_an_unanswered_create_is_sent_again_with_the_same_spec(error: AenvError) -> None:
-    node = ScriptedNode([error, Unavailable("restarting"), Conflict("being made"), None])
+async def test_an_unanswered_create_is_sent_again_with_the_same_spec() -> None:
+    node = ScriptedNode([Unavailable("failed to connect"), Unavailable("restarting"),
+                         DeadlineExceeded("slow"), Conflict("being made"), None])
     time = VirtualTime()
     record = await creates_on(node, time).create(ADDRESS, SPEC)
     assert record.sandbox_id == "sbx1"
-    assert node.created == [SPEC] * 4  # the id (and token) is the create's idempotency key
+    assert node.created == [SPEC] * 5  # the id (and token) is the create's idempotency key
     assert node.killed == []
 
 
@@ -133,10 +132,20 @@ async def test_a_refused_create_is_not_sent_again_nor_killed() -> None:
     assert len(node.created) == 1 and node.killed == []
 
 
+async def test_a_create_past_its_deadline_is_killed_not_sent_again() -> None:
+    # Cancelled on the node, but it may have published first; the client waited long enough.
+    node, time = ScriptedNode([DeadlineExceeded("late")]), VirtualTime()
+    creates = creates_on(node, time)
+    with pytest.raises(DeadlineExceeded):
+        await creates.create(ADDRESS, SPEC)
+    await creates.settled()
+    assert len(node.created) == 1 and node.killed == ["sbx1"]
+
+
 async def test_a_create_failing_definitely_after_an_unknown_outcome_is_killed() -> None:
-    # The node came back without the sandbox and refused it: an earlier attempt may still have
-    # made it (e.g. its deadline passed as it published), so it is killed all the same.
-    node, time = ScriptedNode([DeadlineExceeded("late"), ResourceExhausted("full")]), \
+    # The node came back and refused it: the first attempt may still have made it (published
+    # as the connection broke), so it is killed all the same.
+    node, time = ScriptedNode([Unavailable("down"), ResourceExhausted("full")]), \
         VirtualTime()
     creates = creates_on(node, time)
     with pytest.raises(ResourceExhausted):
@@ -164,3 +173,27 @@ async def test_a_create_cancelled_in_flight_is_killed() -> None:
         await task
     await creates.settled()
     assert node.killed == ["sbx1"]
+
+
+async def test_a_later_attempt_never_outlasts_the_window() -> None:
+    # Real time: a node agent back but hanging is given up on when the window ends.
+    gate = asyncio.Event()
+
+    class Hanging(ScriptedNode):
+        async def create(
+            self, address: str, spec: cluster_pb2.SandboxSpec
+        ) -> cluster_pb2.SandboxRecord:
+            self.created.append(spec)
+            if len(self.created) == 1:
+                raise Unavailable("restarting")
+            await gate.wait()
+            raise AssertionError("never answered")
+
+    node = Hanging([None])
+    creates = NodeCreates(cast(NodeAgentClients, node),
+                          CreateRetryPolicy(retry_s=0.3, interval_s=0.05, abandon_s=1.0))
+    async with asyncio.timeout(5):
+        with pytest.raises(Unavailable, match="did not answer"):
+            await creates.create(ADDRESS, SPEC)
+        await creates.settled()
+    assert len(node.created) == 2 and node.killed == ["sbx1"]
