@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2b import NotFoundException, SandboxException, TimeoutException
+from e2b import NotFoundException, SandboxException, ServiceBusyException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 
 from aenv_cli.platform import Platform
@@ -36,7 +36,7 @@ def _create(made: list[str], **kwargs: Any) -> Sandbox:
         try:
             sandbox = Sandbox.create(timeout=300, request_timeout=180, **kwargs)
             break
-        except (SandboxException, TimeoutException, httpx.TimeoutException):
+        except (SandboxException, ServiceBusyException, httpx.TimeoutException):
             if time.monotonic() > deadline:
                 raise
             time.sleep(5)
