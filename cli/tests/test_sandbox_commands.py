@@ -94,6 +94,7 @@ def test_fork_prints_children_and_reports_a_failed_one(server: FakeServer) -> No
     result = invoke(fake_clients(server), "fork", "sb1", "-n", "3")
     assert result.stdout.split() == ["sb1-c0", "sb1-c1"]
     assert result.exit_code == 1 and "a child failed: no room" in result.stderr
+    assert server.requests[-1][3] == {"count": 3, "timeout": 300}  # a person's default
     as_json = invoke(fake_clients(server), "fork", "sb1", "-n", "2", "-o", "json")
     assert [c["sandboxID"] for c in json.loads(as_json.stdout)] == ["sb1-c0", "sb1-c1"]
 

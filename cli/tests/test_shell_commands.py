@@ -103,7 +103,7 @@ def test_exec_i_forwards_stdin_then_closes_it(server: FakeServer) -> None:
 def test_exec_t_runs_the_command_in_place_of_the_pty_shell(server: FakeServer) -> None:
     guest = FakeGuest()
     terminal = FakeTerminal([b"exit 2\r"], eof=False)
-    result = invoke(clients_with(server, guest, terminal), "exec", "-t", "sb1", "top", "-b")
+    result = invoke(clients_with(server, guest, terminal), "exec", "-t", "sb1", "--", "top", "-b")
     assert result.exit_code == 2 and terminal.raw_entered == 1
     assert guest.pty.created[0]["envs"]["PROMPT_COMMAND"] == (
         "unset PROMPT_COMMAND; exec /bin/bash -c 'top -b'")

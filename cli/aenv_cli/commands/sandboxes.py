@@ -131,7 +131,8 @@ def timeout(
 def fork(
     ctx: typer.Context, sandbox_id: IdArgument,
     count: Annotated[int, typer.Option("--count", "-n", min=1, help="How many children.")] = 1,
-    timeout: Annotated[str | None, typer.Option(help="The children's time to live.")] = None,
+    # The API's default (15 s) suits a program that uses its children at once, not a person.
+    timeout: Annotated[str, typer.Option(help="The children's time to live.")] = "5m",
     output: OutputOption = None,
 ) -> None:
     """Clone a running sandbox N times (memory, disk, processes); prints the children's ids.
@@ -139,7 +140,7 @@ def fork(
     Example: aenv fork ib0rbwk8ypuqz3fj8pk4x -n 4
     """
     given = clients(ctx)
-    results = given.api.fork(sandbox_id, count, parse_duration(timeout) if timeout else None)
+    results = given.api.fork(sandbox_id, count, parse_duration(timeout))
     children = [r["sandbox"] for r in results if isinstance(r.get("sandbox"), dict)]
     for failed in (r["error"] for r in results if isinstance(r.get("error"), dict)):
         stderr.print(f"[red]error:[/] a child failed: {escape(str(failed.get('message')))}")

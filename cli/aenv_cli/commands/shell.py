@@ -93,7 +93,8 @@ def exec_(
     """
     given = clients(ctx)
     spec = ProcessSpec(user, workdir, parse_pairs(env or [], "--env"))
-    line = command_line(command)
+    # Options end at the id; a `--` after it (docker's habit) is not part of the command.
+    line = command_line(command[1:] if command[:1] == ["--"] else command)
     if tty:
         _need_terminal(given, "exec -t", "leave out -t")
 
