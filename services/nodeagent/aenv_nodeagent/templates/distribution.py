@@ -12,25 +12,36 @@ one this host already holds is used as it is), then the second when its key matc
 layer re-pointed at the local rootfs. Without a matching snapshot the template is captured here
 from its inputs on first use, as on the node that built it. Pushes run in the background with
 the snapshot persistence's retries; chunks the store has are not sent again.
+
+The built-in templates (`base`, `code-interpreter-v1`) every node makes from its own artifacts:
+only their captures travel, as `template-<id>-<key>-<disks>`, `<disks>` naming the bytes of the
+rootfs and tools disk under the captured guest (`disk_digests`). A node that captured one, or
+holds one snapstore lacks, pushes it; a node without one pulls the capture for its own disks,
+checks the digests it carries and re-points its disk at the local rootfs — else captures its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 
 from aenv_common.cluster import ClusterStore
 from aenv_common.errors import AenvError, Internal, NotFound
+from aenv_nodeagent.artifacts.digest import content_digest
 from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
 from aenv_nodeagent.templates.model import (
+    BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
     META_FILE,
@@ -47,6 +58,9 @@ log = logging.getLogger(__name__)
 INPUTS_FILE = "inputs.json"
 ROOTFS_FILE = "rootfs"
 SNAPSHOT_FILES = (DISK_FILE, MEMORY_FILE, STATE_FILE, META_FILE)
+# Every node makes these from its own artifacts: only their captures travel.
+BUILTIN_TEMPLATES = frozenset({BASE_TEMPLATE, CODE_INTERPRETER_TEMPLATE})
+DISKS_FILE = "disks.json"
 
 
 # The node-side templates the cluster knows (their `templates/<id>` records).
@@ -65,6 +79,24 @@ def snapshot_manifest(template_id: str, key: str) -> str:
     return f"template-{template_id}-{key}"
 
 
+def builtin_manifest(template_id: str, key: str, disks: Mapping[str, str]) -> str:
+    """A built-in template's capture, for nodes of the same inputs key and disks' bytes."""
+    disks_key = hashlib.sha256(json.dumps(dict(disks), sort_keys=True).encode()).hexdigest()
+    return f"template-{template_id}-{key}-{disks_key[:16]}"
+
+
+async def disk_digests(inputs: TemplateInputs) -> dict[str, str]:
+    """The bytes of the disks a guest of the template has open (its root's backing, the tools
+    disk): built on each node from the same inputs, rarely byte for byte alike, and a restored
+    guest's page cache holds their blocks — a capture moves only between equal ones.
+
+    :raise OSError: a disk cannot be read.
+    """
+    rootfs, tools = await asyncio.gather(content_digest(inputs.rootfs.path),
+                                         content_digest(inputs.artifacts.tools_disk))
+    return {"rootfs": rootfs, "tools_disk": tools}
+
+
 class TemplateDistribution:
     def __init__(
         self, persistence: SnapshotPersistence, root: Path, saved: SavedTemplates
@@ -73,6 +105,8 @@ class TemplateDistribution:
         self._root = root
         self._saved = saved
         self._pulls: dict[str, asyncio.Task[TemplateInputs | None]] = {}
+        self._offered: set[Path] = set()  # built-in captures checked against snapstore this run
+        self._offers: set[asyncio.Task[str | None]] = set()
 
     def share_soon(self, inputs: TemplateInputs, snapshot: TemplateSnapshot) -> None:
         """Pushes a template built (and saved) here, in the background."""
@@ -83,25 +117,38 @@ class TemplateDistribution:
         async def inputs_files() -> dict[str, Path]:
             return {INPUTS_FILE: saved, ROOTFS_FILE: inputs.rootfs.path}
 
-        flat = self._root / ".share" / f"{template_id}.qcow2"
-
-        async def snapshot_files() -> dict[str, Path]:
-            # Its disk stands on step layers only this node has: sent merged onto the rootfs.
-            flat.parent.mkdir(parents=True, exist_ok=True)
-            await flatten_onto(snapshot.disk, inputs.rootfs.path, flat)
-            files = {name: snapshot.directory / name for name in SNAPSHOT_FILES}
-            return {**files, DISK_FILE: flat}
-
         async def shared() -> None:
             log.info("template pushed to snapstore", extra={"template": template_id})
 
-        async def snapshot_shared() -> None:
-            flat.unlink(missing_ok=True)
+        self._persistence.push_soon(inputs_manifest(template_id), inputs_files, shared, labels)
+        self._push_capture(inputs, snapshot, snapshot_manifest(template_id, inputs.key()),
+                           {}, shared)
+
+    def _push_capture(
+        self, inputs: TemplateInputs, snapshot: TemplateSnapshot, manifest: str,
+        extra: Mapping[str, str], shared: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Pushes a captured snapshot as `manifest`, with `extra` files of those contents."""
+        share = self._root / ".share"
+        flat = share / f"{manifest}.qcow2"
+        written = {name: share / f"{manifest}.{name}" for name in extra}
+
+        async def files() -> dict[str, Path]:
+            # Its disk stands on step layers only this node has: sent merged onto the rootfs.
+            share.mkdir(parents=True, exist_ok=True)
+            await flatten_onto(snapshot.disk, inputs.rootfs.path, flat)
+            for name, path in written.items():
+                path.write_text(extra[name])
+            files = {name: snapshot.directory / name for name in SNAPSHOT_FILES}
+            return {**files, **written, DISK_FILE: flat}
+
+        async def pushed() -> None:
+            for path in (flat, *written.values()):
+                path.unlink(missing_ok=True)
             await shared()
 
-        self._persistence.push_soon(inputs_manifest(template_id), inputs_files, shared, labels)
-        self._persistence.push_soon(snapshot_manifest(template_id, inputs.key()), snapshot_files,
-                                    snapshot_shared, labels)
+        labels = {"kind": "template", "template_id": inputs.template_id}
+        self._persistence.push_soon(manifest, files, pushed, labels)
 
     async def resume(self, saved: list[TemplateInputs], known: Known) -> list[str]:
         """Pushes again, in the background, the templates saved and captured here that this
@@ -197,11 +244,84 @@ class TemplateDistribution:
                 snapshot_manifest(inputs.template_id, inputs.key()), dest)
         except NotFound:
             return False  # captured under other artifacts: this node captures its own
-        await rebase_overlay(files[DISK_FILE], inputs.rootfs.path)
+        await self._place_snapshot(files[DISK_FILE], inputs, dest, directory)
+        return True
+
+    async def _place_snapshot(
+        self, disk: Path, inputs: TemplateInputs, pulled: Path, directory: Path
+    ) -> None:
+        """A pulled snapshot folder moved into place, its disk standing on the local rootfs."""
+        await rebase_overlay(disk, inputs.rootfs.path)
         directory.parent.mkdir(parents=True, exist_ok=True)
         try:
-            dest.rename(directory)
+            pulled.rename(directory)
         except OSError:
             if load_snapshot(directory) is None:  # not a concurrent pull that won: a real error
                 raise
+
+    # --- built-in templates --------------------------------------------------------------------
+
+    def share_builtin_soon(self, inputs: TemplateInputs, snapshot: TemplateSnapshot) -> None:
+        """Pushes, in the background, a built-in template's capture this node holds, unless
+        snapstore has one for these inputs and disks already (another node's: two nodes that
+        capture at once both push the same name, and either capture serves). Checked once a
+        run; other templates are not built-in: ignored."""
+        if inputs.template_id not in BUILTIN_TEMPLATES or snapshot.directory in self._offered:
+            return
+        self._offered.add(snapshot.directory)
+        task = asyncio.ensure_future(self._offer_builtin(inputs, snapshot))
+        self._offers.add(task)
+        task.add_done_callback(self._offers.discard)
+
+    async def _offer_builtin(
+        self, inputs: TemplateInputs, snapshot: TemplateSnapshot
+    ) -> str | None:
+        try:
+            disks = await disk_digests(inputs)
+            manifest = builtin_manifest(inputs.template_id, inputs.key(), disks)
+            if manifest in await self._persistence.manifests():
+                return None
+        except (AenvError, OSError) as err:  # the next run offers it again
+            log.warning("built-in template capture not pushed",
+                        extra={"template": inputs.template_id, "error": str(err)})
+            return None
+
+        async def shared() -> None:
+            log.info("built-in template capture pushed to snapstore",
+                     extra={"template": inputs.template_id, "manifest_id": manifest})
+
+        self._push_capture(inputs, snapshot, manifest,
+                           {DISKS_FILE: json.dumps(disks, sort_keys=True)}, shared)
+        return manifest
+
+    async def builtins_shared(self) -> None:
+        """Waits for the built-in captures' checks and pushes in flight (tests, benchmarks)."""
+        for manifest in await asyncio.gather(*self._offers):
+            if manifest is not None:
+                await self._persistence.persisted(manifest)
+
+    async def fetch_builtin(self, inputs: TemplateInputs) -> bool:
+        """Pulls a built-in template's capture another node made on disks byte for byte like
+        this node's, re-pointed at the local rootfs; False when snapstore has none, or its pull
+        fails or its disks differ: the caller captures its own."""
+        started = time.monotonic()
+        try:
+            disks = await disk_digests(inputs)
+            with self._staging() as staging:
+                dest = staging / "snapshot"
+                files = await self._persistence.pull(
+                    builtin_manifest(inputs.template_id, inputs.key(), disks), dest)
+                if json.loads(files[DISKS_FILE].read_text()) != disks:
+                    raise Internal("the stored capture was made on other disks")
+                files[DISKS_FILE].unlink()
+                await self._place_snapshot(files[DISK_FILE], inputs, dest,
+                                           snapshot_dir(self._root, inputs))
+        except NotFound:
+            return False
+        except (AenvError, OSError, KeyError, ValueError) as err:
+            log.warning("built-in template capture not pulled: captured here instead",
+                        extra={"template": inputs.template_id, "error": str(err)})
+            return False
+        log.info("built-in template capture pulled from snapstore", extra={
+            "template": inputs.template_id, "pull_s": round(time.monotonic() - started, 2)})
         return True

@@ -3,7 +3,9 @@
 A capture boots the template's rootfs through the restore pipeline's cold boot
 (`sandbox/vms.boot_from_disk`, its RAM a shared mapping of the snapshot's memory file), runs its
 recipe (`steps.py`) when it has one, hands envd the defaults the recipe left and captures the
-running VM — its start command's process included, so a sandbox's port answers at once.
+running VM — its start command's process included, so a sandbox's port answers at once. With a
+snapstore, a capture another node pushed (`distribution.py`) is pulled instead when it fits this
+node, and a built-in template's capture made or kept here is pushed for the others.
 """
 
 from __future__ import annotations
@@ -23,11 +25,10 @@ from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetworkManager
-from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.distribution import BUILTIN_TEMPLATES, TemplateDistribution
 from aenv_nodeagent.templates.launch import boot_from_disk
 from aenv_nodeagent.templates.layers import BuildDisk, StepLayers, layer_keys
 from aenv_nodeagent.templates.model import (
-    BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
     META_FILE,
@@ -127,6 +128,8 @@ class TemplateStore(TemplateCatalog):
                 _drop_if_unused(lock)  # a failed first capture leaves nothing behind
                 raise
             self._ready[template_id] = snap
+            if self._remote is not None:  # other nodes need not capture it again
+                self._remote.share_builtin_soon(inputs, snap)
         self._mark_used(snap)
         return snap
 
@@ -146,10 +149,13 @@ class TemplateStore(TemplateCatalog):
     ) -> TemplateSnapshot | None:
         if (snap := load_snapshot(directory)) is not None:
             return snap
-        if self._remote is not None and inputs.template_id != BASE_TEMPLATE:
-            if await self._remote.fetch_snapshot(inputs):
-                return load_snapshot(directory)
-        return None
+        if self._remote is None:
+            return None
+        if inputs.template_id in BUILTIN_TEMPLATES:
+            pulled = await self._remote.fetch_builtin(inputs)
+        else:
+            pulled = await self._remote.fetch_snapshot(inputs)
+        return load_snapshot(directory) if pulled else None
 
     def on_disk(self) -> list[TemplateSnapshot]:
         """Every captured template snapshot under this store's folder (also ones not loaded

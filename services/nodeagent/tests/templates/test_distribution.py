@@ -1,16 +1,25 @@
 """Templates through snapstore (a real one, in process) between two nodes' template folders:
 what one shares, the other pulls on first ask — its rootfs placed by digest when the recorded
-path is not on this host, its snapshot re-pointed at that rootfs; nothing left in staging."""
+path is not on this host, its snapshot re-pointed at that rootfs; nothing left in staging. A
+built-in template's capture goes only to nodes whose disks are byte for byte the pusher's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
 
+from aenv_nodeagent.artifacts import RootfsImage
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
-from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.distribution import (
+    DISKS_FILE,
+    TemplateDistribution,
+    builtin_manifest,
+    disk_digests,
+)
 from aenv_nodeagent.templates.model import (
+    BASE_TEMPLATE,
     DISK_FILE,
     TemplateInputs,
     TemplateSnapshot,
@@ -100,5 +109,66 @@ async def test_a_push_a_stop_cut_short_is_resumed_at_the_next_start(
         assert await persistence.manifests() == {
             "template-web", f"template-web-{inputs.key()}"}
         assert await distribution.resume([inputs, other], known) == []  # in the store now
+    finally:
+        await persistence.close()
+
+
+async def test_a_builtin_capture_moves_only_between_nodes_of_the_same_disks(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    inputs, _, captured = _built_at(tmp_path / "a", tmp_path / "made", BASE_TEMPLATE)
+    inputs.rootfs.path.write_bytes(b"the rootfs every node built alike")
+    unlike = tmp_path / "unlike-rootfs.qcow2"  # built from the same inputs, other bytes
+    unlike.write_bytes(b"the rootfs built again, other timestamps")
+    other_disks = dataclasses.replace(
+        inputs, rootfs=RootfsImage(unlike, inputs.rootfs.digest, ()))
+    persistence = SnapshotPersistence(snapstore)
+    try:
+        def node(name: str) -> TemplateDistribution:
+            return TemplateDistribution(persistence, tmp_path / name,
+                                        SavedTemplates(tmp_path / name / "built", inputs))
+
+        a = node("a")
+        a.share_builtin_soon(inputs, captured)
+        a.share_builtin_soon(inputs, captured)  # checked once a run
+        await a.builtins_shared()
+        manifest = builtin_manifest(BASE_TEMPLATE, inputs.key(), await disk_digests(inputs))
+        assert await persistence.manifests() == {manifest}
+
+        b = node("b")
+        assert await b.fetch_builtin(inputs)
+        pulled = load_snapshot(snapshot_dir(tmp_path / "b", inputs))
+        assert pulled is not None and pulled.boot_seconds == 1.5  # a's capture
+        assert _backing_of(pulled.disk) == str(inputs.rootfs.path)
+        assert not (pulled.directory / DISKS_FILE).exists()
+        b.share_builtin_soon(inputs, pulled)  # snapstore has it: nothing pushed again
+        await b.builtins_shared()
+        assert await persistence.manifests() == {manifest}
+
+        # Other rootfs bytes under the same inputs digest: no capture of a's for it.
+        c = node("c")
+        assert not await c.fetch_builtin(other_disks)
+        # A stored capture whose recorded disks are not this node's is refused too.
+        staged = await persistence.pull(manifest, tmp_path / "staged")
+        unlike_name = builtin_manifest(BASE_TEMPLATE, inputs.key(),
+                                       await disk_digests(other_disks))
+
+        async def files() -> dict[str, Path]:
+            return staged
+
+        async def done() -> None:
+            pass
+
+        persistence.push_soon(unlike_name, files, done, {})
+        await persistence.persisted(unlike_name)
+        assert not await c.fetch_builtin(other_disks)
+        assert load_snapshot(snapshot_dir(tmp_path / "c", other_disks)) is None
+        assert not list((tmp_path / "c").glob(".pull-*"))
+
+        # Templates built by users travel with their inputs (share_soon), not this way.
+        web, _, web_captured = _built_at(tmp_path / "a", tmp_path / "made-web")
+        a.share_builtin_soon(web, web_captured)
+        await a.builtins_shared()
+        assert await persistence.manifests() == {manifest, unlike_name}
     finally:
         await persistence.close()
