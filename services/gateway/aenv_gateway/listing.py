@@ -36,7 +36,8 @@ def matches(record: cluster_pb2.SandboxRecord, query: ListQuery) -> bool:
         return False
     if any(record.metadata.get(k) != v for k, v in query.metadata.items()):
         return False
-    if query.template is not None and query.template not in (record.template_id, record.alias):
+    names = {record.template_id, record.alias, record.catalog_template_id} - {""}
+    if query.template is not None and query.template not in names:
         return False
     if query.started_after is not None:
         started_s: float = record.started_at.ToNanoseconds() / 1e9

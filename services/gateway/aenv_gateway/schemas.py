@@ -328,7 +328,9 @@ class Presenter:
 
     def _identity(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "templateID": record.template_id,
+            # E2B's template id: the catalog's for a built template, not the build the node
+            # restores.
+            "templateID": record.catalog_template_id or record.template_id,
             "sandboxID": record.sandbox_id,
             "clientID": record.node_id or "aenv",
             "envdVersion": record.envd_version or self._fallback_envd,

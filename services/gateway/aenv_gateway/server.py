@@ -139,7 +139,7 @@ async def start_gateway(
         nodeagents,
         max_timeout_s=settings.max_timeout_s,
         idempotency_ttl_s=settings.idempotency_ttl_s,
-        templates=catalog.resolve,
+        templates=catalog.source,
         creates=NodeCreates(nodeagents, CreateRetryPolicy(
             settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
     )

@@ -33,6 +33,7 @@ from aenv_gateway.listing import (
     order_key,
 )
 from aenv_gateway.paging import paginate
+from aenv_gateway.templates.catalog import Source
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,9 @@ log = logging.getLogger(__name__)
 REFRESH_MIN_S = 15
 REFRESH_MAX_S = 3600
 
-# A template name -> the node-side template it creates (None: the name is taken as it is).
-TemplateResolver = Callable[[str], Awaitable[str | None]]
+# A template name -> the node-side template it creates and its catalog template (None: the name
+# is taken as it is).
+TemplateResolver = Callable[[str], Awaitable[Source | None]]
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,9 @@ class SandboxService:
         built = await self._templates(request.template_id)
         spec = cluster_pb2.SandboxSpec(
             sandbox_id=new_sandbox_id(),
-            template_id=built or request.template_id,
+            template_id=built.image if built else request.template_id,
             alias=request.template_id if built else "",
+            catalog_template_id=built.template_id if built else "",
             env_vars=request.env_vars,
             metadata=request.metadata,
             envd_access_token=new_secret(),

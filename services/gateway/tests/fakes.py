@@ -110,6 +110,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             envd_access_token=spec.envd_access_token,
             envd_version="0.5.7",
             alias=spec.alias or spec.template_id,
+            catalog_template_id=spec.catalog_template_id,
             network=spec.network,
             lifecycle=spec.lifecycle,
             env_vars=spec.env_vars,

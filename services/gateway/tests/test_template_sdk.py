@@ -82,8 +82,22 @@ async def test_a_template_builds_from_an_image_and_sandboxes_start_from_it(
     assert await AsyncTemplate.exists("web-app") and not await AsyncTemplate.exists("no-such")
 
     sandbox = await AsyncSandbox.create("web-app")
+    # The node restores the build; E2B's API names the template (the SDK's), as E2B does.
     assert tstack.nodeagent.specs[-1].template_id == request.template_id == info.build_id
-    assert (await sandbox.get_info()).name == "web-app"  # the name it was created by
+    got = await sandbox.get_info()
+    assert got.template_id == info.template_id != info.build_id
+    assert got.name == "web-app"  # the name it was created by
+    listed = await AsyncSandbox.list().next_items()
+    assert [(s.template_id, s.name) for s in listed] == [(info.template_id, "web-app")]
+    async with httpx.AsyncClient(base_url=tstack.url, headers=AUTH) as http:
+        created = (await http.post("/sandboxes", json={"templateID": "web-app"})).json()
+        assert created["templateID"] == info.template_id and created["alias"] == "web-app"
+        for name in (info.template_id, "web-app", info.build_id):  # any of its names
+            found = (await http.get("/v2/sandboxes", params={"template": name})).json()
+            assert [s["templateID"] for s in found] == [info.template_id] * 2, name
+        assert [s["templateID"] for s in (await http.get("/sandboxes")).json()] == [
+            info.template_id] * 2
+        await http.delete(f"/sandboxes/{created['sandboxID']}")
 
     # The same files again: the SDK is told they are present and uploads nothing.
     again: list[LogEntry] = []

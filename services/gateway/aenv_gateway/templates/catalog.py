@@ -39,6 +39,14 @@ class TagInfo:
     created_at: Timestamp
 
 
+@dataclass(frozen=True)
+class Source:
+    """What a sandbox created by a catalog name restores."""
+
+    image: str  # the node-side template (a build's)
+    template_id: str  # the catalog template: E2B's API names it as the sandbox's template
+
+
 def now_timestamp(clock: Callable[[], float]) -> Timestamp:
     stamp = Timestamp()
     stamp.FromNanoseconds(int(clock() * 1e9))
@@ -116,8 +124,17 @@ class TemplateCatalog:
 
     async def resolve(self, text: str) -> str | None:
         """The node-side template a sandbox of `name[:tag]` restores; None when the catalog
-        holds no such name (the caller then takes `text` as it is). Read from the watched
-        catalog: no round trip on a create.
+        holds no such name (the caller then takes `text` as it is).
+
+        :raise NotFound: the template exists but has no such tag, or no ready build yet.
+        """
+        found = await self.source(text)
+        return found.image if found is not None else None
+
+    async def source(self, text: str) -> Source | None:
+        """What a sandbox of `name[:tag]` restores and the catalog template that is; None when
+        the catalog holds no such name. Read from the watched catalog: no round trip on a
+        create.
 
         :raise NotFound: the template exists but has no such tag, or no ready build yet.
         """
@@ -133,7 +150,7 @@ class TemplateCatalog:
             if wanted.tag == DEFAULT_TAG:
                 raise NotFound(f"template '{wanted.name}' has no ready build yet")
             raise NotFound(f"template '{wanted.name}' has no tag '{wanted.tag}'")
-        return image
+        return Source(image, template.template_id)
 
     async def publish(self, build: BuildRecord) -> None:
         """A build became ready: its tags now create it."""

@@ -99,6 +99,7 @@ def new_record(
         envd_access_token=spec.envd_access_token,
         envd_version=envd_version,
         alias=spec.alias or spec.template_id,
+        catalog_template_id=spec.catalog_template_id,
         network=spec.network,
         lifecycle=spec.lifecycle,
         env_vars=dict(spec.env_vars),

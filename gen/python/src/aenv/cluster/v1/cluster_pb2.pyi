@@ -82,7 +82,7 @@ class Lifecycle(_message.Message):
     def __init__(self, auto_pause: _Optional[bool] = ..., auto_resume: _Optional[bool] = ..., auto_pause_mode: _Optional[_Union[PauseMode, str]] = ...) -> None: ...
 
 class SandboxSpec(_message.Message):
-    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias")
+    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias", "catalog_template_id")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +108,7 @@ class SandboxSpec(_message.Message):
     LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_ACCESS_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ALIAS_FIELD_NUMBER: _ClassVar[int]
+    CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     template_id: str
     resources: Resources
@@ -119,10 +120,11 @@ class SandboxSpec(_message.Message):
     lifecycle: Lifecycle
     traffic_access_token: str
     alias: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ...) -> None: ...
+    catalog_template_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ...) -> None: ...
 
 class SandboxRecord(_message.Message):
-    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id")
+    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +157,7 @@ class SandboxRecord(_message.Message):
     PAUSE_MODE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_IMAGE_FIELD_NUMBER: _ClassVar[int]
     BASE_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     node_id: str
     template_id: str
@@ -173,7 +176,8 @@ class SandboxRecord(_message.Message):
     pause_mode: PauseMode
     paused_image: str
     base_template_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ...) -> None: ...
+    catalog_template_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
     __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement")
