@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, cast
 
 import pytest
@@ -9,6 +10,7 @@ from aenv_cli_fake_guest import FakeGuest, FakeTerminal
 from aenv_cli_fake_server import FakeServer, fake_clients, invoke, sandbox
 from e2b import AsyncSandbox
 
+from aenv_cli.commands import guests
 from aenv_cli.commands.context import Clients
 from aenv_cli.commands.session import command_line
 from aenv_common.errors import NotFound
@@ -121,3 +123,13 @@ def test_exec_t_without_a_terminal_is_refused(server: FakeServer) -> None:
 ])
 def test_command_lines(argv: list[str], line: Any) -> None:
     assert command_line(argv) == line
+
+
+def test_after_the_sdk_ran_the_process_ends_with_the_code_at_once(
+        server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No interpreter finalization under the SDK's Rust HTTP runtime (it aborted at times)."""
+    ended: list[int] = []
+    monkeypatch.setattr(guests, "_used", True)
+    monkeypatch.setattr(os, "_exit", ended.append)
+    invoke(clients_with(server, FakeGuest(), FakeTerminal(tty=False)), "exec", "sb1", "exit 5")
+    assert ended == [5]

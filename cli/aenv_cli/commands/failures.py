@@ -4,6 +4,8 @@ non-zero exit code, never a traceback."""
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -11,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from aenv_cli.commands import guests
 from aenv_common.errors import AenvError, InvalidArgument
 
 P = ParamSpec("P")
@@ -41,11 +44,32 @@ def clean_errors(command: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(command)
     def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return command(*args, **kwargs)
-        except AenvError as err:
-            raise fail(err) from None
-        except KeyboardInterrupt:
-            stderr.print("[red]interrupted[/]")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            result = _typed(command, *args, **kwargs)
+        except typer.Exit as ended:
+            _leave_if_sdk_used(ended.exit_code)
+            raise
+        _leave_if_sdk_used(0)
+        return result
 
     return wrapped
+
+
+def _typed(command: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    try:
+        return command(*args, **kwargs)
+    except AenvError as err:
+        raise fail(err) from None
+    except KeyboardInterrupt:
+        stderr.print("[red]interrupted[/]")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _leave_if_sdk_used(code: int) -> None:
+    """After the e2b SDK ran, the process ends here, skipping the interpreter's finalization:
+    the SDK's HTTP pools run on a Rust runtime whose threads, still up at finalization, aborted
+    the process now and then (SIGABRT in place of the command's exit code)."""
+    if not guests.sdk_used():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -26,9 +26,18 @@ from aenv_common.errors import (
     Unavailable,
 )
 
+_used = False
+
+
+def sdk_used() -> bool:
+    """Has this process opened a sandbox through the SDK (and so started its HTTP pools)?"""
+    return _used
+
 
 async def connect(server: Server, sandbox_id: str) -> AsyncSandbox:
     """The sandbox (a paused one is resumed, as the SDK's connect does)."""
+    global _used
+    _used = True
     async with sdk_errors(server):
         return await AsyncSandbox.connect(
             sandbox_id, api_key=server.api_key, api_url=server.url, sandbox_url=server.url)
