@@ -83,10 +83,12 @@ class NodeAgentSettings(BaseSettings):
     template_cache_trim_interval_s: float = Field(default=60.0, gt=0)
     # What template builds leave, each bounded the same way (least recently used first, never
     # what a registered or captured template stands on; templates/bounds.py): image layer
-    # blobs, images' base disks, step layers.
+    # blobs, images' base disks, step layers, the rootfs files of templates pulled from
+    # snapstore.
     image_blob_cache_max_gib: float = Field(default=32.0, gt=0)
     image_bases_max_gib: float = Field(default=64.0, gt=0)
     step_layers_max_gib: float = Field(default=64.0, gt=0)
+    pulled_rootfs_max_gib: float = Field(default=64.0, gt=0)
     # `code-interpreter-v1` captured in the background at start when it is not on disk yet,
     # so the first `Sandbox.create()` of E2B's code-interpreter SDK does not wait for it.
     prewarm_code_interpreter: bool = True

@@ -208,9 +208,10 @@ class NodeAgent:
             templates, kept.saved, lambda: retired_ids(store), sandboxes.templates_in_use,
             pool.forget_template).run(s.template_cache_trim_interval_s))
         self._run(run_bounds(build_cache_bounds(
-            templates, s.resolved_image_cache_dir(), s.resolved_templates_dir() / "layers",
+            templates, s.resolved_image_cache_dir(), s.resolved_templates_dir(),
             BuildCacheSizes(*(int(gib * (1 << 30)) for gib in (
-                s.image_blob_cache_max_gib, s.image_bases_max_gib, s.step_layers_max_gib)))),
+                s.image_blob_cache_max_gib, s.image_bases_max_gib, s.step_layers_max_gib,
+                s.pulled_rootfs_max_gib)))),
             s.template_cache_trim_interval_s))
         log.info(
             "node agent ready",

@@ -1,14 +1,17 @@
 """Bounding what template builds leave on a node's disk, as cache.py bounds the captured
-templates: the image layer blobs (`images/blobs/`), the images' base disks (`images/bases/`) and
-the step layers (`templates/layers/`). Past each one's configured size, the least recently used
-go first (use times are file mtimes, so they survive restarts: a blob's or a base disk's is
-touched when a build reuses it, a step layer's when a build boots on it).
+templates: the image layer blobs (`images/blobs/`), the images' base disks (`images/bases/`),
+the step layers (`templates/layers/`) and the rootfs files of templates pulled from snapstore
+(`templates/rootfs/`). Past each one's configured size, the least recently used go first (use
+times are file mtimes, so they survive restarts: a blob's or a base disk's is touched when a
+build reuses it, a step layer's when a build boots on it, a pulled rootfs's when a pull finds it
+here).
 
 Never removed: anything used in the last `min_idle_s` (a build may have it in hand: blobs are
-read after the pull that found them, a layer is the backing of a build VM's disk), a base disk a
-registered template's rootfs is, and a step layer or base disk on the disk chain of a captured
-template (whose sandboxes, paused sandboxes and snapshots stand on it in turn) or of another
-step layer. What goes is fetched or made again by the next build that needs it.
+read after the pull that found them, a layer is the backing of a build VM's disk), a base disk
+or pulled rootfs a registered template's rootfs is, and a step layer, base disk or pulled rootfs
+on the disk chain of a captured template (whose sandboxes, paused sandboxes and snapshots stand
+on it in turn) or of another step layer. What goes is fetched or made again by the next build or
+pull that needs it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from aenv_nodeagent.images.rootfs import BASE_DISK_NAME
-from aenv_nodeagent.templates.model import TemplateInputs, TemplateSnapshot
+from aenv_nodeagent.templates.model import PULLED_ROOTFS_DIR, TemplateInputs, TemplateSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +192,16 @@ class BuildCacheSizes:
     blobs_bytes: int
     bases_bytes: int
     layers_bytes: int
+    pulled_rootfs_bytes: int
 
 
 def build_cache_bounds(
-    templates: Templates, images: Path, layers: Path, sizes: BuildCacheSizes
+    templates: Templates, images: Path, templates_dir: Path, sizes: BuildCacheSizes
 ) -> list[Bounded]:
-    """The node's three bounds: `images` is the image cache folder (blobs and base disks),
-    `layers` the step layers' folder."""
+    """The node's four bounds: `images` is the image cache folder (blobs and base disks),
+    `templates_dir` the templates' (step layers, pulled rootfs files)."""
     blobs, bases = images / "blobs" / "sha256", images / "bases"
+    layers, pulled = templates_dir / "layers", templates_dir / PULLED_ROOTFS_DIR
 
     def below() -> set[Path]:
         # Under a captured template, or under another layer: a layer is removed only once
@@ -205,9 +210,14 @@ def build_cache_bounds(
         tops = [snap.disk for snap in templates.on_disk()] + list(layers.glob("*.qcow2"))
         return {image for top in tops for image in chain_of(top)[1:]}
 
+    def registered() -> set[Path]:
+        return {templates.inputs(t).rootfs.path for t in templates.registered()}
+
     def used_bases() -> set[Path]:
-        registered = {templates.inputs(t).rootfs.path for t in templates.registered()}
-        return {path.parent for path in registered | below() if path.parent.parent == bases}
+        return {path.parent for path in registered() | below() if path.parent.parent == bases}
+
+    def used_pulled() -> set[Path]:
+        return {path for path in registered() | below() if path.parent == pulled}
 
     def used_layers() -> set[Path]:
         return {path for path in below() if path.parent == layers}
@@ -219,6 +229,8 @@ def build_cache_bounds(
                 lambda: folders_in(bases, BASE_DISK_NAME), used_bases, remove_folder),
         Bounded("step layers", sizes.layers_bytes, lambda: files_in(layers, "*.qcow2"),
                 used_layers, remove_layer),
+        Bounded("pulled rootfs", sizes.pulled_rootfs_bytes, lambda: files_in(pulled, "[!.]*"),
+                used_pulled, remove_file),
     ]
 
 

@@ -39,12 +39,14 @@ from aenv_common.errors import AenvError, Internal, NotFound
 from aenv_nodeagent.artifacts.digest import content_digest
 from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.templates.bounds import mark_used
 from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
 from aenv_nodeagent.templates.model import (
     BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
     META_FILE,
+    PULLED_ROOTFS_DIR,
     STATE_FILE,
     TemplateInputs,
     TemplateSnapshot,
@@ -212,8 +214,10 @@ class TemplateDistribution:
         recorded = Path(str(data["rootfs"]))
         if recorded.is_file():
             return recorded  # its path is keyed by its digest: this host holds it already
-        target = self._root / "rootfs" / str(data["rootfs_digest"]).replace(":", "-")
-        if not target.is_file():
+        target = self._root / PULLED_ROOTFS_DIR / str(data["rootfs_digest"]).replace(":", "-")
+        if target.is_file():
+            mark_used(target)  # its bound keeps the recently used ones (bounds.py)
+        else:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(pulled, target)
         return target

@@ -29,6 +29,9 @@ DISK_FILE = "disk.qcow2"
 MEMORY_FILE = "memory"
 STATE_FILE = "state"
 META_FILE = "template.json"
+# Where a node keeps the rootfs of templates pulled from snapstore, by digest (under its
+# templates folder).
+PULLED_ROOTFS_DIR = "rootfs"
 # The root disk's block node in a freshly launched VM (vm_spec): a template's build VM and every
 # sandbox's; overlays added later get other names.
 ROOT_NODE = block_node_name(DiskSpec(ROOT_DISK_ID, Path(DISK_FILE), "qcow2", readonly=False))

@@ -1,6 +1,6 @@
-"""The bounds on what builds leave (image blobs, base disks, step layers): least recently used
-first, never what a registered or captured template stands on (read from real qcow2 chains),
-never what was used just now."""
+"""The bounds on what builds leave (image blobs, base disks, step layers) and on pulled rootfs
+files: least recently used first, never what a registered or captured template stands on (read
+from real qcow2 chains), never what was used just now."""
 
 from __future__ import annotations
 
@@ -36,6 +36,15 @@ def _qcow2(path: Path, backing: Path | None = None, *, old: bool = True) -> Path
     if old:
         os.utime(path, (OLD, OLD))
     return path
+
+
+def _captured_at(directory: Path, backing: Path) -> None:
+    """A captured template's folder, its disk standing on `backing`."""
+    _qcow2(directory / "disk.qcow2", backing)
+    (directory / META_FILE).write_text(json.dumps({
+        "template_id": directory.parent.name, "directory": str(directory), "vcpus": 1,
+        "memory_mib": 128, "disk_mib": 64, "accelerator": "tcg", "kernel_version": "k",
+        "artifacts_digest": "d", "envd_version": "0.9.0", "boot_seconds": 1.0}))
 
 
 def test_a_disk_chain_is_read_from_the_qcow2_headers(tmp_path: Path) -> None:
@@ -82,20 +91,29 @@ def test_the_node_bounds_keep_what_templates_stand_on(tmp_path: Path) -> None:
     # A captured template this node has not registered (another node of the host made it).
     captured = dataclasses.replace(fake.inputs("model"), template_id="other",
                                    rootfs=RootfsImage(under_capture, "d2", ()))
-    directory = snapshot_dir(store.root, captured)
-    _qcow2(directory / "disk.qcow2", used_layer)
-    (directory / META_FILE).write_text(json.dumps({
-        "template_id": "other", "directory": str(directory), "vcpus": 1, "memory_mib": 128,
-        "disk_mib": 64, "accelerator": "tcg", "kernel_version": "k", "artifacts_digest": "d",
-        "envd_version": "0.9.0", "boot_seconds": 1.0}))
+    _captured_at(snapshot_dir(store.root, captured), used_layer)
 
     stale_top = _qcow2(layers / "k3-0003.qcow2", stale_layer)
 
-    bounds = build_cache_bounds(store, images, layers, BuildCacheSizes(0, 0, 0))
+    # Rootfs files pulled from snapstore: a registered template's, one a capture stands on.
+    pulled = tmp_path / "templates" / "rootfs"
+    pulled_registered = _qcow2(pulled / "sha256-registered")
+    pulled_under_capture = _qcow2(pulled / "sha256-captured")
+    pulled_unused = _qcow2(pulled / "sha256-unused")
+    pulled_fresh = _qcow2(pulled / "sha256-fresh", old=False)
+    store.register(dataclasses.replace(fake.inputs("model"), template_id="pulled",
+                                       rootfs=RootfsImage(pulled_registered, "d3", ())))
+    on_pulled = dataclasses.replace(captured, template_id="other-pulled",
+                                    rootfs=RootfsImage(pulled_under_capture, "d4", ()))
+    _captured_at(snapshot_dir(store.root, on_pulled), pulled_under_capture)
+
+    bounds = build_cache_bounds(store, images, tmp_path / "templates",
+                                BuildCacheSizes(0, 0, 0, 0))
     # Only what nothing stands on goes: the stale chain's top first, its base disk last.
-    assert [b.trim() for b in bounds] == [[blobs / ("a" * 64)], [], [stale_top]]
-    assert [b.trim() for b in bounds] == [[], [], [stale_layer]]
+    assert [b.trim() for b in bounds] == [[blobs / ("a" * 64)], [], [stale_top], [pulled_unused]]
+    assert [b.trim() for b in bounds] == [[], [], [stale_layer], []]
     assert not (layers / "k2.json").exists()
-    assert [b.trim() for b in bounds] == [[], [unused.parent], []]
-    for kept in (blobs / ("b" * 64), registered, under_capture, fresh, used_layer):
+    assert [b.trim() for b in bounds] == [[], [unused.parent], [], []]
+    for kept in (blobs / ("b" * 64), registered, under_capture, fresh, used_layer,
+                 pulled_registered, pulled_under_capture, pulled_fresh):
         assert kept.exists()
