@@ -210,6 +210,7 @@ class Restorer:
 def identity_env(record: cluster_pb2.SandboxRecord) -> dict[str, str]:
     """E2B's default variables: every process of the sandbox knows it is one, and which (a
     fork's child or a create from a snapshot gets its own, not its source's). The sandbox's own
-    variables come after them."""
+    variables come after them. The template is E2B's: a built one's catalog id, not the build
+    this node restores."""
     return {"E2B_SANDBOX": "true", "E2B_SANDBOX_ID": record.sandbox_id,
-            "E2B_TEMPLATE_ID": record.template_id}
+            "E2B_TEMPLATE_ID": record.catalog_template_id or record.template_id}

@@ -19,6 +19,7 @@ from aenv_common.errors import (
     Unavailable,
 )
 from aenv_common.limits import MAX_TIMEOUT_S
+from aenv_nodeagent.sandbox.restore import identity_env
 
 from ..fakes.envd import FAKE_ENVD_VERSION
 from .conftest import PAUSED, RUNNING, TEMPLATE, Wing
@@ -68,6 +69,14 @@ async def test_a_create_restores_the_template_and_publishes_a_running_record(win
     assert [(c.host, c.access_token, c.current_token) for c in init] == [
         (sandbox.slot.ns_ip, spec.envd_access_token, None)]
     assert wing.envd.methods_called() == ["wait_healthy", "init"]
+
+
+def test_a_built_templates_sandbox_knows_the_template_by_e2bs_id() -> None:
+    record = cluster_pb2.SandboxRecord(sandbox_id="s1", template_id="build-1",
+                                       catalog_template_id="tpl-1")
+    assert identity_env(record)["E2B_TEMPLATE_ID"] == "tpl-1"
+    assert identity_env(cluster_pb2.SandboxRecord(template_id="base"))["E2B_TEMPLATE_ID"] == (
+        "base")
 
 
 async def test_sandboxes_get_slots_and_directories_of_their_own(wing: Wing) -> None:
