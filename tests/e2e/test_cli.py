@@ -115,6 +115,10 @@ def test_exec_ls_cp_pause_resume(cli_env: dict[str, str], detached: list[str],
     aenv(cli_env, "resume", sandbox_id)
     assert aenv(cli_env, "exec", sandbox_id, "cat /tmp/tree/note.txt").stdout == "note\n"
     aenv(cli_env, "timeout", sandbox_id, "20m")
+    assert isinstance(json.loads(aenv(cli_env, "logs", sandbox_id, "-o", "json").stdout), list)
+    top = {s["sandboxID"]: s for s in json.loads(aenv(cli_env, "top", "--once", "-o",
+                                                      "json").stdout)}
+    assert top[sandbox_id]["state"] == "running"
     inspected = json.loads(aenv(cli_env, "inspect", sandbox_id).stdout)[0]
     assert inspected["sandboxID"] == sandbox_id and "envdAccessToken" not in inspected
 
