@@ -221,3 +221,22 @@ def test_start_attaches_a_raw_shell_that_follows_resizes_and_ctrl_c(
             child.kill()
         terminal.close()
     assert listed(cli_env, "-m", "suite=cli-pty") == {}  # killed on exit (no --keep)
+
+
+def test_connect_and_exec_t_on_a_running_sandbox(cli_env: dict[str, str],
+                                                 detached: list[str]) -> None:
+    sandbox_id = aenv(cli_env, "start", "base", "-d").stdout.strip()
+    detached.append(sandbox_id)
+    terminal = Terminal(columns=90, rows=20)
+    try:
+        connected = terminal.spawn(cli_env, "connect", sandbox_id)
+        terminal.until_raw(timeout_s=300)
+        terminal.send(b"echo CONNECTED-$((2+3)); exit 5\r")
+        terminal.expect(b"CONNECTED-5")
+        assert connected.wait(timeout=COMMAND_TIMEOUT_S) == 5
+        ran = terminal.spawn(cli_env, "exec", "-t", sandbox_id, "stty size; exit 4")
+        assert ran.wait(timeout=COMMAND_TIMEOUT_S) == 4
+        terminal.expect(b"20 90")  # the PTY has the terminal's size
+    finally:
+        terminal.close()
+    assert sandbox_id in listed(cli_env)  # connect leaves it running
