@@ -78,6 +78,11 @@ async def test_existing_template_code_builds_and_runs_unchanged(
         assert (await sandbox.commands.run("busybox cat /www/built.txt")).stdout == "built\n"
         assert (await sandbox.commands.run("echo $GREETING")).stdout == "hello\n"
         assert (await sandbox.commands.run("busybox whoami")).stdout == "user\n"
+        # As E2B answers: the template's id (not its build's), the name it was created by.
+        got = await sandbox.get_info()
+        assert (got.template_id, got.name) == (info.template_id, "e2e-web")
+        assert (await sandbox.commands.run("echo $E2B_TEMPLATE_ID")).stdout == (
+            f"{info.template_id}\n")
     finally:
         await sandbox.kill()
 
