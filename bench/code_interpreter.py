@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -33,39 +34,27 @@ SANDBOXES = int(os.environ.get("BENCH_SANDBOXES", "4"))
 CODE = "1 + 1"
 CAPTURE_WITHIN_S = 900.0
 
-# Runs in the guest on its own Python: the default Python context's kernel is the one whose
-# connection file answers kernel_info with language python (the JS and bash contexts are no
-# Jupyter kernels).
+# Runs in the guest on its own Python, on the connection file of the default Python context's
+# kernel (which that kernel names itself).
 KERNEL_FLOOR = """
-import glob, json, os, sys, time
+import json, sys, time
 from jupyter_client import BlockingKernelClient
-rounds, code = int(sys.argv[1]), sys.argv[2]
-files = sorted(glob.glob('/tmp/**/kernel-*.json', recursive=True)
-               + glob.glob(os.path.expanduser('~/.local/share/jupyter/runtime/kernel-*.json'))
-               + glob.glob('/root/.local/share/jupyter/runtime/kernel-*.json'),
-               key=os.path.getmtime)
-for path in files:
-    client = BlockingKernelClient(connection_file=path)
-    client.load_connection_file()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=5)
-    except RuntimeError:
-        client.stop_channels()
-        continue
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        reply = client.execute_interactive(code, timeout=30, output_hook=lambda msg: None,
-                                           store_history=False)
-        samples.append(time.perf_counter() - start)
-        assert reply['content']['status'] == 'ok', reply
-    client.stop_channels()
-    print(json.dumps({'file': path, 'samples': samples}))
-    break
-else:
-    raise SystemExit('no Python kernel connection file found')
+rounds, code, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+client = BlockingKernelClient(connection_file=path)
+client.load_connection_file()
+client.start_channels()
+client.wait_for_ready(timeout=30)
+samples = []
+for _ in range(rounds):
+    start = time.perf_counter()
+    reply = client.execute_interactive(code, timeout=30, output_hook=lambda msg: None,
+                                       store_history=False)
+    samples.append(time.perf_counter() - start)
+    assert reply['content']['status'] == 'ok', reply
+client.stop_channels()
+print(json.dumps({'samples': samples}))
 """
+CONNECTION_FILE = "from ipykernel.connect import get_connection_file\nget_connection_file()"
 
 SERVER_IN_GUEST = """
 import json, sys, time, urllib.request
@@ -91,24 +80,24 @@ def _sdk_env(plat: Platform) -> None:
 def _first_sandbox() -> Any:
     """The first create waits for the template's capture (the node prewarms it at start)."""
     import httpx
-    from e2b import SandboxException, TimeoutException
+    from e2b import SandboxException, ServiceBusyException
     from e2b_code_interpreter import Sandbox
 
     deadline = time.monotonic() + CAPTURE_WITHIN_S
     while True:
         try:
             return Sandbox.create(timeout=600, request_timeout=180)
-        except (SandboxException, TimeoutException, httpx.TimeoutException):
+        except (SandboxException, ServiceBusyException, httpx.TimeoutException):
             if time.monotonic() > deadline:
                 raise
             time.sleep(5)
 
 
-def _guest_samples(sandbox: Any, script: str, as_root: bool) -> list[float]:
+def _guest_samples(sandbox: Any, script: str, *args: str) -> list[float]:
     sandbox.files.write("/tmp/bench_probe.py", script)
-    result = sandbox.commands.run(
-        f"PYTHONPATH= python3 /tmp/bench_probe.py {ROUNDS} {json.dumps(CODE)!r}",
-        user="root" if as_root else "user", timeout=600)
+    argv = " ".join(shlex.quote(arg) for arg in (str(ROUNDS), CODE, *args))
+    result = sandbox.commands.run(f"PYTHONPATH= python3 /tmp/bench_probe.py {argv}",
+                                  user="user", timeout=600)
     return list(json.loads(result.stdout.strip().splitlines()[-1])["samples"])
 
 
@@ -120,8 +109,10 @@ def round_trips(sandbox: Any) -> dict[str, object]:
         execution = sandbox.run_code(CODE)
         platform.append(time.perf_counter() - start)
         assert execution.text == "2", execution
-    kernel = _guest_samples(sandbox, KERNEL_FLOOR, as_root=True)
-    server = _guest_samples(sandbox, SERVER_IN_GUEST, as_root=False)
+    connection_file = sandbox.run_code(CONNECTION_FILE).text
+    assert connection_file, "the kernel did not name its connection file"
+    kernel = _guest_samples(sandbox, KERNEL_FLOOR, connection_file)
+    server = _guest_samples(sandbox, SERVER_IN_GUEST)
     p50, floor = statistics.median(platform), statistics.median(kernel)
     return {"platform_run_code": summary_ms(platform),
             "floor_kernel_in_guest": summary_ms(kernel),
@@ -145,23 +136,18 @@ def creates() -> dict[str, object]:
     return {"create_to_first_result": summary_ms(totals), "create_call": summary_ms(api)}
 
 
-def _qemu_pss_mib(sandbox_id: str) -> float:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            if b"qemu-system" not in cmdline or sandbox_id.encode() not in cmdline:
-                continue
-            for line in (entry / "smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            continue
-    raise AssertionError(f"no QEMU found for {sandbox_id}")
+def _qemu_pss_mib(home: Path, sandbox_id: str) -> float:
+    """The PSS of the sandbox's QEMU, found by the pidfile in its node's state dir (a pooled
+    VM's command line does not name the sandbox it became)."""
+    [pidfile] = home.glob(f"**/sandboxes/{sandbox_id}/vm/qemu.pid")
+    pid = int(pidfile.read_text().strip())
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no PSS for the QEMU of {sandbox_id}")
 
 
-def memory() -> dict[str, object]:
+def memory(home: Path) -> dict[str, object]:
     from e2b import Sandbox as BaseSandbox
     from e2b_code_interpreter import Sandbox
 
@@ -173,8 +159,8 @@ def memory() -> dict[str, object]:
         for base in bases:
             base.commands.run("true")
         time.sleep(2)
-        ours = [_qemu_pss_mib(s.sandbox_id) for s in interpreters]
-        theirs = [_qemu_pss_mib(s.sandbox_id) for s in bases]
+        ours = [_qemu_pss_mib(home, s.sandbox_id) for s in interpreters]
+        theirs = [_qemu_pss_mib(home, s.sandbox_id) for s in bases]
     finally:
         for sandbox in [*interpreters, *bases]:
             sandbox.kill()
@@ -194,7 +180,7 @@ async def main() -> None:
         finally:
             await asyncio.to_thread(first.kill)
         made = await asyncio.to_thread(creates)
-        held = await asyncio.to_thread(memory)
+        held = await asyncio.to_thread(memory, plat.home)
     emit("code_interpreter", {
         "rounds": ROUNDS,
         "accelerator": str(detect_accelerator(None).accel),

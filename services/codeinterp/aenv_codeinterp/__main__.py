@@ -11,8 +11,9 @@ import json
 import logging
 import sys
 
+from .envs import ENVD_PORT, INIT_MARKER  # standard library only: --help stays instant
+
 PORT = 49999
-ENVD_PORT = 49983
 _FIELDS = ("context", "language", "error", "contexts")
 
 
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=PORT)
     parser.add_argument("--cwd", default="/home/user", help="the default contexts' cwd")
     parser.add_argument("--envd-port", type=int, default=ENVD_PORT, help="the guest's envd")
+    parser.add_argument("--envd-init-marker", default=INIT_MARKER,
+                        help="the file envd replaces after each /init")
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonLines())
@@ -39,7 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     from .app import build_app
     from .envs import EnvdEnvs
 
-    app = build_app(EnvdEnvs(port=args.envd_port), default_cwd=args.cwd)
+    app = build_app(EnvdEnvs(port=args.envd_port, marker=args.envd_init_marker),
+                    default_cwd=args.cwd)
     config = uvicorn.Config(app, host=args.host, port=args.port,
                             log_config=None, access_log=False, lifespan="on", http="h11",
                             timeout_keep_alive=75)

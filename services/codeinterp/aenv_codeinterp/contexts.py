@@ -95,10 +95,11 @@ class Context:
     async def _catch_up(self, sandbox: dict[str, str]) -> None:
         changed = {k: v for k, v in sandbox.items() if self.applied.get(k) != v}
         gone = [k for k in self.applied if k not in sandbox]
-        if changed or gone:
-            await self.kernel.quietly(self.kernel.env_code(changed, gone))
+        code = [self.kernel.env_code(changed, gone)] if changed or gone else []
         if sandbox.get(SANDBOX_ID) != self.applied.get(SANDBOX_ID) and SANDBOX_ID in sandbox:
-            await self.kernel.quietly(self.kernel.reseed_code())
+            code.append(self.kernel.reseed_code())
+        if code:  # one round trip: a restored kernel's first ones are its slowest
+            await self.kernel.quietly("\n".join(code))
         self.applied = dict(sandbox)
 
     async def _restore(self, env_vars: Mapping[str, str]) -> None:

@@ -82,7 +82,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "aenv_codeinterp", "--host", "127.0.0.1", "--port", str(port),
-         "--cwd", str(cwd), "--envd-port", str(envd.port)],
+         "--cwd", str(cwd), "--envd-port", str(envd.port),
+         "--envd-init-marker", str(cwd / "no-init-marker")],
         stdout=subprocess.DEVNULL, stderr=open(cwd / "server.log", "w"))
     url = f"http://127.0.0.1:{port}"
     try:

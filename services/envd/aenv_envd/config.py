@@ -28,6 +28,10 @@ class EnvdConfig:
     finished_retention_s: float = 60.0
     # gzip level of /files downloads; 1 keeps the guest CPU cost low under emulation.
     gzip_level: int = 1
+    # Replaced after every /init: in-guest servers (the code interpreter) ask /envs again only
+    # when it changed, instead of before every request. Empty: not written (the guest's init
+    # sets it; a host running envd for tests has no such reader).
+    init_marker: str = ""
 
 
 def load_config(argv: list[str] | None = None) -> EnvdConfig:
@@ -53,8 +57,13 @@ def load_config(argv: list[str] | None = None) -> EnvdConfig:
         action="store_false",
         default=_env_bool("RESEED_RNG", defaults.reseed_rng),
     )
+    parser.add_argument(
+        "--init-marker",
+        default=os.environ.get(_ENV_PREFIX + "INIT_MARKER", defaults.init_marker),
+    )
     args = parser.parse_args(argv)
     return EnvdConfig(
+        init_marker=args.init_marker,
         host=args.host,
         port=args.port,
         log_level=args.log_level.upper(),

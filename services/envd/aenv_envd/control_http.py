@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import os
@@ -56,6 +57,8 @@ class ControlEndpoints:
             self._apply(body)
         except ValueError as exc:
             return http_error(invalid_argument(f"invalid init body: {exc}"))
+        if self._config.init_marker:
+            _best_effort("mark init", _replace_marker, self._config.init_marker)
         return Response(status_code=204, headers=VERSION_HEADERS)
 
     def _apply(self, body: dict[str, Any]) -> None:
@@ -86,6 +89,23 @@ class ControlEndpoints:
             "init applied",
             extra={"env_vars": len(state.env_vars), "token": state.access_token is not None},
         )
+
+
+def _replace_marker(path: str) -> None:
+    """A new file (a new inode) in place of the marker, after the state changed: whoever saw
+    the old one knows to ask again. It says nothing itself (readable by the guest's user)."""
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        staged = f"{path}.{os.getpid()}"
+        with open(staged, "w") as file:
+            os.fchmod(file.fileno(), 0o644)
+        os.replace(staged, path)
+    except OSError:
+        # A marker left from before this /init would pass stale variables for current ones;
+        # without one, readers ask every time.
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
 
 
 def _best_effort(what: str, action: Callable[[Any], None], argument: Any) -> None:

@@ -234,6 +234,21 @@ def test_init_replaces_the_token_and_adds_env_vars() -> None:
     assert state.default_user == "nobody" and state.default_workdir == "/tmp"
 
 
+def test_each_init_replaces_its_marker_after_the_state(tmp_path: Path) -> None:
+    marker = tmp_path / "run" / "envd-init"
+    config = EnvdConfig(sync_clock=False, reseed_rng=False, init_marker=str(marker))
+    with TestClient(build_app(config, SandboxState())) as client:
+        assert client.post("/init", json={"accessToken": "t1"}).status_code == 204
+        first = marker.stat()
+        assert first.st_mode & 0o777 == 0o644 and marker.read_bytes() == b""
+        headers = {"x-access-token": "t1"}
+        again = client.post("/init", json={"envVars": {"A": "1"}}, headers=headers)
+        assert again.status_code == 204
+        assert marker.stat().st_ino != first.st_ino  # a new file: readers see the change
+        assert client.get("/envs", headers=headers).json() == {"A": "1"}
+        assert list(marker.parent.iterdir()) == [marker]  # nothing staged left beside it
+
+
 def test_sync_flushes_for_the_token_holder_only(monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[bool] = []
     monkeypatch.setattr("aenv_envd.control_http.os.sync", lambda: synced.append(True))

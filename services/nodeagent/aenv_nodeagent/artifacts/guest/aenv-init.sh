@@ -33,7 +33,7 @@ exec $BB env -i \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root LANG=C.UTF-8 \
     PYTHONHOME=$A PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    AENV_TOOLS_DIR=$A \
+    AENV_TOOLS_DIR=$A AENV_ENVD_INIT_MARKER=/run/aenv/envd-init \
     $A/bin/tini-static -s -- \
     $A/lib/ld-linux-x86-64.so.2 --library-path $A/lib $A/bin/python3 -m @ENVD_MODULE@ \
     </dev/null >/dev/console 2>&1
