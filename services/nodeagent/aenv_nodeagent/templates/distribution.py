@@ -3,7 +3,10 @@ it again. Two manifests per template:
 
 - `template-<id>`: what makes it — its saved inputs (saved.py) and its rootfs;
 - `template-<id>-<key>`: its captured snapshot (frozen disk layer, RAM, device state), for the
-  nodes whose inputs key matches — the same guest artifacts, accelerator, kernel and size.
+  nodes whose inputs key matches — the same guest artifacts, accelerator, kernel and size — and
+  whose disks under it (rootfs, tools disk) are byte for byte the pusher's: the digests it
+  carries (`disks.json`) are checked before it is used, as the restored guest's page cache
+  holds their blocks.
 
 A push a node stop cut short is pushed again when the node starts (`resume`).
 
@@ -124,29 +127,27 @@ class TemplateDistribution:
 
         self._persistence.push_soon(inputs_manifest(template_id), inputs_files, shared, labels)
         self._push_capture(inputs, snapshot, snapshot_manifest(template_id, inputs.key()),
-                           {}, shared)
+                           shared)
 
     def _push_capture(
         self, inputs: TemplateInputs, snapshot: TemplateSnapshot, manifest: str,
-        extra: Mapping[str, str], shared: Callable[[], Awaitable[None]],
+        shared: Callable[[], Awaitable[None]],
     ) -> None:
-        """Pushes a captured snapshot as `manifest`, with `extra` files of those contents."""
+        """Pushes a captured snapshot as `manifest`, with the digests of the disks under it."""
         share = self._root / ".share"
-        flat = share / f"{manifest}.qcow2"
-        written = {name: share / f"{manifest}.{name}" for name in extra}
+        flat, disks = share / f"{manifest}.qcow2", share / f"{manifest}.{DISKS_FILE}"
 
         async def files() -> dict[str, Path]:
             # Its disk stands on step layers only this node has: sent merged onto the rootfs.
             share.mkdir(parents=True, exist_ok=True)
             await flatten_onto(snapshot.disk, inputs.rootfs.path, flat)
-            for name, path in written.items():
-                path.write_text(extra[name])
+            disks.write_text(json.dumps(await disk_digests(inputs), sort_keys=True))
             files = {name: snapshot.directory / name for name in SNAPSHOT_FILES}
-            return {**files, **written, DISK_FILE: flat}
+            return {**files, DISK_FILE: flat, DISKS_FILE: disks}
 
         async def pushed() -> None:
-            for path in (flat, *written.values()):
-                path.unlink(missing_ok=True)
+            flat.unlink(missing_ok=True)
+            disks.unlink(missing_ok=True)
             await shared()
 
         labels = {"kind": "template", "template_id": inputs.template_id}
@@ -248,20 +249,32 @@ class TemplateDistribution:
                 snapshot_manifest(inputs.template_id, inputs.key()), dest)
         except NotFound:
             return False  # captured under other artifacts: this node captures its own
-        await self._place_snapshot(files[DISK_FILE], inputs, dest, directory)
-        return True
+        return await self._place_snapshot(files, inputs, dest)
 
     async def _place_snapshot(
-        self, disk: Path, inputs: TemplateInputs, pulled: Path, directory: Path
-    ) -> None:
-        """A pulled snapshot folder moved into place, its disk standing on the local rootfs."""
-        await rebase_overlay(disk, inputs.rootfs.path)
+        self, files: Mapping[str, Path], inputs: TemplateInputs, pulled: Path
+    ) -> bool:
+        """A pulled snapshot folder moved into place, its disk standing on the local rootfs;
+        False, and nothing placed, when it was captured on disks other than this node's (a
+        base disk made here again from the same image is not the same bytes).
+
+        :raise OSError: this node's disks cannot be read.
+        """
+        if (recorded := files.get(DISKS_FILE)) is not None:  # older pushes carry none
+            if json.loads(recorded.read_text()) != await disk_digests(inputs):
+                log.info("template capture made on other disks: captured here instead",
+                         extra={"template": inputs.template_id})
+                return False
+            recorded.unlink()
+        await rebase_overlay(files[DISK_FILE], inputs.rootfs.path)
+        directory = snapshot_dir(self._root, inputs)
         directory.parent.mkdir(parents=True, exist_ok=True)
         try:
             pulled.rename(directory)
         except OSError:
             if load_snapshot(directory) is None:  # not a concurrent pull that won: a real error
                 raise
+        return True
 
     # --- built-in templates --------------------------------------------------------------------
 
@@ -294,8 +307,7 @@ class TemplateDistribution:
             log.info("built-in template capture pushed to snapstore",
                      extra={"template": inputs.template_id, "manifest_id": manifest})
 
-        self._push_capture(inputs, snapshot, manifest,
-                           {DISKS_FILE: json.dumps(disks, sort_keys=True)}, shared)
+        self._push_capture(inputs, snapshot, manifest, shared)
         return manifest
 
     async def builtins_shared(self) -> None:
@@ -315,11 +327,10 @@ class TemplateDistribution:
                 dest = staging / "snapshot"
                 files = await self._persistence.pull(
                     builtin_manifest(inputs.template_id, inputs.key(), disks), dest)
-                if json.loads(files[DISKS_FILE].read_text()) != disks:
-                    raise Internal("the stored capture was made on other disks")
-                files[DISKS_FILE].unlink()
-                await self._place_snapshot(files[DISK_FILE], inputs, dest,
-                                           snapshot_dir(self._root, inputs))
+                if DISKS_FILE not in files:
+                    raise Internal("the stored capture names no disks")
+                if not await self._place_snapshot(files, inputs, dest):
+                    return False
         except NotFound:
             return False
         except (AenvError, OSError, KeyError, ValueError) as err:

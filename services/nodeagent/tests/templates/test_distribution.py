@@ -92,6 +92,31 @@ async def test_a_shared_template_is_pulled_with_its_rootfs_and_snapshot(
         await pulling.close()
 
 
+async def test_a_capture_is_not_pulled_onto_a_rootfs_of_other_bytes(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    inputs, saved_a, captured = _built_at(tmp_path / "a", tmp_path / "made")
+    persistence = SnapshotPersistence(snapstore)
+    try:
+        TemplateDistribution(persistence, tmp_path / "a", saved_a).share_soon(inputs, captured)
+        await TemplateDistribution(persistence, tmp_path / "a", saved_a).shared(
+            "web", inputs.key())
+        # Another host made its base disk from the same image, at the same path: other bytes.
+        inputs.rootfs.path.write_bytes(b"the same image, made into a disk again")
+
+        node_b = tmp_path / "b"
+        distribution = TemplateDistribution(persistence, node_b,
+                                            SavedTemplates(node_b / "built", inputs))
+        pulled = await distribution.fetch("web")
+        assert pulled is not None and pulled.rootfs.path == inputs.rootfs.path
+        # The template is known, its capture is not taken: b captures its own on first use.
+        assert load_snapshot(snapshot_dir(node_b, pulled)) is None
+        assert not await distribution.fetch_snapshot(pulled)
+        assert not list(node_b.glob(".pull-*"))
+    finally:
+        await persistence.close()
+
+
 async def test_a_push_a_stop_cut_short_is_resumed_at_the_next_start(
     tmp_path: Path, snapstore: str,
 ) -> None:
