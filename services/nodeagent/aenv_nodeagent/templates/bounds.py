@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from aenv_nodeagent.artifacts.digest import SUFFIX as DIGEST_SUFFIX
 from aenv_nodeagent.images.rootfs import BASE_DISK_NAME
 from aenv_nodeagent.templates.model import PULLED_ROOTFS_DIR, TemplateInputs, TemplateSnapshot
 
@@ -179,6 +180,17 @@ def remove_file(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
+def pulled_rootfs_in(folder: Path) -> list[Entry]:
+    """The pulled rootfs files, without the digests kept beside them (artifacts/digest.py)."""
+    return [entry for entry in files_in(folder, "[!.]*")
+            if not entry.path.name.endswith(DIGEST_SUFFIX)]
+
+
+def remove_pulled_rootfs(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + DIGEST_SUFFIX).unlink(missing_ok=True)
+
+
 class Templates(Protocol):
     """What the bounds read of the node's templates (TemplateStore)."""
 
@@ -229,8 +241,8 @@ def build_cache_bounds(
                 lambda: folders_in(bases, BASE_DISK_NAME), used_bases, remove_folder),
         Bounded("step layers", sizes.layers_bytes, lambda: files_in(layers, "*.qcow2"),
                 used_layers, remove_layer),
-        Bounded("pulled rootfs", sizes.pulled_rootfs_bytes, lambda: files_in(pulled, "[!.]*"),
-                used_pulled, remove_file),
+        Bounded("pulled rootfs", sizes.pulled_rootfs_bytes, lambda: pulled_rootfs_in(pulled),
+                used_pulled, remove_pulled_rootfs),
     ]
 
 

@@ -101,6 +101,7 @@ def test_the_node_bounds_keep_what_templates_stand_on(tmp_path: Path) -> None:
     pulled_under_capture = _qcow2(pulled / "sha256-captured")
     pulled_unused = _qcow2(pulled / "sha256-unused")
     pulled_fresh = _qcow2(pulled / "sha256-fresh", old=False)
+    (pulled / "sha256-unused.sha256").write_text("65536 1 sha256:00")  # its digest, kept by it
     store.register(dataclasses.replace(fake.inputs("model"), template_id="pulled",
                                        rootfs=RootfsImage(pulled_registered, "d3", ())))
     on_pulled = dataclasses.replace(captured, template_id="other-pulled",
@@ -117,3 +118,5 @@ def test_the_node_bounds_keep_what_templates_stand_on(tmp_path: Path) -> None:
     for kept in (blobs / ("b" * 64), registered, under_capture, fresh, used_layer,
                  pulled_registered, pulled_under_capture, pulled_fresh):
         assert kept.exists()
+    assert sorted(p.name for p in pulled.iterdir()) == [
+        "sha256-captured", "sha256-fresh", "sha256-registered"]
