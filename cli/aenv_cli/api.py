@@ -194,7 +194,7 @@ class SandboxApi:
                               f"({type(err).__name__})") from None
         if response.is_success:
             return response
-        raise _BY_STATUS.get(response.status_code, AenvError)(_message(response))
+        raise answered_error(response)
 
 
 def _id(value: str) -> str:
@@ -204,6 +204,11 @@ def _id(value: str) -> str:
 def _json_list(response: httpx.Response) -> list[Json]:
     body = response.json()
     return [item for item in body if isinstance(item, dict)] if isinstance(body, list) else []
+
+
+def answered_error(response: httpx.Response) -> AenvError:
+    """The typed error of a server's error answer, with its message."""
+    return _BY_STATUS.get(response.status_code, AenvError)(_message(response))
 
 
 def _message(response: httpx.Response) -> str:

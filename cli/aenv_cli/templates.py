@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from aenv_cli.api import answered_error
 from aenv_cli.files import read_api_key
 from aenv_cli.ports import address
 from aenv_cli.state import load_ports
@@ -235,9 +236,6 @@ def _when(stamp: str) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-_BY_STATUS: dict[int, type[AenvError]] = {401: Unauthenticated, 404: NotFound}
-
-
 def _request(gateway: Gateway, method: str, path: str) -> httpx.Response:
     """One call to the gateway; an error status raises the typed error with its message."""
     try:
@@ -249,14 +247,4 @@ def _request(gateway: Gateway, method: str, path: str) -> httpx.Response:
         raise gateway.unreachable() from None
     if response.is_success:
         return response
-    raise _BY_STATUS.get(response.status_code, AenvError)(_message(response))
-
-
-def _message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return f"{body['message']} (HTTP {response.status_code})"
-    return f"the gateway answered HTTP {response.status_code}"
+    raise answered_error(response)
