@@ -3,12 +3,18 @@ same API key as REST, presented as `x-api-key` metadata."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import grpc
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv.nodeagent.v1 import nodeagent_pb2
+from aenv_common.errors import AenvError
 from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.batch import BatchCreates, BatchResult, batch_size
+from aenv_gateway.idempotency import checked_key
 from aenv_gateway.listing import ListQuery
 from aenv_gateway.service import CreateRequest, SandboxService
 from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
@@ -17,6 +23,9 @@ from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
 FORK_DEFAULT_TIMEOUT_S = 15
 
 SERVICE_NAME = "aenv.gateway.v1.GatewayService"
+
+# The fields a single create and a batch share (the batch's are every item's defaults).
+_CreateSpec = gateway_pb2.CreateSandboxRequest | gateway_pb2.CreateSandboxesRequest
 
 
 def _api_key(context: grpc.aio.ServicerContext) -> str | None:
@@ -35,6 +44,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         default_timeout_s: int,
     ) -> None:
         self._service = service
+        self._batch = BatchCreates(service)
         self._snapshots = snapshots
         self._auth = auth
         self._default_timeout = default_timeout_s
@@ -43,18 +53,38 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, request: gateway_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.CreateSandboxResponse:
         self._auth.check(_api_key(context))
-        create = CreateRequest(
-            template_id=request.template_id,
-            timeout_s=request.timeout_seconds or self._default_timeout,
-            env_vars=dict(request.env_vars),
-            metadata=dict(request.metadata),
-            network=request.network
-            if request.HasField("network")
-            else cluster_pb2.NetworkPolicy(allow_internet_access=True),
-            lifecycle=request.lifecycle,
+        create = replace(
+            self._create_request(request, request),
+            idempotency_key=checked_key(request.idempotency_key or None, "idempotency_key"),
         )
         record = await self._service.create(create)
         return gateway_pb2.CreateSandboxResponse(sandbox=record)
+
+    async def CreateSandboxes(
+        self, request: gateway_pb2.CreateSandboxesRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.CreateSandboxesResponse:
+        self._auth.check(_api_key(context))
+        size = batch_size(request.count, len(request.items))
+        items = list(request.items) or [gateway_pb2.CreateSandboxRequest()] * size
+        results = await self._batch.create(
+            [self._create_request(request, item) for item in items],
+            request.idempotency_key or None,
+        )
+        return gateway_pb2.CreateSandboxesResponse(results=[_create_result(r) for r in results])
+
+    def _create_request(
+        self, shared: _CreateSpec, item: gateway_pb2.CreateSandboxRequest
+    ) -> CreateRequest:
+        """An item's non-empty fields over the shared spec (a single create: both the same)."""
+        return CreateRequest(
+            template_id=item.template_id or shared.template_id,
+            timeout_s=item.timeout_seconds or shared.timeout_seconds or self._default_timeout,
+            env_vars={**shared.env_vars, **item.env_vars},
+            metadata={**shared.metadata, **item.metadata},
+            network=_field(item, shared, "network")
+            or cluster_pb2.NetworkPolicy(allow_internet_access=True),
+            lifecycle=_field(item, shared, "lifecycle") or cluster_pb2.Lifecycle(),
+        )
 
     async def GetSandbox(
         self, request: gateway_pb2.GetSandboxRequest, context: grpc.aio.ServicerContext
@@ -147,3 +177,18 @@ def _fork_result(result: nodeagent_pb2.ForkResult) -> gateway_pb2.ForkResult:
     return gateway_pb2.ForkResult(
         error=gateway_pb2.ForkError(code=result.error.code, message=result.error.message)
     )
+
+
+def _field(item: gateway_pb2.CreateSandboxRequest, shared: _CreateSpec, name: str) -> Any:
+    """A message field of the item if set, else the shared spec's, else None."""
+    for spec in (item, shared):
+        if spec.HasField(name):
+            return getattr(spec, name)
+    return None
+
+
+def _create_result(result: BatchResult) -> gateway_pb2.CreateResult:
+    if isinstance(result, AenvError):
+        return gateway_pb2.CreateResult(error=gateway_pb2.SandboxError(
+            code=result.http_status, message=result.message, status=result.grpc_code.name))
+    return gateway_pb2.CreateResult(sandbox=result)

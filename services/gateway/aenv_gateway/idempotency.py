@@ -6,12 +6,31 @@ remembered, so the client's retry with the same key tries again."""
 from __future__ import annotations
 
 import asyncio
+import string
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from aenv_common.errors import InvalidArgument
+
 T = TypeVar("T")
+
+_KEY_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
+_KEY_RULE = "1-255 characters of [a-z0-9-]"
+
+
+def checked_key(value: str | None, name: str = "Idempotency-Key") -> str | None:
+    """A client's key as given (None: none); the character set keeps a batch's item keys
+    (`<key>/<i>`) apart from any key a client may send.
+
+    :raise InvalidArgument: not 1-255 characters of [a-z0-9-].
+    """
+    if value is None:
+        return None
+    if not 1 <= len(value) <= 255 or not all(c in _KEY_CHARS for c in value):
+        raise InvalidArgument(f"{name} must be {_KEY_RULE}")
+    return value
 
 
 @dataclass

@@ -7,7 +7,6 @@ Property names are the wire's (camelCase, plus `templateID`-style and snake_case
 from __future__ import annotations
 
 import json
-import string
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -18,6 +17,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
+from aenv_gateway.batch import batch_size
+from aenv_gateway.idempotency import checked_key
 from aenv_gateway.listing import PAUSED, RUNNING, VISIBLE_STATES, ListQuery
 from aenv_gateway.service import REFRESH_MAX_S, CreateRequest
 from aenv_gateway.snapshots import SnapshotQuery
@@ -26,7 +27,6 @@ T = TypeVar("T")
 MAX_PAGE = 100
 # Times the node agent takes (unix seconds or ms) are int64.
 MAX_INT64 = 2**63 - 1
-_IDEMPOTENCY_KEY_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
 _STATE_NAMES = {RUNNING: "running", PAUSED: "paused"}
 _STATES_BY_NAME = {v: k for k, v in _STATE_NAMES.items()}
 
@@ -92,8 +92,34 @@ def parse_new_sandbox(
         metadata=_string_map(body, "metadata"),
         network=_network_policy(body),
         lifecycle=_lifecycle(body),
-        idempotency_key=_idempotency_key(idempotency_key),
+        idempotency_key=checked_key(idempotency_key),
     )
+
+
+def parse_batch(body: Mapping[str, Any], default_timeout_s: int) -> list[CreateRequest]:
+    """`POST /sandboxes/batch`: the NewSandbox fields every sandbox shares, and `count` alike
+    sandboxes or `items` (one per sandbox, each a NewSandbox whose fields override the shared
+    ones, `metadata` and `envVars` key by key). Malformed input refuses the whole batch; what
+    fails creating one sandbox is that item's result."""
+    items = json_field(body, "items", list) or []
+    count = json_field(body, "count", int)
+    if count is not None and count < 1:
+        raise InvalidArgument("count must be at least 1")
+    size = batch_size(count or 0, len(items))
+    shared = {k: v for k, v in body.items() if k not in ("count", "items")}
+    if not all(isinstance(item, dict) for item in items):
+        raise InvalidArgument("items must be an array of objects")
+    merged = [_over(shared, item) for item in items] or [shared] * size
+    return [parse_new_sandbox(spec, default_timeout_s, None) for spec in merged]
+
+
+def _over(shared: Mapping[str, Any], item: Mapping[str, Any]) -> dict[str, Any]:
+    spec = {**shared, **{k: v for k, v in item.items() if v is not None}}
+    for name in ("metadata", "envVars"):
+        below, above = shared.get(name), item.get(name)
+        if isinstance(below, dict) and isinstance(above, dict):
+            spec[name] = {**below, **above}
+    return spec
 
 
 def _network_policy(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
@@ -142,15 +168,6 @@ def _lifecycle(body: Mapping[str, Any]) -> cluster_pb2.Lifecycle:
         auto_pause_mode=(cluster_pb2.PAUSE_MODE_UNSPECIFIED if keep_memory
                          else cluster_pb2.PAUSE_MODE_FILESYSTEM),
     )
-
-
-def _idempotency_key(value: str | None) -> str | None:
-    if value is None:
-        return None
-    allowed = all(c in _IDEMPOTENCY_KEY_CHARS for c in value)
-    if not 1 <= len(value) <= 255 or not allowed:
-        raise InvalidArgument("Idempotency-Key must be 1-255 characters of [a-z0-9-]")
-    return value
 
 
 def parse_memory(body: Mapping[str, Any]) -> bool:

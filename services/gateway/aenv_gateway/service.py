@@ -94,12 +94,16 @@ class SandboxService:
         self._handover = Handover(directory, scheduler, nodeagents)
 
     async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
-        self.check_timeout(request.timeout_s)
-        if not request.template_id:
-            raise InvalidArgument("templateID is required")
+        self.check_create(request)
         if request.idempotency_key is None:
             return await self._create(request)
         return await self._idempotent.run(request.idempotency_key, lambda: self._create(request))
+
+    def check_create(self, request: CreateRequest) -> None:
+        """:raise InvalidArgument: the request itself is malformed (no create is tried)."""
+        self.check_timeout(request.timeout_s)
+        if not request.template_id:
+            raise InvalidArgument("templateID is required")
 
     async def _create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
         # A template built through the template API: its tag's build.

@@ -10,8 +10,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import InvalidArgument
+from aenv_common.errors import AenvError, InvalidArgument
 from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.batch import BatchCreates, BatchResult
 from aenv_gateway.grpc_api import FORK_DEFAULT_TIMEOUT_S
 from aenv_gateway.http_errors import Endpoint, json_errors
 from aenv_gateway.logs import (
@@ -26,6 +27,7 @@ from aenv_gateway.schemas import (
     MAX_INT64,
     Presenter,
     json_field,
+    parse_batch,
     parse_json_object,
     parse_list_query,
     parse_memory,
@@ -59,6 +61,7 @@ class SandboxRoutes:
         metrics: SandboxMetrics,
     ) -> None:
         self._service = service
+        self._batch = BatchCreates(service)
         self._snapshots = snapshots
         self._logs = logs
         self._metrics = metrics
@@ -72,6 +75,17 @@ class SandboxRoutes:
         )
         record = await self._service.create(create)
         return JSONResponse(self._present.sandbox(record), status_code=201)
+
+    async def create_batch(self, request: Request) -> Response:
+        """Native: N sandboxes, one entry each (its sandbox or its error), in the order asked."""
+        creates = parse_batch(parse_json_object(await request.body()), self._default_timeout)
+        results = await self._batch.create(creates, request.headers.get("idempotency-key"))
+        return JSONResponse([self._batch_entry(r) for r in results], status_code=201)
+
+    def _batch_entry(self, result: BatchResult) -> dict[str, Any]:
+        if isinstance(result, AenvError):
+            return {"error": {"code": result.http_status, "message": result.message}}
+        return {"sandbox": self._present.sandbox(result)}
 
     async def get(self, request: Request) -> Response:
         record = await self._service.get(request.path_params["sandbox_id"])
@@ -198,6 +212,7 @@ class SandboxRoutes:
             route("/v2/sandboxes", self.list_v2, "GET"),
             route("/sandboxes", self.list_legacy, "GET"),
             route("/sandboxes/metrics", self.batch_metrics, "GET"),
+            route("/sandboxes/batch", self.create_batch, "POST"),
             route(sid, self.get, "GET"),
             route(sid, self.kill, "DELETE"),
             route(f"{sid}/timeout", self.set_timeout, "POST"),

@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class GatewayServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Errors are gRPC statuses: INVALID_ARGUMENT (bad input), UNAUTHENTICATED (no or wrong key),
+    NOT_FOUND (an unknown sandbox, snapshot or template), FAILED_PRECONDITION (the sandbox is not in
+    a state for it), RESOURCE_EXHAUSTED (no capacity), UNAVAILABLE (a node did not answer; safe to
+    retry reads, and creates with an idempotency key), INTERNAL.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -38,6 +42,11 @@ class GatewayServiceStub:
                 '/aenv.gateway.v1.GatewayService/CreateSandbox',
                 request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxRequest.SerializeToString,
                 response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxResponse.FromString,
+                _registered_method=True)
+        self.CreateSandboxes = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/CreateSandboxes',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxesRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxesResponse.FromString,
                 _registered_method=True)
         self.GetSandbox = channel.unary_unary(
                 '/aenv.gateway.v1.GatewayService/GetSandbox',
@@ -92,10 +101,27 @@ class GatewayServiceStub:
 
 
 class GatewayServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Errors are gRPC statuses: INVALID_ARGUMENT (bad input), UNAUTHENTICATED (no or wrong key),
+    NOT_FOUND (an unknown sandbox, snapshot or template), FAILED_PRECONDITION (the sandbox is not in
+    a state for it), RESOURCE_EXHAUSTED (no capacity), UNAVAILABLE (a node did not answer; safe to
+    retry reads, and creates with an idempotency key), INTERNAL.
+    """
 
     def CreateSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """INVALID_ARGUMENT (no template, a timeout out of range, a malformed idempotency key), NOT_FOUND
+        (unknown template), RESOURCE_EXHAUSTED (no node has room), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateSandboxes(self, request, context):
+        """N sandboxes at once, created concurrently like N CreateSandbox calls; one result per
+        sandbox, in request order: its record or its error (the errors of CreateSandbox). The call
+        itself fails only for malformed input, before any create: INVALID_ARGUMENT (N out of 1..the
+        limit, count and items both given, a malformed idempotency key, an item with no template or a
+        timeout out of range), UNAUTHENTICATED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -173,6 +199,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxRequest.FromString,
                     response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxResponse.SerializeToString,
             ),
+            'CreateSandboxes': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSandboxes,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxesRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxesResponse.SerializeToString,
+            ),
             'GetSandbox': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSandbox,
                     request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetSandboxRequest.FromString,
@@ -232,7 +263,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class GatewayService:
-    """Missing associated documentation comment in .proto file."""
+    """Errors are gRPC statuses: INVALID_ARGUMENT (bad input), UNAUTHENTICATED (no or wrong key),
+    NOT_FOUND (an unknown sandbox, snapshot or template), FAILED_PRECONDITION (the sandbox is not in
+    a state for it), RESOURCE_EXHAUSTED (no capacity), UNAVAILABLE (a node did not answer; safe to
+    retry reads, and creates with an idempotency key), INTERNAL.
+    """
 
     @staticmethod
     def CreateSandbox(request,
@@ -251,6 +286,33 @@ class GatewayService:
             '/aenv.gateway.v1.GatewayService/CreateSandbox',
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxRequest.SerializeToString,
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSandboxes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/CreateSandboxes',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxesRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSandboxesResponse.FromString,
             options,
             channel_credentials,
             insecure,
