@@ -10,7 +10,8 @@ reports=$(mktemp -d)
 trap 'rm -rf "$reports"' EXIT
 status=0
 components=(common/tests services/envd/tests services/snapstore/tests services/scheduler/tests
-            services/nodeagent/tests services/gateway/tests services/codeinterp/tests cli/tests tests)
+            services/nodeagent/tests services/gateway/tests services/codeinterp/tests clients/python/tests
+            cli/tests tests)
 for component in "${components[@]}"; do
   name=$(echo "$component" | tr '/' '_')
   echo "=== $component"

@@ -7,7 +7,8 @@ cd "$root"
 venv=.venv
 stamp=$venv/.aenv-deps
 want=$(cat requirements-dev.txt common/pyproject.toml gen/python/pyproject.toml \
-  services/*/pyproject.toml cli/pyproject.toml | sha256sum | cut -d' ' -f1)
+  services/*/pyproject.toml cli/pyproject.toml \
+  clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -16,5 +17,5 @@ $venv/bin/pip install -q --upgrade pip setuptools wheel
 $venv/bin/pip install -q -r requirements-dev.txt \
   -e gen/python -e common \
   -e services/envd -e services/snapstore -e services/scheduler -e services/nodeagent \
-  -e services/gateway -e services/codeinterp -e cli
+  -e services/gateway -e services/codeinterp -e clients/python -e cli
 echo "$want" > "$stamp"

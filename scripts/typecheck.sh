@@ -7,7 +7,7 @@ cd "$root"
 mypy=${MYPY:-.venv/bin/mypy}
 status=0
 for component in common services/gateway services/scheduler services/nodeagent services/snapstore \
-    services/envd services/codeinterp cli; do
+    services/envd services/codeinterp clients/python cli; do
   echo "mypy: $component"
   $mypy "$component" || status=1
 done

@@ -92,5 +92,9 @@ _BY_GRPC_CODE: dict[grpc.StatusCode, type[AenvError]] = {
 
 def from_rpc_error(err: grpc.aio.AioRpcError) -> AenvError:
     """Rebuild the typed error a remote service raised from its gRPC status."""
-    cls = _BY_GRPC_CODE.get(err.code(), Internal)
-    return cls(err.details() or err.code().name.lower())
+    return from_status(err.code(), err.details() or err.code().name.lower())
+
+
+def from_status(code: grpc.StatusCode, message: str) -> AenvError:
+    """The typed error of a gRPC status code (Internal for a code no error has)."""
+    return _BY_GRPC_CODE.get(code, Internal)(message)

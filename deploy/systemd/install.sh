@@ -34,7 +34,7 @@ if [ "$venv" = 1 ]; then
   "$prefix/bin/pip" install -q "$repo/gen/python" "$repo/common" "$repo/services/envd" \
     "$repo/services/codeinterp" \
     "$repo/services/snapstore" "$repo/services/scheduler" "$repo/services/nodeagent" \
-    "$repo/services/gateway" "$repo/cli"
+    "$repo/services/gateway" "$repo/clients/python" "$repo/cli"
 fi
 
 install -d -m 0755 "$destdir/etc/systemd/system" "$destdir/etc/aenv"

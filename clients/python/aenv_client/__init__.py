@@ -1,0 +1,21 @@
+"""Python client of aenv's native gRPC API, for training code (see client.py)."""
+
+from aenv_client.client import CreateOutcome, GatewayClient, new_idempotency_key
+from aenv_client.errors import (
+    AenvError,
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    SandboxDied,
+    Unauthenticated,
+    Unavailable,
+)
+from aenv_client.retries import RetryPolicy
+from aenv_client.sync import SyncGatewayClient
+
+__all__ = [
+    "AenvError", "Conflict", "CreateOutcome", "GatewayClient", "InvalidArgument", "NotFound",
+    "ResourceExhausted", "RetryPolicy", "SandboxDied", "SyncGatewayClient", "Unauthenticated",
+    "Unavailable", "new_idempotency_key",
+]

@@ -1,0 +1,151 @@
+"""The native client over a fake gateway: typed batch outcomes, retries only where safe (with
+one idempotency key across attempts), deadlines, SandboxDied apart from NotFound, one channel,
+and the sync wrapper."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future
+
+import pytest
+
+from aenv.gateway.v1 import gateway_pb2
+from aenv_client import (
+    GatewayClient,
+    NotFound,
+    RetryPolicy,
+    SandboxDied,
+    SyncGatewayClient,
+    Unauthenticated,
+    Unavailable,
+)
+from aenv_client.errors import DeadlineExceeded
+
+from .fake_gateway import API_KEY, FakeGateway, serving
+
+FAST = RetryPolicy(attempts=4, backoff_s=0.01)
+
+
+@pytest.fixture
+def gateway() -> FakeGateway:
+    return FakeGateway()
+
+
+@pytest.fixture
+async def client(gateway: FakeGateway) -> AsyncIterator[GatewayClient]:
+    async with serving(gateway) as target, GatewayClient(
+            target, API_KEY, timeout_s=5, retries=FAST) as made:
+        yield made
+
+
+async def test_batch_outcomes_are_records_or_typed_errors(client: GatewayClient) -> None:
+    outcomes = await client.create_sandboxes("base", items=[
+        gateway_pb2.CreateSandboxRequest(), gateway_pb2.CreateSandboxRequest(template_id="nope"),
+    ])
+    made, missing = outcomes
+    assert not isinstance(made, Exception) and made.sandbox_id
+    assert type(missing) is NotFound and "nope" in missing.message
+
+
+async def test_creates_are_retried_with_one_key(
+    client: GatewayClient, gateway: FakeGateway
+) -> None:
+    gateway.unavailable = 2
+    outcomes = await client.create_sandboxes("base", count=3)
+    assert len(gateway.sandboxes) == 3 and len(outcomes) == 3
+    keys = [key for method, key, _ in gateway.calls]
+    assert len(keys) == 3 and len(set(keys)) == 1 and keys[0]
+    gateway.unavailable = 1
+    first = await client.create_sandbox("base", idempotency_key="mine")
+    assert await client.create_sandbox("base", idempotency_key="mine") == first
+
+
+async def test_kill_is_not_sent_again(client: GatewayClient, gateway: FakeGateway) -> None:
+    sandbox = await client.create_sandbox("base")
+    gateway.unavailable = 1
+    with pytest.raises(Unavailable):
+        await client.kill_sandbox(sandbox.sandbox_id)
+    assert [c[0] for c in gateway.calls] == ["CreateSandbox", "KillSandbox"]
+
+
+async def test_retries_give_up_after_the_attempts(
+    client: GatewayClient, gateway: FakeGateway
+) -> None:
+    gateway.unavailable = 10
+    with pytest.raises(Unavailable):
+        await client.get_sandbox("sb0")
+    assert len(gateway.calls) == FAST.attempts
+
+
+async def test_a_sandbox_gone_under_its_user_is_sandbox_died(
+    client: GatewayClient, gateway: FakeGateway
+) -> None:
+    died, lost, killed = [await client.create_sandbox("base") for _ in range(3)]
+    gateway.die(died.sandbox_id)
+    with pytest.raises(SandboxDied):
+        await client.get_sandbox(died.sandbox_id)
+    gateway.die(lost.sandbox_id, lost=True)
+    with pytest.raises(SandboxDied):
+        await client.get_sandbox(lost.sandbox_id)
+    await client.kill_sandbox(killed.sandbox_id)
+    for unknown in (killed.sandbox_id, "typo"):
+        with pytest.raises(NotFound) as err:
+            await client.get_sandbox(unknown)
+        assert type(err.value) is NotFound
+
+
+async def test_every_call_has_a_deadline(client: GatewayClient, gateway: FakeGateway) -> None:
+    sandbox = await client.create_sandbox("base")
+    gateway.delay_s = 2
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        await client.get_sandbox(sandbox.sandbox_id, timeout_s=0.2)
+    assert time.monotonic() - started < 1.5
+
+
+async def test_one_channel_for_every_call(client: GatewayClient, gateway: FakeGateway) -> None:
+    await asyncio.gather(*(client.create_sandbox("base") for _ in range(5)))
+    await client.create_sandboxes("base", count=2)
+    assert len({peer for _, _, peer in gateway.calls}) == 1
+
+
+async def test_a_wrong_key_is_unauthenticated(gateway: FakeGateway) -> None:
+    async with serving(gateway) as target, GatewayClient(target, "e2b_wrong") as client:
+        with pytest.raises(Unauthenticated):
+            await client.get_sandbox("sb0")
+
+
+@pytest.fixture
+def served_in_thread(gateway: FakeGateway) -> Iterator[str]:
+    """The fake on a loop of its own thread, for a synchronous caller."""
+    ready: Future[tuple[str, asyncio.AbstractEventLoop, asyncio.Event]] = Future()
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        async with serving(gateway) as target:
+            ready.set_result((target, asyncio.get_running_loop(), stop))
+            await stop.wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),))
+    thread.start()
+    target, loop, stop = ready.result(5)
+    try:
+        yield target
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(5)
+
+
+def test_the_sync_client(served_in_thread: str, gateway: FakeGateway) -> None:
+    with SyncGatewayClient(served_in_thread, API_KEY, retries=FAST) as client:
+        outcomes = client.create_sandboxes("base", count=2, idempotency_key="sync-1")
+        again = client.create_sandboxes("base", count=2, idempotency_key="sync-1")
+        assert outcomes == again and len(gateway.sandboxes) == 2
+        for made in outcomes:
+            assert not isinstance(made, Exception)
+            client.kill_sandbox(made.sandbox_id)
+        with pytest.raises(NotFound):
+            client.get_sandbox(outcomes[0].sandbox_id)  # type: ignore[union-attr]
