@@ -16,7 +16,6 @@ from dataclasses import replace
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Internal, InvalidArgument
 from aenv_common.limits import MAX_BATCH_CREATE
-from aenv_gateway.idempotency import checked_key
 from aenv_gateway.service import CreateRequest, SandboxService
 
 log = logging.getLogger(__name__)
@@ -47,17 +46,18 @@ class BatchCreates:
     ) -> list[BatchResult]:
         """One result per request, in order.
 
-        :raise InvalidArgument: no requests, too many, a malformed key or a malformed item (no
-            template, a timeout out of range): the whole batch, before any create.
+        `idempotency_key` is one the edge checked (`idempotency.checked_key`).
+
+        :raise InvalidArgument: no requests, too many, or a malformed item (no template, a
+            timeout out of range): the whole batch, before any create.
         """
         batch_size(0, len(requests))
-        key = checked_key(idempotency_key, "idempotency key")
         for i, request in enumerate(requests):
             try:
                 self._service.check_create(request)
             except InvalidArgument as err:
                 raise InvalidArgument(f"item {i}: {err.message}") from None
-        keyed = [replace(r, idempotency_key=f"{key}/{i}" if key else None)
+        keyed = [replace(r, idempotency_key=f"{idempotency_key}/{i}" if idempotency_key else None)
                  for i, r in enumerate(requests)]
         # Cancelled (the caller went away): every item's create is cancelled with it, and
         # creates.py kills whatever a node may have made.

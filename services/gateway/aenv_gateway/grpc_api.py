@@ -68,7 +68,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         items = list(request.items) or [gateway_pb2.CreateSandboxRequest()] * size
         results = await self._batch.create(
             [self._create_request(request, item) for item in items],
-            request.idempotency_key or None,
+            checked_key(request.idempotency_key or None, "idempotency_key"),
         )
         return gateway_pb2.CreateSandboxesResponse(results=[_create_result(r) for r in results])
 

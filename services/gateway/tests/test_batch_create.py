@@ -142,6 +142,9 @@ async def test_rest_batch_entries_and_key(stack: Stack) -> None:
         both = await http.post("/sandboxes/batch", headers=AUTH,
                                json={"templateID": "base", "count": 2, "items": [{}]})
         assert both.status_code == 400 and "not both" in both.json()["message"]
+        bad_key = await http.post("/sandboxes/batch", json={"templateID": "base"},
+                                  headers={**AUTH, "Idempotency-Key": "Not/OK"})
+        assert bad_key.status_code == 400 and "Idempotency-Key" in bad_key.json()["message"]
         counted = await http.post("/sandboxes/batch", headers=AUTH,
                                   json={"templateID": "base", "count": 2})
         assert [list(e) for e in counted.json()] == [["sandbox"], ["sandbox"]]

@@ -15,6 +15,7 @@ from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.batch import BatchCreates, BatchResult
 from aenv_gateway.grpc_api import FORK_DEFAULT_TIMEOUT_S
 from aenv_gateway.http_errors import Endpoint, json_errors
+from aenv_gateway.idempotency import checked_key
 from aenv_gateway.logs import (
     SandboxLogs,
     parse_logs_v1,
@@ -79,7 +80,8 @@ class SandboxRoutes:
     async def create_batch(self, request: Request) -> Response:
         """Native: N sandboxes, one entry each (its sandbox or its error), in the order asked."""
         creates = parse_batch(parse_json_object(await request.body()), self._default_timeout)
-        results = await self._batch.create(creates, request.headers.get("idempotency-key"))
+        key = checked_key(request.headers.get("idempotency-key"))
+        results = await self._batch.create(creates, key)
         return JSONResponse([self._batch_entry(r) for r in results], status_code=201)
 
     def _batch_entry(self, result: BatchResult) -> dict[str, Any]:
