@@ -12,11 +12,12 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Internal, InvalidArgument
 from aenv_common.limits import MAX_BATCH_CREATE
-from aenv_gateway.service import CreateRequest, SandboxService
+from aenv_gateway.service import CreateRequest
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,16 @@ def batch_size(count: int, items: int) -> int:
     return size
 
 
+class Creates(Protocol):
+    """What a batch needs of SandboxService."""
+
+    def check_create(self, request: CreateRequest) -> None: ...
+
+    async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord: ...
+
+
 class BatchCreates:
-    def __init__(self, service: SandboxService) -> None:
+    def __init__(self, service: Creates) -> None:
         self._service = service
 
     async def create(

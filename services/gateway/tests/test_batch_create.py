@@ -4,15 +4,19 @@ same sandboxes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
 import httpx
 import pytest
 
+from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from aenv_common.errors import ResourceExhausted
+from aenv_common.errors import Internal, ResourceExhausted
 from aenv_common.limits import MAX_BATCH_CREATE
+from aenv_gateway.batch import BatchCreates
+from aenv_gateway.service import CreateRequest
 
 from .conftest import API_KEY, Stack
 
@@ -149,3 +153,31 @@ async def test_rest_batch_entries_and_key(stack: Stack) -> None:
                                   json={"templateID": "base", "count": 2})
         assert [list(e) for e in counted.json()] == [["sandbox"], ["sandbox"]]
     assert len(stack.nodeagent.specs) == 3
+
+
+class _Barrier:
+    """Creates that answer only once `n` of them are in flight at the same time."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.waiting, self.all_in = n, 0, asyncio.Event()
+
+    def check_create(self, request: CreateRequest) -> None:
+        pass
+
+    async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
+        self.waiting += 1
+        if self.waiting == self.n:
+            self.all_in.set()
+        await self.all_in.wait()
+        if request.template_id == "bug":
+            raise RuntimeError("a bug in one create")
+        return cluster_pb2.SandboxRecord(sandbox_id=f"sb-{request.idempotency_key}")
+
+
+async def test_items_are_created_concurrently_and_a_bug_fails_only_its_item() -> None:
+    batch = BatchCreates(_Barrier(3))
+    requests = [CreateRequest(template_id=t, timeout_s=60) for t in ("base", "bug", "base")]
+    made, bug, last = await asyncio.wait_for(batch.create(requests, "k"), 5)
+    assert isinstance(made, cluster_pb2.SandboxRecord) and made.sandbox_id == "sb-k/0"
+    assert isinstance(bug, Internal)
+    assert isinstance(last, cluster_pb2.SandboxRecord) and last.sandbox_id == "sb-k/2"
