@@ -140,7 +140,7 @@ async def test_guest_boots_to_envd_health(built_artifacts: BuiltArtifacts, workd
     assert "LD_LIBRARY_PATH" not in env and "LD_PRELOAD" not in env
     assert env["PYTHONHOME"] == "/opt/aenv"
     assert set(env) <= {"PATH", "HOME", "LANG", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE",
-                        "PYTHONUNBUFFERED", "AENV_TOOLS_DIR"}
+                        "PYTHONUNBUFFERED", "AENV_TOOLS_DIR", "AENV_ENVD_INIT_MARKER"}
     assert "aenv-init: starting envd" in console
     assert "cannot mount" not in console
     after = base.stat()
