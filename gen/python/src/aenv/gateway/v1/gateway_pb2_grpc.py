@@ -127,25 +127,28 @@ class GatewayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """NOT_FOUND (unknown, killed, or lost with its node: the message says so).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListSandboxes(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Running and paused sandboxes, filtered by metadata (every pair must match).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def KillSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """NOT_FOUND (unknown or already gone), UNAVAILABLE (its node did not answer).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PauseSandbox(self, request, context):
-        """Stops the guest, keeping memory and disk. Already paused: FAILED_PRECONDITION.
+        """Stops the guest, keeping memory and disk. NOT_FOUND, FAILED_PRECONDITION (already paused).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,6 +156,7 @@ class GatewayServiceServicer:
 
     def ResumeSandbox(self, request, context):
         """Resumes a paused sandbox under the same id (a running one only gets its TTL raised).
+        NOT_FOUND, INVALID_ARGUMENT (a timeout out of range), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -160,25 +164,30 @@ class GatewayServiceServicer:
 
     def CreateSnapshot(self, request, context):
         """Captures a running sandbox; it keeps running. Create from it with its id as template_id.
+        NOT_FOUND, FAILED_PRECONDITION (not running).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListSnapshots(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """INVALID_ARGUMENT (a page token not from a listing).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteSnapshot(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """NOT_FOUND, UNAVAILABLE (the node holding it is down).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ForkSandbox(self, request, context):
-        """Copy-on-write children of a running sandbox, on its node; one result per child.
+        """Copy-on-write children of a running sandbox, on its node; one result per child (a child's
+        error does not fail the others). INVALID_ARGUMENT (count out of 1..100, a timeout out of
+        range), NOT_FOUND, FAILED_PRECONDITION (not running).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +195,8 @@ class GatewayServiceServicer:
 
     def ResetSandbox(self, request, context):
         """Rewinds a running sandbox in place (same id, token, network) to one of its node's snapshots.
+        INVALID_ARGUMENT (no snapshot_id), NOT_FOUND (the sandbox or the snapshot),
+        FAILED_PRECONDITION (not running).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
