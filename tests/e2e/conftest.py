@@ -82,6 +82,7 @@ async def another_node_agent(
         "AENV_NODEAGENT_NODE_ID": node_id,
         "AENV_NODEAGENT_LISTEN": grpc_address,
         "AENV_NODEAGENT_PROXY_LISTEN": address(free_port()),
+        "AENV_NODEAGENT_METRICS_LISTEN": address(free_port()),
         "AENV_NODEAGENT_STATE_DIR": str(state_dir),
         "AENV_NODEAGENT_NET_PREFIX": prefix,
         "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
