@@ -156,7 +156,8 @@ class NodeAgent:
         stack.push_async_callback(network.settled)
         driver = QemuDriver(self._jail())
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
-                                  await store.list_sandboxes(), driver.jail)
+                                  await store.list_sandboxes(), driver.jail,
+                                  templates_dir=s.resolved_templates_dir())
         publisher = SnapshotPublisher(store, s.node_id)
         persistence = self._persistence(publisher)
         kept = await self._prepare_templates(

@@ -1,16 +1,16 @@
 """Start-up recovery after a crash or restart of the node agent.
 
-Paused sandboxes (a directory with `sandbox.json`: overlay and memory image, no process) are kept;
-`restart/takeback.py` takes them over with the snapshots. A pause whose memory was still to be
-written when the agent died has it written first, from its QEMU (memory/paused.py). A VM that was
-running is re-adopted when its QEMU still runs in its slot, answers QMP, is not stopped half-way
-through an operation, and the cluster still has its record on this node: QMP is reconnected and its
-netns slot taken back (the lifecycle then reads its disk chain from QEMU), its cgroup found again.
-Everything else is cleaned up: other QEMUs killed, their slots, cgroups and directories removed,
-and the records of sandboxes that did not survive marked lost, so clients get a clear answer and
-nothing leaks. Paused sandboxes that the cluster now records on another node (taken over while this
-one was gone) are dropped.
-"""
+Paused sandboxes (a directory with `sandbox.json`: overlay and memory image, no process) are
+kept; `restart/takeback.py` takes them over with the snapshots. A pause whose memory was still to
+be written when the agent died has it written first, from its QEMU (memory/paused.py). A VM that
+was running is re-adopted when its QEMU still runs in its slot, answers QMP, is not stopped half-
+way through an operation, and the cluster still has its record on this node: QMP is reconnected
+and its netns slot taken back (the lifecycle then reads its disk chain from QEMU), its cgroup
+found again. Everything else is cleaned up: other QEMUs killed (template captures the agent died
+in too, restart/builds.py), their slots, cgroups and directories removed, and the records of
+sandboxes that did not survive marked lost, so clients get a clear answer and nothing leaks.
+Paused sandboxes that the cluster now records on another node (taken over while this one was
+gone) are dropped."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_nodeagent.memory.paused import finish_pending
 from aenv_nodeagent.network import NetSlot, NetworkManager
+from aenv_nodeagent.restart.builds import end_abandoned_builds
 from aenv_nodeagent.sandbox.model import PAUSED_MARKER
 from aenv_nodeagent.sandbox.records import SandboxRecords
 from aenv_nodeagent.vmm import QemuVm, VmJail
@@ -131,6 +132,7 @@ async def recover(
     records: SandboxRecords,
     previous: list[cluster_pb2.SandboxRecord],
     jail: VmJail | None = None,
+    templates_dir: Path | None = None,
 ) -> Recovered:
     ours = [rec for rec in previous if rec.node_id == node_id]
     sandboxes_dir = state_dir / "sandboxes"
@@ -139,6 +141,8 @@ async def recover(
     kept = frozenset(a.record.sandbox_id for a in adopted)
     await asyncio.to_thread(finish_paused_memory, sandboxes_dir)
     killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))
+    if templates_dir is not None:  # before their slots go: a capture's QEMU runs in one
+        killed += end_abandoned_builds(templates_dir).killed
     removed = await network.destroy_orphans(keep={a.slot.netns for a in adopted})
     if jail is not None:
         jail.sweep()  # the killed QEMUs' cgroups (a frozen copy's stays until it is released)
