@@ -180,7 +180,7 @@ class SandboxRecord(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
-    __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement")
+    __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement", "memory_budget_mib", "memory_used_mib", "host_memory_available_mib", "pressure")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     NODEAGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PROXY_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +192,10 @@ class NodeRecord(_message.Message):
     KERNEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIME_FIELD_NUMBER: _ClassVar[int]
     CONFINEMENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUDGET_MIB_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_MIB_FIELD_NUMBER: _ClassVar[int]
+    HOST_MEMORY_AVAILABLE_MIB_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     nodeagent_address: str
     proxy_address: str
@@ -203,7 +207,11 @@ class NodeRecord(_message.Message):
     kernel_version: str
     heartbeat_time: _timestamp_pb2.Timestamp
     confinement: str
-    def __init__(self, node_id: _Optional[str] = ..., nodeagent_address: _Optional[str] = ..., proxy_address: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., allocated: _Optional[_Union[Resources, _Mapping]] = ..., sandbox_count: _Optional[int] = ..., cached_templates: _Optional[_Iterable[str]] = ..., accelerator: _Optional[str] = ..., kernel_version: _Optional[str] = ..., heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., confinement: _Optional[str] = ...) -> None: ...
+    memory_budget_mib: int
+    memory_used_mib: int
+    host_memory_available_mib: int
+    pressure: str
+    def __init__(self, node_id: _Optional[str] = ..., nodeagent_address: _Optional[str] = ..., proxy_address: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., allocated: _Optional[_Union[Resources, _Mapping]] = ..., sandbox_count: _Optional[int] = ..., cached_templates: _Optional[_Iterable[str]] = ..., accelerator: _Optional[str] = ..., kernel_version: _Optional[str] = ..., heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., confinement: _Optional[str] = ..., memory_budget_mib: _Optional[int] = ..., memory_used_mib: _Optional[int] = ..., host_memory_available_mib: _Optional[int] = ..., pressure: _Optional[str] = ...) -> None: ...
 
 class TemplateRecord(_message.Message):
     __slots__ = ("template_id", "aliases", "default_resources", "envd_version", "created_at")
