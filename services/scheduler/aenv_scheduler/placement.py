@@ -1,9 +1,11 @@
 """Placement arithmetic on plain records: which nodes can take a sandbox, and which is best.
 
-A node's free capacity is its capacity minus what it reports allocated minus what this scheduler
-has reserved on it for placements the node has not accounted for yet. Among the nodes that fit,
-the one that already caches the template wins (no base image to fetch), then the least loaded.
-Disk is only checked on nodes that declare a disk capacity.
+A node takes a sandbox when the rule it enforces on itself says so (aenv_common.capacity): its
+nominal allocation plus what this scheduler reserved on it for placements the node has not
+accounted for yet fits its capacity (the host's times the overcommit ratios), its measured use
+(PSS) plus those reservations' guest RAM plus the new sandbox's fits its memory budget, and it
+reports no memory pressure. Among the nodes that fit, the one that already caches the template
+wins (no base image to fetch), then the least loaded.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.capacity import add, fits_when_empty, load, refusal
 
 Resources = cluster_pb2.Resources
 NodeRecord = cluster_pb2.NodeRecord
 
 NOTHING = Resources()
+
+__all__ = ["NOTHING", "add", "choose_node", "fits_now", "fits_when_empty", "load", "resolve_demand"]
 
 
 def resolve_demand(
@@ -33,36 +38,8 @@ def resolve_demand(
     return Resources(vcpus=pick("vcpus"), memory_mib=pick("memory_mib"), disk_mib=pick("disk_mib"))
 
 
-def add(a: Resources, b: Resources) -> Resources:
-    return Resources(
-        vcpus=a.vcpus + b.vcpus,
-        memory_mib=a.memory_mib + b.memory_mib,
-        disk_mib=a.disk_mib + b.disk_mib,
-    )
-
-
-def _fits_within(capacity: Resources, used: Resources, need: Resources) -> bool:
-    if used.vcpus + need.vcpus > capacity.vcpus:
-        return False
-    if used.memory_mib + need.memory_mib > capacity.memory_mib:
-        return False
-    return not capacity.disk_mib or used.disk_mib + need.disk_mib <= capacity.disk_mib
-
-
 def fits_now(node: NodeRecord, reserved: Resources, need: Resources) -> bool:
-    return _fits_within(node.capacity, add(node.allocated, reserved), need)
-
-
-def fits_when_empty(node: NodeRecord, need: Resources) -> bool:
-    return _fits_within(node.capacity, NOTHING, need)
-
-
-def load(node: NodeRecord, reserved: Resources) -> float:
-    """The busier of CPU and memory, as a fraction of capacity."""
-    used = add(node.allocated, reserved)
-    cpu = used.vcpus / node.capacity.vcpus if node.capacity.vcpus else 1.0
-    memory = used.memory_mib / node.capacity.memory_mib if node.capacity.memory_mib else 1.0
-    return max(cpu, memory)
+    return refusal(node, reserved, need) is None
 
 
 def choose_node(
