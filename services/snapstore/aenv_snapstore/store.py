@@ -95,22 +95,31 @@ class SnapStore:
         # Serializes "check chunks exist + write manifest" against garbage collection, so a chunk
         # is never collected between a manifest's check and its write (within this process).
         self._gc_lock = asyncio.Lock()
+        # digest -> when a pusher was told it is stored (so it will not send it): its manifest
+        # will reference it, so collection keeps it for the grace period, however old it is.
+        self._claimed: dict[str, float] = {}
 
     async def find_missing(self, digests: Iterable[str]) -> list[str]:
+        """A pusher's question: the digests not stored. The others are claimed for its manifest
+        (collection keeps them)."""
         wanted = list(dict.fromkeys(digests))
+        missing = await self._missing(wanted)
+        now = time.time()
+        self._claimed.update((d, now) for d in set(wanted).difference(missing))
+        return missing
+
+    async def _missing(self, wanted: list[str]) -> list[str]:
         for digest in wanted:
             check_digest(digest)
         unknown = [d for d in wanted if not self._presence.known(d)]
         present = await bounded_map(
             lambda d: self._backend.has(chunk_key(d)), unknown, self._io_concurrency
         )
-        missing = []
-        for digest, ok in zip(unknown, present, strict=True):
+        found = dict(zip(unknown, present, strict=True))
+        for digest, ok in found.items():
             if ok:
                 self._presence.add(digest)
-            else:
-                missing.append(digest)
-        return missing
+        return [d for d in wanted if not found.get(d, True)]
 
     async def put_chunk(self, chunk: pb.Chunk) -> int:
         """Verifies the chunk against its digest, then stores its compressed bytes as sent."""
@@ -178,7 +187,7 @@ class SnapStore:
     async def put_manifest(self, manifest: pb.Manifest) -> None:
         referenced = self._check_manifest(manifest)
         async with self._gc_lock:
-            missing = await self.find_missing(referenced)
+            missing = await self._missing(list(referenced))
             if missing:
                 raise Conflict(
                     f"snapshot {manifest.snapshot_id}: {len(missing)} referenced chunks not "
@@ -239,12 +248,15 @@ class SnapStore:
 
     async def collect_garbage(self, grace_seconds: float | None = None) -> GcStats:
         """Deletes chunks no manifest references that are older than the grace period (younger
-        ones may belong to a push whose manifest is not written yet)."""
+        ones may belong to a push whose manifest is not written yet) and that no push was told
+        are stored within the configured grace period (its manifest will reference them)."""
         grace = self._gc_grace if grace_seconds is None else grace_seconds
         stats = GcStats()
         async with self._gc_lock:
-            cutoff = time.time() - grace
-            referenced = await self._referenced_chunks()
+            now = time.time()
+            cutoff = now - grace
+            self._claimed = {d: t for d, t in self._claimed.items() if t > now - self._gc_grace}
+            referenced = await self._referenced_chunks() | self._claimed.keys()
             doomed = []
             async for info in self._backend.list(CHUNK_PREFIX):
                 if digest_from_key(info.key) in referenced or info.modified > cutoff:
