@@ -36,7 +36,8 @@ class GcBeforeManifest:
 
     async def PutManifest(self, request: pb.PutManifestRequest) -> pb.PutManifestResponse:
         self.collected.append(await self._stub.CollectGarbage(pb.CollectGarbageRequest()))
-        return await self._stub.PutManifest(request)
+        response: pb.PutManifestResponse = await self._stub.PutManifest(request)
+        return response
 
 
 @pytest.fixture
