@@ -25,6 +25,7 @@ async def _serve(settings: GatewaySettings) -> None:
     # Imported after telemetry set-up: gRPC instrumentation must precede channels and servers.
     from aenv_gateway.api_keys import EtcdApiKeyRecords
     from aenv_gateway.etcd_view import EtcdClusterView
+    from aenv_gateway.idempotency_etcd import EtcdKeyClaims
     from aenv_gateway.server import start_gateway
     from aenv_gateway.templates.records import EtcdTemplateRecords
 
@@ -37,13 +38,16 @@ async def _serve(settings: GatewaySettings) -> None:
     try:
         records = await EtcdTemplateRecords.open(view.store)
         api_keys = await EtcdApiKeyRecords.open(view.store)
+        key_claims = EtcdKeyClaims(view.store, settings.idempotency_ttl_s,
+                                   settings.idempotency_claim_ttl_s)
         try:
-            gateway = await start_gateway(settings, view, records, api_key, api_keys)
+            gateway = await start_gateway(settings, view, records, api_key, api_keys, key_claims)
             try:
                 await stop.wait()
             finally:
                 await gateway.stop()
         finally:
+            await key_claims.close()
             await api_keys.close()
             await records.close()
     finally:

@@ -7,6 +7,7 @@ import hmac
 import logging
 import os
 import time
+from contextvars import ContextVar
 from pathlib import Path
 
 from aenv_common.errors import PermissionDenied, Unauthenticated
@@ -46,6 +47,16 @@ def _read_key(path: Path) -> str:
 
 ADMIN_KEY_ID = "admin"
 
+# The id of the API key of the request being served: set by `ApiKeyAuth.check`, which both edges
+# call before any operation (each request runs in its own task, so its own context). It scopes
+# what is kept per caller deep in the service (idempotency keys) without every call passing it.
+_caller: ContextVar[str] = ContextVar("aenv_gateway_caller", default="")
+
+
+def current_caller() -> str:
+    """The API key id of the request being served ("" outside a request)."""
+    return _caller.get()
+
 
 class ApiKeyAuth:
     """The configured key (the admin key: it also manages the others) and the stored ones."""
@@ -67,6 +78,7 @@ class ApiKeyAuth:
         key_id = self.identify(presented)
         if key_id is None:
             raise Unauthenticated("Invalid API key")
+        _caller.set(key_id)
         return key_id
 
     def check_admin(self, presented: str | None) -> None:

@@ -31,7 +31,11 @@ class GatewaySettings(BaseSettings):
     listen: str = "127.0.0.1:3000"
     # Native gRPC API (aenv.gateway.v1.GatewayService).
     grpc_listen: str = "127.0.0.1:50050"
+    # The scheduler replicas, comma-separated: the one that leads places, the others answer
+    # UNAVAILABLE and are asked in turn for up to scheduler_failover_s (longer than the
+    # schedulers' leader TTL, so a standby's takeover is waited for).
     scheduler_address: str = "127.0.0.1:50051"
+    scheduler_failover_s: float = Field(default=15.0, ge=0)
     # Where template builds' COPY contexts are uploaded to (unset: builds without COPY only).
     snapstore_address: str | None = None
     # Default: $AENV_HOME/api-key, created on first start.
@@ -49,7 +53,10 @@ class GatewaySettings(BaseSettings):
     default_timeout_s: int = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     max_timeout_s: int = Field(default=MAX_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     # An Idempotency-Key reused within this window returns the sandbox created first.
-    idempotency_ttl_s: float = 600.0
+    idempotency_ttl_s: float = Field(default=600.0, gt=0)
+    # A key whose create is in flight on a gateway that died is free again after this long
+    # (the lease of that gateway's claims in etcd).
+    idempotency_claim_ttl_s: int = Field(default=10, ge=2)
     # Deadlines of calls to the scheduler / node agents (create includes a VM restore).
     create_deadline_s: float = 120.0
     rpc_deadline_s: float = 30.0

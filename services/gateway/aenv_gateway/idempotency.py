@@ -1,23 +1,35 @@
-"""Idempotent creates: the same `Idempotency-Key` within the TTL yields the first result.
+"""Idempotent creates: the same caller's same `Idempotency-Key` within the TTL answers the
+sandbox its first create made, through any gateway replica.
 
-Concurrent requests with one key share a single in-flight create; a failed create is not
-remembered, so the client's retry with the same key tries again."""
+A key is claimed before its create runs, in a store every replica shares (idempotency_etcd.py;
+in memory for a gateway on its own): the first call claims it and creates, the others wait for
+the claim to turn into the sandbox, or to go (the create failed, or its gateway died) and then
+claim it themselves. So a retry through another replica, or two replicas receiving one key at
+once, make one sandbox. Keys are scoped by the caller's API key id: one caller's key never
+answers another caller's sandbox. Calls with one key on one gateway share the create in flight
+without asking the store."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import string
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Protocol
 
-from aenv_common.errors import InvalidArgument
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import AenvError, InvalidArgument
 
-T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _KEY_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
 _KEY_RULE = "1-255 characters of [a-z0-9-]"
+
+Record = cluster_pb2.SandboxRecord
+Create = Callable[[], Awaitable[Record]]
 
 
 def checked_key(value: str | None, name: str = "Idempotency-Key") -> str | None:
@@ -33,37 +45,135 @@ def checked_key(value: str | None, name: str = "Idempotency-Key") -> str | None:
     return value
 
 
-@dataclass
-class _Entry(Generic[T]):
-    result: asyncio.Future[T]
-    expires: float
+def scoped_name(caller: str, key: str) -> str:
+    """The store's name of `caller`'s `key`: `<caller>.<key>`, a batch item's `/` as `.` (no
+    `/` in a record id). Distinct pairs never meet: callers (key ids: `admin` or hex) and
+    client keys hold no `.`, so the first `.` ends the caller and `.<i>` is always an item."""
+    return f"{caller}.{key.replace('/', '.')}"
 
 
-class IdempotencyCache(Generic[T]):
+@dataclass(frozen=True)
+class Held:
+    """A claim this gateway made: its create is in flight."""
+
+    name: str
+    revision: int
+
+
+# What a claim found: this gateway's claim, the sandbox made under the key, or None (another
+# create holds the key: ask again).
+Claim = Held | Record | None
+
+
+class KeyClaims(Protocol):
+    """Where the keys live (every replica must share it for a retry through another to hold)."""
+
+    async def claim(self, name: str) -> Claim: ...
+
+    async def finish(self, held: Held, record: Record) -> None:
+        """Answers `record` to the key's later calls, for the TTL."""
+
+    async def release(self, held: Held) -> None:
+        """Forgets the claim (the create failed): the next call creates."""
+
+
+class InMemoryKeyClaims:
+    """One gateway's keys: tests, and a gateway without etcd."""
+
     def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl = ttl_s
         self._clock = clock
-        self._entries: dict[str, _Entry[T]] = {}
+        # name -> (its revision, the sandbox made (None: in flight), when it expires)
+        self._entries: dict[str, tuple[int, Record | None, float]] = {}
+        self._revision = 0
 
-    async def run(self, key: str, create: Callable[[], Awaitable[T]]) -> T:
-        self._expire()
-        entry = self._entries.get(key)
-        if entry is not None:
-            return await asyncio.shield(entry.result)
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._entries[key] = _Entry(future, self._clock() + self._ttl)
+    async def claim(self, name: str) -> Claim:
+        now = self._clock()
+        entry = self._entries.get(name)
+        if entry is not None and (entry[1] is None or entry[2] > now):
+            return entry[1]
+        self._revision += 1
+        self._entries[name] = (self._revision, None, now)
+        return Held(name, self._revision)
+
+    async def finish(self, held: Held, record: Record) -> None:
+        if self._mine(held):
+            self._entries[held.name] = (held.revision, record, self._clock() + self._ttl)
+
+    async def release(self, held: Held) -> None:
+        if self._mine(held):
+            del self._entries[held.name]
+
+    def _mine(self, held: Held) -> bool:
+        entry = self._entries.get(held.name)
+        return entry is not None and entry[0] == held.revision
+
+
+class IdempotentCreates:
+    def __init__(
+        self,
+        claims: KeyClaims,
+        poll_s: float = 0.1,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._claims = claims
+        self._poll_s = poll_s
+        self._sleep = sleep
+        self._local: dict[str, asyncio.Future[Record]] = {}
+
+    async def run(self, caller: str, key: str, create: Create) -> Record:
+        """The sandbox `caller`'s `key` names: the one made before, or the one `create` makes.
+
+        :raise AenvError: the create failed (the key is free again), or the store is
+            unreachable (nothing was created).
+        """
+        name = scoped_name(caller, key)
+        while (local := self._local.get(name)) is not None:
+            try:
+                return await asyncio.shield(local)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+                # Its caller went away and the create with it: this call tries itself.
+        future: asyncio.Future[Record] = asyncio.get_running_loop().create_future()
+        self._local[name] = future
         try:
-            value = await create()
+            record = await self._claimed(name, create)
         except BaseException as err:
-            del self._entries[key]
-            if not future.done():
+            if isinstance(err, asyncio.CancelledError):
+                future.cancel()
+            else:
                 future.set_exception(err)
                 future.exception()  # mark retrieved: waiters (if any) re-raise it
             raise
-        future.set_result(value)
-        return value
+        finally:
+            del self._local[name]
+        future.set_result(record)
+        return record
 
-    def _expire(self) -> None:
-        now = self._clock()
-        for key in [k for k, e in self._entries.items() if e.expires <= now and e.result.done()]:
-            del self._entries[key]
+    async def _claimed(self, name: str, create: Create) -> Record:
+        while True:
+            claim = await self._claims.claim(name)
+            if isinstance(claim, Held):
+                break
+            if claim is not None:
+                return claim
+            # Another replica's create: it ends (its sandbox, or the key freed) or its
+            # gateway dies and the claim expires with its lease.
+            await self._sleep(self._poll_s)
+        try:
+            record = await create()
+        except BaseException:
+            with contextlib.suppress(AenvError):
+                await self._claims.release(claim)
+            raise
+        try:
+            await self._claims.finish(claim, record)
+        except AenvError as err:
+            # The sandbox exists and is answered; only a later retry of the key may not find it.
+            log.warning(
+                "idempotency key not kept",
+                extra={"sandbox_id": record.sandbox_id, "error": err.message},
+            )
+        return record

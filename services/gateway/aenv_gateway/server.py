@@ -33,8 +33,12 @@ from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.edge_limits import guarded_http_protocol
+from aenv_gateway.exec_stream import ExecStreams
+from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.gateway_metrics import SANDBOX_STATES
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
+from aenv_gateway.guest_envd import GuestEnvd
+from aenv_gateway.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
 from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.revocation import RevocableRequests
 from aenv_gateway.routes.keys import KeyRoutes
@@ -116,10 +120,11 @@ def _check_certificate(certificate: TlsCertificate) -> None:
 
 async def start_gateway(
     settings: GatewaySettings, view: ClusterView, template_records: TemplateRecords,
-    api_key: str, api_keys: ApiKeyRecords | None = None,
+    api_key: str, api_keys: ApiKeyRecords | None = None, key_claims: KeyClaims | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
-    them down.
+    them down. `api_keys` and `key_claims` (idempotency keys) are kept in memory when not given
+    (tests, a gateway on its own).
 
     :raise InvalidArgument: the TLS certificate or key cannot be loaded.
     :raise Unavailable: a listen address is taken.
@@ -130,7 +135,8 @@ async def start_gateway(
     directory = SandboxDirectory(view)
     nodeagents = NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s,
                                   settings.build_deadline_s)
-    scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s)
+    scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s,
+                                settings.scheduler_failover_s)
     catalog = TemplateCatalog(template_records)
     builds = TemplateBuilds(catalog, scheduler, nodeagents)
     service = SandboxService(
@@ -138,7 +144,8 @@ async def start_gateway(
         scheduler,
         nodeagents,
         max_timeout_s=settings.max_timeout_s,
-        idempotency_ttl_s=settings.idempotency_ttl_s,
+        idempotent=IdempotentCreates(
+            key_claims or InMemoryKeyClaims(settings.idempotency_ttl_s)),
         templates=catalog.source,
         creates=NodeCreates(nodeagents, CreateRetryPolicy(
             settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
@@ -176,12 +183,14 @@ async def start_gateway(
         settings.edge_limits,
     )
     app = RevocableRequests(edge, auth, open_requests)
+    guests = GuestEnvd(service, session)
     grpc_server, grpc_port = await start_grpc_server(
         settings.grpc_listen,
         [
             (
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
-                GatewayServicer(service, snapshots, auth, settings.default_timeout_s),
+                GatewayServicer(service, snapshots, auth, settings.default_timeout_s,
+                                ExecStreams(guests), FileTransfers(guests)),
                 SERVICE_NAME,
             )
         ],

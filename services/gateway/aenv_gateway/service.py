@@ -18,11 +18,12 @@ from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
+from aenv_gateway.auth import current_caller
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.creates import NodeCreates
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
 from aenv_gateway.handover import Handover
-from aenv_gateway.idempotency import IdempotencyCache
+from aenv_gateway.idempotency import IdempotentCreates
 from aenv_gateway.listing import (
     PAUSED,
     RUNNING,
@@ -74,7 +75,7 @@ class SandboxService:
         scheduler: SchedulerClient,
         nodeagents: NodeAgentClients,
         max_timeout_s: int,
-        idempotency_ttl_s: float,
+        idempotent: IdempotentCreates,
         templates: TemplateResolver,
         creates: NodeCreates,
         clock: Callable[[], float] = time.time,
@@ -86,9 +87,7 @@ class SandboxService:
         self._nodeagents = nodeagents
         self._max_timeout = max_timeout_s
         self._clock = clock
-        self._idempotent: IdempotencyCache[cluster_pb2.SandboxRecord] = IdempotencyCache(
-            idempotency_ttl_s
-        )
+        self._idempotent = idempotent
         self._waking: dict[str, asyncio.Future[Located]] = {}
         self._resuming: dict[str, asyncio.Future[cluster_pb2.SandboxRecord]] = {}
         self._handover = Handover(directory, scheduler, nodeagents)
@@ -97,7 +96,9 @@ class SandboxService:
         self.check_create(request)
         if request.idempotency_key is None:
             return await self._create(request)
-        return await self._idempotent.run(request.idempotency_key, lambda: self._create(request))
+        # Scoped by the API key the edge checked: one caller's key never answers another's.
+        return await self._idempotent.run(
+            current_caller(), request.idempotency_key, lambda: self._create(request))
 
     def check_create(self, request: CreateRequest) -> None:
         """:raise InvalidArgument: the request itself is malformed (no create is tried)."""

@@ -14,6 +14,7 @@ from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.grpc_server import start_grpc_server
 from aenv_gateway.config import GatewaySettings
 from aenv_gateway.directory import InMemoryClusterView
+from aenv_gateway.idempotency import KeyClaims
 from aenv_gateway.server import RunningGateway, start_gateway
 from aenv_gateway.templates.records import InMemoryTemplateRecords, TemplateRecords
 
@@ -52,8 +53,11 @@ async def running_stack(**settings: Any) -> AsyncIterator[Stack]:
 
 
 @contextlib.asynccontextmanager
-async def stack_over(records: TemplateRecords, **settings: Any) -> AsyncIterator[Stack]:
-    """`running_stack` with the template catalog kept in `records`."""
+async def stack_over(
+    records: TemplateRecords, key_claims: KeyClaims | None = None, **settings: Any
+) -> AsyncIterator[Stack]:
+    """`running_stack` with the template catalog kept in `records` (and the idempotency keys
+    in `key_claims`)."""
     view = InMemoryClusterView()
     guest = GuestApp()
     async with contextlib.AsyncExitStack() as stack:
@@ -103,7 +107,9 @@ async def stack_over(records: TemplateRecords, **settings: Any) -> AsyncIterator
             domain="aenv.test",
             **settings,
         )
-        gateway = await start_gateway(gateway_settings, view, records, API_KEY)
+        gateway = await start_gateway(
+            gateway_settings, view, records, API_KEY, key_claims=key_claims
+        )
         stack.push_async_callback(gateway.stop)
         yield Stack(gateway, view, scheduler, nodeagent, guest, guest_port, records)
 

@@ -65,6 +65,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         # Set: builds wait for it before they finish (concurrency tests).
         self.build_gate: asyncio.Event | None = None
         self.specs: list[cluster_pb2.SandboxSpec] = []
+        # Set: creates wait for it before they answer (concurrency tests).
+        self.create_gate: asyncio.Event | None = None
         self.resets: list[tuple[str, str]] = []
         self.resumes = 0
         self.reboots: list[bool] = []
@@ -97,6 +99,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.CreateSandboxResponse:
         spec = request.spec
         self.specs.append(spec)
+        if self.create_gate is not None:
+            await self.create_gate.wait()
         now = time.time()
         record = cluster_pb2.SandboxRecord(
             sandbox_id=spec.sandbox_id,
