@@ -54,8 +54,16 @@ class AlreadyExists(AenvError):
 
 
 class ResourceExhausted(AenvError):
+    """`retry_after_s`: the request may succeed when sent again this much later (a full or
+    timed-out admission queue), sent on as gRPC RetryInfo and HTTP Retry-After; None: it will
+    not (nothing can ever hold it)."""
+
     http_status = 429
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(AenvError):
@@ -92,7 +100,12 @@ _BY_GRPC_CODE: dict[grpc.StatusCode, type[AenvError]] = {
 
 def from_rpc_error(err: grpc.aio.AioRpcError) -> AenvError:
     """Rebuild the typed error a remote service raised from its gRPC status."""
-    return from_status(err.code(), err.details() or err.code().name.lower())
+    message = err.details() or err.code().name.lower()
+    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        from aenv_common.retry_info import retry_after_from
+
+        return ResourceExhausted(message, retry_after_from(err.trailing_metadata()))
+    return from_status(err.code(), message)
 
 
 def from_status(code: grpc.StatusCode, message: str) -> AenvError:

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 
 from aenv_common.errors import AenvError
 from aenv_common.metrics import GRPC_REQUESTS, GRPC_SECONDS
+from aenv_common.retry_info import retry_metadata
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,12 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                _wrap_stream(handler.stream_stream, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         return handler
 
 
@@ -62,7 +69,7 @@ def _wrap_unary(fn: Any, method: str) -> Any:
                 return await fn(request, context)
             except AenvError as err:
                 measured.code = err.grpc_code.name
-                await context.abort(err.grpc_code, err.message)
+                await _abort(context, err)
 
     return wrapped
 
@@ -75,9 +82,17 @@ def _wrap_stream(fn: Any, method: str) -> Any:
                     yield item
             except AenvError as err:
                 measured.code = err.grpc_code.name
-                await context.abort(err.grpc_code, err.message)
+                await _abort(context, err)
 
     return wrapped
+
+
+async def _abort(context: grpc.aio.ServicerContext, err: AenvError) -> None:
+    """Aborts the call with the error's status (and, when it says so, when to retry)."""
+    retry_after_s = getattr(err, "retry_after_s", None)
+    metadata = () if retry_after_s is None else retry_metadata(
+        err.grpc_code, err.message, retry_after_s)
+    await context.abort(err.grpc_code, err.message, metadata)
 
 
 class _Measured:

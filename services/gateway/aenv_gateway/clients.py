@@ -3,7 +3,11 @@ RPC failure turned back into the typed error the remote side raised."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import grpc
@@ -11,9 +15,14 @@ import grpc
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from aenv_common.errors import from_rpc_error
+from aenv_common.errors import Unavailable, from_rpc_error
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Between two rounds over the scheduler replicas while none places (a leader election runs).
+SCHEDULER_RETRY_INTERVAL_S = 0.2
 
 
 async def call(rpc: Callable[[], Awaitable[T]]) -> T:
@@ -41,16 +50,58 @@ class ChannelPool:
 
 
 class SchedulerClient:
-    def __init__(self, pool: ChannelPool, address: str, deadline_s: float) -> None:
-        self._stub = scheduler_pb2_grpc.SchedulerServiceStub(pool.get(address))  # type: ignore[no-untyped-call]
+    """The scheduler replicas (`addresses`: comma-separated): only the leader places, the others
+    answer UNAVAILABLE, and so does a leader that died mid-call. Those are asked in turn, the
+    last one that placed first, for up to `failover_s` (a standby takes over within its lease
+    TTL); a lone address is asked once. Scheduling again is safe: a placement is keyed by the sandbox id, nothing is created
+    before the answer."""
+
+    def __init__(
+        self, pool: ChannelPool, addresses: str, deadline_s: float, failover_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stubs = [
+            scheduler_pb2_grpc.SchedulerServiceStub(pool.get(a.strip()))  # type: ignore[no-untyped-call]
+            for a in addresses.split(",") if a.strip()
+        ]
         self._deadline = deadline_s
+        self._failover_s = failover_s
+        self._clock = clock
+        self._preferred = 0
 
     async def schedule(self, spec: cluster_pb2.SandboxSpec) -> scheduler_pb2.Placement:
         request = scheduler_pb2.ScheduleRequest(spec=spec)
-        response: scheduler_pb2.ScheduleResponse = await call(
-            lambda: self._stub.Schedule(request, timeout=self._deadline)
-        )
-        return response.placement
+        # One address: nobody else could take over, its caller retries.
+        failover_s = self._failover_s if len(self._stubs) > 1 else 0.0
+        give_up_at = self._clock() + failover_s
+        while True:
+            try:
+                return await self._schedule_once(request)
+            except Unavailable:
+                if self._clock() >= give_up_at:
+                    raise
+            await asyncio.sleep(SCHEDULER_RETRY_INTERVAL_S)
+
+    async def _schedule_once(
+        self, request: scheduler_pb2.ScheduleRequest
+    ) -> scheduler_pb2.Placement:
+        """One round over the replicas, from the preferred one."""
+        failure: Unavailable | None = None
+        for offset in range(len(self._stubs)):
+            index = (self._preferred + offset) % len(self._stubs)
+            stub = self._stubs[index]
+            try:
+                response: scheduler_pb2.ScheduleResponse = await call(
+                    partial(stub.Schedule, request, timeout=self._deadline)
+                )
+            except Unavailable as err:
+                failure = err
+                continue
+            if index != self._preferred:
+                log.info("scheduler replica places now", extra={"replica": index})
+                self._preferred = index
+            return response.placement
+        raise failure or Unavailable("no scheduler address is configured")
 
 
 class NodeAgentClients:

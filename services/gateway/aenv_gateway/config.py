@@ -31,7 +31,11 @@ class GatewaySettings(BaseSettings):
     listen: str = "127.0.0.1:3000"
     # Native gRPC API (aenv.gateway.v1.GatewayService).
     grpc_listen: str = "127.0.0.1:50050"
+    # The scheduler replicas, comma-separated: the one that leads places, the others answer
+    # UNAVAILABLE and are asked in turn for up to scheduler_failover_s (longer than the
+    # schedulers' leader TTL, so a standby's takeover is waited for).
     scheduler_address: str = "127.0.0.1:50051"
+    scheduler_failover_s: float = Field(default=15.0, ge=0)
     # Where template builds' COPY contexts are uploaded to (unset: builds without COPY only).
     snapstore_address: str | None = None
     # Default: $AENV_HOME/api-key, created on first start.

@@ -4,6 +4,7 @@ crashes on anything else), and the wrapper that turns typed errors into them."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -34,6 +35,9 @@ def error_response(status: int, message: str, no_retry: bool = False) -> JSONRes
 
 def typed_error_response(err: AenvError) -> JSONResponse:
     response = error_response(err.http_status, err.message, no_retry=isinstance(err, _NO_RETRY))
+    if isinstance(err, ResourceExhausted) and err.retry_after_s is not None:
+        # A full or timed-out admission queue: when to try again (whole seconds, RFC 9110).
+        response.headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
     if isinstance(err, BodyRefused):
         # The rest of the body would still be read to keep the connection: close it instead.
         response.headers["Connection"] = "close"

@@ -132,7 +132,8 @@ async def start_gateway(
     directory = SandboxDirectory(view)
     nodeagents = NodeAgentClients(pool, settings.create_deadline_s, settings.rpc_deadline_s,
                                   settings.build_deadline_s)
-    scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s)
+    scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s,
+                                settings.scheduler_failover_s)
     catalog = TemplateCatalog(template_records)
     builds = TemplateBuilds(catalog, scheduler, nodeagents)
     service = SandboxService(

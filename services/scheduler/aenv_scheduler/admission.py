@@ -2,8 +2,9 @@
 
 A request that cannot be placed now waits (in arrival order) until the cluster changes (a node
 joins or reports freed capacity, a reservation ends) and is retried then; after its wait it fails
-with RESOURCE_EXHAUSTED. Every request ends in exactly one of: placed, a typed error, or
-cancelled by its caller.
+with RESOURCE_EXHAUSTED, as does one arriving at a full queue: both say when to try again
+(`retry_after_s`: HTTP Retry-After at the gateway). Every request ends in exactly one of: placed,
+a typed error, or cancelled by its caller.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ TryPlace = Callable[[Req], "Res | None"]
 
 
 class AdmissionQueue(Generic[Req, Res]):
-    def __init__(self, try_place: TryPlace[Req, Res], max_queued: int) -> None:
+    def __init__(
+        self, try_place: TryPlace[Req, Res], max_queued: int, retry_after_s: float = 5.0
+    ) -> None:
         self._try_place = try_place
         self._max_queued = max_queued
+        self._retry_after_s = retry_after_s
         self._waiting: deque[tuple[Req, asyncio.Future[Res]]] = deque()
 
     def __len__(self) -> int:
@@ -41,7 +45,9 @@ class AdmissionQueue(Generic[Req, Res]):
             if placed is not None:
                 return placed
         if len(self._waiting) >= self._max_queued:
-            raise errors.ResourceExhausted("scheduler queue is full; retry later")
+            raise errors.ResourceExhausted(
+                "scheduler queue is full; retry later", self._retry_after_s
+            )
         future: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
         entry = (request, future)
         self._waiting.append(entry)
@@ -51,7 +57,7 @@ class AdmissionQueue(Generic[Req, Res]):
             return await asyncio.wait_for(asyncio.shield(future), wait_seconds)
         except TimeoutError:
             raise errors.ResourceExhausted(
-                f"no capacity for this sandbox within {wait_seconds:.1f} s"
+                f"no capacity for this sandbox within {wait_seconds:.1f} s", self._retry_after_s
             ) from None
         finally:
             self._forget(entry)

@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2_grpc
+from aenv_common import errors
 from aenv_common.cluster import (
     NODES,
     SANDBOXES,
@@ -24,6 +25,7 @@ from aenv_common.cluster import (
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.metrics import MetricsEndpoint
 from aenv_scheduler.config import SchedulerSettings
+from aenv_scheduler.ledger import ReservationLedger
 from aenv_scheduler.reservations import Reservations
 from aenv_scheduler.scheduler import Scheduler
 from aenv_scheduler.scheduler_metrics import SchedulerCollector
@@ -57,13 +59,16 @@ class SchedulerApp:
             templates = RecordCache(store, TEMPLATES, cluster_pb2.TemplateRecord)
             sandboxes = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
             snapshots = RecordCache(store, SNAPSHOTS, cluster_pb2.SnapshotRecord)
+            ledger = ReservationLedger(store, s.instance_id)
             self.scheduler = scheduler = Scheduler(
                 nodes,
                 templates,
-                Reservations(s.reservation_ttl_seconds),
+                Reservations(s.reservation_ttl_seconds, on_release=ledger.ended),
                 cluster_pb2.Resources(vcpus=s.default_vcpus, memory_mib=s.default_memory_mib),
                 s.max_queued,
                 snapshots,
+                ledger,
+                s.retry_after_seconds,
             )
             nodes.add_listener(scheduler.on_node_change)
             templates.add_listener(scheduler.on_template_change)
@@ -76,7 +81,7 @@ class SchedulerApp:
                 store,
                 store.keys.scheduler_leader,
                 s.instance_id,
-                lambda: sweep_lost_sandboxes(store, s.sweep_interval_seconds),
+                lambda: self._lead(scheduler, ledger, sandboxes),
                 ttl=s.leader_ttl_seconds,
             )
             self.election.start()
@@ -126,6 +131,33 @@ class SchedulerApp:
         if self._store is not None:
             await self._store.close()
             self._store = None
+
+    async def _lead(
+        self,
+        scheduler: Scheduler,
+        ledger: ReservationLedger,
+        sandboxes: RecordCache[cluster_pb2.SandboxRecord],
+    ) -> None:
+        """This instance's term as leader: the stored reservations adopted first (placing
+        without them could over-place a node), then placements, the sweeper and the ledger's
+        cleanup until the term ends."""
+        assert self._store is not None
+        while True:
+            try:
+                scheduler.adopt(await ledger.load(), sandboxes.entry)
+                break
+            except errors.AenvError as err:
+                log.warning("reading stored reservations failed", extra={"error": err.message})
+                await asyncio.sleep(EXPIRY_TICK_SECONDS)
+        scheduler.leading = True
+        log.info("placing as leader", extra={"instance": self.settings.instance_id})
+        try:
+            await asyncio.gather(
+                sweep_lost_sandboxes(self._store, self.settings.sweep_interval_seconds),
+                ledger.flush_every(EXPIRY_TICK_SECONDS),
+            )
+        finally:
+            scheduler.leading = False
 
     @staticmethod
     async def _expire_reservations(scheduler: Scheduler) -> None:

@@ -29,6 +29,9 @@ class SchedulerSettings(BaseSettings):
     queue_wait_seconds: float = 30.0
     # Requests waiting at once; beyond this, RESOURCE_EXHAUSTED at once.
     max_queued: int = 100_000
+    # What a request refused by a full queue or after its wait is told: try again this much
+    # later (gRPC RetryInfo; HTTP Retry-After at the gateway).
+    retry_after_seconds: float = Field(default=5.0, gt=0)
     # A placement holds its resources on the node until the node's record accounts for the
     # sandbox, or for this long if the sandbox never appears (creation failed).
     reservation_ttl_seconds: float = 60.0

@@ -29,9 +29,16 @@ class Reservation:
 
 
 class Reservations:
-    def __init__(self, ttl_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        on_release: Callable[[str], None] | None = None,
+    ) -> None:
         self._ttl = ttl_seconds
         self._clock = clock
+        # Told of every reservation that ended (the ledger in etcd forgets it too).
+        self._on_release = on_release
         # Insertion order == expiry order (one TTL for all), so expiry pops from the front.
         self._by_sandbox: dict[str, Reservation] = {}
         self._by_node: dict[str, dict[str, Reservation]] = {}
@@ -45,14 +52,37 @@ class Reservations:
         """Reserved resources per node id."""
         return self._held
 
-    def add(self, node_id: str, sandbox_id: str, resources: Resources) -> None:
-        self.release(sandbox_id)  # a retried Schedule replaces its earlier placement
-        reservation = Reservation(sandbox_id, node_id, resources, self._clock() + self._ttl)
+    @property
+    def ttl_seconds(self) -> float:
+        return self._ttl
+
+    def get(self, sandbox_id: str) -> Reservation | None:
+        return self._by_sandbox.get(sandbox_id)
+
+    def add(
+        self,
+        node_id: str,
+        sandbox_id: str,
+        resources: Resources,
+        ttl_seconds: float | None = None,
+    ) -> None:
+        """`ttl_seconds`: what is left of an adopted reservation's TTL (default: a whole TTL).
+        Adopted ones may come out of expiry order: they only expire a little later."""
+        self._drop(sandbox_id)  # a retried Schedule replaces its earlier placement (same key)
+        ttl = self._ttl if ttl_seconds is None else ttl_seconds
+        reservation = Reservation(sandbox_id, node_id, resources, self._clock() + ttl)
         self._by_sandbox[sandbox_id] = reservation
         self._by_node.setdefault(node_id, {})[sandbox_id] = reservation
         self._held[node_id] = add(self._held.get(node_id, Resources()), resources)
 
     def release(self, sandbox_id: str) -> bool:
+        if not self._drop(sandbox_id):
+            return False
+        if self._on_release is not None:
+            self._on_release(sandbox_id)
+        return True
+
+    def _drop(self, sandbox_id: str) -> bool:
         reservation = self._by_sandbox.pop(sandbox_id, None)
         if reservation is None:
             return False

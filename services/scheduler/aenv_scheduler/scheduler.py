@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2
 from aenv_common import errors
 from aenv_common.cluster import RecordCache, Versioned
 from aenv_scheduler.admission import AdmissionQueue
+from aenv_scheduler.ledger import NotLeader, ReservationLedger, StoredReservation
 from aenv_scheduler.placement import choose_node, fits_when_empty, resolve_demand
 from aenv_scheduler.reservations import Reservations
 
@@ -32,14 +34,20 @@ class Scheduler:
         fallback: cluster_pb2.Resources,
         max_queued: int,
         snapshots: RecordCache[SnapshotRecord] | None = None,
+        ledger: ReservationLedger | None = None,
+        retry_after_s: float = 5.0,
     ) -> None:
         self._nodes = nodes
+        # None: a lone scheduler that always leads and keeps its reservations in memory only.
+        self._ledger = ledger
+        # Set while this instance holds the leader key and has adopted the stored reservations.
+        self.leading = ledger is None
         self._templates = templates
         self._snapshots = snapshots
         self._reservations = reservations
         self._fallback = fallback
         self.queue: AdmissionQueue[cluster_pb2.SandboxSpec, Placement] = AdmissionQueue(
-            self._try_place, max_queued
+            self._try_place, max_queued, retry_after_s
         )
         self.placed = 0
 
@@ -56,8 +64,52 @@ class Scheduler:
     async def schedule(self, spec: cluster_pb2.SandboxSpec, wait_seconds: float) -> Placement:
         if not spec.template_id:
             raise errors.InvalidArgument("template_id is required")
+        if not self.leading:
+            raise NotLeader("this scheduler is a standby; another replica places")
+        if not spec.sandbox_id:  # the reservation's key
+            named = cluster_pb2.SandboxSpec()
+            named.CopyFrom(spec)
+            named.sandbox_id = uuid.uuid4().hex
+            spec = named
         placement: Placement = await self.queue.admit(spec, wait_seconds)
+        if self._ledger is not None:
+            await self._record(spec.sandbox_id)
         return placement
+
+    async def _record(self, sandbox_id: str) -> None:
+        """Writes the placement's reservation to etcd while this instance leads; a deposed
+        leader's placement is dropped (the caller asks another replica)."""
+        assert self._ledger is not None
+        reservation = self._reservations.get(sandbox_id)
+        if reservation is None:  # ended already (its node left meanwhile)
+            raise errors.Unavailable("the chosen node left; schedule again")
+        try:
+            await self._ledger.record(reservation, self._reservations.ttl_seconds)
+        except errors.AenvError:
+            self._reservations.release(sandbox_id)
+            self.queue.retry_waiting()
+            raise
+
+    def adopt(
+        self,
+        stored: list[tuple[StoredReservation, float]],
+        sandbox_entry: Callable[[str], Versioned[SandboxRecord] | None],
+    ) -> None:
+        """Takes over the reservations a previous leader stored (with the seconds left of
+        each): those its nodes accounted for meanwhile end at once."""
+        for reservation, ttl_left in stored:
+            sandbox_id = reservation.sandbox_id
+            self._reservations.add(reservation.node_id, sandbox_id, reservation.resources, ttl_left)
+            if (entry := sandbox_entry(sandbox_id)) is not None:
+                self._reservations.sandbox_recorded(sandbox_id, entry.mod_revision)
+        for node_id in {reservation.node_id for reservation, _ in stored}:
+            node = self._nodes.entry(node_id)
+            if node is None:
+                self._reservations.node_gone(node_id)
+            else:
+                self._reservations.node_updated(node_id, node.mod_revision)
+        log.info("reservations adopted", extra={"count": len(stored)})
+        self.queue.retry_waiting()
 
     # Cache listeners: capacity may have changed, so waiting requests are retried.
 
@@ -93,7 +145,7 @@ class Scheduler:
                     else "no node is registered"
                 )
             return None
-        self._reservations.add(node.node_id, spec.sandbox_id or uuid.uuid4().hex, need)
+        self._reservations.add(node.node_id, spec.sandbox_id, need)
         self.placed += 1
         return Placement(
             node_id=node.node_id,
@@ -101,9 +153,7 @@ class Scheduler:
             proxy_address=node.proxy_address,
         )
 
-    def _candidates(
-        self, name: str
-    ) -> tuple[str, cluster_pb2.Resources | None, list[NodeRecord]]:
+    def _candidates(self, name: str) -> tuple[str, cluster_pb2.Resources | None, list[NodeRecord]]:
         """The template to place by, its default resources, and the nodes that may take it:
         a snapshot goes to the node holding its files; once that node is gone, to any node if
         the snapshot is in snapstore (the chosen node pulls it)."""

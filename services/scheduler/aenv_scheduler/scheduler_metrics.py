@@ -22,23 +22,38 @@ class SchedulerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self._scheduler
-        placements = CounterMetricFamily("aenv_scheduler_placements",
-                                         "Sandboxes placed by this replica")
+        placements = CounterMetricFamily(
+            "aenv_scheduler_placements", "Sandboxes placed by this replica"
+        )
         placements.add_metric([], float(s.placed))
         yield placements
-        yield _gauge("aenv_scheduler_queue_depth",
-                     "Creates waiting in the admission queue for capacity", len(s.queue))
-        yield _gauge("aenv_scheduler_reservations",
-                     "Placements holding room on a node until its record accounts for them",
-                     len(s.reservations))
-        yield _gauge("aenv_scheduler_leader", "1 while this replica is the active one",
-                     int(self._leading()))
+        yield _gauge(
+            "aenv_scheduler_queue_depth",
+            "Creates waiting in the admission queue for capacity",
+            len(s.queue),
+        )
+        yield _gauge(
+            "aenv_scheduler_reservations",
+            "Placements holding room on a node until its record accounts for them",
+            len(s.reservations),
+        )
+        yield _gauge(
+            "aenv_scheduler_leader", "1 while this replica is the active one", int(self._leading())
+        )
         nodes = s.live_nodes()
         yield _gauge("aenv_scheduler_nodes", "Live nodes", len(nodes))
-        yield _per_node("aenv_scheduler_node_capacity", "What each node offers", nodes,
-                        lambda node: node.capacity)
-        yield _per_node("aenv_scheduler_node_allocated", "What each node has allocated", nodes,
-                        lambda node: node.allocated)
+        yield _per_node(
+            "aenv_scheduler_node_capacity",
+            "What each node offers",
+            nodes,
+            lambda node: node.capacity,
+        )
+        yield _per_node(
+            "aenv_scheduler_node_allocated",
+            "What each node has allocated",
+            nodes,
+            lambda node: node.allocated,
+        )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -48,7 +63,9 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 
 def _per_node(
-    name: str, doc: str, nodes: list[cluster_pb2.NodeRecord],
+    name: str,
+    doc: str,
+    nodes: list[cluster_pb2.NodeRecord],
     resources: Callable[[cluster_pb2.NodeRecord], cluster_pb2.Resources],
 ) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=["node", "resource"])

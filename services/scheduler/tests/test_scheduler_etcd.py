@@ -94,6 +94,7 @@ async def app(etcd_settings: CommonSettings) -> AsyncIterator[SchedulerApp]:
     app = SchedulerApp(settings)
     await app.start()
     try:
+        await until(lambda: core(app).leading)  # a lone replica leads at once; only leaders place
         yield app
     finally:
         await app.stop()
@@ -261,7 +262,9 @@ async def test_snapshot_places_on_its_node_or_after_its_loss_from_snapstore(
     await make_node("idle", 8, ["base"])
     await until(lambda: len(core(app).live_nodes()) == 2)
     snapshot = cluster_pb2.SnapshotRecord(
-        snapshot_id="snap-1", node_id="busy", template_id="base",
+        snapshot_id="snap-1",
+        node_id="busy",
+        template_id="base",
         resources=R(vcpus=1, memory_mib=512),
     )
     await store.put_record(SNAPSHOTS, "snap-1", snapshot)
@@ -270,16 +273,24 @@ async def test_snapshot_places_on_its_node_or_after_its_loss_from_snapstore(
         placed = (await stub.Schedule(request("snap-1", f"s{n}"), timeout=5)).placement
         assert placed.node_id == "busy"
 
-    await store.put_record(SNAPSHOTS, "snap-2", cluster_pb2.SnapshotRecord(
-        snapshot_id="snap-2", node_id="gone", template_id="base"))
+    await store.put_record(
+        SNAPSHOTS,
+        "snap-2",
+        cluster_pb2.SnapshotRecord(snapshot_id="snap-2", node_id="gone", template_id="base"),
+    )
     await until(lambda: core(app).snapshot("snap-2") is not None)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.Schedule(request("snap-2"), timeout=5)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "snap-2" in (caught.value.details() or "")
 
-    await store.put_record(SNAPSHOTS, "snap-3", cluster_pb2.SnapshotRecord(
-        snapshot_id="snap-3", node_id="gone", template_id="base", persisted=True))
+    await store.put_record(
+        SNAPSHOTS,
+        "snap-3",
+        cluster_pb2.SnapshotRecord(
+            snapshot_id="snap-3", node_id="gone", template_id="base", persisted=True
+        ),
+    )
     await until(lambda: core(app).snapshot("snap-3") is not None)
     placed = (await stub.Schedule(request("snap-3", "s-pulled"), timeout=5)).placement
     assert placed.node_id == "idle"  # the idler of the live nodes
@@ -297,8 +308,16 @@ async def test_metrics_show_placements_queue_leader_and_nodes(
         await stub.Schedule(request("base", f"m{i}"), timeout=5)
     after = await asyncio.to_thread(scrape, url)
     assert moved(before, after, "aenv_scheduler_placements_total") == 3
-    assert moved(before, after, "aenv_grpc_requests_total",
-                 method="/aenv.scheduler.v1.SchedulerService/Schedule", code="OK") == 3
+    assert (
+        moved(
+            before,
+            after,
+            "aenv_grpc_requests_total",
+            method="/aenv.scheduler.v1.SchedulerService/Schedule",
+            code="OK",
+        )
+        == 3
+    )
     assert value(after, "aenv_scheduler_reservations") == 3
     assert value(after, "aenv_scheduler_queue_depth") == 0
     assert value(after, "aenv_scheduler_leader") == 1

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from aenv.cluster.v1 import cluster_pb2 as aenv_dot_cluster_dot_v1_dot_cluster__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aenv/scheduler/v1/scheduler.proto\x12\x11\x61\x65nv.scheduler.v1\x1a\x1d\x61\x65nv/cluster/v1/cluster.proto\"=\n\x0fScheduleRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.aenv.cluster.v1.SandboxSpec\"N\n\tPlacement\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x19\n\x11nodeagent_address\x18\x02 \x01(\t\x12\x15\n\rproxy_address\x18\x03 \x01(\t\"C\n\x10ScheduleResponse\x12/\n\tplacement\x18\x01 \x01(\x0b\x32\x1c.aenv.scheduler.v1.Placement2g\n\x10SchedulerService\x12S\n\x08Schedule\x12\".aenv.scheduler.v1.ScheduleRequest\x1a#.aenv.scheduler.v1.ScheduleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aenv/scheduler/v1/scheduler.proto\x12\x11\x61\x65nv.scheduler.v1\x1a\x1d\x61\x65nv/cluster/v1/cluster.proto\"=\n\x0fScheduleRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.aenv.cluster.v1.SandboxSpec\"N\n\tPlacement\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x19\n\x11nodeagent_address\x18\x02 \x01(\t\x12\x15\n\rproxy_address\x18\x03 \x01(\t\"C\n\x10ScheduleResponse\x12/\n\tplacement\x18\x01 \x01(\x0b\x32\x1c.aenv.scheduler.v1.Placement\"}\n\x0bReservation\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12-\n\tresources\x18\x03 \x01(\x0b\x32\x1a.aenv.cluster.v1.Resources\x12\x1a\n\x12\x65xpires_at_unix_ms\x18\x04 \x01(\x03\x32g\n\x10SchedulerService\x12S\n\x08Schedule\x12\".aenv.scheduler.v1.ScheduleRequest\x1a#.aenv.scheduler.v1.ScheduleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,6 +38,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLACEMENT']._serialized_end=228
   _globals['_SCHEDULERESPONSE']._serialized_start=230
   _globals['_SCHEDULERESPONSE']._serialized_end=297
-  _globals['_SCHEDULERSERVICE']._serialized_start=299
-  _globals['_SCHEDULERSERVICE']._serialized_end=402
+  _globals['_RESERVATION']._serialized_start=299
+  _globals['_RESERVATION']._serialized_end=424
+  _globals['_SCHEDULERSERVICE']._serialized_start=426
+  _globals['_SCHEDULERSERVICE']._serialized_end=529
 # @@protoc_insertion_point(module_scope)

@@ -27,3 +27,15 @@ class ScheduleResponse(_message.Message):
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     placement: Placement
     def __init__(self, placement: _Optional[_Union[Placement, _Mapping]] = ...) -> None: ...
+
+class Reservation(_message.Message):
+    __slots__ = ("sandbox_id", "node_id", "resources", "expires_at_unix_ms")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    node_id: str
+    resources: _cluster_pb2.Resources
+    expires_at_unix_ms: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., resources: _Optional[_Union[_cluster_pb2.Resources, _Mapping]] = ..., expires_at_unix_ms: _Optional[int] = ...) -> None: ...
