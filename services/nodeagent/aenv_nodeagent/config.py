@@ -31,9 +31,29 @@ class NodeAgentSettings(BaseSettings):
     state_dir: Path | None = None
     # A PVM guest kernel (CONFIG_PVM_GUEST); without it a PVM host runs guests under TCG.
     pvm_guest_kernel: Path | None = None
-    # Capacity this node offers to the scheduler.
-    capacity_vcpus: int = 64
-    capacity_memory_mib: int = 16384
+    # Capacity (architecture.md, Density; capacity/): the memory budget is the host's memory
+    # (MemTotal, or the agent's cgroup limit when lower) less memory_reserved_mib (this agent, the
+    # other services, the warm pool, page cache), unless memory_budget_mib is set; sandboxes are
+    # placed while their VMs' measured PSS plus a new guest's whole RAM fits it. What the node
+    # offers nominally is the host's CPUs, that budget and the free disk of state_dir, each
+    # times its overcommit ratio; a capacity_* value replaces its resource's.
+    capacity_vcpus: int | None = Field(default=None, gt=0)
+    capacity_memory_mib: int | None = Field(default=None, gt=0)
+    capacity_disk_mib: int | None = Field(default=None, gt=0)
+    # Idle sandboxes (agents waiting on a model) cost little CPU; CPU use is not measured yet.
+    cpu_overcommit: float = Field(default=16.0, gt=0)
+    # Bounds the guest RAM given out, should every guest fill its RAM at once.
+    memory_overcommit: float = Field(default=8.0, gt=0)
+    # Overlays are thin: a sandbox's disk is mostly its template's, shared.
+    disk_overcommit: float = Field(default=4.0, gt=0)
+    memory_reserved_mib: int = Field(default=2048, ge=0)
+    memory_budget_mib: int | None = Field(default=None, gt=0)
+    # Memory pressure stops new sandboxes here (the record says why; the scheduler skips the
+    # node) before the OOM killer picks a guest: MemAvailable under the floor, or PSI's share of
+    # time some task stalled on memory over the last 10 s above the percentage.
+    pressure_memory_available_min_mib: int = Field(default=1024, ge=0)
+    pressure_psi_some_avg10_max: float = Field(default=20.0, gt=0, le=100)
+    pressure_interval_s: float = Field(default=1.0, gt=0)
     # Defaults of the `base` template.
     default_vcpus: int = 1
     default_memory_mib: int = 512

@@ -29,6 +29,9 @@ from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.artifacts.rootfs import CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
+from aenv_nodeagent.capacity.guard import NodeCapacity, sandbox_shape
+from aenv_nodeagent.capacity.host import read_host
+from aenv_nodeagent.capacity.rules import CapacityPolicy, offer
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import Confinement, LimitSettings, choose
 from aenv_nodeagent.envd_client import EnvdClient
@@ -140,6 +143,7 @@ class NodeAgent:
         self.templates: TemplateStore | None = None
         self.grpc_port = 0
         self.confinement: Confinement | None = None
+        self.capacity: NodeCapacity | None = None
         self._stack = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
@@ -185,19 +189,21 @@ class NodeAgent:
             persistence=persistence, publisher=publisher,
             cut_traffic=connections.cut, allocation_changed=registration.publish)
         stack.push_async_callback(sandboxes.stop)
+        self.capacity = capacity = self._capacity(templates, sandboxes)
         await sandboxes.adopt(recovered.adopted)
         paused = sandboxes.load()
         await publisher.sync(sandboxes.snapshots.listed())
         grpc_server, self.grpc_port = await start_grpc_server(
             s.listen,
             [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server,
-              NodeAgentServicer(sandboxes, self.node_record, builds),
+              NodeAgentServicer(sandboxes, self.node_record, builds, capacity),
               "aenv.nodeagent.v1.NodeAgentService")],
         )
         stack.push_async_callback(grpc_server.stop, 1.0)
         await self._start_proxy(connections)
         await self._serve_metrics(pool)
         await registration.start()
+        self._run(capacity.watch_pressure(registration.publish, s.pressure_interval_s))
         self._run(sandboxes.run_expiry())
         self._run(sandboxes.run_exit_watch())
         self._run(self._metrics_sampler(sandboxes).run())
@@ -226,18 +232,36 @@ class NodeAgent:
         disk for the next start), then the servers and connections close."""
         await self._stack.aclose()
 
+    def _capacity(self, templates: TemplateStore, sandboxes: SandboxService) -> NodeCapacity:
+        """What this node offers: its host's resources by the capacity settings."""
+        s = self.settings
+        policy = CapacityPolicy.of(s)
+        host = read_host(s.resolved_state_dir())
+        offered = offer(host, policy)
+        log.info("node capacity", extra={
+            "host_cpus": host.cpus, "host_memory_mib": host.memory_mib,
+            "host_disk_free_mib": host.disk_free_mib, "vcpus": offered.capacity.vcpus,
+            "memory_mib": offered.capacity.memory_mib, "disk_mib": offered.capacity.disk_mib,
+            "memory_budget_mib": offered.memory_budget_mib})
+        fallback = cluster_pb2.Resources(vcpus=s.default_vcpus, memory_mib=s.default_memory_mib,
+                                         disk_mib=s.default_disk_mib)
+        return NodeCapacity(offered, policy, self.registry,
+                            sandbox_shape(templates, sandboxes.snapshots, fallback),
+                            self.node_record)
+
     async def _serve_metrics(self, pool: WarmPool) -> None:
-        s, registry = self.settings, self.registry
-        if s.metrics_listen is None:
+        s, registry, capacity = self.settings, self.registry, self.capacity
+        if s.metrics_listen is None or capacity is None:
             return
         collector = NodeCollector(NodeReadings(
             sandboxes_by_state=lambda: {"running": len(registry.all()),
                                         "paused": len(registry.paused_ids())},
             pool_depth=pool.sizes,
-            capacity=cluster_pb2.Resources(vcpus=s.capacity_vcpus,
-                                           memory_mib=s.capacity_memory_mib),
+            capacity=capacity.offer.capacity,
             allocated=registry.allocated,
-            vm_pids=lambda: [sandbox.vm.pid for sandbox in registry.all()],
+            vm_pids=capacity.vm_pids,
+            memory_budget_mib=capacity.offer.memory_budget_mib,
+            pressure=lambda: capacity.pressure,
         ))
         REGISTRY.register(collector)
         self._stack.callback(REGISTRY.unregister, collector)
@@ -358,12 +382,10 @@ class NodeAgent:
         now = Timestamp()
         now.FromNanoseconds(time.time_ns())
         templates = self.templates
-        return cluster_pb2.NodeRecord(
+        record = cluster_pb2.NodeRecord(
             node_id=s.node_id,
             nodeagent_address=s.nodeagent_address(),
             proxy_address=s.proxy_address(),
-            capacity=cluster_pb2.Resources(
-                vcpus=s.capacity_vcpus, memory_mib=s.capacity_memory_mib),
             allocated=self.registry.allocated(),
             sandbox_count=len(self.registry.all()),
             cached_templates=[t.template_id for t in templates.cached()] if templates else [],
@@ -372,3 +394,6 @@ class NodeAgent:
             heartbeat_time=now,
             confinement=self.confinement.status if self.confinement else "",
         )
+        if self.capacity is not None:
+            self.capacity.fill(record)
+        return record

@@ -1,11 +1,11 @@
 """The node agent's Prometheus metrics: its operations' times and their phases' (recorded by
 `PhaseTimer`), and, read at each scrape, its sandboxes by state, the warm pool's depth, the
-capacity it offers, what it has allocated and what its VMs really use (PSS, not nominal RAM).
+capacity it offers, what it has allocated, what its VMs really use (PSS, not nominal RAM) within
+its memory budget, and memory pressure.
 Served on `metrics_listen` (aenv_common.metrics)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.metrics import LATENCY_BUCKETS
+from aenv_nodeagent.capacity.host import memory_available_mib, pss_bytes
 
 OPERATION_SECONDS = Histogram(
     "aenv_node_operation_seconds",
@@ -37,6 +38,9 @@ class NodeReadings:
     capacity: cluster_pb2.Resources
     allocated: Callable[[], cluster_pb2.Resources]
     vm_pids: Callable[[], list[int]]
+    memory_budget_mib: int
+    # Why the host is under memory pressure ("": it is not).
+    pressure: Callable[[], str]
 
 
 class NodeCollector(Collector):
@@ -60,8 +64,16 @@ class NodeCollector(Collector):
         yield used
         available = GaugeMetricFamily("aenv_node_host_memory_available_bytes",
                                       "The host's MemAvailable")
-        available.add_metric([], float(host_memory_available()))
+        available.add_metric([], float(memory_available_mib() * MIB))
         yield available
+        budget = GaugeMetricFamily("aenv_node_memory_budget_bytes",
+                                   "Host memory this node's sandboxes may really use")
+        budget.add_metric([], float(r.memory_budget_mib * MIB))
+        yield budget
+        pressure = GaugeMetricFamily("aenv_node_memory_pressure",
+                                     "1 while host memory pressure stops new sandboxes here")
+        pressure.add_metric([], float(bool(r.pressure())))
+        yield pressure
 
 
 def _by_label(name: str, doc: str, label: str, counts: dict[str, int]) -> GaugeMetricFamily:
@@ -77,23 +89,3 @@ def _resources(name: str, doc: str, resources: cluster_pb2.Resources) -> GaugeMe
     family.add_metric(["memory_bytes"], float(resources.memory_mib * MIB))
     family.add_metric(["disk_bytes"], float(resources.disk_mib * MIB))
     return family
-
-
-def pss_bytes(pid: int) -> int:
-    """The process's proportional set size (0 once it is gone): shared pages (a template's
-    memory image mapped by many guests) count a share each."""
-    with contextlib.suppress(OSError, ValueError):
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
-            for line in rollup:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    return 0
-
-
-def host_memory_available() -> int:
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import nullcontext
 from typing import Any
 
 import grpc
@@ -13,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.images.auth import Login
 from aenv_nodeagent.metrics import Window
 from aenv_nodeagent.sandbox.logs import LogQuery
@@ -28,10 +30,13 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         sandboxes: SandboxService,
         node_record: Callable[[], cluster_pb2.NodeRecord],
         builds: TemplateBuilds,
+        capacity: NodeCapacity | None = None,
     ) -> None:
         self._sandboxes = sandboxes
         self._node_record = node_record
         self._builds = builds
+        # The node's own limit on creates and forks (None: a test's wing without one).
+        self._capacity = capacity
 
     async def BuildTemplate(
         self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
@@ -53,7 +58,8 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSandboxResponse:
-        sandbox = await self._sandboxes.create(request.spec)
+        with self._capacity.creating(request.spec) if self._capacity else nullcontext():
+            sandbox = await self._sandboxes.create(request.spec)
         return nodeagent_pb2.CreateSandboxResponse(sandbox=sandbox.record)
 
     async def KillSandbox(
@@ -165,10 +171,13 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def ForkSandbox(
         self, request: nodeagent_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ForkSandboxResponse:
-        results = await self._sandboxes.fork(
-            request.sandbox_id, request.count or 1, request.timeout_seconds,
-            request.child_ids, request.child_tokens,
-        )
+        count = request.count or 1
+        parent = self._sandboxes.record(request.sandbox_id).resources
+        with self._capacity.forking(parent, count) if self._capacity else nullcontext():
+            results = await self._sandboxes.fork(
+                request.sandbox_id, count, request.timeout_seconds,
+                request.child_ids, request.child_tokens,
+            )
         return nodeagent_pb2.ForkSandboxResponse(results=results)
 
     async def ResetSandbox(

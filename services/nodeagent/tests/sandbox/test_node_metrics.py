@@ -72,6 +72,8 @@ async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> Non
         capacity=cluster_pb2.Resources(vcpus=8, memory_mib=4096),
         allocated=wing.service.registry.allocated,
         vm_pids=lambda: [os.getpid()],  # a process that surely has a PSS
+        memory_budget_mib=2048,
+        pressure=lambda: "MemAvailable 100 MiB < 1024 MiB",
     )))
     samples = parse(generate_latest(registry).decode())
     assert value(samples, "aenv_node_sandboxes", state="running") == 1
@@ -81,3 +83,5 @@ async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> Non
     assert value(samples, "aenv_node_allocated", resource="vcpus") == 1
     assert value(samples, "aenv_node_vm_memory_pss_bytes") > 1 << 20
     assert value(samples, "aenv_node_host_memory_available_bytes") > 0
+    assert value(samples, "aenv_node_memory_budget_bytes") == 2048 << 20
+    assert value(samples, "aenv_node_memory_pressure") == 1

@@ -1,0 +1,151 @@
+"""The node's own limit (architecture.md, Density): what it offers and measures goes into its
+record, and a create or fork that would pass it is refused here with RESOURCE_EXHAUSTED, by the
+rule the scheduler places by (aenv_common.capacity) — schedulers can race, or place on a record
+a little old. Creates in flight count their whole guest RAM until their VMs can be measured.
+Memory pressure is watched on its own: the record is written again as soon as it begins or
+ends, so placements stop before the OOM killer picks a guest."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Protocol
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.capacity import add, refusal
+from aenv_common.errors import AenvError, ResourceExhausted
+from aenv_nodeagent.capacity.host import (
+    MIB,
+    memory_available_mib,
+    psi_memory_some_avg10,
+    pss_bytes,
+)
+from aenv_nodeagent.capacity.rules import CapacityPolicy, Offer, pressure
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.snapshots.store import SnapshotStore
+from aenv_nodeagent.templates.model import TemplateCatalog
+
+log = logging.getLogger(__name__)
+
+Resources = cluster_pb2.Resources
+
+
+class Shapes(Protocol):
+    def __call__(self, template_id: str) -> Resources: ...
+
+
+class NodeCapacity:
+    def __init__(
+        self,
+        offer: Offer,
+        policy: CapacityPolicy,
+        registry: SandboxRegistry,
+        shape: Shapes,
+        record: Callable[[], cluster_pb2.NodeRecord],
+    ) -> None:
+        self.offer = offer
+        self._policy = policy
+        self._registry = registry
+        self._shape = shape
+        self._record = record
+        self._claimed = Resources()  # creates and forks in flight
+        self.pressure = ""
+
+    def vm_pids(self) -> list[int]:
+        return [sandbox.vm.pid for sandbox in self._registry.all()]
+
+    def fill(self, record: cluster_pb2.NodeRecord) -> None:
+        """The node's offer and what it measures now, into its record."""
+        available = memory_available_mib()
+        self.pressure = pressure(available, psi_memory_some_avg10(), self._policy)
+        record.capacity.CopyFrom(self.offer.capacity)
+        record.memory_budget_mib = self.offer.memory_budget_mib
+        record.memory_used_mib = sum(pss_bytes(pid) for pid in self.vm_pids()) // MIB
+        record.host_memory_available_mib = available
+        record.pressure = self.pressure
+
+    def creating(self, spec: cluster_pb2.SandboxSpec) -> contextlib.AbstractContextManager[None]:
+        """Held while the sandbox is made. A create sent again for a sandbox the node holds
+        (its answer was lost) passes: it answers that sandbox.
+
+        :raise ResourceExhausted: the sandbox does not fit on this node now.
+        """
+        if self._registry.has(spec.sandbox_id):
+            return contextlib.nullcontext()
+        shape = self._shape(spec.template_id)
+        asked = spec.resources
+        return self._claim(
+            Resources(
+                vcpus=asked.vcpus or shape.vcpus,
+                memory_mib=asked.memory_mib or shape.memory_mib,
+                disk_mib=asked.disk_mib or shape.disk_mib,
+            )
+        )
+
+    def forking(self, parent: Resources, count: int) -> contextlib.AbstractContextManager[None]:
+        """Held while `count` children of a sandbox shaped `parent` are made.
+
+        :raise ResourceExhausted: they do not fit on this node now.
+        """
+        return self._claim(
+            Resources(
+                vcpus=parent.vcpus * count,
+                memory_mib=parent.memory_mib * count,
+                disk_mib=parent.disk_mib * count,
+            )
+        )
+
+    @contextlib.contextmanager
+    def _claim(self, need: Resources) -> Iterator[None]:
+        record = self._record()
+        reason = refusal(record, self._claimed, need)
+        if reason is not None:
+            log.info("create refused: node full", extra={"reason": reason})
+            raise ResourceExhausted(f"node '{record.node_id}' cannot take the sandbox: {reason}")
+        self._claimed = add(self._claimed, need)
+        try:
+            yield
+        finally:
+            self._claimed = Resources(
+                vcpus=self._claimed.vcpus - need.vcpus,
+                memory_mib=self._claimed.memory_mib - need.memory_mib,
+                disk_mib=self._claimed.disk_mib - need.disk_mib,
+            )
+
+    async def watch_pressure(
+        self, publish: Callable[[], Awaitable[None]], interval_s: float
+    ) -> None:
+        """Every interval: when pressure began or ended, the record is written at once."""
+        while True:
+            await asyncio.sleep(interval_s)
+            before = self.pressure
+            self.pressure = now = pressure(
+                memory_available_mib(), psi_memory_some_avg10(), self._policy
+            )
+            if bool(now) == bool(before):
+                continue
+            log.warning(
+                "memory pressure began" if now else "memory pressure ended",
+                extra={"reason": now or before},
+            )
+            with contextlib.suppress(AenvError):  # the next heartbeat writes it anyway
+                await publish()
+
+
+def sandbox_shape(
+    templates: TemplateCatalog, snapshots: SnapshotStore, fallback: Resources
+) -> Shapes:
+    """A sandbox's shape by the template id of its create: the template's (a snapshot's is its
+    template's), else `fallback` (a snapshot still in snapstore, a template not pulled yet)."""
+
+    def shape(template_id: str) -> Resources:
+        if (snapshot := snapshots.find(template_id)) is not None:
+            template_id = snapshot.template_id
+        if not templates.has(template_id):
+            return fallback
+        inputs = templates.inputs(template_id)
+        return Resources(vcpus=inputs.vcpus, memory_mib=inputs.memory_mib, disk_mib=inputs.disk_mib)
+
+    return shape
