@@ -8,8 +8,8 @@ image) and a recipe, cold-booted once and captured, so sandboxes only ever resto
 - store.py: this node's templates, each captured on first use
 - bases.py, builds.py: templates built from OCI images or other templates (E2B's build)
 - saved.py: the templates built or pulled here, known again after a restart
-- distribution.py: templates through snapstore, so any node creates from them (the built-in
-  ones' captures too, between nodes of byte-identical disks)
+- distribution.py, builtin_disks.py: templates through snapstore, so any node creates from
+  them (the built-in ones' captures too, with the disks they were made on)
 - cache.py, retire.py: bounding the captured ones; dropping those the catalog retired
 - bounds.py: bounding what builds leave (image blobs, base disks, step layers) and pulled rootfs
 """

@@ -17,34 +17,34 @@ from its inputs on first use, as on the node that built it. Pushes run in the ba
 the snapshot persistence's retries; chunks the store has are not sent again.
 
 The built-in templates (`base`, `code-interpreter-v1`) every node makes from its own artifacts:
-only their captures travel, as `template-<id>-<key>-<disks>`, `<disks>` naming the bytes of the
-rootfs and tools disk under the captured guest (`disk_digests`). A node that captured one, or
-holds one snapstore lacks, pushes it; a node without one pulls the capture for its own disks,
-checks the digests it carries and re-points its disk at the local rootfs — else captures its own.
+only their captures travel, as `template-<id>-<key>` with the digests of the rootfs and tools
+disk under the captured guest, and those disks beside them (builtin_disks.py: the builds are not
+reproducible). A node that captured one, or holds one snapstore lacks, pushes it; a node without
+one pulls it, with any disk whose bytes it lacks, and restores on those (its `backing.json`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from aenv_common.cluster import ClusterStore
 from aenv_common.errors import AenvError, Internal, NotFound
-from aenv_nodeagent.artifacts.digest import content_digest
 from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import mark_used
+from aenv_nodeagent.templates.builtin_disks import BuiltinDisks, disk_digests, disk_paths
 from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
 from aenv_nodeagent.templates.model import (
+    BACKING_FILE,
     BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
@@ -84,24 +84,6 @@ def snapshot_manifest(template_id: str, key: str) -> str:
     return f"template-{template_id}-{key}"
 
 
-def builtin_manifest(template_id: str, key: str, disks: Mapping[str, str]) -> str:
-    """A built-in template's capture, for nodes of the same inputs key and disks' bytes."""
-    disks_key = hashlib.sha256(json.dumps(dict(disks), sort_keys=True).encode()).hexdigest()
-    return f"template-{template_id}-{key}-{disks_key[:16]}"
-
-
-async def disk_digests(inputs: TemplateInputs) -> dict[str, str]:
-    """The bytes of the disks a guest of the template has open (its root's backing, the tools
-    disk): built on each node from the same inputs, rarely byte for byte alike, and a restored
-    guest's page cache holds their blocks — a capture moves only between equal ones.
-
-    :raise OSError: a disk cannot be read.
-    """
-    rootfs, tools = await asyncio.gather(content_digest(inputs.rootfs.path),
-                                         content_digest(inputs.artifacts.tools_disk))
-    return {"rootfs": rootfs, "tools_disk": tools}
-
-
 class TemplateDistribution:
     def __init__(
         self, persistence: SnapshotPersistence, root: Path, saved: SavedTemplates
@@ -112,6 +94,7 @@ class TemplateDistribution:
         self._pulls: dict[str, asyncio.Task[TemplateInputs | None]] = {}
         self._offered: set[Path] = set()  # built-in captures checked against snapstore this run
         self._offers: set[asyncio.Task[str | None]] = set()
+        self._disks = BuiltinDisks(persistence, root)
 
     def share_soon(self, inputs: TemplateInputs, snapshot: TemplateSnapshot) -> None:
         """Pushes a template built (and saved) here, in the background."""
@@ -131,13 +114,16 @@ class TemplateDistribution:
 
     def _push_capture(
         self, inputs: TemplateInputs, snapshot: TemplateSnapshot, manifest: str,
-        shared: Callable[[], Awaitable[None]],
+        shared: Callable[[], Awaitable[None]], after: Sequence[str] = (),
     ) -> None:
-        """Pushes a captured snapshot as `manifest`, with the digests of the disks under it."""
+        """Pushes a captured snapshot as `manifest`, with the digests of the disks under it,
+        once the pushes of the manifests `after` are done."""
         share = self._root / ".share"
         flat, disks = share / f"{manifest}.qcow2", share / f"{manifest}.{DISKS_FILE}"
 
         async def files() -> dict[str, Path]:
+            for earlier in after:
+                await self._persistence.persisted(earlier)
             # Its disk stands on step layers only this node has: sent merged onto the rootfs.
             share.mkdir(parents=True, exist_ok=True)
             await flatten_onto(snapshot.disk, inputs.rootfs.path, flat)
@@ -279,10 +265,10 @@ class TemplateDistribution:
     # --- built-in templates --------------------------------------------------------------------
 
     def share_builtin_soon(self, inputs: TemplateInputs, snapshot: TemplateSnapshot) -> None:
-        """Pushes, in the background, a built-in template's capture this node holds, unless
-        snapstore has one for these inputs and disks already (another node's: two nodes that
-        capture at once both push the same name, and either capture serves). Checked once a
-        run; other templates are not built-in: ignored."""
+        """Pushes, in the background, a built-in template's capture this node holds and the
+        disks under it, unless snapstore has them for these inputs already (another node's: two
+        nodes that capture at once both push the same name, and either capture serves, its
+        disks beside it). Checked once a run; other templates are not built-in: ignored."""
         if inputs.template_id not in BUILTIN_TEMPLATES or snapshot.directory in self._offered:
             return
         self._offered.add(snapshot.directory)
@@ -293,21 +279,22 @@ class TemplateDistribution:
     async def _offer_builtin(
         self, inputs: TemplateInputs, snapshot: TemplateSnapshot
     ) -> str | None:
+        manifest = snapshot_manifest(inputs.template_id, inputs.key())
         try:
-            disks = await disk_digests(inputs)
-            manifest = builtin_manifest(inputs.template_id, inputs.key(), disks)
-            if manifest in await self._persistence.manifests():
-                return None
+            digests, stored = await disk_digests(inputs), await self._persistence.manifests()
         except (AenvError, OSError) as err:  # the next run offers it again
             log.warning("built-in template capture not pushed",
                         extra={"template": inputs.template_id, "error": str(err)})
             return None
+        disks = self._disks.push_soon(inputs, digests, stored)
+        if manifest in stored:
+            return None  # any disks it lacked go: its pusher's may have been lost
 
         async def shared() -> None:
             log.info("built-in template capture pushed to snapstore",
                      extra={"template": inputs.template_id, "manifest_id": manifest})
 
-        self._push_capture(inputs, snapshot, manifest, shared)
+        self._push_capture(inputs, snapshot, manifest, shared, after=disks)
         return manifest
 
     async def builtins_shared(self) -> None:
@@ -316,27 +303,31 @@ class TemplateDistribution:
             if manifest is not None:
                 await self._persistence.persisted(manifest)
 
-    async def fetch_builtin(self, inputs: TemplateInputs) -> bool:
-        """Pulls a built-in template's capture another node made on disks byte for byte like
-        this node's, re-pointed at the local rootfs; False when snapstore has none, or its pull
-        fails or its disks differ: the caller captures its own."""
+    async def fetch_builtin(self, inputs: TemplateInputs) -> TemplateInputs | None:
+        """Pulls a built-in template's capture another node made, with the disks it was made
+        on that this node lacks; returns the template on those disks (the capture's
+        `backing.json` names them when they are not this node's own). None when snapstore
+        has none, or its pull fails: the caller captures its own."""
         started = time.monotonic()
         try:
-            disks = await disk_digests(inputs)
             with self._staging() as staging:
                 dest = staging / "snapshot"
                 files = await self._persistence.pull(
-                    builtin_manifest(inputs.template_id, inputs.key(), disks), dest)
-                if DISKS_FILE not in files:
-                    raise Internal("the stored capture names no disks")
-                if not await self._place_snapshot(files, inputs, dest):
-                    return False
+                    snapshot_manifest(inputs.template_id, inputs.key()), dest)
+                recorded = json.loads(files[DISKS_FILE].read_text())
+                on = await self._disks.adopt(inputs, recorded, staging)
+                if on != inputs:
+                    (dest / BACKING_FILE).write_text(json.dumps(
+                        {name: str(path) for name, path in disk_paths(on).items()}))
+                if not await self._place_snapshot(files, on, dest):
+                    return None
         except NotFound:
-            return False
+            return None
         except (AenvError, OSError, KeyError, ValueError) as err:
             log.warning("built-in template capture not pulled: captured here instead",
                         extra={"template": inputs.template_id, "error": str(err)})
-            return False
+            return None
         log.info("built-in template capture pulled from snapstore", extra={
-            "template": inputs.template_id, "pull_s": round(time.monotonic() - started, 2)})
-        return True
+            "template": inputs.template_id, "pull_s": round(time.monotonic() - started, 2),
+            "own_disks": on == inputs})
+        return on

@@ -9,6 +9,7 @@ kernel: both are in the key, so a node never restores a snapshot taken under ano
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,9 @@ DISK_FILE = "disk.qcow2"
 MEMORY_FILE = "memory"
 STATE_FILE = "state"
 META_FILE = "template.json"
+# In a snapshot captured on disks other than this node's own artifacts (a built-in template's
+# capture pulled with the disks it was made on): the rootfs and tools disk it stands on.
+BACKING_FILE = "backing.json"
 # Where a node keeps the rootfs of templates pulled from snapstore, by digest (under its
 # templates folder).
 PULLED_ROOTFS_DIR = "rootfs"
@@ -99,6 +103,23 @@ class TemplateInputs:
             .add("recipe", self.recipe.digest())
             .hexdigest()[:24]
         )
+
+
+def with_disks(inputs: TemplateInputs, rootfs: Path, tools_disk: Path) -> TemplateInputs:
+    """The same template on other files of the same content kind (its key does not change)."""
+    return dataclasses.replace(
+        inputs, rootfs=dataclasses.replace(inputs.rootfs, path=rootfs),
+        artifacts=dataclasses.replace(inputs.artifacts, tools_disk=tools_disk))
+
+
+def backed_inputs(inputs: TemplateInputs, directory: Path) -> TemplateInputs:
+    """`inputs` on the disks the snapshot in `directory` was captured on (its BACKING_FILE),
+    else as they are."""
+    try:
+        backing = json.loads((directory / BACKING_FILE).read_text())
+    except FileNotFoundError:
+        return inputs
+    return with_disks(inputs, Path(backing["rootfs"]), Path(backing["tools_disk"]))
 
 
 def vm_spec(

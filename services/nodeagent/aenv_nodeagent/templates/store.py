@@ -36,6 +36,7 @@ from aenv_nodeagent.templates.model import (
     TemplateCatalog,
     TemplateInputs,
     TemplateSnapshot,
+    backed_inputs,
     load_snapshot,
     save_snapshot,
     snapshot_dir,
@@ -129,7 +130,7 @@ class TemplateStore(TemplateCatalog):
                 raise
             self._ready[template_id] = snap
             if self._remote is not None:  # other nodes need not capture it again
-                self._remote.share_builtin_soon(inputs, snap)
+                self._remote.share_builtin_soon(self.inputs(template_id), snap)
         self._mark_used(snap)
         return snap
 
@@ -147,15 +148,16 @@ class TemplateStore(TemplateCatalog):
     async def _local_or_pulled(
         self, inputs: TemplateInputs, directory: Path
     ) -> TemplateSnapshot | None:
-        if (snap := load_snapshot(directory)) is not None:
-            return snap
-        if self._remote is None:
-            return None
-        if inputs.template_id in BUILTIN_TEMPLATES:
-            pulled = await self._remote.fetch_builtin(inputs)
-        else:
-            pulled = await self._remote.fetch_snapshot(inputs)
-        return load_snapshot(directory) if pulled else None
+        if (snap := load_snapshot(directory)) is None and self._remote is not None:
+            if inputs.template_id in BUILTIN_TEMPLATES:
+                await self._remote.fetch_builtin(inputs)
+            else:
+                await self._remote.fetch_snapshot(inputs)
+            snap = load_snapshot(directory)
+        if snap is not None:
+            # A built-in capture pulled with the disks it was made on: restores use those.
+            self.register(backed_inputs(inputs, directory))
+        return snap
 
     def on_disk(self) -> list[TemplateSnapshot]:
         """Every captured template snapshot under this store's folder (also ones not loaded

@@ -1,19 +1,20 @@
 """The built-in `base` through a real snapstore between node agents' template stores: the node
-that captured it pushes the capture; a node with the same disks restores base from the pulled
-capture without booting it; a node whose rootfs has other bytes (built from the same inputs)
-captures its own."""
+that captured it pushes the capture and the disks under it; a node with the same disks restores
+base from the pulled capture without booting it; a node whose rootfs and tools disk have other
+bytes (built again from the same inputs) pulls the capture with the first node's disks and
+restores on those — no node but the first captures."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import shutil
 from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from aenv_nodeagent.artifacts import RootfsImage
 from aenv_nodeagent.disks import create_overlay
-from aenv_nodeagent.templates.model import BASE_TEMPLATE
+from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR, disk_digests
+from aenv_nodeagent.templates.model import BASE_TEMPLATE, with_disks
 
 from ..lifecycle.conftest import Node, node_parts, spec
 from ..lifecycle.guest import sh
@@ -28,7 +29,7 @@ def _said(caplog: pytest.LogCaptureFixture, message: str) -> int:
     return sum(record.getMessage() == message for record in caplog.records)
 
 
-async def test_base_is_captured_once_and_pulled_by_nodes_of_the_same_disks(
+async def test_base_is_captured_once_and_restored_by_every_node_on_the_disks_it_was_made_on(
     snapstore: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="aenv_nodeagent.templates")
@@ -53,13 +54,25 @@ async def test_base_is_captured_once_and_pulled_by_nodes_of_the_same_disks(
             "restored\n")
         await b.sandboxes.kill(s.sandbox_id)
 
-        # Node c's rootfs: the same inputs digest and guest content, other bytes (as a rootfs
-        # built again on another host). a's capture is not for it: c captures base itself.
+        # Node c's disks: the same inputs digests and guest content, other bytes (as built
+        # again on another host). It pulls a's capture with a's rootfs and tools disk.
         base = c.templates.inputs(BASE_TEMPLATE)
-        unlike = c.state_dir / "rootfs.qcow2"
-        await create_overlay(base.rootfs.path, unlike)
-        c.templates.register(dataclasses.replace(
-            base, rootfs=RootfsImage(unlike, base.rootfs.digest, base.rootfs.packages)))
-        own = await c.templates.get(BASE_TEMPLATE)
-        assert _said(caplog, PULLED) == 1 and _said(caplog, CAPTURED) == 2
-        assert own.boot_seconds != captured.boot_seconds
+        rootfs, tools = c.state_dir / "rootfs.qcow2", c.state_dir / "tools.ext4"
+        await create_overlay(base.rootfs.path, rootfs)
+        shutil.copyfile(base.artifacts.tools_disk, tools)
+        with tools.open("r+b") as disk:
+            disk.truncate(disk.seek(0, 2) + (1 << 20))
+        c.templates.register(with_disks(base, rootfs, tools))
+        on_c = await c.templates.get(BASE_TEMPLATE)
+        assert _said(caplog, PULLED) == 2 and _said(caplog, CAPTURED) == 1
+        assert on_c.boot_seconds == captured.boot_seconds
+        now = c.templates.inputs(BASE_TEMPLATE)
+        assert now.rootfs.path.is_relative_to(c.state_dir / "templates" / PULLED_DISKS_DIR)
+        assert now.artifacts.tools_disk.parent == now.rootfs.path.parent
+        assert await disk_digests(now) == await disk_digests(base)
+        s = spec()
+        sandbox = await c.sandboxes.create(s)
+        # Reading files the capture's page cache lacks reads a's disk blocks.
+        read = "cat /usr/bin/* | md5sum >/dev/null && echo read"
+        assert await sh(c.session, sandbox.host, s.envd_access_token, read) == "read\n"
+        await c.sandboxes.kill(s.sandbox_id)

@@ -1,30 +1,35 @@
 """Templates through snapstore (a real one, in process) between two nodes' template folders:
 what one shares, the other pulls on first ask — its rootfs placed by digest when the recorded
 path is not on this host, its snapshot re-pointed at that rootfs; nothing left in staging. A
-built-in template's capture goes only to nodes whose disks are byte for byte the pusher's."""
+built-in template's capture goes with the disks it was made on, for nodes whose own differ."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 from pathlib import Path
 
-from aenv_nodeagent.artifacts import RootfsImage
+import grpc
+
+from aenv.snapstore.v1 import snapstore_pb2 as pb
+from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR, disk_digests, disk_manifest
 from aenv_nodeagent.templates.distribution import (
     DISKS_FILE,
     TemplateDistribution,
-    builtin_manifest,
-    disk_digests,
+    snapshot_manifest,
 )
 from aenv_nodeagent.templates.model import (
+    BACKING_FILE,
     BASE_TEMPLATE,
     DISK_FILE,
     TemplateInputs,
     TemplateSnapshot,
+    backed_inputs,
     load_snapshot,
     snapshot_dir,
+    with_disks,
 )
 from aenv_nodeagent.templates.saved import SavedTemplates
 
@@ -138,15 +143,15 @@ async def test_a_push_a_stop_cut_short_is_resumed_at_the_next_start(
         await persistence.close()
 
 
-async def test_a_builtin_capture_moves_only_between_nodes_of_the_same_disks(
+async def test_a_builtin_capture_travels_with_the_disks_it_was_made_on(
     tmp_path: Path, snapstore: str,
 ) -> None:
     inputs, _, captured = _built_at(tmp_path / "a", tmp_path / "made", BASE_TEMPLATE)
-    inputs.rootfs.path.write_bytes(b"the rootfs every node built alike")
-    unlike = tmp_path / "unlike-rootfs.qcow2"  # built from the same inputs, other bytes
-    unlike.write_bytes(b"the rootfs built again, other timestamps")
-    other_disks = dataclasses.replace(
-        inputs, rootfs=RootfsImage(unlike, inputs.rootfs.digest, ()))
+    inputs.rootfs.path.write_bytes(b"the rootfs node a built")
+    # Node c built its disks from the same inputs: other bytes (mkfs UUIDs, timestamps).
+    (tmp_path / "c-rootfs.qcow2").write_bytes(b"the rootfs built again, other timestamps")
+    (tmp_path / "c-tools.img").write_bytes(b"the tools disk built again")
+    other_disks = with_disks(inputs, tmp_path / "c-rootfs.qcow2", tmp_path / "c-tools.img")
     persistence = SnapshotPersistence(snapstore)
     try:
         def node(name: str) -> TemplateDistribution:
@@ -157,43 +162,84 @@ async def test_a_builtin_capture_moves_only_between_nodes_of_the_same_disks(
         a.share_builtin_soon(inputs, captured)
         a.share_builtin_soon(inputs, captured)  # checked once a run
         await a.builtins_shared()
-        manifest = builtin_manifest(BASE_TEMPLATE, inputs.key(), await disk_digests(inputs))
-        assert await persistence.manifests() == {manifest}
+        digests = await disk_digests(inputs)
+        manifest = snapshot_manifest(BASE_TEMPLATE, inputs.key())
+        disks = {disk_manifest(digests["rootfs"]), disk_manifest(digests["tools_disk"])}
+        assert await persistence.manifests() == {manifest, *disks}
 
+        # Node b's disks are a's bytes: the capture alone, on b's own disks.
         b = node("b")
-        assert await b.fetch_builtin(inputs)
+        assert await b.fetch_builtin(inputs) == inputs
         pulled = load_snapshot(snapshot_dir(tmp_path / "b", inputs))
         assert pulled is not None and pulled.boot_seconds == 1.5  # a's capture
         assert _backing_of(pulled.disk) == str(inputs.rootfs.path)
         assert not (pulled.directory / DISKS_FILE).exists()
+        assert not (pulled.directory / BACKING_FILE).exists()
+        assert not (tmp_path / "b" / PULLED_DISKS_DIR).exists()
         b.share_builtin_soon(inputs, pulled)  # snapstore has it: nothing pushed again
         await b.builtins_shared()
-        assert await persistence.manifests() == {manifest}
+        assert await persistence.manifests() == {manifest, *disks}
 
-        # Other rootfs bytes under the same inputs digest: no capture of a's for it.
+        # Node c: a's capture with a's disks, which it restores on (also after a restart).
         c = node("c")
-        assert not await c.fetch_builtin(other_disks)
-        # A stored capture whose recorded disks are not this node's is refused too.
-        staged = await persistence.pull(manifest, tmp_path / "staged")
-        unlike_name = builtin_manifest(BASE_TEMPLATE, inputs.key(),
-                                       await disk_digests(other_disks))
-
-        async def files() -> dict[str, Path]:
-            return staged
-
-        async def done() -> None:
-            pass
-
-        persistence.push_soon(unlike_name, files, done, {})
-        await persistence.persisted(unlike_name)
-        assert not await c.fetch_builtin(other_disks)
-        assert load_snapshot(snapshot_dir(tmp_path / "c", other_disks)) is None
+        on = await c.fetch_builtin(other_disks)
+        assert on is not None and on.key() == inputs.key()
+        assert on.rootfs.path.parent == on.artifacts.tools_disk.parent == (
+            tmp_path / "c" / PULLED_DISKS_DIR)
+        assert on.rootfs.path.read_bytes() == inputs.rootfs.path.read_bytes()
+        assert on.artifacts.tools_disk.read_bytes() == inputs.artifacts.tools_disk.read_bytes()
+        directory = snapshot_dir(tmp_path / "c", on)
+        assert _backing_of(directory / DISK_FILE) == str(on.rootfs.path)
+        assert backed_inputs(other_disks, directory) == on
+        assert await disk_digests(on) == digests
         assert not list((tmp_path / "c").glob(".pull-*"))
+
+        # Node d lacks a's disks and snapstore holds other bytes under one's name: refused.
+        await _replace(persistence, snapstore, disk_manifest(digests["tools_disk"]),
+                       tmp_path / "forged", b"not the tools disk")
+        d = node("d")
+        assert await d.fetch_builtin(other_disks) is None
+        assert load_snapshot(snapshot_dir(tmp_path / "d", other_disks)) is None
+        placed = {path.name for path in (tmp_path / "d" / PULLED_DISKS_DIR).iterdir()}
+        rootfs_name = digests["rootfs"].replace(":", "-")
+        assert placed == {rootfs_name, rootfs_name + ".sha256"}  # the good one is kept
+        # ... and lacks one: refused (d captures its own); a's next run pushes it again.
+        await _delete(snapstore, disk_manifest(digests["tools_disk"]))
+        assert await d.fetch_builtin(other_disks) is None
+        again = node("a")
+        again.share_builtin_soon(inputs, captured)
+        await again.builtins_shared()
+        await persistence.persisted(disk_manifest(digests["tools_disk"]))
+        assert await persistence.manifests() == {manifest, *disks}
+        assert await d.fetch_builtin(other_disks) is not None
 
         # Templates built by users travel with their inputs (share_soon), not this way.
         web, _, web_captured = _built_at(tmp_path / "a", tmp_path / "made-web")
         a.share_builtin_soon(web, web_captured)
         await a.builtins_shared()
-        assert await persistence.manifests() == {manifest, unlike_name}
+        assert await persistence.manifests() == {manifest, *disks}
     finally:
         await persistence.close()
+
+
+async def _delete(snapstore: str, manifest: str) -> None:
+    async with grpc.aio.insecure_channel(snapstore) as channel:
+        await snapstore_stub(channel).DeleteManifest(
+            pb.DeleteManifestRequest(snapshot_id=manifest))
+
+
+async def _replace(persistence: SnapshotPersistence, snapstore: str, manifest: str, tmp: Path,
+                   content: bytes) -> None:
+    """`manifest` in snapstore holding a file of `content` instead."""
+    tmp.mkdir()
+    (tmp / "disk").write_bytes(content)
+
+    async def files() -> dict[str, Path]:
+        return {"disk": tmp / "disk"}
+
+    async def done() -> None:
+        pass
+
+    await _delete(snapstore, manifest)
+    persistence.push_soon(manifest, files, done, {})
+    await persistence.persisted(manifest)
