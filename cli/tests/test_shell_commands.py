@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
 from aenv_cli_fake_guest import FakeGuest, FakeTerminal
 from aenv_cli_fake_server import FakeServer, fake_clients, invoke, sandbox
 from e2b import AsyncSandbox
+from e2b.envd.process import process_pb
+from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
+from protobuf import Oneof
 
 from aenv_cli.commands import guests
 from aenv_cli.commands.context import Clients
@@ -133,3 +137,38 @@ def test_after_the_sdk_ran_the_process_ends_with_the_code_at_once(
     monkeypatch.setattr(os, "_exit", ended.append)
     invoke(clients_with(server, FakeGuest(), FakeTerminal(tty=False)), "exec", "sb1", "exit 5")
     assert ended == [5]
+
+
+# Not UTF-8 (a lone continuation byte, 0xff, a NUL), a 2-byte character split over two chunks.
+BINARY_OUT = [b"\x89PNG\r\n\x1a\n\x00\xff\x80", b"caf\xc3", b"\xa9\xfe"]
+BINARY_ERR = [b"\xc0\x00err"]
+
+
+class _SdkHandleCommands:
+    """`commands.run` answering the SDK's own handle over a scripted envd event stream."""
+
+    async def run(self, cmd: str, *, on_stdout: Any, on_stderr: Any,
+                  **options: Any) -> AsyncCommandHandle[Any]:
+        async def events() -> AsyncIterator[process_pb.StartResponse]:
+            for field, chunks in (("stdout", BINARY_OUT), ("stderr", BINARY_ERR)):
+                for chunk in chunks:
+                    data = process_pb.ProcessEvent.DataEvent(output=Oneof(field, chunk))
+                    yield process_pb.StartResponse(
+                        event=process_pb.ProcessEvent(event=Oneof("data", data)))
+            end = process_pb.ProcessEvent.EndEvent(exit_code=3, exited=True, status="exit 3")
+            yield process_pb.StartResponse(event=process_pb.ProcessEvent(event=Oneof("end", end)))
+
+        async def kill() -> bool:
+            return True
+
+        return AsyncCommandHandle(pid=9, handle_kill=kill, events=events(), on_stdout=on_stdout,
+                                  on_stderr=on_stderr, retain_output=options["retain_output"])
+
+
+def test_exec_passes_binary_output_through_byte_for_byte(server: FakeServer) -> None:
+    guest, terminal = FakeGuest(), FakeTerminal(tty=False)
+    guest.commands = cast(Any, _SdkHandleCommands())
+    result = invoke(clients_with(server, guest, terminal), "exec", "sb1", "cat image.png")
+    assert result.exit_code == 3, result.output
+    assert bytes(terminal.out) == b"".join(BINARY_OUT)
+    assert bytes(terminal.err) == b"".join(BINARY_ERR)

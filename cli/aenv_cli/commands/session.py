@@ -5,6 +5,7 @@ and stderr stay apart. Both end with the guest process's exit code."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import shlex
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from aenv_common.errors import AenvError
 
 # Ctrl-D: a PTY's end of input, sent when local stdin ends (it is not a terminal then).
 END_OF_INPUT = b"\x04"
+# The text encoding that is each byte as it is (see bytes_through).
+BYTE_TEXT = "latin-1"
 # An exit code the guest could not give (the process ended by a signal, or was lost).
 EXIT_UNKNOWN = 255
 
@@ -75,20 +78,31 @@ async def attach_pty(server: Server, guest: AsyncSandbox, terminal: Terminal,
 
 async def run_command(server: Server, guest: AsyncSandbox, terminal: Terminal,
                       spec: ProcessSpec, command: str, *, stdin: bool) -> int:
-    """`command` with its stdout and stderr streamed to ours, apart; stdin forwarded (then
-    closed at its end) when asked."""
+    """`command` with its stdout and stderr streamed to ours, apart and byte for byte; stdin
+    forwarded (then closed at its end) when asked."""
     async with sdk_errors(server):
         handle = await guest.commands.run(
             command, background=True, envs=spec.envs, user=spec.user, cwd=spec.cwd,
-            stdin=stdin, timeout=0,
-            on_stdout=lambda text: terminal.write(text.encode()),
-            on_stderr=lambda text: terminal.write_err(text.encode()))
+            stdin=stdin, timeout=0, retain_output=False,
+            on_stdout=lambda text: terminal.write(text.encode(BYTE_TEXT)),
+            on_stderr=lambda text: terminal.write_err(text.encode(BYTE_TEXT)))
+        bytes_through(handle)
         pump = asyncio.create_task(_command_input(guest, handle.pid, terminal)) if stdin else None
         try:
             return await exit_code(handle)
         finally:
             if pump is not None:
                 await _stop(pump)
+
+
+def bytes_through(handle: object) -> None:
+    """Makes the SDK's handle hand its callbacks the output's bytes as latin-1 text (one code
+    point per byte, encoded back by them) instead of UTF-8 text, which replaces what is not
+    UTF-8: binary output (an archive, an image) passes unchanged. Called right after
+    `commands.run` returns: the handle reads no event before this coroutine next yields."""
+    for stream in ("_stdout_decoder", "_stderr_decoder"):
+        if hasattr(handle, stream):
+            setattr(handle, stream, codecs.getincrementaldecoder(BYTE_TEXT)())
 
 
 async def exit_code(handle: AsyncCommandHandle[Any]) -> int:
