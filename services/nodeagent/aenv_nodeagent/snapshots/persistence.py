@@ -19,6 +19,8 @@ import logging
 import os
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import grpc
@@ -53,6 +55,23 @@ def layer_file(layer_id: str) -> str:
     return f"{layer_id}.qcow2"
 
 
+class PushState(StrEnum):
+    PUSHING = "pushing"
+    RETRYING = "retrying"  # an attempt failed (the store or its S3 down): the next one waits
+    PUSHED = "pushed"
+    FAILED = "failed"  # every attempt failed: retried at the next node agent start
+
+
+@dataclass
+class PushStatus:
+    """Where a manifest's push stands. Until it is PUSHED the store holds no manifest of it:
+    the manifest is written last, over chunks already stored."""
+
+    state: PushState = PushState.PUSHING
+    attempts: int = 0
+    last_error: str = ""
+
+
 class SnapshotPersistence:
     def __init__(
         self, address: str, *, max_pushes: int = 2,
@@ -70,6 +89,8 @@ class SnapshotPersistence:
         self._on_persisted = on_persisted
         # The last push of each snapshot (tests and benchmarks read them).
         self.stats: dict[str, PushStats] = {}
+        # Each manifest's push since this node agent started.
+        self.status: dict[str, PushStatus] = {}
 
     # --- push ----------------------------------------------------------------------------------
 
@@ -94,6 +115,7 @@ class SnapshotPersistence:
         call `on_pushed`. A push of the same manifest already in flight is kept."""
         if manifest_id in self._pushes:
             return
+        self.status[manifest_id] = PushStatus()
         task = asyncio.ensure_future(self._push_retried(manifest_id, files, on_pushed, labels))
         self._pushes[manifest_id] = task
         task.add_done_callback(lambda _: self._pushes.pop(manifest_id, None))
@@ -113,16 +135,21 @@ class SnapshotPersistence:
         self, manifest_id: str, files: FilesReady, on_pushed: OnPushed,
         labels: Mapping[str, str],
     ) -> None:
+        status = self.status[manifest_id]
         for attempt, delay in enumerate((0.0, *self._retry_delays_s)):
             await asyncio.sleep(delay)
+            status.attempts = attempt + 1
             try:
                 await self._push(manifest_id, await files(), labels)
             except Exception as err:  # the store or the image may come back: try again later
+                status.state, status.last_error = PushState.RETRYING, str(err)
                 log.warning("push to snapstore failed", extra={
                     "manifest_id": manifest_id, "attempt": attempt + 1, "error": str(err)})
                 continue
+            status.state = PushState.PUSHED
             await on_pushed()
             return
+        status.state = PushState.FAILED
         log.error("not pushed to snapstore; kept locally, retried at the next start",
                   extra={"manifest_id": manifest_id})
 
