@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from _platform import running_platform
+from _qemu_memory import pss_mib
 from _stats import emit, summary_ms
 
 from aenv_cli.platform import Platform
@@ -140,11 +141,8 @@ def _qemu_pss_mib(home: Path, sandbox_id: str) -> float:
     """The PSS of the sandbox's QEMU, found by the pidfile in its node's state dir (a pooled
     VM's command line does not name the sandbox it became)."""
     [pidfile] = home.glob(f"**/sandboxes/{sandbox_id}/vm/qemu.pid")
-    pid = int(pidfile.read_text().strip())
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no PSS for the QEMU of {sandbox_id}")
+    pss: float = pss_mib(int(pidfile.read_text().strip()))
+    return pss
 
 
 def memory(home: Path) -> dict[str, object]:

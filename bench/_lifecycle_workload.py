@@ -1,0 +1,46 @@
+"""What the lifecycle benchmark does to a guest, shared by its node-agent and raw-QEMU sides."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import struct
+
+import aiohttp
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+FORKS = [int(n) for n in os.environ.get("BENCH_FORKS", "1,4,16").split(",")]
+ENVD_PORT = 49983
+# Rewritten before every snapshot: non-zero data (zero pages cost nothing in a capture).
+DIRTY = (
+    "yes $RANDOM | head -c 1G > /root/dirty.disk && sync && mkdir -p /run/dirty && "
+    "(mountpoint -q /run/dirty || mount -t tmpfs -o size=300m tmpfs /run/dirty) && "
+    "yes $RANDOM | head -c 256M > /run/dirty/mem"
+)
+
+
+async def settle_host_writeback() -> None:
+    """Flush the host's dirty page cache (the guest's 1 GiB, earlier images) before a measured
+    snapshot, so that neither side's figure depends on what the other left to write back."""
+    await asyncio.to_thread(os.sync)
+
+
+async def guest_sh(session: aiohttp.ClientSession, host: str, token: str, script: str) -> None:
+    """Run a shell command in the guest through envd (Connect JSON) and wait for it to end."""
+    payload = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", script]}}).encode()
+    async with session.post(
+        f"http://{host}:{ENVD_PORT}/process.Process/Start",
+        data=struct.pack(">BI", 0, len(payload)) + payload,
+        headers={
+            "content-type": "application/connect+json",
+            "X-Access-Token": token,
+            "authorization": "Basic " + base64.b64encode(b"root:").decode(),
+        },
+        timeout=aiohttp.ClientTimeout(total=600),
+    ) as resp:
+        body = await resp.read()
+    if resp.status != 200 or re.search(rb'"exitCode":\s*-?[1-9]', body):
+        raise RuntimeError(f"guest command failed: {body[-300:]!r}")
