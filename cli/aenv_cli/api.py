@@ -29,6 +29,8 @@ HTTP_TIMEOUT_S = 60.0
 # Pause, resume, fork, reset and snapshots wait for the VM: slow under TCG.
 SLOW_TIMEOUT_S = 600.0
 API_KEY_HEADER = "X-API-Key"
+# The most log entries one call asks for (the gateway's bound of /v2 logs).
+LOGS_PAGE = 1000
 
 Json = dict[str, Any]
 
@@ -110,8 +112,11 @@ class SandboxApi:
         return self._json("POST", f"/sandboxes/{_id(sandbox_id)}/reset",
                           {"snapshotID": snapshot_id}, timeout=SLOW_TIMEOUT_S)
 
-    def logs(self, sandbox_id: str) -> list[Json]:
-        body = self._json("GET", f"/v2/sandboxes/{_id(sandbox_id)}/logs")
+    def logs(self, sandbox_id: str, *, since_ms: int | None = None) -> list[Json]:
+        """The newest entries; with `since_ms`, those from that millisecond on, oldest first."""
+        params = None if since_ms is None else {
+            "cursor": str(since_ms), "direction": "forward", "limit": str(LOGS_PAGE)}
+        body = self._json("GET", f"/v2/sandboxes/{_id(sandbox_id)}/logs", params=params)
         logs = body.get("logs")
         return [e for e in logs if isinstance(e, dict)] if isinstance(logs, list) else []
 

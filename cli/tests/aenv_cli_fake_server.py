@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
@@ -89,7 +90,7 @@ class FakeServer:
                     return _error(404, f"template '{snapshot_id}' not found")
                 return httpx.Response(204)
             case "GET", ["v2", "sandboxes", sid, "logs"]:
-                return self._known(sid) or _json({"logs": self.logs.get(sid, [])})
+                return self._known(sid) or _json({"logs": self._logs(sid, params)})
             case _, ["sandboxes", sid, *rest]:
                 return self._known(sid) or self._sandbox_call(method, sid, rest, body)
         return _error(404, f"no route {method} /{'/'.join(parts)}")
@@ -105,6 +106,15 @@ class FakeServer:
         more = start + self.page_size < len(listed)
         headers = {"X-Next-Token": str(start + self.page_size)} if more else {}
         return httpx.Response(200, json=page, headers=headers)
+
+    def _logs(self, sid: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        """E2B's v2 logs: with `direction=forward`, the entries from the `cursor` ms on."""
+        entries = self.logs.get(sid, [])
+        if params.get("direction") != "forward":
+            return entries
+        since = int(params["cursor"])
+        return [e for e in entries
+                if datetime.fromisoformat(e["timestamp"]).timestamp() * 1000 >= since]
 
     def _known(self, sid: str) -> httpx.Response | None:
         return None if sid in self.sandboxes else _error(404, f"sandbox \"{sid}\" not found")

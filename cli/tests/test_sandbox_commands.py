@@ -8,6 +8,7 @@ import pytest
 import yaml
 from aenv_cli_fake_server import FakeServer, fake_clients, invoke, sandbox
 
+from aenv_cli.commands import sandboxes
 from aenv_cli.commands.sandboxes import parse_duration
 from aenv_common.errors import InvalidArgument
 
@@ -131,3 +132,32 @@ def test_an_unreachable_server_is_one_line(server: FakeServer) -> None:
     assert result.exit_code == 1
     assert result.stderr.strip() == ("error: sb1: cannot reach the aenv server at "
                                      "http://aenv.test:3000 (ConnectError)")
+
+
+def _entry(stamp: str, message: str) -> dict[str, object]:
+    return {"timestamp": stamp, "level": "info", "message": message, "fields": {}}
+
+
+def test_logs_follow_prints_new_entries_once_until_the_sandbox_ends(
+        server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    server.logs["sb1"] = [_entry("2026-12-04T18:00:01.500000Z", "booted")]
+    later = [_entry("2026-12-04T18:00:01.500000Z", "same ms, new"),
+             _entry("2026-12-04T18:00:02Z", "ran")]
+    polls: list[float] = []
+
+    def poll(seconds: float) -> None:  # what the guest logs between two polls
+        polls.append(seconds)
+        if len(polls) == 1:
+            server.logs["sb1"].extend(later)
+        elif len(polls) == 3:
+            del server.sandboxes["sb1"]
+
+    monkeypatch.setattr(sandboxes.time, "sleep", poll)
+    result = invoke(fake_clients(server), "logs", "sb1", "--follow", "-o", "json")
+    assert result.exit_code == 0, result.output
+    printed = [json.loads(line)["message"] for line in result.stdout.splitlines()]
+    assert printed == ["booted", "same ms, new", "ran"]
+    assert result.stderr.strip() == "sandbox sb1 ended"
+    # From the newest millisecond seen on: its entries come again, and are not printed again.
+    forward = [p["cursor"] for _, _, p, _ in server.requests if p.get("direction") == "forward"]
+    assert forward == ["1796407201500", "1796407202000", "1796407202000"]

@@ -3,8 +3,11 @@ reset, logs. Commands of several ids go on past a failed one and exit non-zero (
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -13,7 +16,7 @@ from rich.markup import escape
 from aenv_cli.commands.context import clients
 from aenv_cli.commands.failures import EXIT_FAILURE, clean_errors, stderr
 from aenv_cli.commands.output import Column, Format, OutputOption, field, pairs, show, when
-from aenv_common.errors import AenvError, InvalidArgument
+from aenv_common.errors import AenvError, InvalidArgument, NotFound
 
 IdsArgument = Annotated[list[str], typer.Argument(help="Sandbox ids.", show_default=False)]
 IdArgument = Annotated[str, typer.Argument(help="The sandbox id.", show_default=False)]
@@ -33,6 +36,8 @@ SANDBOX_COLUMNS = (
 SECRET_FIELDS = ("envdAccessToken", "trafficAccessToken")
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# How often `logs --follow` asks for new entries.
+FOLLOW_POLL_S = 1.0
 
 
 @clean_errors
@@ -168,19 +173,74 @@ def reset(
 
 
 @clean_errors
-def logs(ctx: typer.Context, sandbox_id: IdArgument, output: OutputOption = None) -> None:
+def logs(
+    ctx: typer.Context, sandbox_id: IdArgument,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing new entries until the sandbox ends (Ctrl-C).")
+    ] = False,
+    output: OutputOption = None,
+) -> None:
     """The sandbox's log: its guest console and envd's lines, oldest first.
 
-    Example: aenv logs ib0rbwk8ypuqz3fj8pk4x
+    Example: aenv logs ib0rbwk8ypuqz3fj8pk4x --follow
     """
     given = clients(ctx)
     entries = given.api.logs(sandbox_id)
-    if output in (Format.json, Format.yaml):
-        show(entries, output, given.out, columns=())
+    if not follow:
+        if output in (Format.json, Format.yaml):
+            show(entries, output, given.out, columns=())
+        else:
+            _print_entries(given.out, entries, output)
         return
+    tail = LogTail()
+    _print_entries(given.out, tail.fresh(entries), output)
+    while True:
+        time.sleep(FOLLOW_POLL_S)
+        try:
+            entries = given.api.logs(sandbox_id, since_ms=tail.since_ms)
+        except NotFound:
+            stderr.print(f"sandbox {escape(sandbox_id)} ended")
+            return
+        _print_entries(given.out, tail.fresh(entries), output)
+
+
+class LogTail:
+    """What `logs --follow` printed: the newest millisecond seen, and the entries of that
+    millisecond (asked for again from it on, so none of the same millisecond is lost)."""
+
+    def __init__(self) -> None:
+        self.since_ms = 0
+        self._at_edge: set[tuple[str, str]] = set()
+
+    def fresh(self, entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        fresh = []
+        for entry in entries:
+            stamp = str(entry.get("timestamp", ""))
+            ident = (stamp, str(entry.get("message", "")))
+            ms = _epoch_ms(stamp)
+            if ident in self._at_edge or ms < self.since_ms:
+                continue
+            if ms > self.since_ms:
+                self.since_ms, self._at_edge = ms, set()
+            self._at_edge.add(ident)
+            fresh.append(entry)
+        return fresh
+
+
+def _print_entries(out: Any, entries: Sequence[dict[str, Any]], output: Format | None) -> None:
     for entry in entries:
-        given.out.print(f"{when('timestamp')(entry)} {entry.get('level', ''):5} "
-                        f"{entry.get('message', '')}", markup=False)
+        if output in (Format.json, Format.yaml):  # one JSON object a line, as they come
+            out.print(json.dumps(entry), markup=False, highlight=False, soft_wrap=True)
+        else:
+            out.print(f"{when('timestamp')(entry)} {entry.get('level', ''):5} "
+                      f"{entry.get('message', '')}", markup=False)
+
+
+def _epoch_ms(stamp: str) -> int:
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp() * 1000)
+    except ValueError:
+        return 0
 
 
 def for_each(ids: Sequence[str], act: Callable[[str], Any]) -> list[Any]:
