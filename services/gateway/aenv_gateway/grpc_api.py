@@ -3,6 +3,7 @@ same API key as REST, presented as `x-api-key` metadata."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -11,11 +12,15 @@ import grpc
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import AenvError
+from aenv_common.errors import AenvError, InvalidArgument
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.batch import BatchCreates, BatchResult, batch_size
+from aenv_gateway.exec_stream import ExecStreams
+from aenv_gateway.file_transfer import FileTransfers
+from aenv_gateway.guest_envd import typed_http_error
 from aenv_gateway.idempotency import checked_key
-from aenv_gateway.listing import ListQuery
+from aenv_gateway.listing import VISIBLE_STATES, ListQuery
+from aenv_gateway.schemas import MAX_PAGE
 from aenv_gateway.service import CreateRequest, SandboxService
 from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
 
@@ -42,8 +47,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         snapshots: SnapshotService,
         auth: ApiKeyAuth,
         default_timeout_s: int,
+        execs: ExecStreams,
+        files: FileTransfers,
     ) -> None:
         self._service = service
+        self._execs = execs
+        self._files = files
         self._batch = BatchCreates(service)
         self._snapshots = snapshots
         self._auth = auth
@@ -96,8 +105,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, request: gateway_pb2.ListSandboxesRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.ListSandboxesResponse:
         self._auth.check(_api_key(context))
-        page = self._service.list(ListQuery(metadata=dict(request.metadata)))
-        return gateway_pb2.ListSandboxesResponse(sandboxes=page.items)
+        page = self._service.list(_list_query(request))
+        return gateway_pb2.ListSandboxesResponse(
+            sandboxes=page.items, next_page_token=page.next_cursor or ""
+        )
 
     async def KillSandbox(
         self, request: gateway_pb2.KillSandboxRequest, context: grpc.aio.ServicerContext
@@ -112,7 +123,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._auth.check(_api_key(context))
         return gateway_pb2.PauseSandboxResponse(
             sandbox=await self._service.pause(
-                request.sandbox_id, keep_memory=not request.filesystem_only)
+                request.sandbox_id, keep_memory=not request.filesystem_only
+            )
         )
 
     async def ResumeSandbox(
@@ -131,17 +143,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.CreateSnapshotResponse:
         self._auth.check(_api_key(context))
         record = await self._snapshots.create(
-            request.sandbox_id, request.name, keep_memory=not request.filesystem_only)
+            request.sandbox_id, request.name, keep_memory=not request.filesystem_only
+        )
         return gateway_pb2.CreateSnapshotResponse(snapshot=record)
 
     async def ListSnapshots(
         self, request: gateway_pb2.ListSnapshotsRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.ListSnapshotsResponse:
         self._auth.check(_api_key(context))
-        page = self._snapshots.list(SnapshotQuery(
-            sandbox_id=request.sandbox_id or None, name=request.name or None,
-            limit=request.limit or None, cursor=request.page_token or None,
-        ))
+        page = self._snapshots.list(
+            SnapshotQuery(
+                sandbox_id=request.sandbox_id or None,
+                name=request.name or None,
+                limit=request.limit or None,
+                cursor=request.page_token or None,
+            )
+        )
         return gateway_pb2.ListSnapshotsResponse(
             snapshots=page.items, next_page_token=page.next_cursor or ""
         )
@@ -158,7 +175,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.ForkSandboxResponse:
         self._auth.check(_api_key(context))
         results = await self._service.fork(
-            request.sandbox_id, request.count or 1,
+            request.sandbox_id,
+            request.count or 1,
             request.timeout_seconds or FORK_DEFAULT_TIMEOUT_S,
         )
         return gateway_pb2.ForkSandboxResponse(results=[_fork_result(r) for r in results])
@@ -170,12 +188,54 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         record = await self._service.reset(request.sandbox_id, request.snapshot_id)
         return gateway_pb2.ResetSandboxResponse(sandbox=record)
 
+    async def Exec(
+        self,
+        requests: AsyncIterator[gateway_pb2.ExecRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[gateway_pb2.ExecResponse]:
+        self._auth.check(_api_key(context))
+        async for response in self._execs.run(requests):
+            yield response
+
+    async def PutFile(
+        self,
+        requests: AsyncIterator[gateway_pb2.PutFileRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> gateway_pb2.PutFileResponse:
+        self._auth.check(_api_key(context))
+        return await self._files.put(requests)
+
+    async def GetFile(
+        self, request: gateway_pb2.GetFileRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[gateway_pb2.GetFileResponse]:
+        self._auth.check(_api_key(context))
+        async for response in self._files.get(request):
+            yield response
+
+
+def _list_query(request: gateway_pb2.ListSandboxesRequest) -> ListQuery:
+    states = frozenset(request.states) or VISIBLE_STATES
+    if not states <= VISIBLE_STATES:
+        raise InvalidArgument("states may hold only SANDBOX_STATE_RUNNING and SANDBOX_STATE_PAUSED")
+    if request.page_size > MAX_PAGE:
+        raise InvalidArgument(f"page_size must be at most {MAX_PAGE} (0: all)")
+    return ListQuery(
+        states=states,
+        metadata=dict(request.metadata),
+        template=request.template_id or None,
+        limit=request.page_size or None,
+        cursor=request.page_token or None,
+    )
+
 
 def _fork_result(result: nodeagent_pb2.ForkResult) -> gateway_pb2.ForkResult:
     if result.HasField("sandbox"):
         return gateway_pb2.ForkResult(sandbox=result.sandbox)
+    status = typed_http_error(result.error.code, result.error.message).grpc_code.name
     return gateway_pb2.ForkResult(
-        error=gateway_pb2.ForkError(code=result.error.code, message=result.error.message)
+        error=gateway_pb2.ForkError(
+            code=result.error.code, message=result.error.message, status=status
+        )
     )
 
 
@@ -189,6 +249,9 @@ def _field(item: gateway_pb2.CreateSandboxRequest, shared: _CreateSpec, name: st
 
 def _create_result(result: BatchResult) -> gateway_pb2.CreateResult:
     if isinstance(result, AenvError):
-        return gateway_pb2.CreateResult(error=gateway_pb2.SandboxError(
-            code=result.http_status, message=result.message, status=result.grpc_code.name))
+        return gateway_pb2.CreateResult(
+            error=gateway_pb2.SandboxError(
+                code=result.http_status, message=result.message, status=result.grpc_code.name
+            )
+        )
     return gateway_pb2.CreateResult(sandbox=result)

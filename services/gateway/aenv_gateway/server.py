@@ -33,8 +33,11 @@ from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.edge_limits import guarded_http_protocol
+from aenv_gateway.exec_stream import ExecStreams
+from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.gateway_metrics import SANDBOX_STATES
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
+from aenv_gateway.guest_envd import GuestEnvd
 from aenv_gateway.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
 from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.revocation import RevocableRequests
@@ -180,12 +183,14 @@ async def start_gateway(
         settings.edge_limits,
     )
     app = RevocableRequests(edge, auth, open_requests)
+    guests = GuestEnvd(service, session)
     grpc_server, grpc_port = await start_grpc_server(
         settings.grpc_listen,
         [
             (
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
-                GatewayServicer(service, snapshots, auth, settings.default_timeout_s),
+                GatewayServicer(service, snapshots, auth, settings.default_timeout_s,
+                                ExecStreams(guests), FileTransfers(guests)),
                 SERVICE_NAME,
             )
         ],

@@ -1,11 +1,21 @@
 from aenv.cluster.v1 import cluster_pb2 as _cluster_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ExecSignal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXEC_SIGNAL_UNSPECIFIED: _ClassVar[ExecSignal]
+    EXEC_SIGNAL_SIGKILL: _ClassVar[ExecSignal]
+    EXEC_SIGNAL_SIGTERM: _ClassVar[ExecSignal]
+EXEC_SIGNAL_UNSPECIFIED: ExecSignal
+EXEC_SIGNAL_SIGKILL: ExecSignal
+EXEC_SIGNAL_SIGTERM: ExecSignal
 
 class CreateSandboxRequest(_message.Message):
     __slots__ = ("template_id", "timeout_seconds", "env_vars", "metadata", "network", "lifecycle", "idempotency_key")
@@ -118,7 +128,7 @@ class GetSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
 
 class ListSandboxesRequest(_message.Message):
-    __slots__ = ("metadata",)
+    __slots__ = ("metadata", "states", "template_id", "page_size", "page_token")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -127,14 +137,24 @@ class ListSandboxesRequest(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    states: _containers.RepeatedScalarFieldContainer[_cluster_pb2.SandboxState]
+    template_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, metadata: _Optional[_Mapping[str, str]] = ..., states: _Optional[_Iterable[_Union[_cluster_pb2.SandboxState, str]]] = ..., template_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListSandboxesResponse(_message.Message):
-    __slots__ = ("sandboxes",)
+    __slots__ = ("sandboxes", "next_page_token")
     SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     sandboxes: _containers.RepeatedCompositeFieldContainer[_cluster_pb2.SandboxRecord]
-    def __init__(self, sandboxes: _Optional[_Iterable[_Union[_cluster_pb2.SandboxRecord, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, sandboxes: _Optional[_Iterable[_Union[_cluster_pb2.SandboxRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class KillSandboxRequest(_message.Message):
     __slots__ = ("sandbox_id",)
@@ -243,12 +263,14 @@ class ForkResult(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ..., error: _Optional[_Union[ForkError, _Mapping]] = ...) -> None: ...
 
 class ForkError(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "status")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    status: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
 
 class ForkSandboxResponse(_message.Message):
     __slots__ = ("results",)
@@ -269,3 +291,130 @@ class ResetSandboxResponse(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     sandbox: _cluster_pb2.SandboxRecord
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
+
+class ExecRequest(_message.Message):
+    __slots__ = ("start", "stdin", "close_stdin", "resize", "signal")
+    START_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_STDIN_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    start: ExecStart
+    stdin: bytes
+    close_stdin: CloseStdin
+    resize: PtySize
+    signal: ExecSignal
+    def __init__(self, start: _Optional[_Union[ExecStart, _Mapping]] = ..., stdin: _Optional[bytes] = ..., close_stdin: _Optional[_Union[CloseStdin, _Mapping]] = ..., resize: _Optional[_Union[PtySize, _Mapping]] = ..., signal: _Optional[_Union[ExecSignal, str]] = ...) -> None: ...
+
+class ExecStart(_message.Message):
+    __slots__ = ("sandbox_id", "cmd", "args", "envs", "cwd", "user", "stdin", "pty", "timeout_seconds")
+    class EnvsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    CMD_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    ENVS_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    cmd: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    envs: _containers.ScalarMap[str, str]
+    cwd: str
+    user: str
+    stdin: bool
+    pty: PtySize
+    timeout_seconds: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., cmd: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., envs: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., user: _Optional[str] = ..., stdin: _Optional[bool] = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class PtySize(_message.Message):
+    __slots__ = ("cols", "rows")
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    cols: int
+    rows: int
+    def __init__(self, cols: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class CloseStdin(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExecResponse(_message.Message):
+    __slots__ = ("started", "stdout", "stderr", "pty", "exit")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
+    started: ExecStarted
+    stdout: bytes
+    stderr: bytes
+    pty: bytes
+    exit: ExecExit
+    def __init__(self, started: _Optional[_Union[ExecStarted, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., pty: _Optional[bytes] = ..., exit: _Optional[_Union[ExecExit, _Mapping]] = ...) -> None: ...
+
+class ExecStarted(_message.Message):
+    __slots__ = ("pid",)
+    PID_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    def __init__(self, pid: _Optional[int] = ...) -> None: ...
+
+class ExecExit(_message.Message):
+    __slots__ = ("exit_code", "exited", "status", "error")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    exited: bool
+    status: str
+    error: str
+    def __init__(self, exit_code: _Optional[int] = ..., exited: _Optional[bool] = ..., status: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class PutFileRequest(_message.Message):
+    __slots__ = ("start", "data")
+    START_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    start: FileTarget
+    data: bytes
+    def __init__(self, start: _Optional[_Union[FileTarget, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class FileTarget(_message.Message):
+    __slots__ = ("sandbox_id", "path", "user")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    path: str
+    user: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
+
+class PutFileResponse(_message.Message):
+    __slots__ = ("path", "size")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size: int
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class GetFileRequest(_message.Message):
+    __slots__ = ("file",)
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileTarget
+    def __init__(self, file: _Optional[_Union[FileTarget, _Mapping]] = ...) -> None: ...
+
+class GetFileResponse(_message.Message):
+    __slots__ = ("data", "size")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    size: int
+    def __init__(self, data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...

@@ -98,6 +98,21 @@ class GatewayServiceStub:
                 request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxRequest.SerializeToString,
                 response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxResponse.FromString,
                 _registered_method=True)
+        self.Exec = channel.stream_stream(
+                '/aenv.gateway.v1.GatewayService/Exec',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ExecRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ExecResponse.FromString,
+                _registered_method=True)
+        self.PutFile = channel.stream_unary(
+                '/aenv.gateway.v1.GatewayService/PutFile',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PutFileRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PutFileResponse.FromString,
+                _registered_method=True)
+        self.GetFile = channel.unary_stream(
+                '/aenv.gateway.v1.GatewayService/GetFile',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServiceServicer:
@@ -134,7 +149,10 @@ class GatewayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSandboxes(self, request, context):
-        """Running and paused sandboxes, filtered by metadata (every pair must match).
+        """Running and paused sandboxes, filtered by state, template and metadata, newest first (by
+        start time, then id: a stable order, so pages neither repeat nor skip a sandbox listed in
+        both calls). INVALID_ARGUMENT (a state no client sees, a page size over 100, a page token not
+        from a listing).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,9 +203,9 @@ class GatewayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForkSandbox(self, request, context):
-        """Copy-on-write children of a running sandbox, on its node; one result per child (a child's
-        error does not fail the others). INVALID_ARGUMENT (count out of 1..100, a timeout out of
-        range), NOT_FOUND, FAILED_PRECONDITION (not running).
+        """Group fork: `count` copy-on-write children of a running sandbox, on its node, in one call;
+        one result per child, in order (a child's error does not fail the others). INVALID_ARGUMENT
+        (count out of 1..100, a timeout out of range), NOT_FOUND, FAILED_PRECONDITION (not running).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -197,6 +215,40 @@ class GatewayServiceServicer:
         """Rewinds a running sandbox in place (same id, token, network) to one of its node's snapshots.
         INVALID_ARGUMENT (no snapshot_id), NOT_FOUND (the sandbox or the snapshot),
         FAILED_PRECONDITION (not running).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Exec(self, request_iterator, context):
+        """Runs a process in a running sandbox (through its envd, as the E2B SDK's commands do) and
+        streams its output as it comes: `started` (its pid), then stdout and stderr apart (or `pty`
+        on a PTY), then `exit`. The first request must be `start`; later ones write stdin, close it,
+        resize the PTY or signal the process. Cancelling the call kills the process.
+        INVALID_ARGUMENT (no start first, no cmd, a cwd that does not exist, an unknown user),
+        NOT_FOUND (the sandbox, or it died during the call), FAILED_PRECONDITION (not running),
+        DEADLINE_EXCEEDED (the process outlived its timeout_seconds and was killed), UNAVAILABLE
+        (its node or envd did not answer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutFile(self, request_iterator, context):
+        """Writes a file in a running sandbox from a stream: `start` (where), then the bytes in
+        `data` chunks; missing parent directories are made, an existing file is replaced.
+        INVALID_ARGUMENT (no start first, no path, the path is a directory), NOT_FOUND (the
+        sandbox), PERMISSION_DENIED (the user may not write there), FAILED_PRECONDITION (not
+        running), RESOURCE_EXHAUSTED (the guest's disk is full), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFile(self, request, context):
+        """Reads a file of a running sandbox as a stream of chunks. NOT_FOUND (the sandbox, or no such
+        file: the message says which), INVALID_ARGUMENT (no path, the path is a directory),
+        PERMISSION_DENIED, FAILED_PRECONDITION (not running), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -264,6 +316,21 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.ResetSandbox,
                     request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxRequest.FromString,
                     response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxResponse.SerializeToString,
+            ),
+            'Exec': grpc.stream_stream_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ExecRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ExecResponse.SerializeToString,
+            ),
+            'PutFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.PutFile,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PutFileRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PutFileResponse.SerializeToString,
+            ),
+            'GetFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetFile,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -594,6 +661,87 @@ class GatewayService:
             '/aenv.gateway.v1.GatewayService/ResetSandbox',
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxRequest.SerializeToString,
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResetSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/aenv.gateway.v1.GatewayService/Exec',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ExecRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/aenv.gateway.v1.GatewayService/PutFile',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.PutFileRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.PutFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/GetFile',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileResponse.FromString,
             options,
             channel_credentials,
             insecure,
