@@ -26,6 +26,7 @@ from aenv_nodeagent.images import (
     parse_reference,
 )
 from aenv_nodeagent.images.auth import Login
+from aenv_nodeagent.images.sources import LayerDone
 from aenv_nodeagent.templates.bounds import mark_used
 
 
@@ -41,8 +42,12 @@ class ImageBases:
         self._session = session
         self._locks: dict[tuple[str, DiskSize], asyncio.Lock] = {}
 
-    async def base(self, reference: str, size: DiskSize, login: Login | None = None) -> BaseDisk:
-        """The image's base disk, as large as `size` says.
+    async def base(
+        self, reference: str, size: DiskSize, login: Login | None = None,
+        on_layer: LayerDone | None = None,
+    ) -> BaseDisk:
+        """The image's base disk, as large as `size` says; `on_layer` is told of each layer
+        pulled (none when the disk was made before).
 
         :raise AenvError: one of `images.errors` (unknown image, refused credentials, wrong
             architecture, a corrupt layer, a disk too small, ...).
@@ -51,7 +56,7 @@ class ImageBases:
         credentials = self._credentials
         if login is not None:
             credentials = Credentials({**credentials.by_host, ref.registry: login})
-        source = RegistrySource(ref, self._hosts, credentials, self._session)
+        source = RegistrySource(ref, self._hosts, credentials, self._session, on_layer)
         async with self._locks.setdefault((str(ref), size), asyncio.Lock()):
             self._root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(prefix=".base-", dir=self._root))

@@ -25,6 +25,7 @@ from aenv_common.snapshots.codec import check_name
 from aenv_nodeagent.artifacts import RootfsImage
 from aenv_nodeagent.images import DiskSize
 from aenv_nodeagent.images.auth import Login
+from aenv_nodeagent.images.sources import layer_line
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.model import TemplateInputs, TemplateSnapshot
@@ -137,7 +138,8 @@ class TemplateBuilds:
             min_free = (request.min_free_disk_mib if request.min_free_disk_mib is not None
                         else self._sizes.min_free_mib)
             disk = await self._bases.base(request.from_image, DiskSize(
-                disk_mib, min_free, self._sizes.max_mib), request.login)
+                disk_mib, min_free, self._sizes.max_mib), request.login,
+                lambda *layer: build_log(layer_line(*layer), BASE_STEP))
             disk_mib = disk.disk_mib
             build_log(f"base disk of {disk.image} ({disk.digest}) ready", BASE_STEP)
             inputs = dataclasses.replace(

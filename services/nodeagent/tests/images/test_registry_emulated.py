@@ -3,6 +3,7 @@ server, blobs behind redirects, and mirrors that fail (loopback only, fast)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from aenv_nodeagent.images import BlobCache, RegistryHosts, RegistrySource, buil
 from aenv_nodeagent.images.auth import Credentials, Login
 from aenv_nodeagent.images.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
 from aenv_nodeagent.images.registry import RegistryClient, new_session
+from aenv_nodeagent.images.sources import layer_line
 
 from .emulator import PASSWORD, USER, Emulator, running
 from .layers import Entry, make_layer, write_layout
@@ -93,3 +95,19 @@ async def test_a_mirror_serves_with_its_own_credentials(emulator: Emulator, tmp_
     pulled = await source.pull(BlobCache(tmp_path))
     assert pulled.name == "docker.io/team/app:latest" and len(pulled.layers) == 2
     assert emulator.namespaces == {"docker.io"}
+
+
+async def test_each_layer_is_told_once_had_downloaded_then_cached(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    told: list[tuple[int, int, str, bool]] = []
+    source = RegistrySource(f"{emulator.host}/team/app", credentials=creds(emulator.host),
+                            on_layer=lambda n, count, desc, got: told.append(
+                                (n, count, layer_line(n, count, desc, got), got)))
+    cache = BlobCache(tmp_path / "cache")
+    await source.pull(cache)
+    await source.pull(cache)
+    assert sorted((n, count, got) for n, count, _, got in told[:2]) == [(1, 2, True), (2, 2, True)]
+    assert sorted((n, got) for n, _, _, got in told[2:]) == [(1, False), (2, False)]
+    assert all(re.fullmatch(r"layer \d/2 sha256:[0-9a-f]{12} \(\d+\.\d MiB\) (pulled|cached)",
+                            line) for _, _, line, _ in told)
