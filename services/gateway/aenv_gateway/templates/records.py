@@ -123,9 +123,11 @@ class EtcdTemplateRecords:
         return await self._store.update_record(CATALOG, template_id, CatalogTemplate, mutate)
 
     async def drop_node_template(self, template_id: str) -> None:
-        # Retired first: a node never sees the record gone without knowing why.
-        await self._store.put_record(RETIRED_TEMPLATES, template_id,
-                                     cluster_pb2.TemplateRecord(template_id=template_id))
+        # Retired first: a node never sees the record gone without knowing why. Its time
+        # bounds how long it is kept (the node agent's templates/retire.py prunes it).
+        mark = cluster_pb2.TemplateRecord(template_id=template_id)
+        mark.created_at.GetCurrentTime()
+        await self._store.put_record(RETIRED_TEMPLATES, template_id, mark)
         await self._store.delete_template(template_id)
 
     async def get_claim(self, kind: str, key: str) -> Claim | None:
