@@ -1,21 +1,40 @@
 """Python client of aenv's native gRPC API, for training code (see client.py)."""
 
-from aenv_client.client import CreateOutcome, GatewayClient, new_idempotency_key
+from aenv_client.client import CreateOutcome, ForkOutcome, GatewayClient, new_idempotency_key
 from aenv_client.errors import (
     AenvError,
     Conflict,
+    DeadlineExceeded,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     SandboxDied,
     Unauthenticated,
     Unavailable,
 )
+from aenv_client.execs import ExecResult, Execution, Output
 from aenv_client.retries import RetryPolicy
 from aenv_client.sync import SyncGatewayClient
 
 __all__ = [
-    "AenvError", "Conflict", "CreateOutcome", "GatewayClient", "InvalidArgument", "NotFound",
-    "ResourceExhausted", "RetryPolicy", "SandboxDied", "SyncGatewayClient", "Unauthenticated",
-    "Unavailable", "new_idempotency_key",
+    "AenvError",
+    "Conflict",
+    "CreateOutcome",
+    "DeadlineExceeded",
+    "ExecResult",
+    "Execution",
+    "ForkOutcome",
+    "GatewayClient",
+    "InvalidArgument",
+    "NotFound",
+    "Output",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "RetryPolicy",
+    "SandboxDied",
+    "SyncGatewayClient",
+    "Unauthenticated",
+    "Unavailable",
+    "new_idempotency_key",
 ]

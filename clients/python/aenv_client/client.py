@@ -14,7 +14,8 @@ without it killing it raises SandboxDied.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -22,15 +23,18 @@ import grpc
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from aenv_client.errors import AenvError, item_error, rpc_error
+from aenv_client.errors import AenvError, NotFound, item_error, rpc_error
+from aenv_client.execs import ExecResult, Execution
+from aenv_client.files import upload_chunks
 from aenv_client.retries import RetryPolicy, with_retries
 
 API_KEY_METADATA = "x-api-key"
 DEFAULT_TIMEOUT_S = 60.0
 
 Reply = TypeVar("Reply")
-# One batch item: its sandbox, or the typed error its create alone would have raised.
+# One batch item or fork child: its sandbox, or the typed error it failed with.
 CreateOutcome = cluster_pb2.SandboxRecord | AenvError
+ForkOutcome = CreateOutcome
 
 
 def new_idempotency_key() -> str:
@@ -39,7 +43,11 @@ def new_idempotency_key() -> str:
 
 class GatewayClient:
     def __init__(
-        self, target: str, api_key: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+        self,
+        target: str,
+        api_key: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         retries: RetryPolicy | None = None,
     ) -> None:
         self.target = target
@@ -56,7 +64,9 @@ class GatewayClient:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()
@@ -65,41 +75,63 @@ class GatewayClient:
         await self._channel.close()
 
     async def create_sandbox(
-        self, template_id: str, *, timeout_seconds: int = 0,
-        env_vars: Mapping[str, str] | None = None, metadata: Mapping[str, str] | None = None,
+        self,
+        template_id: str,
+        *,
+        timeout_seconds: int = 0,
+        env_vars: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
         network: cluster_pb2.NetworkPolicy | None = None,
         lifecycle: cluster_pb2.Lifecycle | None = None,
-        idempotency_key: str | None = None, timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        timeout_s: float | None = None,
     ) -> cluster_pb2.SandboxRecord:
         request = gateway_pb2.CreateSandboxRequest(
-            template_id=template_id, timeout_seconds=timeout_seconds,
-            env_vars=dict(env_vars or {}), metadata=dict(metadata or {}), network=network,
-            lifecycle=lifecycle, idempotency_key=idempotency_key or new_idempotency_key(),
+            template_id=template_id,
+            timeout_seconds=timeout_seconds,
+            env_vars=dict(env_vars or {}),
+            metadata=dict(metadata or {}),
+            network=network,
+            lifecycle=lifecycle,
+            idempotency_key=idempotency_key or new_idempotency_key(),
         )
         reply: gateway_pb2.CreateSandboxResponse = await self._call(
-            self._stub.CreateSandbox, request, timeout_s, retry=True)
+            self._stub.CreateSandbox, request, timeout_s, retry=True
+        )
         self._alive.add(reply.sandbox.sandbox_id)
         return reply.sandbox
 
     async def create_sandboxes(
-        self, template_id: str = "", *, count: int = 0,
-        items: list[gateway_pb2.CreateSandboxRequest] | None = None, timeout_seconds: int = 0,
-        env_vars: Mapping[str, str] | None = None, metadata: Mapping[str, str] | None = None,
+        self,
+        template_id: str = "",
+        *,
+        count: int = 0,
+        items: list[gateway_pb2.CreateSandboxRequest] | None = None,
+        timeout_seconds: int = 0,
+        env_vars: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
         network: cluster_pb2.NetworkPolicy | None = None,
         lifecycle: cluster_pb2.Lifecycle | None = None,
-        idempotency_key: str | None = None, timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        timeout_s: float | None = None,
     ) -> list[CreateOutcome]:
         """`count` sandboxes of one spec, or one per item (its fields over the shared ones);
         one outcome per sandbox, in order. Sent again with the same idempotency key, the batch
         answers the sandboxes already made and creates only the items that failed."""
         request = gateway_pb2.CreateSandboxesRequest(
-            template_id=template_id, count=count, items=items or [],
-            timeout_seconds=timeout_seconds, env_vars=dict(env_vars or {}),
-            metadata=dict(metadata or {}), network=network, lifecycle=lifecycle,
+            template_id=template_id,
+            count=count,
+            items=items or [],
+            timeout_seconds=timeout_seconds,
+            env_vars=dict(env_vars or {}),
+            metadata=dict(metadata or {}),
+            network=network,
+            lifecycle=lifecycle,
             idempotency_key=idempotency_key or new_idempotency_key(),
         )
         reply: gateway_pb2.CreateSandboxesResponse = await self._call(
-            self._stub.CreateSandboxes, request, timeout_s, retry=True)
+            self._stub.CreateSandboxes, request, timeout_s, retry=True
+        )
         outcomes = [_outcome(result) for result in reply.results]
         self._alive.update(o.sandbox_id for o in outcomes if not isinstance(o, AenvError))
         return outcomes
@@ -109,16 +141,47 @@ class GatewayClient:
     ) -> cluster_pb2.SandboxRecord:
         request = gateway_pb2.GetSandboxRequest(sandbox_id=sandbox_id)
         reply: gateway_pb2.GetSandboxResponse = await self._call(
-            self._stub.GetSandbox, request, timeout_s, retry=True, sandbox_id=sandbox_id)
+            self._stub.GetSandbox, request, timeout_s, retry=True, sandbox_id=sandbox_id
+        )
         return reply.sandbox
 
     async def list_sandboxes(
-        self, metadata: Mapping[str, str] | None = None, *, timeout_s: float | None = None
+        self,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        states: Sequence[cluster_pb2.SandboxState] = (),
+        template_id: str = "",
+        timeout_s: float | None = None,
     ) -> list[cluster_pb2.SandboxRecord]:
-        request = gateway_pb2.ListSandboxesRequest(metadata=dict(metadata or {}))
+        """Every running and paused sandbox matching the filters (all of them, in one page)."""
+        page = await self.list_sandboxes_page(
+            metadata, states=states, template_id=template_id, timeout_s=timeout_s
+        )
+        return list(page.sandboxes)
+
+    async def list_sandboxes_page(
+        self,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        states: Sequence[cluster_pb2.SandboxState] = (),
+        template_id: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        timeout_s: float | None = None,
+    ) -> gateway_pb2.ListSandboxesResponse:
+        """One page (at most `page_size`, newest first); pass its `next_page_token` for the
+        next one, until it is empty."""
+        request = gateway_pb2.ListSandboxesRequest(
+            metadata=dict(metadata or {}),
+            states=states,
+            template_id=template_id,
+            page_size=page_size,
+            page_token=page_token,
+        )
         reply: gateway_pb2.ListSandboxesResponse = await self._call(
-            self._stub.ListSandboxes, request, timeout_s, retry=True)
-        return list(reply.sandboxes)
+            self._stub.ListSandboxes, request, timeout_s, retry=True
+        )
+        return reply
 
     async def kill_sandbox(self, sandbox_id: str, *, timeout_s: float | None = None) -> None:
         request = gateway_pb2.KillSandboxRequest(sandbox_id=sandbox_id)
@@ -131,40 +194,61 @@ class GatewayClient:
         self, sandbox_id: str, *, filesystem_only: bool = False, timeout_s: float | None = None
     ) -> cluster_pb2.SandboxRecord:
         request = gateway_pb2.PauseSandboxRequest(
-            sandbox_id=sandbox_id, filesystem_only=filesystem_only)
+            sandbox_id=sandbox_id, filesystem_only=filesystem_only
+        )
         reply: gateway_pb2.PauseSandboxResponse = await self._call(
-            self._stub.PauseSandbox, request, timeout_s, sandbox_id=sandbox_id)
+            self._stub.PauseSandbox, request, timeout_s, sandbox_id=sandbox_id
+        )
         return reply.sandbox
 
     async def resume_sandbox(
-        self, sandbox_id: str, *, timeout_seconds: int = 0, reboot: bool = False,
+        self,
+        sandbox_id: str,
+        *,
+        timeout_seconds: int = 0,
+        reboot: bool = False,
         timeout_s: float | None = None,
     ) -> gateway_pb2.ResumeSandboxResponse:
         """`resumed` in the reply is False when the sandbox was already running."""
         request = gateway_pb2.ResumeSandboxRequest(
-            sandbox_id=sandbox_id, timeout_seconds=timeout_seconds, reboot=reboot)
+            sandbox_id=sandbox_id, timeout_seconds=timeout_seconds, reboot=reboot
+        )
         reply: gateway_pb2.ResumeSandboxResponse = await self._call(
-            self._stub.ResumeSandbox, request, timeout_s, sandbox_id=sandbox_id)
+            self._stub.ResumeSandbox, request, timeout_s, sandbox_id=sandbox_id
+        )
         return reply
 
     async def create_snapshot(
-        self, sandbox_id: str, name: str = "", *, filesystem_only: bool = False,
+        self,
+        sandbox_id: str,
+        name: str = "",
+        *,
+        filesystem_only: bool = False,
         timeout_s: float | None = None,
     ) -> cluster_pb2.SnapshotRecord:
         request = gateway_pb2.CreateSnapshotRequest(
-            sandbox_id=sandbox_id, name=name, filesystem_only=filesystem_only)
+            sandbox_id=sandbox_id, name=name, filesystem_only=filesystem_only
+        )
         reply: gateway_pb2.CreateSnapshotResponse = await self._call(
-            self._stub.CreateSnapshot, request, timeout_s, sandbox_id=sandbox_id)
+            self._stub.CreateSnapshot, request, timeout_s, sandbox_id=sandbox_id
+        )
         return reply.snapshot
 
     async def list_snapshots(
-        self, *, sandbox_id: str = "", name: str = "", limit: int = 0, page_token: str = "",
+        self,
+        *,
+        sandbox_id: str = "",
+        name: str = "",
+        limit: int = 0,
+        page_token: str = "",
         timeout_s: float | None = None,
     ) -> gateway_pb2.ListSnapshotsResponse:
         request = gateway_pb2.ListSnapshotsRequest(
-            sandbox_id=sandbox_id, name=name, limit=limit, page_token=page_token)
+            sandbox_id=sandbox_id, name=name, limit=limit, page_token=page_token
+        )
         reply: gateway_pb2.ListSnapshotsResponse = await self._call(
-            self._stub.ListSnapshots, request, timeout_s, retry=True)
+            self._stub.ListSnapshots, request, timeout_s, retry=True
+        )
         return reply
 
     async def delete_snapshot(self, snapshot_id: str, *, timeout_s: float | None = None) -> None:
@@ -172,34 +256,189 @@ class GatewayClient:
         await self._call(self._stub.DeleteSnapshot, request, timeout_s)
 
     async def fork_sandbox(
-        self, sandbox_id: str, count: int = 1, *, timeout_seconds: int = 0,
+        self,
+        sandbox_id: str,
+        count: int = 1,
+        *,
+        timeout_seconds: int = 0,
         timeout_s: float | None = None,
-    ) -> list[gateway_pb2.ForkResult]:
+    ) -> list[ForkOutcome]:
+        """Group fork: `count` copy-on-write children of a running sandbox in one call; one
+        outcome per child, in order (a child's error does not fail the others)."""
         request = gateway_pb2.ForkSandboxRequest(
-            sandbox_id=sandbox_id, count=count, timeout_seconds=timeout_seconds)
+            sandbox_id=sandbox_id, count=count, timeout_seconds=timeout_seconds
+        )
         reply: gateway_pb2.ForkSandboxResponse = await self._call(
-            self._stub.ForkSandbox, request, timeout_s, sandbox_id=sandbox_id)
-        self._alive.update(r.sandbox.sandbox_id for r in reply.results if r.HasField("sandbox"))
-        return list(reply.results)
+            self._stub.ForkSandbox, request, timeout_s, sandbox_id=sandbox_id
+        )
+        outcomes = [_fork_outcome(result) for result in reply.results]
+        self._alive.update(o.sandbox_id for o in outcomes if not isinstance(o, AenvError))
+        return outcomes
 
     async def reset_sandbox(
         self, sandbox_id: str, snapshot_id: str, *, timeout_s: float | None = None
     ) -> cluster_pb2.SandboxRecord:
         request = gateway_pb2.ResetSandboxRequest(sandbox_id=sandbox_id, snapshot_id=snapshot_id)
         reply: gateway_pb2.ResetSandboxResponse = await self._call(
-            self._stub.ResetSandbox, request, timeout_s, sandbox_id=sandbox_id)
+            self._stub.ResetSandbox, request, timeout_s, sandbox_id=sandbox_id
+        )
         return reply.sandbox
 
+    async def exec(
+        self,
+        sandbox_id: str,
+        cmd: str,
+        args: Sequence[str] = (),
+        *,
+        envs: Mapping[str, str] | None = None,
+        cwd: str = "",
+        user: str = "",
+        stdin: bool = False,
+        pty: tuple[int, int] | None = None,
+        timeout_seconds: int = 0,
+        timeout_s: float | None = None,
+    ) -> Execution:
+        """Starts `cmd args` (no shell: run "/bin/sh", ["-c", ...] for one) in the sandbox and
+        returns once it runs. `pty`: (cols, rows) of a terminal to run it on. `timeout_seconds`:
+        the process is killed after it (its call then fails with DeadlineExceeded). The call's
+        deadline is `timeout_s`, else the process's timeout plus the client's, else none (cancel
+        the Execution to end it). Never sent twice."""
+        start = gateway_pb2.ExecStart(
+            sandbox_id=sandbox_id,
+            cmd=cmd,
+            args=args,
+            envs=dict(envs or {}),
+            cwd=cwd,
+            user=user,
+            stdin=stdin,
+            timeout_seconds=timeout_seconds,
+            pty=gateway_pb2.PtySize(cols=pty[0], rows=pty[1]) if pty else None,
+        )
+        if timeout_s is None and timeout_seconds:
+            timeout_s = timeout_seconds + self._timeout_s
+        call = self._stub.Exec(metadata=self._metadata, timeout=timeout_s)
+
+        async def typed(err: grpc.aio.AioRpcError) -> AenvError:
+            return await self._guest_error(err, sandbox_id)
+
+        try:
+            await call.write(gateway_pb2.ExecRequest(start=start))
+            first = await call.read()
+        except grpc.aio.AioRpcError as err:
+            raise await typed(err) from err
+        if first is grpc.aio.EOF or first.WhichOneof("event") != "started":
+            call.cancel()
+            raise AenvError("the gateway did not start the process")
+        return Execution(call, first.started.pid, typed)
+
+    async def run(
+        self,
+        sandbox_id: str,
+        command: str,
+        *,
+        input: bytes | None = None,
+        envs: Mapping[str, str] | None = None,
+        cwd: str = "",
+        user: str = "",
+        timeout_seconds: int = 0,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        """`sh -c command` to its end, with `input` as its stdin: its exit and output."""
+        async with await self.exec(
+            sandbox_id,
+            "/bin/sh",
+            ["-c", command],
+            envs=envs,
+            cwd=cwd,
+            user=user,
+            stdin=input is not None,
+            timeout_seconds=timeout_seconds,
+            timeout_s=timeout_s,
+        ) as process:
+            if input is not None:
+                if input:
+                    await process.write_stdin(input)
+                await process.close_stdin()
+            return await process.wait()
+
+    async def put_file(
+        self,
+        sandbox_id: str,
+        path: str,
+        data: bytes | Path,
+        *,
+        user: str = "",
+        timeout_s: float | None = None,
+    ) -> gateway_pb2.PutFileResponse:
+        """Writes `data` (bytes, or a local file streamed from disk) to `path` in the sandbox;
+        parent directories are made, an existing file is replaced. Never sent twice."""
+        target = gateway_pb2.FileTarget(sandbox_id=sandbox_id, path=path, user=user)
+        try:
+            reply: gateway_pb2.PutFileResponse = await self._stub.PutFile(
+                upload_chunks(target, data),
+                metadata=self._metadata,
+                timeout=self._deadline(timeout_s),
+            )
+        except grpc.aio.AioRpcError as err:
+            raise await self._guest_error(err, sandbox_id) from err
+        return reply
+
+    async def get_file(
+        self, sandbox_id: str, path: str, *, user: str = "", timeout_s: float | None = None
+    ) -> bytes:
+        """The whole file (`file_chunks` streams one too big to hold)."""
+        return b"".join(
+            [c async for c in self.file_chunks(sandbox_id, path, user=user, timeout_s=timeout_s)]
+        )
+
+    async def file_chunks(
+        self, sandbox_id: str, path: str, *, user: str = "", timeout_s: float | None = None
+    ) -> AsyncIterator[bytes]:
+        """The file's bytes, chunk by chunk as they arrive."""
+        target = gateway_pb2.FileTarget(sandbox_id=sandbox_id, path=path, user=user)
+        call = self._stub.GetFile(
+            gateway_pb2.GetFileRequest(file=target),
+            metadata=self._metadata,
+            timeout=self._deadline(timeout_s),
+        )
+        try:
+            async for reply in call:
+                if reply.data:
+                    yield reply.data
+        except grpc.aio.AioRpcError as err:
+            raise await self._guest_error(err, sandbox_id) from err
+
+    def _deadline(self, timeout_s: float | None) -> float:
+        return self._timeout_s if timeout_s is None else timeout_s
+
+    async def _guest_error(self, err: grpc.aio.AioRpcError, sandbox_id: str) -> AenvError:
+        """A failed call into a sandbox: its NOT_FOUND may name a path, not the sandbox, so the
+        sandbox is asked for: SandboxDied when it was this client's and is gone."""
+        typed = rpc_error(err)
+        if not isinstance(typed, NotFound):
+            return typed
+        try:
+            await self.get_sandbox(sandbox_id)
+        except NotFound as gone:
+            return gone
+        return typed
+
     async def _call(
-        self, method: Callable[..., Awaitable[Reply]], request: Any, timeout_s: float | None,
-        *, retry: bool = False, sandbox_id: str = "",
+        self,
+        method: Callable[..., Awaitable[Reply]],
+        request: Any,
+        timeout_s: float | None,
+        *,
+        retry: bool = False,
+        sandbox_id: str = "",
     ) -> Reply:
         """`method(request)` within the deadline; sent again only when `retry` says it is safe.
         A NOT_FOUND of `sandbox_id`, a sandbox this client made, is SandboxDied."""
+
         async def attempt(remaining_s: float) -> Reply:
             return await method(request, metadata=self._metadata, timeout=remaining_s)
 
-        timeout = self._timeout_s if timeout_s is None else timeout_s
+        timeout = self._deadline(timeout_s)
         policy = self._retries if retry else RetryPolicy(attempts=1)
         try:
             return await with_retries(attempt, policy, timeout)
@@ -212,6 +451,12 @@ class GatewayClient:
 
 
 def _outcome(result: gateway_pb2.CreateResult) -> CreateOutcome:
+    if result.HasField("sandbox"):
+        return result.sandbox
+    return item_error(result.error)
+
+
+def _fork_outcome(result: gateway_pb2.ForkResult) -> ForkOutcome:
     if result.HasField("sandbox"):
         return result.sandbox
     return item_error(result.error)

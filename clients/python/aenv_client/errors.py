@@ -24,9 +24,20 @@ from aenv_common.errors import (
 )
 
 __all__ = [
-    "AenvError", "AlreadyExists", "Conflict", "DeadlineExceeded", "Internal", "InvalidArgument",
-    "NotFound", "PermissionDenied", "ResourceExhausted", "SandboxDied", "Unauthenticated",
-    "Unavailable", "item_error", "rpc_error",
+    "AenvError",
+    "AlreadyExists",
+    "Conflict",
+    "DeadlineExceeded",
+    "Internal",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "SandboxDied",
+    "Unauthenticated",
+    "Unavailable",
+    "item_error",
+    "rpc_error",
 ]
 
 # How the gateway says a sandbox's node went away with it (service.py, `_visible`).

@@ -25,8 +25,11 @@ class RetryPolicy:
 
 
 async def with_retries(
-    attempt: Callable[[float], Awaitable[T]], policy: RetryPolicy, timeout_s: float,
-    *, clock: Callable[[], float] = time.monotonic,
+    attempt: Callable[[float], Awaitable[T]],
+    policy: RetryPolicy,
+    timeout_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """`attempt(seconds left)` until it answers, fails otherwise, or the deadline or the
     attempts run out (then the last failure is raised)."""

@@ -1,6 +1,7 @@
 """The client for synchronous code: the same calls, each run to its end on a private event loop
-(one per client, so its one channel lives there). Not for use inside a running event loop: use
-GatewayClient there."""
+(one per client, so its one channel lives there). Streams are whole here: `run` instead of
+`exec` (a process to its end, its input given at once), `get_file` instead of `file_chunks`.
+Not for use inside a running event loop: use GatewayClient there."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ class SyncGatewayClient:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -50,6 +53,7 @@ class SyncGatewayClient:
     create_sandboxes = _blocking(GatewayClient.create_sandboxes)
     get_sandbox = _blocking(GatewayClient.get_sandbox)
     list_sandboxes = _blocking(GatewayClient.list_sandboxes)
+    list_sandboxes_page = _blocking(GatewayClient.list_sandboxes_page)
     kill_sandbox = _blocking(GatewayClient.kill_sandbox)
     pause_sandbox = _blocking(GatewayClient.pause_sandbox)
     resume_sandbox = _blocking(GatewayClient.resume_sandbox)
@@ -58,6 +62,9 @@ class SyncGatewayClient:
     delete_snapshot = _blocking(GatewayClient.delete_snapshot)
     fork_sandbox = _blocking(GatewayClient.fork_sandbox)
     reset_sandbox = _blocking(GatewayClient.reset_sandbox)
+    run = _blocking(GatewayClient.run)
+    put_file = _blocking(GatewayClient.put_file)
+    get_file = _blocking(GatewayClient.get_file)
 
 
 async def _open(target: str, api_key: str, options: dict[str, Any]) -> GatewayClient:

@@ -1,6 +1,6 @@
 """A fake GatewayService for the client's tests: sandboxes in a dict, creates deduplicated by
 idempotency key as the gateway does, and failures to inject (UNAVAILABLE for the next calls, a
-slow answer, a sandbox that dies)."""
+slow answer, a sandbox that dies); a fork and a file read for their outcomes and errors."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         if template_id != "base":
             raise NotFound(f'template "{template_id}" not found')
         record = cluster_pb2.SandboxRecord(
-            sandbox_id=f"sb{len(self.sandboxes) + len(self.lost)}", template_id=template_id,
-            state=cluster_pb2.SANDBOX_STATE_RUNNING)
+            sandbox_id=f"sb{len(self.sandboxes) + len(self.lost)}",
+            template_id=template_id,
+            state=cluster_pb2.SANDBOX_STATE_RUNNING,
+        )
         self.sandboxes[record.sandbox_id] = self.by_key[key] = record
         return record
 
@@ -53,7 +55,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.CreateSandboxResponse:
         self._enter("CreateSandbox", request.idempotency_key, context)
         return gateway_pb2.CreateSandboxResponse(
-            sandbox=self._make(request.template_id, request.idempotency_key))
+            sandbox=self._make(request.template_id, request.idempotency_key)
+        )
 
     async def CreateSandboxes(
         self, request: gateway_pb2.CreateSandboxesRequest, context: grpc.aio.ServicerContext
@@ -63,12 +66,18 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         results = []
         for i, item in enumerate(items):
             try:
-                made = self._make(item.template_id or request.template_id,
-                                  f"{request.idempotency_key}/{i}")
+                made = self._make(
+                    item.template_id or request.template_id, f"{request.idempotency_key}/{i}"
+                )
                 results.append(gateway_pb2.CreateResult(sandbox=made))
             except NotFound as err:
-                results.append(gateway_pb2.CreateResult(error=gateway_pb2.SandboxError(
-                    code=404, message=err.message, status="NOT_FOUND")))
+                results.append(
+                    gateway_pb2.CreateResult(
+                        error=gateway_pb2.SandboxError(
+                            code=404, message=err.message, status="NOT_FOUND"
+                        )
+                    )
+                )
         return gateway_pb2.CreateSandboxesResponse(results=results)
 
     async def GetSandbox(
@@ -86,6 +95,29 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         del self.sandboxes[request.sandbox_id]
         return gateway_pb2.KillSandboxResponse()
 
+    async def ForkSandbox(
+        self, request: gateway_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ForkSandboxResponse:
+        """The first child is made; the others fail as a node out of room would fail them."""
+        self._enter("ForkSandbox", request.sandbox_id, context)
+        self._find(request.sandbox_id)
+        child = self._make("base", f"fork-{request.sandbox_id}-{len(self.calls)}")
+        results = [gateway_pb2.ForkResult(sandbox=child)]
+        error = gateway_pb2.ForkError(code=503, message="no room", status="UNAVAILABLE")
+        results += [gateway_pb2.ForkResult(error=error)] * (request.count - 1)
+        return gateway_pb2.ForkSandboxResponse(results=results)
+
+    async def GetFile(
+        self, request: gateway_pb2.GetFileRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[gateway_pb2.GetFileResponse]:
+        """Every sandbox holds one file, /hello."""
+        self._enter("GetFile", request.file.sandbox_id, context)
+        self._find(request.file.sandbox_id)
+        if request.file.path != "/hello":
+            raise NotFound(f"path '{request.file.path}' does not exist")
+        yield gateway_pb2.GetFileResponse(data=b"hel", size=5)
+        yield gateway_pb2.GetFileResponse(data=b"lo")
+
     def _find(self, sandbox_id: str) -> cluster_pb2.SandboxRecord:
         if sandbox_id in self.lost:
             raise NotFound(f'sandbox "{sandbox_id}" was lost with its node')
@@ -101,9 +133,16 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
 
 @contextlib.asynccontextmanager
 async def serving(gateway: FakeGateway) -> AsyncIterator[str]:
-    server, port = await start_grpc_server("127.0.0.1:0", [(
-        gateway_pb2_grpc.add_GatewayServiceServicer_to_server, gateway,
-        "aenv.gateway.v1.GatewayService")])
+    server, port = await start_grpc_server(
+        "127.0.0.1:0",
+        [
+            (
+                gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
+                gateway,
+                "aenv.gateway.v1.GatewayService",
+            )
+        ],
+    )
     try:
         yield f"127.0.0.1:{port}"
     finally:

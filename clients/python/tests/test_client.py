@@ -36,18 +36,44 @@ def gateway() -> FakeGateway:
 
 @pytest.fixture
 async def client(gateway: FakeGateway) -> AsyncIterator[GatewayClient]:
-    async with serving(gateway) as target, GatewayClient(
-            target, API_KEY, timeout_s=5, retries=FAST) as made:
+    async with (
+        serving(gateway) as target,
+        GatewayClient(target, API_KEY, timeout_s=5, retries=FAST) as made,
+    ):
         yield made
 
 
 async def test_batch_outcomes_are_records_or_typed_errors(client: GatewayClient) -> None:
-    outcomes = await client.create_sandboxes("base", items=[
-        gateway_pb2.CreateSandboxRequest(), gateway_pb2.CreateSandboxRequest(template_id="nope"),
-    ])
+    outcomes = await client.create_sandboxes(
+        "base",
+        items=[
+            gateway_pb2.CreateSandboxRequest(),
+            gateway_pb2.CreateSandboxRequest(template_id="nope"),
+        ],
+    )
     made, missing = outcomes
     assert not isinstance(made, Exception) and made.sandbox_id
     assert type(missing) is NotFound and "nope" in missing.message
+
+
+async def test_fork_outcomes_are_records_or_typed_errors(client: GatewayClient) -> None:
+    parent = await client.create_sandbox("base")
+    made, failed = await client.fork_sandbox(parent.sandbox_id, 2)
+    assert not isinstance(made, Exception) and made.sandbox_id != parent.sandbox_id
+    assert type(failed) is Unavailable and failed.message == "no room"
+
+
+async def test_a_missing_file_is_not_a_dead_sandbox(
+    client: GatewayClient, gateway: FakeGateway
+) -> None:
+    record = await client.create_sandbox("base")
+    assert await client.get_file(record.sandbox_id, "/hello") == b"hello"
+    with pytest.raises(NotFound) as missing:
+        await client.get_file(record.sandbox_id, "/nope")
+    assert type(missing.value) is NotFound and "/nope" in missing.value.message
+    gateway.die(record.sandbox_id)
+    with pytest.raises(SandboxDied):
+        await client.get_file(record.sandbox_id, "/hello")
 
 
 async def test_creates_are_retried_with_one_key(
