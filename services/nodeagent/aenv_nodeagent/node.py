@@ -59,7 +59,7 @@ from aenv_nodeagent.templates.code_interpreter import (
 )
 from aenv_nodeagent.templates.distribution import TemplateDistribution, cluster_templates
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
-from aenv_nodeagent.templates.retire import RetiredTemplates, retired_ids
+from aenv_nodeagent.templates.retire import RetiredMarks, RetiredTemplates
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BuildContexts
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, VmJail, detect_accelerator
@@ -211,9 +211,10 @@ class NodeAgent:
         self._run(TemplateCache(
             templates, int(s.template_cache_max_gib * (1 << 30)), sandboxes.templates_in_use,
             pool.forget_template).run(s.template_cache_trim_interval_s))
+        marks = RetiredMarks(store, s.node_id)
         self._run(RetiredTemplates(
-            templates, kept.saved, lambda: retired_ids(store), sandboxes.templates_in_use,
-            pool.forget_template).run(s.template_cache_trim_interval_s))
+            templates, kept.saved, marks.ids, sandboxes.templates_in_use,
+            pool.forget_template, marks).run(s.template_cache_trim_interval_s))
         self._run(run_bounds(build_cache_bounds(
             templates, s.resolved_image_cache_dir(), s.resolved_templates_dir(),
             BuildCacheSizes(*(int(gib * (1 << 30)) for gib in (
