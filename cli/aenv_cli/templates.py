@@ -7,7 +7,7 @@ The platform is the one `aenv up --home home` started: the gateway's loopback HT
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +44,10 @@ HTTP_TIMEOUT_S = 30.0
 API_KEY_HEADER = "X-API-Key"
 # The levels of build lines shown (the SDK's own bookkeeping lines are debug).
 SHOWN_LEVELS = {"info": "cyan", "warn": "yellow", "error": "red"}
+
+
+# What a build's log entries go to as they come.
+BuildLogs = Callable[[LogEntry], None]
 
 
 class BuildFailed(AenvError):
@@ -133,28 +137,28 @@ def build_template(gateway: Gateway, request: BuildRequest, console: Console) ->
         template = Template(file_context_path=str(context)).from_dockerfile(str(dockerfile))
     except (ValueError, OSError) as err:  # the Dockerfile's syntax
         raise InvalidArgument(f"{dockerfile}: {err}") from None
-    return run_build(gateway, template, request, console, what=str(dockerfile))
+    return run_build(gateway, template, request, BuildLogPrinter(console), what=str(dockerfile))
 
 
 def pull_image(gateway: Gateway, image: str, request: BuildRequest,
-               console: Console) -> BuiltTemplate:
+               logs: BuildLogs) -> BuiltTemplate:
     """Builds template `request.name` from a registry image (the SDK's `from_image`; the
     request's `dockerfile` and `context` are unused); the node pulls it, every layer once.
 
     :raise BuildFailed, Unauthenticated, Unavailable: as `build_template`.
     """
-    return run_build(gateway, Template().from_image(image), request, console, what=image)
+    return run_build(gateway, Template().from_image(image), request, logs, what=image)
 
 
 def run_build(gateway: Gateway, template: TemplateBuilder, request: BuildRequest,
-              console: Console, *, what: str) -> BuiltTemplate:
+              logs: BuildLogs, *, what: str) -> BuiltTemplate:
     """`Template.build` of `template` as `request` names and sizes it, through the gateway,
-    its log lines on `console`."""
+    each of its log entries to `logs` as it comes."""
     try:
         info = Template.build(
             template, request.name, tags=list(request.tags) or None,
             cpu_count=request.cpu_count, memory_mb=request.memory_mb,
-            skip_cache=request.skip_cache, on_build_logs=BuildLogPrinter(console),
+            skip_cache=request.skip_cache, on_build_logs=logs,
             api_url=gateway.api_url, api_key=gateway.api_key,
         )
     except (BuildException, SandboxException, ServiceBusyException) as err:

@@ -152,7 +152,7 @@ def test_logs_follow_prints_new_entries_once_until_the_sandbox_ends(
         elif len(polls) == 3:
             del server.sandboxes["sb1"]
 
-    monkeypatch.setattr(sandboxes.time, "sleep", poll)
+    monkeypatch.setattr(sandboxes, "wait_between_polls", poll)
     result = invoke(fake_clients(server), "logs", "sb1", "--follow", "-o", "json")
     assert result.exit_code == 0, result.output
     printed = [json.loads(line)["message"] for line in result.stdout.splitlines()]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 import pytest
@@ -149,20 +149,27 @@ class _SdkHandleCommands:
 
     async def run(self, cmd: str, *, on_stdout: Any, on_stderr: Any,
                   **options: Any) -> AsyncCommandHandle[Any]:
-        async def events() -> AsyncIterator[process_pb.StartResponse]:
-            for field, chunks in (("stdout", BINARY_OUT), ("stderr", BINARY_ERR)):
-                for chunk in chunks:
-                    data = process_pb.ProcessEvent.DataEvent(output=Oneof(field, chunk))
-                    yield process_pb.StartResponse(
-                        event=process_pb.ProcessEvent(event=Oneof("data", data)))
-            end = process_pb.ProcessEvent.EndEvent(exit_code=3, exited=True, status="exit 3")
-            yield process_pb.StartResponse(event=process_pb.ProcessEvent(event=Oneof("end", end)))
+        return AsyncCommandHandle(pid=9, handle_kill=_killed, events=_events(),
+                                  on_stdout=on_stdout, on_stderr=on_stderr,
+                                  retain_output=options["retain_output"])
 
-        async def kill() -> bool:
-            return True
 
-        return AsyncCommandHandle(pid=9, handle_kill=kill, events=events(), on_stdout=on_stdout,
-                                  on_stderr=on_stderr, retain_output=options["retain_output"])
+def _event(kind: str, payload: Any) -> process_pb.StartResponse:
+    return process_pb.StartResponse(event=process_pb.ProcessEvent(event=cast(Any, Oneof(
+        kind, payload))))
+
+
+async def _events() -> AsyncGenerator[process_pb.StartResponse | process_pb.ConnectResponse]:
+    for stream, chunks in (("stdout", BINARY_OUT), ("stderr", BINARY_ERR)):
+        for chunk in chunks:
+            yield _event("data", process_pb.ProcessEvent.DataEvent(
+                output=cast(Any, Oneof(stream, chunk))))
+    yield _event("end", process_pb.ProcessEvent.EndEvent(exit_code=3, exited=True,
+                                                         status="exit 3"))
+
+
+async def _killed() -> bool:
+    return True
 
 
 def test_exec_passes_binary_output_through_byte_for_byte(server: FakeServer) -> None:

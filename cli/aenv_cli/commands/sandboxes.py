@@ -36,8 +36,9 @@ SANDBOX_COLUMNS = (
 SECRET_FIELDS = ("envdAccessToken", "trafficAccessToken")
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# How often `logs --follow` asks for new entries.
+# How often `logs --follow` asks for new entries (tests replace the wait).
 FOLLOW_POLL_S = 1.0
+wait_between_polls = time.sleep
 
 
 @clean_errors
@@ -195,7 +196,7 @@ def logs(
     tail = LogTail()
     _print_entries(given.out, tail.fresh(entries), output)
     while True:
-        time.sleep(FOLLOW_POLL_S)
+        wait_between_polls(FOLLOW_POLL_S)
         try:
             entries = given.api.logs(sandbox_id, since_ms=tail.since_ms)
         except NotFound:

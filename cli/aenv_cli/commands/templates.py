@@ -11,8 +11,9 @@ import typer
 from aenv_cli.commands.context import clients
 from aenv_cli.commands.failures import clean_errors
 from aenv_cli.commands.output import Format, show
+from aenv_cli.pull_progress import PullProgress
 from aenv_cli.server import aenv_home
-from aenv_cli.templates import BuildRequest, Gateway, pull_image
+from aenv_cli.templates import BuildLogPrinter, BuildRequest, Gateway, pull_image
 from aenv_common.errors import InvalidArgument
 
 
@@ -42,7 +43,8 @@ def pull(
     skip_cache: Annotated[bool, typer.Option(
         "--skip-cache", help="Build again even if nothing changed.")] = False,
 ) -> None:
-    """Make a template of a registry image (the SDK's from_image), streaming the build's log.
+    """Make a template of a registry image (the SDK's from_image): on a terminal a bar per
+    layer and per phase, else the build's log lines.
 
     Example: aenv template pull python:3.12-slim --name py312
     """
@@ -50,6 +52,10 @@ def pull(
     gateway = Gateway(aenv_home(), given.server.url, given.server.api_key)
     request = BuildRequest(Path(image), name, cpu_count=cpu, memory_mb=memory_mb,
                            skip_cache=skip_cache)
-    built = pull_image(gateway, image, request, given.out)
+    if given.out.is_terminal:
+        with PullProgress(given.out) as progress:
+            built = pull_image(gateway, image, request, progress)
+    else:
+        built = pull_image(gateway, image, request, BuildLogPrinter(given.out))
     given.out.print(f"[green]pulled[/] {image} as {built.name}: template id "
                     f"{built.template_id}, build id {built.build_id}")
