@@ -10,7 +10,8 @@ image) and a recipe, cold-booted once and captured, so sandboxes only ever resto
 - saved.py: the templates built or pulled here, known again after a restart
 - distribution.py, builtin_disks.py: templates through snapstore, so any node creates from
   them (the built-in ones' captures too, with the disks they were made on)
-- cache.py, retire.py: bounding the captured ones; dropping those the catalog retired
+- cache.py, retire.py, outdated.py: bounding the captured ones; dropping those the catalog
+  retired, and the built-in ones' captures under inputs this node no longer has
 - bounds.py: bounding what builds leave (image blobs, base disks, step layers) and pulled rootfs
 """
 
