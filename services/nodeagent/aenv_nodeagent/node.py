@@ -59,6 +59,7 @@ from aenv_nodeagent.templates.code_interpreter import (
 )
 from aenv_nodeagent.templates.distribution import TemplateDistribution, cluster_templates
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
+from aenv_nodeagent.templates.outdated import OutdatedCaptures, node_disks
 from aenv_nodeagent.templates.retire import RetiredMarks, RetiredTemplates
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BuildContexts
@@ -215,6 +216,9 @@ class NodeAgent:
         self._run(RetiredTemplates(
             templates, kept.saved, marks.ids, sandboxes.templates_in_use,
             pool.forget_template, marks).run(s.template_cache_trim_interval_s))
+        self._run(OutdatedCaptures(
+            templates, node_disks(s.resolved_state_dir()), pool.forget_template, persistence,
+        ).run(s.template_cache_trim_interval_s))
         self._run(run_bounds(build_cache_bounds(
             templates, s.resolved_image_cache_dir(), s.resolved_templates_dir(),
             BuildCacheSizes(*(int(gib * (1 << 30)) for gib in (
