@@ -17,6 +17,7 @@ from .filesystem_service import FilesystemService
 from .process_service import ProcessService
 from .processes import ProcessManager
 from .state import SandboxState
+from .tracecontext import TraceContextMiddleware
 
 UNAUTHORIZED_BODY = json.dumps(
     {
@@ -54,7 +55,7 @@ class AccessTokenMiddleware:
         await self._app(scope, receive, send)
 
 
-def build_app(config: EnvdConfig, state: SandboxState | None = None) -> AccessTokenMiddleware:
+def build_app(config: EnvdConfig, state: SandboxState | None = None) -> TraceContextMiddleware:
     state = state or SandboxState()
     processes = ProcessService(ProcessManager(config.finished_retention_s), state)
     filesystem = FilesystemService(state)
@@ -77,4 +78,5 @@ def build_app(config: EnvdConfig, state: SandboxState | None = None) -> AccessTo
         Route("/files", files.get, methods=["GET"]),
         Route("/files", files.post, methods=["POST"]),
     ]
-    return AccessTokenMiddleware(Starlette(routes=routes), state)
+    # Outermost: a refused request is still part of its caller's trace.
+    return TraceContextMiddleware(AccessTokenMiddleware(Starlette(routes=routes), state))

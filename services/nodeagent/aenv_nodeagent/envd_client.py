@@ -10,15 +10,21 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import aiohttp
+from opentelemetry.sdk.trace import TracerProvider
 
 from aenv_common.errors import DeadlineExceeded, Internal, Unavailable
+from aenv_nodeagent.guest_spans import record_envd_span, traced
 
 ENVD_PORT = 49983
 
 
 class EnvdClient:
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, tracer_provider: TracerProvider | None = None
+    ) -> None:
         self._session = session
+        # Where envd's spans are recorded (None: this process's tracer provider).
+        self._tracer_provider = tracer_provider
 
     async def wait_healthy(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> float:
         """Polls `GET /health` until envd answers; returns the seconds it took."""
@@ -71,9 +77,10 @@ class EnvdClient:
         url = f"http://{host}:{port}/init"
         # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
         async with self._session.post(
-            url, json=body, headers=_token_header(current_token),
+            url, json=body, headers=traced(_token_header(current_token)),
             timeout=aiohttp.ClientTimeout(total=timeout_s),
         ) as resp:
+            record_envd_span("envd POST /init", resp.headers, self._tracer_provider)
             if resp.status >= 300:
                 raise Internal(f"envd /init failed: HTTP {resp.status} {await resp.text()}")
             return resp.headers.get("X-Envd-Version", "0.0.0")
@@ -98,9 +105,10 @@ class EnvdClient:
         guest wrote must be on the disk layer, not only in its RAM)."""
         try:
             async with self._session.post(
-                f"http://{host}:{port}/sync", headers=_token_header(access_token),
+                f"http://{host}:{port}/sync", headers=traced(_token_header(access_token)),
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:
+                record_envd_span("envd POST /sync", resp.headers, self._tracer_provider)
                 if resp.status >= 300:
                     raise Internal(f"envd /sync failed: HTTP {resp.status}")
         except (aiohttp.ClientError, TimeoutError) as err:
