@@ -18,6 +18,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common import errors
 from aenv_common.cluster import keys as k
 from aenv_common.cluster.codec import decode, encode
+from aenv_common.cluster.target import grpc_target
 from aenv_common.config import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -59,24 +60,22 @@ class ClusterStore:
 
     @classmethod
     async def connect(cls, settings: CommonSettings) -> ClusterStore:
-        """Connects to the first reachable endpoint of `settings.etcd_endpoints`."""
+        """Connects to `settings.etcd_endpoints`: one channel over them all, which moves to
+        another member when its own goes away (cluster/target.py)."""
         keys = k.EtcdKeys(settings.etcd_prefix)
-        failures: list[str] = []
-        for host, port in settings.etcd_endpoint_list():
-            client = aetcd.Client(
-                host, port, timeout=CALL_TIMEOUT_SECONDS, options=dict(_CHANNEL_OPTIONS)
-            )
-            try:
-                await client.status()
-            except aetcd.exceptions.ClientError as e:
-                failures.append(f"{host}:{port}: {e}")
-                await client.close()
-                continue
-            log.info("connected to etcd", extra={"endpoint": f"{host}:{port}"})
-            return cls(client, keys)
-        raise errors.Unavailable(
-            f"etcd is unreachable at {settings.etcd_endpoints} ({'; '.join(failures)})"
+        host, port = grpc_target(settings.etcd_endpoint_list())
+        client = aetcd.Client(
+            host, port, timeout=CALL_TIMEOUT_SECONDS, options=dict(_CHANNEL_OPTIONS)
         )
+        try:
+            await client.status()
+        except aetcd.exceptions.ClientError as e:
+            await client.close()
+            raise errors.Unavailable(
+                f"etcd is unreachable at {settings.etcd_endpoints} ({e})"
+            ) from e
+        log.info("connected to etcd", extra={"endpoints": settings.etcd_endpoints})
+        return cls(client, keys)
 
     async def close(self) -> None:
         await self.client.close()
