@@ -25,12 +25,24 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{- /* One name for every member: the headless Service resolves to all their addresses, which
+gRPC's DNS resolver re-reads after a failure, so the services fail over between members. */ -}}
 {{- define "aenv.etcdEndpoints" -}}
 {{- if .Values.etcd.enabled -}}
 {{ include "aenv.fullname" . }}-etcd:2379
 {{- else -}}
 {{ required "etcd.external.endpoints is required when etcd.enabled=false" .Values.etcd.external.endpoints }}
 {{- end -}}
+{{- end -}}
+
+{{- /* member-0=http://<fullname>-etcd-0.<fullname>-etcd:2380,... for etcd.replicas members */ -}}
+{{- define "aenv.etcdInitialCluster" -}}
+{{- $name := printf "%s-etcd" (include "aenv.fullname" .) -}}
+{{- $members := list -}}
+{{- range $i := until (int .Values.etcd.replicas) -}}
+{{- $members = append $members (printf "%s-%d=http://%s-%d.%s:2380" $name $i $name $i $name) -}}
+{{- end -}}
+{{ join "," $members }}
 {{- end -}}
 
 {{- define "aenv.apiKeySecret" -}}
