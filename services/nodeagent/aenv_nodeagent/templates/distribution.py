@@ -206,6 +206,7 @@ class TemplateDistribution:
             mark_used(target)  # its bound keeps the recently used ones (bounds.py)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
+            pulled.chmod(0o444)  # a backing file, pulled private (mkstemp): read-only for all
             os.replace(pulled, target)
         return target
 
@@ -253,6 +254,9 @@ class TemplateDistribution:
                 return False
             recorded.unlink()
         await rebase_overlay(files[DISK_FILE], inputs.rootfs.path)
+        for path in files.values():  # pulled private (mkstemp): read as a capture made here
+            if path.exists():
+                path.chmod(0o644)
         directory = snapshot_dir(self._root, inputs)
         directory.parent.mkdir(parents=True, exist_ok=True)
         try:

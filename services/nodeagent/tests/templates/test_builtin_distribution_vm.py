@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import shutil
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import pytest
 
 from aenv_nodeagent.disks import create_overlay
+from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR, disk_digests
 from aenv_nodeagent.templates.model import BASE_TEMPLATE, with_disks
 
@@ -76,3 +78,12 @@ async def test_base_is_captured_once_and_restored_by_every_node_on_the_disks_it_
         read = "cat /usr/bin/* | md5sum >/dev/null && echo read"
         assert await sh(c.session, sandbox.host, s.envd_access_token, read) == "read\n"
         await c.sandboxes.kill(s.sandbox_id)
+
+        # c again after a restart: its own disks registered, the capture's backing.json puts
+        # the template back on a's (a store that cannot boot: it must not capture).
+        cannot: Any = None
+        again = TemplateStore(c.templates.root, cannot, cannot, cannot, cannot,
+                              boot_timeout_s=1, boot_attempts=1)
+        again.register(with_disks(base, rootfs, tools))
+        assert (await again.get(BASE_TEMPLATE)).directory == on_c.directory
+        assert again.inputs(BASE_TEMPLATE) == now and _said(caplog, CAPTURED) == 1
