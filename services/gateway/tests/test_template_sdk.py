@@ -149,6 +149,25 @@ async def test_a_failed_step_is_reported_and_the_previous_version_stays(tstack: 
     await sandbox.kill()
 
 
+async def test_the_build_status_pages_its_log(tstack: Stack) -> None:
+    steps = AsyncTemplate().from_image("alpine:3").run_cmd("echo one").run_cmd("echo two")
+    built = await AsyncTemplate.build(steps, "paged")
+    route = f"/templates/{built.template_id}/builds/{built.build_id}/status"
+    async with httpx.AsyncClient(base_url=tstack.url, headers=AUTH) as http:
+        whole = (await http.get(route)).json()["logEntries"]
+        assert len(whole) >= 4
+        first = (await http.get(route, params={"limit": 2})).json()
+        rest = (await http.get(route, params={"logsOffset": 2})).json()
+        assert first["logEntries"] == whole[:2] and rest["logEntries"] == whole[2:]
+        assert len(first["logs"]) == 2 and first["logs"][0].endswith(whole[0]["message"])
+        middle = (await http.get(route, params={"logsOffset": 1, "limit": 1})).json()
+        assert middle["logEntries"] == whole[1:2]
+        assert (await http.get(route, params={"logsOffset": len(whole)})).json()[
+            "logEntries"] == []
+        for bad in ({"logsOffset": -1}, {"limit": "x"}):
+            assert (await http.get(route, params=bad)).status_code == 400
+
+
 async def test_tags_pick_builds(tstack: Stack) -> None:
     v1 = await AsyncTemplate.build(
         AsyncTemplate().from_image("alpine:3").run_cmd("echo v1"), "tagged:v1")
