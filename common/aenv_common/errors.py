@@ -53,20 +53,25 @@ class AlreadyExists(AenvError):
     grpc_code = grpc.StatusCode.ALREADY_EXISTS
 
 
-class ResourceExhausted(AenvError):
-    """`retry_after_s`: the request may succeed when sent again this much later (a full or
-    timed-out admission queue), sent on as gRPC RetryInfo and HTTP Retry-After; None: it will
-    not (nothing can ever hold it)."""
-
-    http_status = 429
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+class _Retriable(AenvError):
+    """`retry_after_s`: the request may succeed when sent again this much later, sent on as
+    gRPC RetryInfo and HTTP Retry-After; None: nothing is said of retrying."""
 
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
 
-class Unavailable(AenvError):
+class ResourceExhausted(_Retriable):
+    """Retry after: a full or timed-out admission queue; without: nothing can ever hold it."""
+
+    http_status = 429
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(_Retriable):
+    """Retry after: e.g. a standby scheduler while a leader is elected."""
+
     http_status = 503
     grpc_code = grpc.StatusCode.UNAVAILABLE
 
@@ -101,10 +106,11 @@ _BY_GRPC_CODE: dict[grpc.StatusCode, type[AenvError]] = {
 def from_rpc_error(err: grpc.aio.AioRpcError) -> AenvError:
     """Rebuild the typed error a remote service raised from its gRPC status."""
     message = err.details() or err.code().name.lower()
-    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+    typed = _BY_GRPC_CODE.get(err.code(), Internal)
+    if issubclass(typed, _Retriable):
         from aenv_common.retry_info import retry_after_from
 
-        return ResourceExhausted(message, retry_after_from(err.trailing_metadata()))
+        return typed(message, retry_after_from(err.trailing_metadata()))
     return from_status(err.code(), message)
 
 

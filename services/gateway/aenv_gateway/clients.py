@@ -53,7 +53,8 @@ class SchedulerClient:
     """The scheduler replicas (`addresses`: comma-separated): only the leader places, the others
     answer UNAVAILABLE, and so does a leader that died mid-call. Those are asked in turn, the
     last one that placed first, for up to `failover_s` (a standby takes over within its lease
-    TTL); a lone address is asked once. Scheduling again is safe: a placement is keyed by the sandbox id, nothing is created
+    TTL); a lone address is asked again only while it says it is a standby (its election
+    runs). Scheduling again is safe: a placement is keyed by the sandbox id, nothing is created
     before the answer."""
 
     def __init__(
@@ -71,14 +72,15 @@ class SchedulerClient:
 
     async def schedule(self, spec: cluster_pb2.SandboxSpec) -> scheduler_pb2.Placement:
         request = scheduler_pb2.ScheduleRequest(spec=spec)
-        # One address: nobody else could take over, its caller retries.
-        failover_s = self._failover_s if len(self._stubs) > 1 else 0.0
-        give_up_at = self._clock() + failover_s
+        give_up_at = self._clock() + self._failover_s
         while True:
             try:
                 return await self._schedule_once(request)
-            except Unavailable:
-                if self._clock() >= give_up_at:
+            except Unavailable as err:
+                # One address that is down: no other replica could take over, its caller
+                # retries. A standby (it says when to retry) waits for its own election.
+                alone = len(self._stubs) == 1 and err.retry_after_s is None
+                if alone or self._clock() >= give_up_at:
                     raise
             await asyncio.sleep(SCHEDULER_RETRY_INTERVAL_S)
 

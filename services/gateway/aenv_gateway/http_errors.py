@@ -35,9 +35,10 @@ def error_response(status: int, message: str, no_retry: bool = False) -> JSONRes
 
 def typed_error_response(err: AenvError) -> JSONResponse:
     response = error_response(err.http_status, err.message, no_retry=isinstance(err, _NO_RETRY))
-    if isinstance(err, ResourceExhausted) and err.retry_after_s is not None:
-        # A full or timed-out admission queue: when to try again (whole seconds, RFC 9110).
-        response.headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    retry_after_s: float | None = getattr(err, "retry_after_s", None)
+    if retry_after_s is not None:
+        # E.g. a full or timed-out admission queue: when to try again (whole seconds, RFC 9110).
+        response.headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     if isinstance(err, BodyRefused):
         # The rest of the body would still be read to keep the connection: close it instead.
         response.headers["Connection"] = "close"

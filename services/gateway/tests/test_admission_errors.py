@@ -1,9 +1,11 @@
 """Admission refusals at the edges: a full or timed-out scheduler queue is 429 with Retry-After
 on REST and RESOURCE_EXHAUSTED with RetryInfo on gRPC; a request nothing can ever hold says
 nothing of retrying. And the scheduler replicas: a standby's UNAVAILABLE sends the gateway to
-the next replica."""
+the next replica, and a lone standby is asked again until it leads."""
 
 from __future__ import annotations
+
+import asyncio
 
 import grpc
 import httpx
@@ -51,7 +53,7 @@ async def test_full_queue_is_resource_exhausted_with_retry_info_on_grpc(stack: S
 
 class StandbyScheduler(FakeScheduler):
     def __init__(self) -> None:
-        super().__init__(set(), scheduler_pb2.Placement())
+        super().__init__(set(), scheduler_pb2.Placement(node_id="n2"))
         self.failures["base"] = Unavailable("this scheduler is a standby")
 
 
@@ -76,8 +78,16 @@ async def test_a_standby_sends_the_gateway_to_the_next_replica() -> None:
 
         lone = SchedulerClient(pool, addresses[0], deadline_s=5, failover_s=5)
         with pytest.raises(Unavailable):
-            await lone.schedule(spec)  # no other replica: answered at once
+            await lone.schedule(spec)  # down, and no other replica: answered at once
         assert standby.calls == 2
+
+        # A lone replica that says it is a standby (its election runs) is asked again.
+        standby.failures["base"] = Unavailable("this scheduler is a standby", 0.1)
+        asked = asyncio.get_running_loop().call_later(0.5, standby.failures.clear)
+        standby.templates.add("base")
+        assert (await lone.schedule(spec)) == standby.placement
+        assert standby.calls > 3
+        asked.cancel()
     finally:
         await pool.close()
         for server in servers:

@@ -69,6 +69,7 @@ class SchedulerApp:
                 snapshots,
                 ledger,
                 s.retry_after_seconds,
+                float(s.leader_ttl_seconds),
             )
             nodes.add_listener(scheduler.on_node_change)
             templates.add_listener(scheduler.on_template_change)

@@ -36,12 +36,15 @@ class Scheduler:
         snapshots: RecordCache[SnapshotRecord] | None = None,
         ledger: ReservationLedger | None = None,
         retry_after_s: float = 5.0,
+        standby_retry_s: float = 1.0,
     ) -> None:
         self._nodes = nodes
         # None: a lone scheduler that always leads and keeps its reservations in memory only.
         self._ledger = ledger
         # Set while this instance holds the leader key and has adopted the stored reservations.
         self.leading = ledger is None
+        # What a standby's refusal says: a leader may be elected by then (at most a lease TTL).
+        self._standby_retry_s = standby_retry_s
         self._templates = templates
         self._snapshots = snapshots
         self._reservations = reservations
@@ -65,7 +68,9 @@ class Scheduler:
         if not spec.template_id:
             raise errors.InvalidArgument("template_id is required")
         if not self.leading:
-            raise NotLeader("this scheduler is a standby; another replica places")
+            raise NotLeader(
+                "this scheduler is a standby; another replica places", self._standby_retry_s
+            )
         if not spec.sandbox_id:  # the reservation's key
             named = cluster_pb2.SandboxSpec()
             named.CopyFrom(spec)
