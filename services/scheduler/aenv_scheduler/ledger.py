@@ -6,7 +6,8 @@ nodes emptier than they are and over-place them. So each placement is written un
 `<prefix>/scheduler/reservations/<sandbox_id>` before the gateway hears of it, in a transaction
 that holds only while this instance still owns the leader key: a deposed leader (its lease
 expired, a successor elected) cannot place any more. A successor reads them all when it
-takes over. Ended reservations are deleted in batches, off the placement path.
+takes over. Placements arriving together are written together; ended reservations are
+deleted in batches, off the placement path.
 """
 
 from __future__ import annotations
@@ -43,12 +44,17 @@ class ReservationLedger:
         self._wall_clock = wall_clock
         self._prefix = store.keys.prefix.encode() + b"/scheduler/reservations/"
         self._ended: set[str] = set()
+        # Placements to write, each with its caller's future; one writer task at a time.
+        self._unwritten: list[tuple[StoredReservation, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     def _key(self, sandbox_id: str) -> bytes:
         return self._prefix + sandbox_id.encode()
 
     async def record(self, reservation: Reservation, ttl_left_s: float) -> None:
-        """Writes the placement while this instance leads.
+        """Writes the placement while this instance leads. Placements waiting while a write is
+        in flight go together in the next transaction (group commit): one round trip to etcd
+        for a burst, none added to a lone placement.
 
         :raise NotLeader: another instance leads now (the caller drops the placement).
         """
@@ -59,17 +65,47 @@ class ReservationLedger:
             resources=reservation.resources,
             expires_at_unix_ms=int((self._wall_clock() + ttl_left_s) * 1000),
         )
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._unwritten.append((stored, written))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_unwritten(), name="ledger-writer")
+        await written
+
+    async def _write_unwritten(self) -> None:
+        while self._unwritten:
+            batch = self._unwritten[:MAX_TXN_OPS]
+            del self._unwritten[:MAX_TXN_OPS]
+            outcome: errors.AenvError | None = None
+            try:
+                if not await self._put_while_leading([stored for stored, _ in batch]):
+                    outcome = NotLeader(
+                        "this scheduler lost its leadership; another replica places now"
+                    )
+            except errors.AenvError as err:
+                outcome = err
+            for _, written in batch:
+                if written.done():
+                    continue  # its caller went away
+                if outcome is None:
+                    written.set_result(None)
+                else:
+                    written.set_exception(outcome)
+
+    async def _put_while_leading(self, batch: list[StoredReservation]) -> bool:
         client = self._store.client
         txn = client.transactions
         leader_key = self._store.keys.scheduler_leader
         with etcd_errors("reservation write"):
             held, _ = await client.transaction(
                 compare=[txn.value(leader_key) == self._identity],
-                success=[txn.put(self._key(reservation.sandbox_id), stored.SerializeToString())],
+                success=[
+                    txn.put(self._key(sandbox_id), stored.SerializeToString())
+                    # A Schedule sent again may be in the same batch: etcd refuses a key twice.
+                    for sandbox_id, stored in {s.sandbox_id: s for s in batch}.items()
+                ],
                 failure=[],
             )
-        if not held:
-            raise NotLeader("this scheduler lost its leadership; another replica places now")
+        return bool(held)
 
     def ended(self, sandbox_id: str) -> None:
         """A reservation ended (settled, expired, dropped): deleted at the next flush."""

@@ -4,6 +4,7 @@ node they are on; a deposed leader cannot place; refusals of the queue carry whe
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -92,3 +93,16 @@ async def test_a_deposed_leader_cannot_write_a_placement(
     assert not await store.client.get_prefix(
         store.keys.prefix.encode() + b"/scheduler/reservations/"
     )
+
+
+async def test_placements_together_are_written_together_a_repeated_one_once(
+    replicas: list[SchedulerApp], store: ClusterStore, make_node: NodeFactory
+) -> None:
+    await make_node("n1", 40, ["base"])
+    await until(lambda: all(core(app).live_nodes() for app in replicas))
+    [leader] = [app for app in replicas if core(app).leading]
+    ids = [f"s{i}" for i in range(30)] + ["s0", "s1"]  # two sent again at once
+    placed = await asyncio.gather(*(schedule(leader, sandbox_id) for sandbox_id in ids))
+    assert {p.node_id for p in placed} == {"n1"}
+    stored = await store.client.get_prefix(store.keys.prefix.encode() + b"/scheduler/reservations/")
+    assert len(stored) == 30 and len(core(leader).reservations) == 30
