@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv_common.config import CommonSettings
 from aenv_nodeagent.confinement.choice import CgroupMode
+from aenv_nodeagent.vmm.jail_choice import JailMode
 
 
 class NodeAgentSettings(BaseSettings):
@@ -41,7 +42,7 @@ class NodeAgentSettings(BaseSettings):
     capacity_memory_mib: int | None = Field(default=None, gt=0)
     capacity_disk_mib: int | None = Field(default=None, gt=0)
     # Idle sandboxes (agents waiting on a model) cost little CPU; CPU use is not measured yet.
-    cpu_overcommit: float = Field(default=16.0, gt=0)
+    cpu_overcommit: float = Field(default=32.0, gt=0)
     # Bounds the guest RAM given out, should every guest fill its RAM at once.
     memory_overcommit: float = Field(default=8.0, gt=0)
     # Overlays are thin: a sandbox's disk is mostly its template's, shared.
@@ -134,6 +135,14 @@ class NodeAgentSettings(BaseSettings):
     # Tasks of one QEMU: its threads (vCPUs, I/O workers: up to 64) and frozen copies.
     vmm_pids_max: int = Field(default=512, ge=16)
     vmm_nofile_max: int = Field(default=4096, ge=64)
+    # Every QEMU jailed (vmm/confined.py): a uid of its own from this range (gid alike), a root
+    # holding only its files in a mount namespace, no capabilities, QEMU's seccomp sandbox.
+    # `required` fails the node's start where the host cannot; `auto` runs QEMU as root there,
+    # saying so (a WARNING, the node's status); `off` does not try. The range must be free on
+    # the host (no user, no subordinate ids) and hold one uid per VM, frozen copies' included.
+    vmm_jail: JailMode = "auto"
+    vmm_uid_first: int = Field(default=1_000_000_000, ge=1)
+    vmm_uid_count: int = Field(default=65536, ge=16)
 
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or self.common.home / "cache"

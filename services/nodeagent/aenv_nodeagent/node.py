@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
 import logging
 import time
@@ -65,6 +66,8 @@ from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.templates.steps import BuildContexts
 from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, VmJail, detect_accelerator
 from aenv_nodeagent.vmm.driver import VmmDriver
+from aenv_nodeagent.vmm.jail_choice import choose as choose_jail
+from aenv_nodeagent.vmm.uids import UidRange
 
 log = logging.getLogger(__name__)
 
@@ -284,20 +287,24 @@ class NodeAgent:
         self._stack.push_async_callback(cancel)
 
     def _jail(self) -> VmJail:
-        """How VMs are confined here (a cgroup each, when the host can): said in the node's
-        record; with vmm_cgroups=required, the start fails where the host cannot."""
+        """How VMs are confined here (a cgroup each and a jail, when the host can): said in the
+        node's record; with vmm_cgroups or vmm_jail required, the start fails where the host
+        cannot."""
         s = self.settings
         try:
-            self.confinement = confinement = choose(
+            confinement = choose(
                 s.vmm_cgroups, s.resolved_state_dir(),
                 LimitSettings(s.vmm_memory_overhead_mib, s.vmm_pids_max), s.vmm_cgroup_parent)
+            jailing = choose_jail(s.vmm_jail, UidRange(s.vmm_uid_first, s.vmm_uid_count))
         except AenvError as err:
             log.error("node agent cannot start", extra={"error": err.message})
             raise
         if confinement.cgroups is not None:
             # Registered before the sandboxes: their VMs are gone when the slices go.
             self._stack.callback(confinement.cgroups.close)
-        return VmJail(confinement.cgroups, nofile=s.vmm_nofile_max)
+        self.confinement = dataclasses.replace(
+            confinement, status=f"{confinement.status}; {jailing.status}")
+        return VmJail(confinement.cgroups, nofile=s.vmm_nofile_max, uids=jailing.uids)
 
     def _persistence(self, publisher: SnapshotPublisher) -> SnapshotPersistence | None:
         s = self.settings

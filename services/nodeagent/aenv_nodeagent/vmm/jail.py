@@ -1,7 +1,9 @@
 """The step every QEMU is exec'd through: it joins the VM's cgroup, drops core dumps, bounds its
-descriptors, sets `no_new_privs`, installs the hole-punch filter when asked (seccomp.py), then
-execs its command line in place (same PID). So no guest instruction ever runs outside the cgroup,
-and nothing of a guest's memory can land in a core file.
+descriptors; when jailed, opens the VM's tap for it, enters a mount namespace whose root holds
+only the VM's files (jailroot.py) and becomes the sandbox's uid without capabilities
+(privileges.py); then sets `no_new_privs`, installs the hole-punch filter when asked
+(seccomp.py), and execs its command line in place (same PID). So no guest instruction ever runs
+outside the cgroup or as root, and nothing of a guest's memory can land in a core file.
 
 Run as a script (`wrapped`), not in a `preexec_fn`: Python code between fork and exec runs gRPC's
 fork handlers, which abort the child. Standard library only, started with `-I -S` (10-20 ms).
@@ -21,15 +23,28 @@ _PR_SET_NO_NEW_PRIVS = 38
 _FAILED = 125  # the exit status of a step that failed (as env(1) and friends use it)
 
 
+def jail_options(
+    uid: int, root: Path, writable: Sequence[Path] = (), readonly: Sequence[Path] = (),
+    tap: str | None = None,
+) -> list[str]:
+    """Options of `wrapped` that jail the command: run as `uid` (and a gid of that number) in a
+    `/` made in the empty directory `root`, holding the `writable` and `readonly` paths; QEMU's
+    `-netdev tap` on `tap` (in the caller's netns) given a descriptor opened before."""
+    return [f"--uid={uid}", f"--root={root}", *([f"--tap={tap}"] if tap else []),
+            *(f"--bind={path}" for path in writable),
+            *(f"--bind-ro={path}" for path in readonly)]
+
+
 def wrapped(
     argv: Sequence[str], *, cgroup_procs: Sequence[Path] = (), nofile: int = 4096,
-    hole_punch_filter: bool = False,
+    hole_punch_filter: bool = False, jailed: Sequence[str] = (),
 ) -> list[str]:
     """`argv` run in the cgroup whose `cgroup.procs` files are `cgroup_procs` (one per
-    hierarchy), with at most `nofile` descriptors."""
+    hierarchy), with at most `nofile` descriptors, jailed as `jailed` (jail_options) says."""
     options = [f"--cgroup={path}" for path in cgroup_procs] + [f"--nofile={nofile}"]
     if hole_punch_filter:
         options.append("--hole-punch-filter")
+    options += jailed
     return [sys.executable, "-I", "-S", __file__, *options, "--", *argv]
 
 
@@ -55,24 +70,34 @@ def _no_new_privs() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
 
-def _install_hole_punch_filter() -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import seccomp
-
-    seccomp.install()
+def _values(options: list[str], name: str) -> list[str]:
+    return [o.removeprefix(name) for o in options if o.startswith(name)]
 
 
 def main(args: list[str]) -> None:
     split = args.index("--")
     options, argv = args[:split], args[split + 1:]
-    cgroups = [o.removeprefix("--cgroup=") for o in options if o.startswith("--cgroup=")]
-    nofile = next(int(o.removeprefix("--nofile=")) for o in options if o.startswith("--nofile="))
+    nofile = int(_values(options, "--nofile=")[0])
+    # The sibling steps, imported before the jail's root hides this directory.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import jailroot
+    import privileges
+    import seccomp
+
     try:
-        _join_cgroups(cgroups)
+        _join_cgroups(_values(options, "--cgroup="))
         _limit_resources(nofile)
+        if uids := _values(options, "--uid="):
+            # Tap and root first: they need root.
+            uid, last_cap = int(uids[0]), privileges.last_cap()
+            for tap in _values(options, "--tap="):
+                argv = privileges.tap_by_fd(argv, tap, privileges.open_tap(tap, uid))
+            jailroot.enter(_values(options, "--root=")[0], _values(options, "--bind="),
+                           _values(options, "--bind-ro="))
+            privileges.drop_to(uid, uid, last_cap)
         _no_new_privs()
         if "--hole-punch-filter" in options:
-            _install_hole_punch_filter()
+            seccomp.install()
     except OSError as err:
         print(f"aenv jail: {err}", file=sys.stderr)
         sys.exit(_FAILED)

@@ -1,6 +1,7 @@
 """The library preloaded into every QEMU that maps its RAM file copy-on-write: its dirty log
-(`dirtylog.c`, read by dirtylog.py) and its frozen copies (`freeze.c`, asked for by frozen.py).
-It is compiled on the node (artifacts/preload.py)."""
+(`dirtylog.c`, read by dirtylog.py), its frozen copies (`freeze.c`, asked for by frozen.py), and
+the RAM file opened read-only where a jailed QEMU may not write it (`memfile.c`). It is compiled
+on the node (artifacts/preload.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,23 @@ from pathlib import Path
 from aenv_nodeagent.vmm.dirtylog import MEMORY_ENV
 from aenv_nodeagent.vmm.frozen import FREEZE_FD_ENV
 
-SOURCES = (Path(__file__).with_name("dirtylog.c"), Path(__file__).with_name("freeze.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("dirtylog.c", "freeze.c", "memfile.c"))
 LIBRARY_NAME = "libaenv-qemu.so"
 
 
+MEMORY_FD_ENV = "AENV_MEMORY_FD"
+
+
 def preload_env(
-    library: Path, memory: Path, freeze_socket: socket.socket | None = None
+    library: Path, memory: Path, freeze_socket: socket.socket | None = None, *,
+    memory_fd: int | None = None,
 ) -> dict[str, str]:
-    """The environment that makes QEMU log writes to its mapping of `memory`, and serve frozen
-    copies on `freeze_socket` (inherited)."""
+    """The environment that makes QEMU log writes to its mapping of `memory`, serve frozen
+    copies on `freeze_socket` (inherited), and open `memory` as `memory_fd` (read-only,
+    inherited: memfile.c)."""
     env = {"LD_PRELOAD": str(library), MEMORY_ENV: str(memory)}
+    if memory_fd is not None:
+        env[MEMORY_FD_ENV] = str(memory_fd)
     if freeze_socket is not None:
         env[FREEZE_FD_ENV] = str(freeze_socket.fileno())
     return env

@@ -79,15 +79,17 @@ class AdoptedProcess:
 
 def qemu_owning(pidfile: Path) -> int | None:
     """The pid of the live QEMU that wrote `pidfile` and still holds it open (QEMU keeps its
-    pidfile open, and the link follows renames of its directory), else None."""
+    pidfile open), else None. Told by the file itself, not its name: a jailed QEMU names it by
+    its path in the jail's root, which a later rename of its directory on the host leaves."""
     with contextlib.suppress(OSError, ValueError):
         pid = int(pidfile.read_text().strip())
         if b"qemu-system" not in Path(f"/proc/{pid}/cmdline").read_bytes():
             return None
-        wanted = str(pidfile.resolve())
+        wanted = os.stat(pidfile)
         for fd in os.listdir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+                held = os.stat(f"/proc/{pid}/fd/{fd}")
+                if (held.st_dev, held.st_ino) == (wanted.st_dev, wanted.st_ino):
                     return pid
     return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -15,9 +16,9 @@ from qemu.qmp import EventListener, ExecuteError, QMPClient, QMPError
 from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, Internal, NotFound
 from aenv_nodeagent.confinement import VmCgroup
 from aenv_nodeagent.phases import PhaseTimer
-from aenv_nodeagent.vmm import process, qemu_disks, qmp_connect
+from aenv_nodeagent.vmm import jailed_files, migration, process, qemu_disks, qmp_connect
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles, build_argv
-from aenv_nodeagent.vmm.confined import VmJail
+from aenv_nodeagent.vmm.confined import Confined, VmJail
 from aenv_nodeagent.vmm.frozen import FreezeChannel, FrozenCopy
 from aenv_nodeagent.vmm.preload import preload_env
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
@@ -26,21 +27,6 @@ from aenv_nodeagent.vmm.spec import VmSpec
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_FINAL_MIGRATION_STATES = frozenset({"completed", "failed", "cancelled"})
-_TRANSIENT_MIGRATION_RUNSTATES = frozenset({"finish-migrate", "inmigrate"})
-_RUNSTATE_POLL_S = 0.001
-_STATE_FD_NAME = "aenv-state"
-_RUNSTATE_POLLS = 5000  # >= 5 s: the transition takes microseconds to a few ms
-# QEMU throttles migrations to 128 MiB/s by default, sized for links shared with guests. A capture
-# goes to a local file while the VM is stopped, so the throttle would only lengthen the stop.
-_UNTHROTTLED_BYTES_PER_S = 1 << 40
-
-def _migration_capabilities(ignore_shared: bool) -> list[dict[str, object]]:
-    # x-ignore-shared: device state only (share=on RAM stays in its file); `events` makes QEMU
-    # emit MIGRATION events.
-    return [{"capability": "x-ignore-shared", "state": ignore_shared},
-            {"capability": "events", "state": True}]
 
 
 class QemuVm:
@@ -54,13 +40,13 @@ class QemuVm:
         *,
         incoming: bool,
         jail: VmJail | None = None,
-        cgroup: VmCgroup | None = None,
+        confined: Confined | None = None,
     ) -> None:
         self._proc = proc
         self._qmp = qmp
         self.files = files
         self._jail = jail or VmJail()
-        self.cgroup = cgroup  # held until the shutdown reaped QEMU
+        self.confined = confined or Confined()  # held until the shutdown reaped QEMU
         self._awaiting_restore = incoming
         self._ignore_shared: bool | None = None  # as last set in QEMU
         self._shutdown_task: asyncio.Task[None] | None = None
@@ -74,6 +60,15 @@ class QemuVm:
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    @property
+    def cgroup(self) -> VmCgroup | None:
+        return self.confined.cgroup
+
+    @property
+    def uid(self) -> int | None:
+        """The uid QEMU runs as, when jailed."""
+        return self.confined.uid
 
     @property
     def exit_code(self) -> int | None:
@@ -99,44 +94,51 @@ class QemuVm:
     ) -> QemuVm:
         """Start QEMU and return once its QMP session is up. `argv_prefix` must exec QEMU (as
         `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID. QEMU runs
-        confined by `jail` (its own cgroup, rlimits) from its first instruction."""
+        confined by `jail` (its own cgroup and rlimits; jailed: its uid, root and seccomp
+        filter) from its first instruction."""
         jail = jail or VmJail()
         files = qmp_connect.prepare_workdir(workdir)
         disk_fds = qemu_disks.open_disks(spec)
         freezer, freeze_socket = (None, None) if spec.preload_library is None else (
             FreezeChannel.pair())
+        # Read-only, for QEMU to map copy-on-write (vmm/memfile.c): it may not open it itself.
+        memory_fd = None if spec.preload_library is None else os.open(spec.mem_path, os.O_RDONLY)
         clock = PhaseTimer("qemu")
-        cgroup: VmCgroup | None = None
+        confined = Confined()
         with clock.phase("exec_to_qmp"):
             try:
-                cgroup = jail.enter(spec)
-                argv = jail.argv(spec, cgroup, [*argv_prefix, *build_argv(
+                confined = jail.enter(spec, workdir, console_log)
+                argv = jail.argv(spec, confined, files, workdir, console_log, build_argv(
                     spec, files, incoming=incoming, console_log=console_log,
-                    qemu_binary=qemu_binary, disk_fds=disk_fds)])
+                    qemu_binary=qemu_binary, disk_fds=disk_fds), argv_prefix)
                 inherited = [fd for fds in disk_fds.values() for fd in fds]
                 env = {}
-                if spec.preload_library is not None and freeze_socket is not None:
-                    env = preload_env(spec.preload_library, spec.mem_path, freeze_socket)
-                    inherited.append(freeze_socket.fileno())
+                if spec.preload_library is not None and freeze_socket and memory_fd:
+                    env = preload_env(spec.preload_library, spec.mem_path, freeze_socket,
+                                      memory_fd=memory_fd)
+                    inherited += [freeze_socket.fileno(), memory_fd]
                 proc = await process.spawn(argv, files.stderr_log, inherited, env)
                 qmp = await qmp_connect.connect_or_clean_up(proc, files, start_timeout)
             except BaseException:
                 if freezer is not None:
                     freezer.close()
-                jail.leave(cgroup)  # connect_or_clean_up reaped QEMU
+                jail.leave(confined)  # connect_or_clean_up reaped QEMU
                 raise
             finally:
                 qemu_disks.close_all(disk_fds)  # QEMU holds its own copies
                 if freeze_socket is not None:
                     freeze_socket.close()
-        vm = cls(proc, qmp, files, incoming=incoming, jail=jail, cgroup=cgroup)
+                if memory_fd is not None:
+                    os.close(memory_fd)
+        vm = cls(proc, qmp, files, incoming=incoming, jail=jail, confined=confined)
         vm.logs_writes = spec.preload_library is not None
         vm._freezer = freezer
         vm.timings.update(clock.phases_ms)
         logger.info(
             "QEMU started",
             extra={"pid": vm.pid, "accel": str(spec.accel.accel), "incoming": incoming,
-                   "workdir": str(workdir), "cgroup": cgroup.name if cgroup else None,
+                   "workdir": str(workdir), "uid": confined.uid,
+                   "cgroup": confined.cgroup.name if confined.cgroup else None,
                    "exec_to_qmp_ms": clock.phases_ms["exec_to_qmp"]},
         )
         return vm
@@ -165,11 +167,12 @@ class QemuVm:
         except BaseException:
             proc.close()  # QEMU stays running; it is not ours after all
             raise
-        cgroup = jail.adopt(pid)
-        logger.info("QEMU adopted", extra={"pid": pid, "workdir": str(workdir),
-                                           "cgroup": cgroup.name if cgroup else None})
+        confined = jail.adopt(pid)
+        logger.info("QEMU adopted", extra={
+            "pid": pid, "workdir": str(workdir), "uid": confined.uid,
+            "cgroup": confined.cgroup.name if confined.cgroup else None})
         return cls(proc, qmp, VmFiles(socket_path, files.pidfile, files.stderr_log),
-                   incoming=False, jail=jail, cgroup=cgroup)
+                   incoming=False, jail=jail, confined=confined)
 
     async def __aenter__(self) -> QemuVm:
         return self
@@ -214,10 +217,11 @@ class QemuVm:
         with clock.phase("migrate"):
             await self._set_migration_capabilities(ignore_shared=ignore_shared)
             try:
-                await self._migrate_via_file("migrate", state_path, os.O_WRONLY | os.O_CREAT
-                                             | os.O_TRUNC, time_limit)
+                fd = migration.open_state_file(state_path,
+                                               os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                await migration.via_file(self, "migrate", fd, time_limit)
             except AenvError:
-                _discard_partial_state(state_path)
+                migration.discard_partial_state(state_path)
                 raise
         return self._record(clock)
 
@@ -227,12 +231,20 @@ class QemuVm:
         (vmm/delta.py), which take the RAM from the process."""
         if await self.status() == "running":
             raise Conflict(f"QEMU {self.pid} must be stopped to save its device state")
+        # Through a descriptor: a jailed QEMU neither sees nor may create the file.
+        fd = migration.open_state_file(state_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            await self.execute("xen-save-devices-state",
-                               {"filename": str(state_path), "live": False})
+            fdset = await self._add_fd(fd)
+            try:
+                await self.execute("xen-save-devices-state",
+                                   {"filename": f"/dev/fdset/{fdset}", "live": False})
+            finally:
+                await self.execute("remove-fd", {"fdset-id": fdset})
         except AenvError:
-            _discard_partial_state(state_path)
+            migration.discard_partial_state(state_path)
             raise
+        finally:
+            os.close(fd)
 
     async def restore(
         self, state_path: Path, time_limit: float = 30.0, *, run: bool = True,
@@ -246,7 +258,9 @@ class QemuVm:
         clock = PhaseTimer("qemu")
         with clock.phase("migrate_incoming"):
             await self._set_migration_capabilities(ignore_shared=ignore_shared)
-            await self._migrate_via_file("migrate-incoming", state_path, os.O_RDONLY, time_limit)
+            fd = migration.open_state_file(state_path, os.O_RDONLY)
+            self._awaiting_restore = False  # QEMU accepts one incoming migration, even a failed one
+            await migration.via_file(self, "migrate-incoming", fd, time_limit)
         if run:
             with clock.phase("cont"):
                 await self.execute("cont")
@@ -257,8 +271,13 @@ class QemuVm:
         return await qemu_disks.disk_chain(self, disk_id)
 
     async def switch_disk_to_overlay(self, top_node: str, new_node: str, overlay: Path) -> None:
-        """Make `overlay` the disk's new top layer, freezing the old one (vmm/qemu_disks.py)."""
-        await qemu_disks.switch_disk_to_overlay(self, top_node, new_node, overlay)
+        """Make `overlay` the disk's new top layer, freezing the old one (vmm/qemu_disks.py);
+        jailed, the frozen layer is no longer QEMU's to write."""
+        frozen = await qemu_disks.node_file(self, top_node) if self.uid is not None else None
+        await qemu_disks.switch_disk_to_overlay(self, top_node, new_node,
+                                                self._writable_by_qemu(overlay))
+        if frozen is not None:
+            os.chown(f"/proc/{self.pid}/root{frozen}", 0, 0)
 
     async def close_writable_fds(self) -> None:
         """Drop the writable descriptors of by-fd disks now frozen (vmm/qemu_disks.py)."""
@@ -276,7 +295,7 @@ class QemuVm:
         failing fast if QEMU exits, and with DeadlineExceeded after `time_limit` s."""
         with self._qmp.listener(events) as listener:
             await self.execute(command, arguments)
-            return await self._unless_exited(until(listener), time_limit, what=command)
+            return await self.unless_exited(until(listener), time_limit, what=command)
 
     @property
     def freezes(self) -> bool:
@@ -293,7 +312,7 @@ class QemuVm:
     async def release(self) -> None:
         """Let go of QEMU without stopping it (a VM not taken over after all)."""
         self._close_freezer()
-        self._jail.forget(self.cgroup)
+        self._jail.forget(self.confined)
         await qmp_connect.disconnect(self._qmp)
         if isinstance(self._proc, process.AdoptedProcess):
             self._proc.close()
@@ -319,8 +338,7 @@ class QemuVm:
             await qmp_connect.disconnect(self._qmp)
             qmp_connect.remove_files(self.files)
             if self._proc.returncode is not None:  # else still running: its cgroup stays
-                self._jail.leave(self.cgroup)
-                self.cgroup = None
+                self._jail.leave(self.confined)
         logger.info("QEMU stopped", extra={"pid": self.pid, "exit_code": self._proc.returncode})
 
     def _close_freezer(self) -> None:
@@ -337,61 +355,49 @@ class QemuVm:
             # quit often races the socket closing; the signals in process.stop cover the rest.
             logger.debug("QMP quit did not complete", extra={"pid": self.pid, "error": str(err)})
 
+    def _writable_by_qemu(self, path: Path) -> Path:
+        """`path` (in the VM's directory) as QEMU names it, for a file it is to write: jailed,
+        made for its uid in its root (its directory is QEMU's own only to pass through)."""
+        if self.uid is None:
+            return path
+        path.touch()
+        os.chown(path, self.uid, self.uid)
+        return jailed_files.inside(self.pid, path)
+
     async def _set_migration_capabilities(self, *, ignore_shared: bool) -> None:
         if self._ignore_shared is None:
             await self.execute("migrate-set-parameters",
-                               {"max-bandwidth": _UNTHROTTLED_BYTES_PER_S})
+                               {"max-bandwidth": migration.UNTHROTTLED_BYTES_PER_S})
         if self._ignore_shared != ignore_shared:
             await self.execute("migrate-set-capabilities",
-                               {"capabilities": _migration_capabilities(ignore_shared)})
+                               {"capabilities": migration.migration_capabilities(ignore_shared)})
             self._ignore_shared = ignore_shared
 
-    async def _migrate_via_file(
-        self, command: str, state_path: Path, flags: int, time_limit: float
-    ) -> None:
-        """Migrate through a file we open and hand to QEMU (QEMU 7.2 has no file: URI). Unlike
-        `exec:cat`, no shell is forked and write errors (ENOSPC...) fail the migration."""
-        fd = _open_state_file(state_path, flags)
-        try:
-            await self._pass_fd(fd, _STATE_FD_NAME)
-        finally:
-            os.close(fd)  # QEMU holds its own copy now
-        if command == "migrate-incoming":
-            self._awaiting_restore = False  # QEMU accepts one incoming migration, even a failed one
-        await self._migrate(command, f"fd:{_STATE_FD_NAME}", time_limit)
+    def listener(self, events: str) -> contextlib.AbstractContextManager[EventListener]:
+        """Events QEMU emits from now on while the context lasts."""
+        return self._qmp.listener(events)
 
-    async def _pass_fd(self, fd: int, name: str) -> None:
+    async def _add_fd(self, fd: int) -> int:
+        """Hand QEMU a copy of `fd` in an fd set of its own, which QEMU opens as
+        /dev/fdset/<id> (the id returned)."""
+        try:
+            self._qmp.send_fd_scm(fd)
+        except (QMPError, OSError) as err:
+            raise Internal(f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
+        reply = await self.execute("add-fd")
+        if not isinstance(reply, dict) or not isinstance(reply.get("fdset-id"), int):
+            raise Internal(f"unexpected add-fd reply: {reply!r}")
+        return int(reply["fdset-id"])
+
+    async def pass_fd(self, fd: int, name: str) -> None:
+        """Hand QEMU a copy of `fd`, named `name` for the commands that take one."""
         try:
             self._qmp.send_fd_scm(fd)
         except (QMPError, OSError) as err:
             raise Internal(f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
         await self.execute("getfd", {"fdname": name})
 
-    async def _migrate(self, command: str, uri: str, time_limit: float) -> None:
-        with self._qmp.listener("MIGRATION") as listener:
-            await self.execute(command, {"uri": uri})
-            try:
-                status = await self._unless_exited(_final_migration_status(listener), time_limit,
-                                                   what=command)
-            except DeadlineExceeded:
-                if command == "migrate":
-                    await self.execute("migrate_cancel")
-                raise
-        if status != "completed":
-            raise Internal(f"{command} {status}: {await self._migration_error()}")
-        await self._wait_runstate_settled(what=command)
-
-    async def _wait_runstate_settled(self, *, what: str) -> str:
-        """The MIGRATION `completed` event comes before QEMU leaves its transient run state
-        (finish-migrate on the source, inmigrate on the destination): wait until it has."""
-        for _ in range(_RUNSTATE_POLLS):
-            status = await self.status()
-            if status not in _TRANSIENT_MIGRATION_RUNSTATES:
-                return status
-            await asyncio.sleep(_RUNSTATE_POLL_S)
-        raise DeadlineExceeded(f"QEMU {self.pid} stayed in {status} after {what} completed")
-
-    async def _migration_error(self) -> str:
+    async def failure_reason(self) -> str:
         """QEMU's reason for a failed migration. A failed incoming migration makes QEMU exit,
         so then the reason is in its stderr."""
         try:
@@ -402,7 +408,7 @@ class QemuVm:
                 self.files.stderr_log)
         return str(reply.get("error-desc", "no error reported")) if isinstance(reply, dict) else ""
 
-    async def _unless_exited(self, awaitable: Awaitable[T], time_limit: float, *, what: str) -> T:
+    async def unless_exited(self, awaitable: Awaitable[T], time_limit: float, *, what: str) -> T:
         """Await `awaitable`, failing fast if QEMU exits first (e.g. a failed incoming
         migration makes QEMU exit)."""
         work = asyncio.ensure_future(awaitable)
@@ -425,30 +431,4 @@ class QemuVm:
         self.timings.update(clock.phases_ms)
         logger.info("QEMU phases", extra={"pid": self.pid, "phases_ms": clock.phases_ms})
         return dict(clock.phases_ms)
-
-
-async def _final_migration_status(listener: EventListener) -> str:
-    while True:
-        event = await listener.get()
-        data = event.get("data")
-        status = str(data.get("status", "")) if isinstance(data, dict) else ""
-        if status in _FINAL_MIGRATION_STATES:
-            return status
-
-
-def _open_state_file(state_path: Path, flags: int) -> int:
-    # Opened up front, synchronously (one open() is too short to be worth a thread hop): a failed
-    # incoming migration makes QEMU exit, losing a warm-pool VM.
-    try:
-        return os.open(state_path, flags | os.O_CLOEXEC, 0o600)
-    except FileNotFoundError as err:
-        raise NotFound(f"device state path {state_path} does not exist") from err
-    except OSError as err:
-        raise Internal(f"cannot open device state file {state_path}: {err}") from err
-
-
-def _discard_partial_state(state_path: Path) -> None:
-    # Never leave a partial state behind; but only regular files (not e.g. a device) are ours.
-    if state_path.is_file():
-        state_path.unlink()
 

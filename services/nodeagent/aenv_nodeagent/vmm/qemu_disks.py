@@ -84,6 +84,15 @@ async def disk_chain(qmp: QmpSession, disk_id: str) -> DiskChain:
     raise NotFound(f"QEMU {qmp.pid} has no disk {disk_id!r}")
 
 
+async def node_file(qmp: QmpSession, node: str) -> Path:
+    """The file block node `node` is an image of, as QEMU names it."""
+    reply = await qmp.execute("query-named-block-nodes", {"flat": True})
+    for entry in reply if isinstance(reply, list) else []:
+        if entry.get("node-name") == node:
+            return _image_file(str(entry["file"]))
+    raise NotFound(f"QEMU {qmp.pid} has no block node {node!r}")
+
+
 async def switch_disk_to_overlay(
     qmp: QmpSession, top_node: str, new_node: str, overlay: Path
 ) -> None:

@@ -41,6 +41,10 @@ from aenv_nodeagent.templates.distribution import TemplateDistribution
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.vmm import QemuDriver, VmJail, detect_accelerator
+from aenv_nodeagent.vmm.uids import UidRange, VmUids
+
+# Apart from a node agent's default range, so a platform running on this host never shares one.
+JAIL_UIDS = UidRange(1_100_000_000, 4096)
 
 
 class AllocationSink:
@@ -98,7 +102,7 @@ class Node:
             await sandbox.vm.release()
         cgroups = node_cgroups(self.state_dir) if self.cgroups else None
         recovered = await recover(self.node_id, self.state_dir, network, self.records,
-                                  list(self.records.records.values()), VmJail(cgroups))
+                                  list(self.records.records.values()), node_jail(cgroups))
         node = await build_node(self.state_dir, self.prefix, self.session, self.records, network,
                                 snapstore=self.snapstore, node_id=self.node_id, cgroups=cgroups)
         await node.sandboxes.adopt(recovered.adopted)
@@ -115,7 +119,7 @@ async def build_node(
     cgroups: VmCgroups | None = None,
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
-    driver = QemuDriver(VmJail(cgroups))
+    driver = QemuDriver(node_jail(cgroups))
     # A pool of its own per node: runs beside it (CI, another suite) have theirs.
     network = network or NetworkManager(NetworkConfig(
         prefix=prefix, pool_cidr=pool_cidr or free_subnet(24)))
@@ -145,6 +149,11 @@ async def build_node(
     return Node(sandboxes, records, network, session, state_dir, prefix, pool, node_id,
                 snapstore=snapstore, templates=templates, saved=saved, distribution=distribution,
                 allocation=allocation, cgroups=cgroups)
+
+
+def node_jail(cgroups: VmCgroups | None) -> VmJail:
+    """Every VM of these tests jailed, as a node agent jails them (in a uid range of their own)."""
+    return VmJail(cgroups, uids=VmUids(JAIL_UIDS))
 
 
 def node_cgroups(state_dir: Path) -> VmCgroups:

@@ -23,6 +23,7 @@ from aenv_nodeagent.confinement import (
 )
 from aenv_nodeagent.confinement.cgroupfs import children, proc_cgroup
 from aenv_nodeagent.vmm import QemuVm, VmJail, VmSpec
+from aenv_nodeagent.vmm.confined import Confined
 
 from .conftest import process_exists
 
@@ -132,14 +133,14 @@ async def _gone(pid: int, within_s: float = 10.0) -> None:
 class _StarvedJail(VmJail):
     """Gives QEMU a memory limit far below what it needs to start."""
 
-    def enter(self, spec: VmSpec) -> VmCgroup | None:
-        cgroup = super().enter(spec)
-        assert cgroup is not None
-        for directory in cgroup.dirs:
+    def enter(self, spec: VmSpec, workdir: Path, console_log: Path | None) -> Confined:
+        confined = super().enter(spec, workdir, console_log)
+        assert confined.cgroup is not None
+        for directory in confined.cgroup.dirs:
             for name in ("memory.max", "memory.limit_in_bytes"):
                 if (directory / name).exists():
                     (directory / name).write_text(str(16 * MIB))
-        return cgroup
+        return confined
 
 
 async def test_the_memory_limit_bites(

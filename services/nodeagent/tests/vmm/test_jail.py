@@ -4,6 +4,7 @@ nothing."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,3 +72,57 @@ def test_the_hole_punch_filter_is_installed_when_asked(tmp_path: Path) -> None:
     assert target.read_bytes() == b"\xaa" * (1 << 20)
     assert _run(jail.wrapped(punch)).returncode == 0
     assert target.stat().st_blocks == 0
+
+
+def _jailed(
+    tmp_path: Path, argv: list[str], **binds: list[Path]
+) -> subprocess.CompletedProcess[str]:
+    root = tmp_path / "root"
+    root.mkdir(exist_ok=True)
+    return _run(jail.wrapped(argv, jailed=jail.jail_options(
+        JAIL_UID, root, binds.get("writable", []), binds.get("readonly", []))))
+
+
+JAIL_UID = 1_100_004_000  # in no range a node agent or the lifecycle tests hand out
+
+
+def test_a_jailed_command_runs_as_its_uid_without_any_capability(tmp_path: Path) -> None:
+    done = _jailed(tmp_path, ["cat", "/proc/self/status"])
+    assert done.returncode == 0, done.stderr
+    status = dict(line.split(":\t", 1) for line in done.stdout.splitlines() if ":\t" in line)
+    assert status["Uid"].split() == [str(JAIL_UID)] * 4
+    assert status["Gid"].split() == [str(JAIL_UID)] * 4
+    assert status["Groups"].strip() == ""
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[cap], 16) == 0, cap
+    assert status["NoNewPrivs"] == "1"
+
+
+def test_a_jailed_command_sees_only_the_system_and_its_binds(tmp_path: Path) -> None:
+    own, shared, hidden = tmp_path / "own", tmp_path / "shared", tmp_path / "hidden"
+    for directory in (own, shared, hidden):
+        directory.mkdir()
+    os.chown(own, JAIL_UID, JAIL_UID)
+    (shared / "template").write_text("read me")
+    (hidden / "secret").write_text("not for the jail")
+    script = (f"ls /; echo --; ls {tmp_path}; echo --; cat {shared}/template; echo;"
+              "ls /proc | grep -c '^[0-9]'; echo --;"
+              f"echo x > {own}/made && echo own-written; echo x > {shared}/template || echo ro;"
+              f"cat {hidden}/secret || echo hidden")
+    done = _jailed(tmp_path, ["sh", "-c", script], writable=[own], readonly=[shared])
+    assert done.returncode == 0, done.stderr
+    root, listed, read, wrote = (part.split() for part in done.stdout.split("--\n"))
+    assert set(root) <= {"bin", "dev", "lib", "lib64", "proc", "sbin", "tmp", "usr"}
+    assert listed == ["own", "shared"]
+    assert read == ["read", "me", "3"]  # /proc holds its uid's processes only: sh, ls, grep
+    assert wrote == ["own-written", "ro", "hidden"]
+    assert (own / "made").stat().st_uid == JAIL_UID
+    assert (shared / "template").read_text() == "read me"
+
+
+def test_a_jail_that_cannot_be_made_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    done = _jailed(tmp_path, ["touch", str(marker)], readonly=[tmp_path / "missing"])
+    assert done.returncode == 125
+    assert "aenv jail:" in done.stderr
+    assert not marker.exists()
