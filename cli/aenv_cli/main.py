@@ -16,14 +16,15 @@ from rich.table import Table
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
+from aenv_cli.commands.failures import OneLineUsageErrors, stderr
 from aenv_cli.commands.register import register
+from aenv_cli.commands.templates import template_gateway
 from aenv_cli.edge import DEFAULT_LISTEN, PublicEdge
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
 from aenv_cli.status import PlatformStatus, collect_status
 from aenv_cli.templates import (
     BuildRequest,
-    Gateway,
     build_template,
     list_templates,
     remove_template,
@@ -37,7 +38,8 @@ from aenv_common.telemetry import read_trace_files
 
 T = TypeVar("T")
 
-app = typer.Typer(help="aenv: agent sandboxes as microVMs.", no_args_is_help=True)
+app = typer.Typer(help="aenv: agent sandboxes as microVMs.", no_args_is_help=True,
+                  cls=OneLineUsageErrors)
 sandbox_app = typer.Typer(help="Sandboxes, through the gateway's native gRPC API.")
 app.add_typer(sandbox_app, name="sandbox")
 template_app = typer.Typer(
@@ -49,6 +51,12 @@ console = Console()
 
 DEFAULT_HOME = Path.home() / ".aenv"
 
+# The template commands' platform, when not the logged-in server.
+PlatformHomeOption = Annotated[
+    Path | None,
+    typer.Option("--home", help="The platform `aenv up --home` runs (else the server of "
+                 "`aenv auth`, AENV_URL or the local platform)."),
+]
 HomeOption = Annotated[
     Path,
     typer.Option(
@@ -58,7 +66,8 @@ HomeOption = Annotated[
 
 
 def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(message)}")
+    """One line on stderr (as every command's errors); the Exit to raise."""
+    stderr.print(f"[red]error:[/] {escape(' '.join(message.split()))}")
     return typer.Exit(1)
 
 
@@ -179,6 +188,7 @@ def sandbox_kill(
 
 @template_app.command("build")
 def template_build(
+    ctx: typer.Context,
     dockerfile: Annotated[Path, typer.Option("--file", "-f", help="The Dockerfile.")],
     name: Annotated[str, typer.Option(help="The template's name (`name` or `name:tag`).")],
     context: Annotated[
@@ -194,7 +204,7 @@ def template_build(
     skip_cache: Annotated[
         bool, typer.Option("--skip-cache", help="Build again even if nothing changed.")
     ] = False,
-    home: HomeOption = DEFAULT_HOME,
+    home: PlatformHomeOption = None,
 ) -> None:
     """Build a template from a Dockerfile (with the official e2b SDK), streaming its log.
 
@@ -203,7 +213,7 @@ def template_build(
     request = BuildRequest(dockerfile, name, context, tuple(tag or ()), cpu, memory_mb,
                            skip_cache)
     try:
-        built = build_template(Gateway.of_home(home), request, console)
+        built = build_template(template_gateway(ctx, home), request, console)
     except AenvError as err:
         raise _fail(err.message) from None
     console.print(f"[green]built[/] {escape(built.name)}: template id {built.template_id}, "
@@ -211,13 +221,13 @@ def template_build(
 
 
 @template_app.command("ls")
-def template_ls(home: HomeOption = DEFAULT_HOME) -> None:
+def template_ls(ctx: typer.Context, home: PlatformHomeOption = None) -> None:
     """The templates of the platform.
 
     Example: aenv template ls
     """
     try:
-        rows = list_templates(Gateway.of_home(home))
+        rows = list_templates(template_gateway(ctx, home))
     except AenvError as err:
         raise _fail(err.message) from None
     console.print(templates_table(rows))
@@ -225,15 +235,16 @@ def template_ls(home: HomeOption = DEFAULT_HOME) -> None:
 
 @template_app.command("rm")
 def template_rm(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The template's name or id.")],
-    home: HomeOption = DEFAULT_HOME,
+    home: PlatformHomeOption = None,
 ) -> None:
     """Delete a template and its builds.
 
     Example: aenv template rm python-dev
     """
     try:
-        remove_template(Gateway.of_home(home), name)
+        remove_template(template_gateway(ctx, home), name)
     except AenvError as err:
         raise _fail(err.message) from None
     console.print(f"removed {escape(name)}")

@@ -56,9 +56,10 @@ class BuildFailed(AenvError):
 
 @dataclass(frozen=True)
 class Gateway:
-    """Where the gateway of a local platform answers, and the key it takes."""
+    """Where a server's template API answers, and the key it takes; `home` names the local
+    platform it is (None: a server of `aenv auth`), for what an error tells to do."""
 
-    home: Path
+    home: Path | None
     api_url: str
     api_key: str
 
@@ -73,8 +74,8 @@ class Gateway:
         return cls(home, f"http://{address(load_ports(home).gateway_http)}", api_key)
 
     def unreachable(self) -> Unavailable:
-        return Unavailable(f"cannot reach the gateway at {self.api_url}: "
-                           f"is `aenv up --home {self.home}` running?")
+        hint = f": is `aenv up --home {self.home}` running?" if self.home else ""
+        return Unavailable(f"cannot reach the aenv server at {self.api_url}{hint}")
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def run_build(gateway: Gateway, template: TemplateBuilder, request: BuildRequest
     except (BuildException, SandboxException, ServiceBusyException) as err:
         raise BuildFailed(str(err) or type(err).__name__) from None
     except AuthenticationException as err:
-        raise Unauthenticated(f"the gateway refused the API key of {gateway.home}: {err}") \
+        raise Unauthenticated(f"the server at {gateway.api_url} refused the API key: {err}") \
             from None
     except httpx.TransportError:
         raise gateway.unreachable() from None

@@ -265,7 +265,7 @@ async def test_without_a_platform_the_commands_say_so(tmp_path: Path) -> None:
 
     stopped = _home(tmp_path / "stopped", free_port())
     listing = await aenv("template", "ls", "--home", str(stopped))
-    assert listing.exit_code == 1 and "cannot reach the gateway" in listing.output
+    assert listing.exit_code == 1 and f"is `aenv up --home {stopped}` running?" in listing.output
 
     no_file = await aenv("template", "build", "-f", str(tmp_path / "none"), "--name", "x",
                          "--home", str(stopped))

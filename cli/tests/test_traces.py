@@ -106,4 +106,4 @@ def test_cli_trace_command(trace_dir: Path) -> None:
         [sys.executable, "-m", "aenv_cli", "trace", "nope", "--home", str(home)],
         env=standin_env(), capture_output=True, text=True, timeout=60,
     )
-    assert missing.returncode == 1 and "no trace or sandbox 'nope'" in missing.stdout
+    assert missing.returncode == 1 and "no trace or sandbox 'nope'" in missing.stderr

@@ -172,7 +172,7 @@ def test_sandbox_list_and_kill_through_native_api(running_up: RunningUp) -> None
     assert "sbxaaaa" not in after.stdout and "sbxbbbb" in after.stdout
     missing = aenv("sandbox", "kill", "sbxaaaa", "--home", str(running_up.home))
     assert missing.returncode == 1
-    assert "not found" in missing.stdout
+    assert "not found" in missing.stderr
 
 
 def test_status_of_a_home_where_nothing_runs(tmp_path: Path) -> None:

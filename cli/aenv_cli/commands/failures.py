@@ -6,12 +6,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from aenv_cli.commands import guests
 from aenv_common.errors import AenvError, InvalidArgument
@@ -73,3 +74,30 @@ def _leave_if_sdk_used(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+class OneLineUsageErrors(TyperGroup):
+    """`aenv`'s command group: bad usage (a missing argument, an unknown option or command, a
+    value out of range) is one line on stderr and exit code 2, like every other error, in place
+    of Click's usage block and boxed message."""
+
+    def main(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, prog_name: str | None = None,
+        complete_var: str | None = None, standalone_mode: bool = True, **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except typer.TyperException as err:  # Click's (vendored by Typer) usage errors
+            if type(err).__name__ == "NoArgsIsHelpError":
+                sys.exit(EXIT_USAGE)  # the help is printed already
+            ctx = getattr(err, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            shown = err.format_message() if hasattr(err, "format_message") else str(err)
+            stderr.print(f"[red]error:[/] {escape(' '.join(shown.split()) + hint)}")
+            sys.exit(getattr(err, "exit_code", EXIT_USAGE))
+        except typer.Abort:
+            stderr.print("[red]aborted[/]")
+            sys.exit(EXIT_FAILURE)
+        sys.exit(code if isinstance(code, int) else 0)

@@ -12,9 +12,21 @@ from aenv_cli.commands.context import clients
 from aenv_cli.commands.failures import clean_errors
 from aenv_cli.commands.output import Format, show
 from aenv_cli.pull_progress import PullProgress
-from aenv_cli.server import aenv_home
 from aenv_cli.templates import BuildLogPrinter, BuildRequest, Gateway, pull_image
 from aenv_common.errors import InvalidArgument
+
+
+def template_gateway(ctx: typer.Context, home: Path | None) -> Gateway:
+    """The template API of the platform `aenv up --home home` runs, else of the server the
+    commands are logged in to (`aenv auth`).
+
+    :raise Unauthenticated: no login, no environment, no local platform.
+    :raise Unavailable: nothing ever ran under `home`.
+    """
+    if home is not None:
+        return Gateway.of_home(home)
+    server = clients(ctx).server
+    return Gateway(None, server.url, server.api_key)
 
 
 @clean_errors
@@ -49,7 +61,7 @@ def pull(
     Example: aenv template pull python:3.12-slim --name py312
     """
     given = clients(ctx)
-    gateway = Gateway(aenv_home(), given.server.url, given.server.api_key)
+    gateway = template_gateway(ctx, None)
     request = BuildRequest(Path(image), name, cpu_count=cpu, memory_mb=memory_mb,
                            skip_cache=skip_cache)
     if given.out.is_terminal:
