@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,3 +147,12 @@ def test_bad_input_is_one_line_and_exit_2(
 ) -> None:
     code, lines = _run(f"http://127.0.0.1:{free_port()}", args, tmp_path, monkeypatch)
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+
+
+def test_shell_completion_completes_commands() -> None:
+    script = Path(sys.executable).parent / "aenv"
+    completed = subprocess.run(
+        [str(script)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "_AENV_COMPLETE": "complete_bash", "COMP_WORDS": "aenv fo",
+             "COMP_CWORD": "1"})
+    assert completed.returncode == 0 and completed.stdout.split() == ["fork"]
