@@ -126,6 +126,12 @@ class SnapshotPersistence:
             listed = await self._stub.ListManifests(pb.ListManifestsRequest())
         return set(listed.snapshot_ids)
 
+    async def labels(self, manifest_id: str) -> dict[str, str]:
+        """A stored manifest's labels (NotFound when the store has no such manifest)."""
+        with typed_rpc_errors():
+            reply = await self._stub.GetManifest(pb.GetManifestRequest(snapshot_id=manifest_id))
+        return dict(reply.manifest.labels)
+
     async def persisted(self, manifest_id: str) -> None:
         """Wait for the manifest's push in flight, if any."""
         if task := self._pushes.get(manifest_id):

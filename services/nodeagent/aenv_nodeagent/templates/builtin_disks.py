@@ -9,6 +9,10 @@ store holds), and a node whose own disk has other bytes pulls that one into `dis
 digest, shared by its built-in templates) and restores on it. Making the builds reproducible
 instead would need every tool in the chain (debootstrap, mkfs.ext4, package post-install
 scripts) pinned and proven on every host: distributing the bytes is proven by their digest.
+
+A disk goes from snapstore (`collect`) once no built-in capture there names it (each capture's
+labels carry its disks' digests) and it was pushed over `min_age_s` ago (a capture follows its
+disks' push).
 """
 
 from __future__ import annotations
@@ -16,19 +20,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from aenv_common.errors import Internal
+from aenv_common.errors import Internal, NotFound
 from aenv_nodeagent.artifacts.digest import SUFFIX as DIGEST_SUFFIX
 from aenv_nodeagent.artifacts.digest import content_digest
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import mark_used
-from aenv_nodeagent.templates.model import TemplateInputs, with_disks
+from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
+from aenv_nodeagent.templates.model import BASE_TEMPLATE, TemplateInputs, with_disks
 
 log = logging.getLogger(__name__)
 
+# Every node makes these from its own artifacts: only their captures travel, with their disks.
+BUILTIN_TEMPLATES = frozenset({BASE_TEMPLATE, CODE_INTERPRETER_TEMPLATE})
 PULLED_DISKS_DIR = "disks"
+PUSHED_AT = "pushed_at"
 DISK_MANIFEST_PREFIX = "builtin-disk-"
 _DISK = "disk"
 
@@ -76,7 +85,8 @@ class BuiltinDisks:
                 log.info("built-in template disk pushed to snapstore",
                          extra={"manifest_id": manifest})
 
-            labels = {"kind": "template-disk", "template_id": inputs.template_id}
+            labels = {"kind": "template-disk", "template_id": inputs.template_id,
+                      PUSHED_AT: str(int(time.time()))}
             self._persistence.push_soon(manifest, files, pushed, labels)
             pushing.append(manifest)
         return pushing
@@ -113,3 +123,37 @@ class BuiltinDisks:
         os.replace(pulled, target)
         log.info("built-in template disk pulled from snapstore", extra={"digest": digest})
         return target
+
+    async def collect(self, min_age_s: float, now: float) -> list[str]:
+        """Deletes from snapstore the disks no built-in capture there names, pushed over
+        `min_age_s` ago; returns their manifests. None while a capture names no disks (one
+        pushed before disks travelled: what it stands on is unknown).
+
+        :raise AenvError: snapstore cannot be read.
+        """
+        named: set[str] = set()
+        stored = await self._persistence.manifests()
+        for manifest in stored:
+            labels = await self._labels(manifest) if manifest.startswith("template-") else {}
+            if labels.get("kind") == "template" and labels.get("template_id") in BUILTIN_TEMPLATES:
+                if not {"rootfs", "tools_disk"} <= labels.keys():
+                    return []
+                named |= {disk_manifest(labels["rootfs"]), disk_manifest(labels["tools_disk"])}
+        collected = []
+        for manifest in stored:
+            if not manifest.startswith(DISK_MANIFEST_PREFIX) or manifest in named:
+                continue
+            pushed = (await self._labels(manifest)).get(PUSHED_AT)
+            if pushed is not None and now - int(pushed) > min_age_s:
+                self._persistence.forget_soon(manifest)
+                collected.append(manifest)
+        if collected:
+            log.info("built-in template disks no capture names deleted from snapstore",
+                     extra={"manifests": collected})
+        return collected
+
+    async def _labels(self, manifest: str) -> dict[str, str]:
+        try:
+            return await self._persistence.labels(manifest)
+        except NotFound:
+            return {}  # deleted meanwhile

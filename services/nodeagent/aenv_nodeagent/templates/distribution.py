@@ -41,11 +41,14 @@ from aenv_common.errors import AenvError, Internal, NotFound
 from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import mark_used
-from aenv_nodeagent.templates.builtin_disks import BuiltinDisks, disk_digests, disk_paths
-from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
+from aenv_nodeagent.templates.builtin_disks import (
+    BUILTIN_TEMPLATES,
+    BuiltinDisks,
+    disk_digests,
+    disk_paths,
+)
 from aenv_nodeagent.templates.model import (
     BACKING_FILE,
-    BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
     META_FILE,
@@ -63,8 +66,6 @@ log = logging.getLogger(__name__)
 INPUTS_FILE = "inputs.json"
 ROOTFS_FILE = "rootfs"
 SNAPSHOT_FILES = (DISK_FILE, MEMORY_FILE, STATE_FILE, META_FILE)
-# Every node makes these from its own artifacts: only their captures travel.
-BUILTIN_TEMPLATES = frozenset({BASE_TEMPLATE, CODE_INTERPRETER_TEMPLATE})
 DISKS_FILE = "disks.json"
 
 
@@ -115,6 +116,7 @@ class TemplateDistribution:
     def _push_capture(
         self, inputs: TemplateInputs, snapshot: TemplateSnapshot, manifest: str,
         shared: Callable[[], Awaitable[None]], after: Sequence[str] = (),
+        more_labels: Mapping[str, str] | None = None,
     ) -> None:
         """Pushes a captured snapshot as `manifest`, with the digests of the disks under it,
         once the pushes of the manifests `after` are done."""
@@ -136,7 +138,7 @@ class TemplateDistribution:
             disks.unlink(missing_ok=True)
             await shared()
 
-        labels = {"kind": "template", "template_id": inputs.template_id}
+        labels = {"kind": "template", "template_id": inputs.template_id, **(more_labels or {})}
         self._persistence.push_soon(manifest, files, pushed, labels)
 
     async def resume(self, saved: list[TemplateInputs], known: Known) -> list[str]:
@@ -298,7 +300,8 @@ class TemplateDistribution:
             log.info("built-in template capture pushed to snapstore",
                      extra={"template": inputs.template_id, "manifest_id": manifest})
 
-        self._push_capture(inputs, snapshot, manifest, shared, after=disks)
+        # Its disks' digests in its labels: what snapstore keeps them for (BuiltinDisks.collect).
+        self._push_capture(inputs, snapshot, manifest, shared, after=disks, more_labels=digests)
         return manifest
 
     async def builtins_shared(self) -> None:

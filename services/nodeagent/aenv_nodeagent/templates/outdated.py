@@ -13,8 +13,9 @@ such capture that nothing can still use:
   inputs still: each use touches its `template.json`).
 
 Its manifest goes from snapstore with it (a node still on the old inputs captures its own), and
-so does any pulled disk (builtin_disks.py) no remaining capture stands on. The template's warm
-VMs and overlays of the old capture go first.
+so does any pulled disk (builtin_disks.py) no remaining capture here stands on; snapstore's
+disks go once no capture there names them (BuiltinDisks.collect, every pass: another node may
+have dropped the last). The template's warm VMs and overlays of the old capture go first.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from pathlib import Path
 from aenv_nodeagent.artifacts.digest import SUFFIX as DIGEST_SUFFIX
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import chain_of, run_every
-from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR
+from aenv_nodeagent.templates.builtin_disks import BUILTIN_TEMPLATES, PULLED_DISKS_DIR, BuiltinDisks
 from aenv_nodeagent.templates.cache import Forget
-from aenv_nodeagent.templates.distribution import BUILTIN_TEMPLATES, snapshot_manifest
+from aenv_nodeagent.templates.distribution import snapshot_manifest
 from aenv_nodeagent.templates.model import BACKING_FILE, META_FILE, TemplateSnapshot
 from aenv_nodeagent.templates.store import TemplateStore
 
@@ -63,6 +64,7 @@ class OutdatedCaptures:
         self._tops = tops
         self._forget = forget  # the warm pool's VMs and overlays of a template's capture
         self._persistence = persistence
+        self._disks = BuiltinDisks(persistence, store.root) if persistence is not None else None
         self._min_idle_s = min_idle_s
         self._clock = clock
 
@@ -99,6 +101,8 @@ class OutdatedCaptures:
                      extra={"template": snap.template_id, "key": snap.directory.name})
         if dropped:
             self._drop_unused_disks()
+        if self._disks is not None:
+            await self._disks.collect(self._min_idle_s, self._clock())
         return dropped
 
     def _drop_unused_disks(self) -> None:

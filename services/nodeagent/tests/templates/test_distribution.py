@@ -166,6 +166,7 @@ async def test_a_builtin_capture_travels_with_the_disks_it_was_made_on(
         manifest = snapshot_manifest(BASE_TEMPLATE, inputs.key())
         disks = {disk_manifest(digests["rootfs"]), disk_manifest(digests["tools_disk"])}
         assert await persistence.manifests() == {manifest, *disks}
+        assert (await persistence.labels(manifest)).items() >= digests.items()
 
         # Node b's disks are a's bytes: the capture alone, on b's own disks.
         b = node("b")

@@ -1,7 +1,8 @@
 """Captures of the built-in templates made under older inputs (the artifacts changed) leave the
 node and snapstore (a real one, in process) — but never one a sandbox's disk, a pre-made overlay
 or a snapshot layer stands on, one whose RAM a sandbox or snapshot pinned, one used lately, nor
-the current capture or any other template's; pulled disks go once no capture stands on them."""
+the current capture or any other template's; pulled disks go once no capture stands on them, and
+snapstore's once no built-in capture there names them."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from aenv.snapstore.v1 import snapstore_pb2 as pb
+from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
-from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR
+from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR, PUSHED_AT, BuiltinDisks
 from aenv_nodeagent.templates.model import (
     BACKING_FILE,
     BASE_TEMPLATE,
@@ -130,3 +135,62 @@ async def test_outdated_builtin_captures_go_unless_something_stands_on_them(
     later = OutdatedCaptures(store, lambda: [], forget, clock=lambda: now + 2 * DAY)
     assert sorted(await later.sweep()) == sorted([under_sandbox, pinned, recent])
     assert (current / META_FILE).is_file() and (other_template / META_FILE).is_file()
+
+
+async def test_snapstore_keeps_the_disks_a_builtin_capture_names_and_recent_ones(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    now = 1_000 * DAY
+    old, recent = str(int(now - 2 * DAY)), str(int(now - 60))
+    persistence = SnapshotPersistence(snapstore)
+    stored = _Stored(persistence, tmp_path)
+    try:
+        await stored.put("template-base-k2", {"kind": "template", "template_id": BASE_TEMPLATE,
+                                              "rootfs": "sha256:aa", "tools_disk": "sha256:bb"})
+        await stored.put("template-web-k1", {"kind": "template", "template_id": "web"})
+        for disk, pushed in (("aa", old), ("bb", old), ("cc", old), ("dd", recent)):
+            await stored.put(f"builtin-disk-{disk}", {"kind": "template-disk",
+                                                      PUSHED_AT: pushed})
+        disks = BuiltinDisks(persistence, tmp_path / "node")
+        # A capture pushed before disks travelled names none: nothing can be told unused.
+        await stored.put("template-code-interpreter-v1-k0", {
+            "kind": "template", "template_id": "code-interpreter-v1"})
+        assert await disks.collect(DAY, now) == []
+        await _delete(snapstore, "template-code-interpreter-v1-k0")
+        # cc: the disk of a capture gone (dropped as outdated); dd: pushed a minute ago, its
+        # capture may be on its way.
+        assert await disks.collect(DAY, now) == ["builtin-disk-cc"]
+    finally:
+        await persistence.close()  # waits for the deletes
+    check = SnapshotPersistence(snapstore)
+    try:
+        assert await check.manifests() == {"template-base-k2", "template-web-k1",
+                                           "builtin-disk-aa", "builtin-disk-bb",
+                                           "builtin-disk-dd"}
+    finally:
+        await check.close()
+
+
+class _Stored:
+    """Manifests put into snapstore with the labels given (their one file is a dummy)."""
+
+    def __init__(self, persistence: SnapshotPersistence, tmp: Path) -> None:
+        self._persistence = persistence
+        self._file = tmp / "dummy"
+        self._file.write_bytes(b"x")
+
+    async def put(self, manifest: str, labels: dict[str, str]) -> None:
+        async def files() -> dict[str, Path]:
+            return {"file": self._file}
+
+        async def done() -> None:
+            pass
+
+        self._persistence.push_soon(manifest, files, done, labels)
+        await self._persistence.persisted(manifest)
+
+
+async def _delete(snapstore: str, manifest: str) -> None:
+    async with grpc.aio.insecure_channel(snapstore) as channel:
+        await snapstore_stub(channel).DeleteManifest(
+            pb.DeleteManifestRequest(snapshot_id=manifest))
