@@ -44,8 +44,9 @@ class Kills:
         self._allocation_changed = allocation_changed
         self._killing: set[str] = set()
 
-    async def kill(self, sandbox_id: str) -> None:
-        """Remove the sandbox, running or paused, with everything it holds.
+    async def kill(self, sandbox_id: str, *, stopping: bool = False) -> None:
+        """Remove the sandbox, running or paused, with everything it holds (`stopping`: the
+        node agent stops, its VM goes even when etcd cannot be told).
 
         :raise NotFound: no such sandbox, or it is being killed already (by another kill, or
             as its VM exited): for the caller it is gone either way.
@@ -61,7 +62,7 @@ class Kills:
                 sandbox = self._registry.get(sandbox_id)
                 with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
                         "sandbox.kill", sandbox_id=sandbox_id):
-                    await self._destroy(sandbox)
+                    await self._destroy(sandbox, stopping=stopping)
         finally:
             self._killing.discard(sandbox_id)
         self._metrics_history.drop(sandbox_id)
@@ -131,7 +132,8 @@ class Kills:
     async def kill_running(self) -> None:
         """Every running sandbox (paused ones stay for the next start)."""
         results = await asyncio.gather(
-            *(self.kill(sbx.sandbox_id) for sbx in self._registry.all()), return_exceptions=True)
+            *(self.kill(sbx.sandbox_id, stopping=True) for sbx in self._registry.all()),
+            return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, NotFound):
                 log.error("kill on shutdown failed", extra={"error": repr(result)})
@@ -141,11 +143,19 @@ class Kills:
             with contextlib.suppress(NotFound, Conflict):
                 await self.kill(sandbox_id)
 
-    async def _destroy(self, sandbox: Sandbox) -> None:
+    async def _destroy(self, sandbox: Sandbox, *, stopping: bool = False) -> None:
         sandbox_id = sandbox.sandbox_id
         # The record first: if etcd refuses, nothing is gone yet and a retry does it all. (A
         # crash after it leaves a VM no record names: the next start's recovery kills it.)
-        await self._records.delete_sandbox(sandbox_id)
+        try:
+            await self._records.delete_sandbox(sandbox_id)
+        except AenvError as err:
+            if not stopping:
+                raise
+            # No retry comes after a stop, and nothing would manage the VM: it goes; the record
+            # left is marked lost by the next start's recovery.
+            log.warning("sandbox record not deleted at shutdown, its VM stops anyway",
+                        extra={"sandbox_id": sandbox_id, "error": err.message})
         self._registry.leaving(sandbox_id)
         await self._cut_traffic(sandbox_id)
         # QEMU first: the netns lives on while a process holds it.
