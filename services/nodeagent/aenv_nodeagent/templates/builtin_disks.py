@@ -134,7 +134,8 @@ class BuiltinDisks:
         named: set[str] = set()
         stored = await self._persistence.manifests()
         for manifest in stored:
-            labels = await self._labels(manifest) if manifest.startswith("template-") else {}
+            builtin = manifest.startswith(tuple(f"template-{t}-" for t in BUILTIN_TEMPLATES))
+            labels = await self._labels(manifest) if builtin else {}  # labels: one RPC each
             if labels.get("kind") == "template" and labels.get("template_id") in BUILTIN_TEMPLATES:
                 if not {"rootfs", "tools_disk"} <= labels.keys():
                     return []
