@@ -54,7 +54,7 @@ class ExecStreams:
         :raise Unavailable: the node or envd did not answer.
         """
         start = await _first_start(requests)
-        guest = self._guests.guest(start.sandbox_id, start.user)
+        guest = await self._guests.guest(start.sandbox_id, start.user)
         call = _Call(guest, start.HasField("pty"))
         call.follow(self._events(guest, _start_request(start), start.timeout_seconds))
         ended = False

@@ -35,7 +35,7 @@ class FileTransfers:
         first = await anext(aiter(requests), None)
         if first is None or first.WhichOneof("request") != "start":
             raise InvalidArgument("the first message must be start")
-        guest = self._guest(first.start)
+        guest = await self._guest(first.start)
         sent = 0
 
         async def body() -> AsyncIterator[bytes]:
@@ -71,7 +71,7 @@ class FileTransfers:
         :raise InvalidArgument: no path, a directory's path.
         :raise PermissionDenied: the user may not read it.
         """
-        guest = self._guest(request.file)
+        guest = await self._guest(request.file)
         # Plain bytes: envd gzips for clients that accept it, and this session does not inflate.
         headers = {**guest.headers, "accept-encoding": "identity"}
         try:
@@ -95,10 +95,10 @@ class FileTransfers:
         except aiohttp.ClientError as err:
             raise await self._guests.broken(guest.sandbox_id, err) from err
 
-    def _guest(self, target: gateway_pb2.FileTarget) -> Guest:
+    async def _guest(self, target: gateway_pb2.FileTarget) -> Guest:
         if not target.sandbox_id or not target.path:
             raise InvalidArgument("sandbox_id and path are required")
-        return self._guests.guest(target.sandbox_id)
+        return await self._guests.guest(target.sandbox_id)
 
 
 def _params(target: gateway_pb2.FileTarget) -> dict[str, str]:

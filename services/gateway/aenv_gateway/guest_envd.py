@@ -64,13 +64,14 @@ class GuestEnvd:
         self._service = service
         self._session = session
 
-    def guest(self, sandbox_id: str, user: str = "") -> Guest:
-        """The running sandbox's envd, acting as `user` (empty: its default user).
+    async def guest(self, sandbox_id: str, user: str = "") -> Guest:
+        """The running sandbox's envd, acting as `user` (empty: its default user). A paused
+        sandbox created with auto-resume is resumed first, as SDK traffic resumes it.
 
         :raise NotFound: no such sandbox.
-        :raise Conflict: it is not running (paused).
+        :raise Conflict: it is paused (without auto-resume).
         """
-        located = self._service.running(sandbox_id)
+        located = await self._service.wake(sandbox_id) or self._service.running(sandbox_id)
         headers = SandboxTarget(sandbox_id, ENVD_PORT).headers()
         if token := located.record.envd_access_token:
             headers["x-access-token"] = token

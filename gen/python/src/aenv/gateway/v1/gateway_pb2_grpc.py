@@ -224,9 +224,10 @@ class GatewayServiceServicer:
         """Runs a process in a running sandbox (through its envd, as the E2B SDK's commands do) and
         streams its output as it comes: `started` (its pid), then stdout and stderr apart (or `pty`
         on a PTY), then `exit`. The first request must be `start`; later ones write stdin, close it,
-        resize the PTY or signal the process. Cancelling the call kills the process.
+        resize the PTY or signal the process. Cancelling the call kills the process. Exec and the
+        file calls resume a paused sandbox created with auto_resume first, as SDK traffic does.
         INVALID_ARGUMENT (no start first, no cmd, a cwd that does not exist, an unknown user),
-        NOT_FOUND (the sandbox, or it died during the call), FAILED_PRECONDITION (not running),
+        NOT_FOUND (the sandbox, or it died during the call), FAILED_PRECONDITION (paused),
         DEADLINE_EXCEEDED (the process outlived its timeout_seconds and was killed), UNAVAILABLE
         (its node or envd did not answer).
         """
@@ -238,8 +239,9 @@ class GatewayServiceServicer:
         """Writes a file in a running sandbox from a stream: `start` (where), then the bytes in
         `data` chunks; missing parent directories are made, an existing file is replaced.
         INVALID_ARGUMENT (no start first, no path, the path is a directory), NOT_FOUND (the
-        sandbox), PERMISSION_DENIED (the user may not write there), FAILED_PRECONDITION (not
-        running), RESOURCE_EXHAUSTED (the guest's disk is full), UNAVAILABLE.
+        sandbox), PERMISSION_DENIED (root may not write there: envd writes as root, then gives the
+        file to the user), FAILED_PRECONDITION (paused), RESOURCE_EXHAUSTED (the guest's disk is
+        full), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -248,7 +250,7 @@ class GatewayServiceServicer:
     def GetFile(self, request, context):
         """Reads a file of a running sandbox as a stream of chunks. NOT_FOUND (the sandbox, or no such
         file: the message says which), INVALID_ARGUMENT (no path, the path is a directory),
-        PERMISSION_DENIED, FAILED_PRECONDITION (not running), UNAVAILABLE.
+        PERMISSION_DENIED, FAILED_PRECONDITION (paused), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
