@@ -16,11 +16,10 @@ from qemu.qmp import EventListener, ExecuteError, QMPClient, QMPError
 from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, Internal, NotFound
 from aenv_nodeagent.confinement import VmCgroup
 from aenv_nodeagent.phases import PhaseTimer
-from aenv_nodeagent.vmm import jailed_files, migration, process, qemu_disks, qmp_connect
-from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles, build_argv
+from aenv_nodeagent.vmm import jailed_files, migration, process, qemu_disks, qmp_connect, spawn
+from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles
 from aenv_nodeagent.vmm.confined import Confined, VmJail
 from aenv_nodeagent.vmm.frozen import FreezeChannel, FrozenCopy
-from aenv_nodeagent.vmm.preload import preload_env
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
 from aenv_nodeagent.vmm.spec import VmSpec
 
@@ -97,42 +96,16 @@ class QemuVm:
         confined by `jail` (its own cgroup and rlimits; jailed: its uid, root and seccomp
         filter) from its first instruction."""
         jail = jail or VmJail()
-        files = qmp_connect.prepare_workdir(workdir)
-        disk_fds = qemu_disks.open_disks(spec)
-        freezer, freeze_socket = (None, None) if spec.preload_library is None else (
-            FreezeChannel.pair())
-        # Read-only, for QEMU to map copy-on-write (vmm/memfile.c): it may not open it itself.
-        memory_fd = None if spec.preload_library is None else os.open(spec.mem_path, os.O_RDONLY)
         clock = PhaseTimer("qemu")
-        confined = Confined()
         with clock.phase("exec_to_qmp"):
-            try:
-                confined = jail.enter(spec, workdir, console_log)
-                argv = jail.argv(spec, confined, files, workdir, console_log, build_argv(
-                    spec, files, incoming=incoming, console_log=console_log,
-                    qemu_binary=qemu_binary, disk_fds=disk_fds), argv_prefix)
-                inherited = [fd for fds in disk_fds.values() for fd in fds]
-                env = {}
-                if spec.preload_library is not None and freeze_socket and memory_fd:
-                    env = preload_env(spec.preload_library, spec.mem_path, freeze_socket,
-                                      memory_fd=memory_fd)
-                    inherited += [freeze_socket.fileno(), memory_fd]
-                proc = await process.spawn(argv, files.stderr_log, inherited, env)
-                qmp = await qmp_connect.connect_or_clean_up(proc, files, start_timeout)
-            except BaseException:
-                if freezer is not None:
-                    freezer.close()
-                jail.leave(confined)  # connect_or_clean_up reaped QEMU
-                raise
-            finally:
-                qemu_disks.close_all(disk_fds)  # QEMU holds its own copies
-                if freeze_socket is not None:
-                    freeze_socket.close()
-                if memory_fd is not None:
-                    os.close(memory_fd)
-        vm = cls(proc, qmp, files, incoming=incoming, jail=jail, confined=confined)
+            started = await spawn.start(
+                spec, workdir, jail, incoming=incoming, argv_prefix=argv_prefix,
+                console_log=console_log, qemu_binary=qemu_binary, start_timeout=start_timeout)
+        confined = started.confined
+        vm = cls(started.proc, started.qmp, started.files, incoming=incoming, jail=jail,
+                 confined=confined)
         vm.logs_writes = spec.preload_library is not None
-        vm._freezer = freezer
+        vm._freezer = started.freezer
         vm.timings.update(clock.phases_ms)
         logger.info(
             "QEMU started",
@@ -277,7 +250,7 @@ class QemuVm:
         await qemu_disks.switch_disk_to_overlay(self, top_node, new_node,
                                                 self._writable_by_qemu(overlay))
         if frozen is not None:
-            os.chown(f"/proc/{self.pid}/root{frozen}", 0, 0)
+            os.chown(frozen, 0, 0)
 
     async def close_writable_fds(self) -> None:
         """Drop the writable descriptors of by-fd disks now frozen (vmm/qemu_disks.py)."""

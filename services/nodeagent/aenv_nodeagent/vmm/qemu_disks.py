@@ -85,12 +85,20 @@ async def disk_chain(qmp: QmpSession, disk_id: str) -> DiskChain:
 
 
 async def node_file(qmp: QmpSession, node: str) -> Path:
-    """The file block node `node` is an image of, as QEMU names it."""
+    """The file of block node `node` as this host reaches it: through QEMU's root (a jailed
+    QEMU's paths are its own), or through QEMU's descriptor for a disk passed in an fd set."""
     reply = await qmp.execute("query-named-block-nodes", {"flat": True})
-    for entry in reply if isinstance(reply, list) else []:
-        if entry.get("node-name") == node:
-            return _image_file(str(entry["file"]))
-    raise NotFound(f"QEMU {qmp.pid} has no block node {node!r}")
+    named = next((_image_file(str(entry["file"])) for entry in reply
+                  if entry.get("node-name") == node), None) if isinstance(reply, list) else None
+    if named is None:
+        raise NotFound(f"QEMU {qmp.pid} has no block node {node!r}")
+    if named.parent != Path("/dev/fdset"):
+        return Path(f"/proc/{qmp.pid}/root{named}")
+    fdsets = await qmp.execute("query-fdsets")
+    for fdset in fdsets if isinstance(fdsets, list) else []:
+        if str(fdset.get("fdset-id")) == named.name and fdset.get("fds"):
+            return Path(f"/proc/{qmp.pid}/fd/{fdset['fds'][0]['fd']}")
+    raise NotFound(f"QEMU {qmp.pid} holds nothing of {named}")
 
 
 async def switch_disk_to_overlay(
