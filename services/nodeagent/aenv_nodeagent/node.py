@@ -30,9 +30,8 @@ from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.artifacts.rootfs import CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
-from aenv_nodeagent.capacity.guard import NodeCapacity, sandbox_shape
-from aenv_nodeagent.capacity.host import read_host
-from aenv_nodeagent.capacity.rules import CapacityPolicy, offer
+from aenv_nodeagent.capacity.guard import NodeCapacity
+from aenv_nodeagent.capacity.host import MIB
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import Confinement, LimitSettings, choose
 from aenv_nodeagent.envd_client import EnvdClient
@@ -193,7 +192,8 @@ class NodeAgent:
             persistence=persistence, publisher=publisher,
             cut_traffic=connections.cut, allocation_changed=registration.publish)
         stack.push_async_callback(sandboxes.stop)
-        self.capacity = capacity = self._capacity(templates, sandboxes)
+        self.capacity = capacity = NodeCapacity.of_host(
+            s, self.registry, templates, sandboxes.snapshots, self.node_record)
         await sandboxes.adopt(recovered.adopted)
         paused = sandboxes.load()
         await publisher.sync(sandboxes.snapshots.listed())
@@ -206,8 +206,9 @@ class NodeAgent:
         stack.push_async_callback(grpc_server.stop, 1.0)
         await self._start_proxy(connections)
         await self._serve_metrics(pool)
+        await capacity.meter.sample()  # the first record says what the node uses already
         await registration.start()
-        self._run(capacity.watch_pressure(registration.publish, s.pressure_interval_s))
+        self._run(capacity.meter.run(registration.publish, s.pressure_interval_s))
         self._run(sandboxes.run_expiry())
         self._run(sandboxes.run_exit_watch())
         self._run(self._metrics_sampler(sandboxes).run())
@@ -240,23 +241,6 @@ class NodeAgent:
         disk for the next start), then the servers and connections close."""
         await self._stack.aclose()
 
-    def _capacity(self, templates: TemplateStore, sandboxes: SandboxService) -> NodeCapacity:
-        """What this node offers: its host's resources by the capacity settings."""
-        s = self.settings
-        policy = CapacityPolicy.of(s)
-        host = read_host(s.resolved_state_dir())
-        offered = offer(host, policy)
-        log.info("node capacity", extra={
-            "host_cpus": host.cpus, "host_memory_mib": host.memory_mib,
-            "host_disk_free_mib": host.disk_free_mib, "vcpus": offered.capacity.vcpus,
-            "memory_mib": offered.capacity.memory_mib, "disk_mib": offered.capacity.disk_mib,
-            "memory_budget_mib": offered.memory_budget_mib})
-        fallback = cluster_pb2.Resources(vcpus=s.default_vcpus, memory_mib=s.default_memory_mib,
-                                         disk_mib=s.default_disk_mib)
-        return NodeCapacity(offered, policy, self.registry,
-                            sandbox_shape(templates, sandboxes.snapshots, fallback),
-                            self.node_record)
-
     async def _serve_metrics(self, pool: WarmPool) -> None:
         s, registry, capacity = self.settings, self.registry, self.capacity
         if s.metrics_listen is None or capacity is None:
@@ -267,9 +251,10 @@ class NodeAgent:
             pool_depth=pool.sizes,
             capacity=capacity.offer.capacity,
             allocated=registry.allocated,
-            vm_pids=capacity.vm_pids,
+            vm_pss_bytes=capacity.meter.measured_bytes,
+            host_available_bytes=lambda: capacity.meter.available_mib * MIB,
             memory_budget_mib=capacity.offer.memory_budget_mib,
-            pressure=lambda: capacity.pressure,
+            pressure=lambda: capacity.meter.pressure,
         ))
         REGISTRY.register(collector)
         self._stack.callback(REGISTRY.unregister, collector)

@@ -15,7 +15,6 @@ from prometheus_client.registry import Collector
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.metrics import LATENCY_BUCKETS
-from aenv_nodeagent.capacity.host import memory_available_mib, pss_bytes
 
 OPERATION_SECONDS = Histogram(
     "aenv_node_operation_seconds",
@@ -37,7 +36,9 @@ class NodeReadings:
     pool_depth: Callable[[], dict[str, int]]
     capacity: cluster_pb2.Resources
     allocated: Callable[[], cluster_pb2.Resources]
-    vm_pids: Callable[[], list[int]]
+    # Sampled in the background (capacity/meter.py): a scrape reads no VM's page tables.
+    vm_pss_bytes: Callable[[], int]
+    host_available_bytes: Callable[[], int]
     memory_budget_mib: int
     # Why the host is under memory pressure ("": it is not).
     pressure: Callable[[], str]
@@ -57,14 +58,13 @@ class NodeCollector(Collector):
                          r.capacity)
         yield _resources("aenv_node_allocated", "What this node's sandboxes were given",
                          r.allocated())
-        pids = r.vm_pids()
         used = GaugeMetricFamily("aenv_node_vm_memory_pss_bytes",
                                  "Host memory the sandboxes' VMs really use (PSS, summed)")
-        used.add_metric([], float(sum(pss_bytes(pid) for pid in pids)))
+        used.add_metric([], float(r.vm_pss_bytes()))
         yield used
         available = GaugeMetricFamily("aenv_node_host_memory_available_bytes",
                                       "The host's MemAvailable")
-        available.add_metric([], float(memory_available_mib() * MIB))
+        available.add_metric([], float(r.host_available_bytes()))
         yield available
         budget = GaugeMetricFamily("aenv_node_memory_budget_bytes",
                                    "Host memory this node's sandboxes may really use")

@@ -1,28 +1,23 @@
-"""The node's own limit (architecture.md, Density): what it offers and measures goes into its
-record, and a create or fork that would pass it is refused here with RESOURCE_EXHAUSTED, by the
-rule the scheduler places by (aenv_common.capacity) — schedulers can race, or place on a record
-a little old. Creates in flight count their whole guest RAM until their VMs can be measured.
-Memory pressure is watched on its own: the record is written again as soon as it begins or
-ends, so placements stop before the OOM killer picks a guest."""
+"""The node's own limit (architecture.md, Density): what it offers and what its meter measured
+go into its record, and a create or fork that would pass it is refused here with
+RESOURCE_EXHAUSTED, by the rule the scheduler places by (aenv_common.capacity) — schedulers can
+race, or place on a record a little old. Creates in flight count their whole guest RAM until
+their VMs are measured."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.capacity import add, refusal
-from aenv_common.errors import AenvError, ResourceExhausted
-from aenv_nodeagent.capacity.host import (
-    MIB,
-    memory_available_mib,
-    psi_memory_some_avg10,
-    pss_bytes,
-)
-from aenv_nodeagent.capacity.rules import CapacityPolicy, Offer, pressure
+from aenv_common.errors import ResourceExhausted
+from aenv_nodeagent.capacity.host import read_host
+from aenv_nodeagent.capacity.meter import MemoryMeter
+from aenv_nodeagent.capacity.rules import CapacityPolicy, Offer, offer
+from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.snapshots.store import SnapshotStore
 from aenv_nodeagent.templates.model import TemplateCatalog
@@ -40,31 +35,56 @@ class NodeCapacity:
     def __init__(
         self,
         offer: Offer,
-        policy: CapacityPolicy,
+        meter: MemoryMeter,
         registry: SandboxRegistry,
         shape: Shapes,
         record: Callable[[], cluster_pb2.NodeRecord],
     ) -> None:
         self.offer = offer
-        self._policy = policy
+        self.meter = meter
         self._registry = registry
         self._shape = shape
         self._record = record
         self._claimed = Resources()  # creates and forks in flight
-        self.pressure = ""
 
-    def vm_pids(self) -> list[int]:
-        return [sandbox.vm.pid for sandbox in self._registry.all()]
+    @classmethod
+    def of_host(
+        cls,
+        s: NodeAgentSettings,
+        registry: SandboxRegistry,
+        templates: TemplateCatalog,
+        snapshots: SnapshotStore,
+        record: Callable[[], cluster_pb2.NodeRecord],
+    ) -> NodeCapacity:
+        """The node's capacity: its host's resources by its settings."""
+        policy = CapacityPolicy.of(s)
+        host = read_host(s.resolved_state_dir())
+        offered = offer(host, policy)
+        log.info(
+            "node capacity",
+            extra={
+                "host_cpus": host.cpus,
+                "host_memory_mib": host.memory_mib,
+                "host_disk_free_mib": host.disk_free_mib,
+                "vcpus": offered.capacity.vcpus,
+                "memory_mib": offered.capacity.memory_mib,
+                "disk_mib": offered.capacity.disk_mib,
+                "memory_budget_mib": offered.memory_budget_mib,
+            },
+        )
+        fallback = Resources(
+            vcpus=s.default_vcpus, memory_mib=s.default_memory_mib, disk_mib=s.default_disk_mib
+        )
+        shape = sandbox_shape(templates, snapshots, fallback)
+        return cls(offered, MemoryMeter(policy, registry), registry, shape, record)
 
     def fill(self, record: cluster_pb2.NodeRecord) -> None:
-        """The node's offer and what it measures now, into its record."""
-        available = memory_available_mib()
-        self.pressure = pressure(available, psi_memory_some_avg10(), self._policy)
+        """The node's offer and what it measured last, into its record (no I/O)."""
         record.capacity.CopyFrom(self.offer.capacity)
         record.memory_budget_mib = self.offer.memory_budget_mib
-        record.memory_used_mib = sum(pss_bytes(pid) for pid in self.vm_pids()) // MIB
-        record.host_memory_available_mib = available
-        record.pressure = self.pressure
+        record.memory_used_mib = self.meter.used_mib()
+        record.host_memory_available_mib = self.meter.available_mib
+        record.pressure = self.meter.pressure
 
     def creating(self, spec: cluster_pb2.SandboxSpec) -> contextlib.AbstractContextManager[None]:
         """Held while the sandbox is made. A create sent again for a sandbox the node holds
@@ -113,25 +133,6 @@ class NodeCapacity:
                 memory_mib=self._claimed.memory_mib - need.memory_mib,
                 disk_mib=self._claimed.disk_mib - need.disk_mib,
             )
-
-    async def watch_pressure(
-        self, publish: Callable[[], Awaitable[None]], interval_s: float
-    ) -> None:
-        """Every interval: when pressure began or ended, the record is written at once."""
-        while True:
-            await asyncio.sleep(interval_s)
-            before = self.pressure
-            self.pressure = now = pressure(
-                memory_available_mib(), psi_memory_some_avg10(), self._policy
-            )
-            if bool(now) == bool(before):
-                continue
-            log.warning(
-                "memory pressure began" if now else "memory pressure ended",
-                extra={"reason": now or before},
-            )
-            with contextlib.suppress(AenvError):  # the next heartbeat writes it anyway
-                await publish()
 
 
 def sandbox_shape(

@@ -1,6 +1,7 @@
 """The node's own limit over its sandbox wing (fake VMs): creates and forks beyond its capacity
 refused with RESOURCE_EXHAUSTED, claims of creates in flight, a create sent again for a sandbox
-the node holds, and memory pressure in its record and written as soon as it begins."""
+the node holds; the meter: a VM counts its guest RAM until sampled, a first measurement and the
+start of memory pressure are written at once, a pressured node refuses creates."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import ResourceExhausted
 from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.capacity.host import Host
+from aenv_nodeagent.capacity.meter import MemoryMeter
 from aenv_nodeagent.capacity.rules import offer
 
 from ..sandbox.conftest import NODE_ID, Wing
@@ -32,7 +34,7 @@ def guard(wing: Wing, **overrides: object) -> NodeCapacity:
 
     capacity = NodeCapacity(
         offer(Host(2, 64_000, 100_000), rules),
-        rules,
+        MemoryMeter(rules, wing.service.registry),
         wing.service.registry,
         lambda template_id: SHAPE,
         record,
@@ -55,7 +57,6 @@ async def test_creates_beyond_the_nominal_capacity_are_refused(wing: Wing) -> No
 
 
 async def test_creates_in_flight_hold_their_whole_guest_ram(wing: Wing) -> None:
-    # Measured use is 0 here (fake VMs have no PSS): only the claims fill the 1 GiB budget.
     capacity = guard(wing, memory_budget_mib=1024)
     with capacity.creating(wing.spec()), capacity.creating(wing.spec()):
         with pytest.raises(ResourceExhausted, match="memory budget"):
@@ -68,6 +69,20 @@ async def test_creates_in_flight_hold_their_whole_guest_ram(wing: Wing) -> None:
         pass
 
 
+async def test_a_vm_counts_its_guest_ram_until_measured(wing: Wing) -> None:
+    capacity = guard(wing, memory_budget_mib=1024)
+    sandbox = await wing.create()
+    assert capacity.meter.used_mib() == sandbox.record.resources.memory_mib
+    with pytest.raises(ResourceExhausted, match="memory budget"):  # its 512 MiB + 512 + 512
+        capacity.forking(SHAPE, 2).__enter__()
+    # A fake VM's pid is no process: it measures 0 (a real QEMU's PSS: tests/e2e/test_density).
+    assert await capacity.meter.sample()  # measured the first time: the record is written
+    assert capacity.meter.used_mib() == 0 == capacity.meter.measured_bytes()
+    assert not await capacity.meter.sample()  # nothing new
+    with capacity.forking(SHAPE, 1):
+        pass
+
+
 async def test_pressure_refuses_creates_and_is_published_when_it_begins(wing: Wing) -> None:
     capacity = guard(wing, available_min_mib=1 << 30)  # no host has that much available
     published = asyncio.Event()
@@ -75,12 +90,11 @@ async def test_pressure_refuses_creates_and_is_published_when_it_begins(wing: Wi
     async def publish() -> None:
         published.set()
 
-    watch = asyncio.create_task(capacity.watch_pressure(publish, 0.01))
+    meter = asyncio.create_task(capacity.meter.run(publish, 0.01))
     try:
         await asyncio.wait_for(published.wait(), 5)
     finally:
-        watch.cancel()
-    assert capacity.pressure.startswith("MemAvailable")
+        meter.cancel()
     record = cluster_pb2.NodeRecord()
     capacity.fill(record)
     assert record.pressure.startswith("MemAvailable") and record.host_memory_available_mib > 0

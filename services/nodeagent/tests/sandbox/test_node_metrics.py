@@ -3,8 +3,6 @@ scrape, its sandboxes by state, the pool's depth, capacity, allocation and real 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
@@ -71,7 +69,8 @@ async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> Non
         pool_depth=lambda: {"slots": 3, "overlays": 2, "vms": 1},
         capacity=cluster_pb2.Resources(vcpus=8, memory_mib=4096),
         allocated=wing.service.registry.allocated,
-        vm_pids=lambda: [os.getpid()],  # a process that surely has a PSS
+        vm_pss_bytes=lambda: 300 << 20,
+        host_available_bytes=lambda: 20_000 << 20,
         memory_budget_mib=2048,
         pressure=lambda: "MemAvailable 100 MiB < 1024 MiB",
     )))
@@ -81,7 +80,7 @@ async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> Non
     assert value(samples, "aenv_node_pool_ready", kind="slots") == 3
     assert value(samples, "aenv_node_capacity", resource="memory_bytes") == 4096 << 20
     assert value(samples, "aenv_node_allocated", resource="vcpus") == 1
-    assert value(samples, "aenv_node_vm_memory_pss_bytes") > 1 << 20
-    assert value(samples, "aenv_node_host_memory_available_bytes") > 0
+    assert value(samples, "aenv_node_vm_memory_pss_bytes") == 300 << 20
+    assert value(samples, "aenv_node_host_memory_available_bytes") == 20_000 << 20
     assert value(samples, "aenv_node_memory_budget_bytes") == 2048 << 20
     assert value(samples, "aenv_node_memory_pressure") == 1
