@@ -1,11 +1,14 @@
 """Scheduler placements per second through the real gRPC scheduler on a real etcd, beside the
-floor: raw etcd transactions per second (aetcd, compare-version + put) in the same run.
+floor: raw etcd transactions per second from the same client in the same run, of the shape a
+placement writes (compare the leader key's value, put a reservation).
 
 The scheduler runs as its own process (`python -m aenv_scheduler`), exactly as deployed; this
-process registers fake node records with room for every placement, then drives `Schedule` from
-CONCURRENCY concurrent callers. A placement reads nodes and templates from the scheduler's
-watched caches and reserves in memory: it costs no etcd round trip, so the etcd floor says what a
-design writing one transaction per placement could reach at best.
+process registers fake node records with room for every placement (they measure nothing, so the
+nominal rule places), waits until the scheduler leads, then drives `Schedule` from CONCURRENCY
+concurrent callers. After each round it counts the reservations the placements wrote to etcd
+(`<prefix>/scheduler/reservations/`; the nodes never account for them, so none ends within the
+run): `reservations_written` equal to the placements says every placement really wrote its
+reservation, 0 says this scheduler reserves in memory only.
 
 Run: PYTHONPATH=common:gen/python/src:services/scheduler python bench/scheduler_placements.py
 """
@@ -55,19 +58,40 @@ async def run_round(
 
 
 async def etcd_txn_floor(store: ClusterStore, latencies: list[float]) -> list[float]:
+    """A placement's write without the placement: a transaction guarded by a leader key's
+    value putting a reservation-sized record."""
     client = store.client
     txn = client.transactions
+    leader = f"{PREFIX}/floor/leader".encode()
+    await client.put(leader, b"bench-floor")
     rates = []
     for r in range(ROUNDS):
 
         async def one(i: int, r: int = r) -> None:
             key = f"{PREFIX}/floor/{r}/{i}".encode()
-            await client.transaction(
-                compare=[txn.version(key) == 0], success=[txn.put(key, b"x" * 64)], failure=[]
+            held, _ = await client.transaction(
+                compare=[txn.value(leader) == b"bench-floor"],
+                success=[txn.put(key, b"x" * 64)],
+                failure=[],
             )
+            assert held
 
         rates.append(await run_round(PER_ROUND, one, latencies))
     return rates
+
+
+async def reservations_in_etcd(store: ClusterStore) -> int:
+    prefix = store.keys.prefix.encode() + b"/scheduler/reservations/"
+    return len(await store.client.get_prefix(prefix, keys_only=True))
+
+
+async def until_leading(store: ClusterStore) -> None:
+    """Only the leader places: wait for the scheduler to hold the leader key."""
+    for _ in range(300):
+        if await store.client.get(store.keys.scheduler_leader) is not None:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the scheduler did not take the leader key within 30 s")
 
 
 async def register_nodes(store: ClusterStore) -> None:
@@ -109,9 +133,12 @@ async def wait_serving(channel: grpc.aio.Channel) -> None:
             await asyncio.sleep(0.1)
 
 
-async def placements(port: int, latencies: list[float]) -> list[float]:
+async def placements(
+    port: int, store: ClusterStore, latencies: list[float], written: list[int]
+) -> list[float]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         await wait_serving(channel)
+        await until_leading(store)
         stub = scheduler_pb2_grpc.SchedulerServiceStub(channel)  # type: ignore[no-untyped-call]
         rates = []
         for r in range(ROUNDS):
@@ -122,6 +149,7 @@ async def placements(port: int, latencies: list[float]) -> list[float]:
                 assert reply.placement.node_id
 
             rates.append(await run_round(PER_ROUND, one, latencies))
+            written.append(await reservations_in_etcd(store))
         return rates
 
 
@@ -143,8 +171,9 @@ async def main() -> None:
             scheduler = start_scheduler(etcd.endpoint, port)
             try:
                 place_latencies: list[float] = []
+                written: list[int] = []
                 cpu_before, wall_before = cpu_seconds(scheduler.pid), time.perf_counter()
-                placed = await placements(port, place_latencies)
+                placed = await placements(port, store, place_latencies, written)
                 scheduler_cpu = (cpu_seconds(scheduler.pid) - cpu_before) / (
                     time.perf_counter() - wall_before
                 )
@@ -153,6 +182,8 @@ async def main() -> None:
                 scheduler.wait(timeout=15)
         finally:
             await store.close()
+    every_one_written = [PER_ROUND * (r + 1) for r in range(ROUNDS)]
+    ratio = statistics.median(placed) / statistics.median(floor)
     emit(
         "scheduler_placements",
         {
@@ -165,9 +196,14 @@ async def main() -> None:
             "placement_latency": summary_ms(place_latencies),
             # Cores the scheduler process used while placing (1.0 = one core saturated).
             "scheduler_cpu_cores": round(scheduler_cpu, 2),
+            # Reservations in etcd after each round (cumulative): PER_ROUND more each round when
+            # every placement wrote its own.
+            "reservations_written": written,
+            "placements_write_reservations": written == every_one_written,
             "floor_etcd_txn_per_s": round(statistics.median(floor), 1),
             "floor_etcd_txn_per_s_rounds": [round(x, 1) for x in floor],
             "floor_etcd_txn_latency": summary_ms(floor_latencies),
+            "ratio_placements_to_floor": round(ratio, 3),
             "target_placements_per_s": 1000,
         },
     )
