@@ -14,6 +14,7 @@ import sys
 import termios
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,12 @@ def test_exec_ls_cp_pause_resume(cli_env: dict[str, str], detached: list[str],
     aenv(cli_env, "cp", f"{sandbox_id}:/tmp/tree", str(tmp_path / "back"))
     assert (tmp_path / "back" / "sub" / "data.bin").read_bytes() == (
         tree / "sub" / "data.bin").read_bytes()
+    # Binary output passes through exec byte for byte (300 kB of random bytes: not UTF-8).
+    catted = subprocess.run(
+        [sys.executable, "-m", "aenv_cli", "exec", sandbox_id, "cat /tmp/tree/sub/data.bin"],
+        env=cli_env, capture_output=True, timeout=COMMAND_TIMEOUT_S)
+    assert catted.returncode == 0, catted.stderr
+    assert catted.stdout == (tree / "sub" / "data.bin").read_bytes()
 
     aenv(cli_env, "pause", sandbox_id)
     assert listed(cli_env, "--state", "paused")[sandbox_id]["state"] == "paused"
@@ -121,6 +128,33 @@ def test_exec_ls_cp_pause_resume(cli_env: dict[str, str], detached: list[str],
     assert top[sandbox_id]["state"] == "running"
     inspected = json.loads(aenv(cli_env, "inspect", sandbox_id).stdout)[0]
     assert inspected["sandboxID"] == sandbox_id and "envdAccessToken" not in inspected
+    _logs_follow_until_removed(cli_env, sandbox_id)
+
+
+def _logs_follow_until_removed(env: dict[str, str], sandbox_id: str) -> None:
+    """`aenv logs --follow` prints the log so far, then new entries (a command's envd lines)
+    as they come, each once, and ends (exit 0) when the sandbox is removed."""
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "aenv_cli", "logs", sandbox_id, "--follow", "-o", "json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follow.stdout is not None
+        first = json.loads(follow.stdout.readline())
+        time.sleep(3)  # it has printed the log so far, and polls
+        ran_at = time.time()
+        aenv(env, "exec", sandbox_id, "echo followed")
+        aenv(env, "rm", sandbox_id)
+        out, err = follow.communicate(timeout=EXPECT_TIMEOUT_S)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    entries = [first, *(json.loads(line) for line in out.splitlines())]
+    assert follow.returncode == 0 and err == f"sandbox {sandbox_id} ended\n", err
+    keys = [(e["timestamp"], e["message"]) for e in entries]
+    assert len(keys) == len(set(keys))  # none printed twice
+    assert any(datetime.fromisoformat(e["timestamp"]).timestamp() >= ran_at for e in entries), \
+        f"no entry after the command ran: {entries[-3:]}"
 
 
 def test_snapshot_fork_reset(cli_env: dict[str, str], detached: list[str]) -> None:
