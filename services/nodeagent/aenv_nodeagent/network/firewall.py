@@ -4,6 +4,10 @@ Inside the netns: TCP to the netns end of the veth is DNATed to the guest (same 
 masqueraded to the tap address, so the host reaches every guest port at ``<ns_ip>:<port>`` and
 replies always come back through the netns. Guest-originated traffic is filtered in the ``egress``
 chain, which ``update_policy`` replaces in one nft transaction.
+
+Before any of that, tap0's ingress admits only what the guest may send as itself (its MAC, its
+IPv4 address, ARP about itself asking for its gateway): a guest's spoofed sources, forged MACs,
+ARP claims, IPv6 and VLAN tags never reach routing, conntrack or the neighbour table.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import ipaddress
 from collections.abc import Iterable
 
 from .policy import ALWAYS_BLOCKED, EgressPolicy, IPNetwork, parse_cidrs
-from .slots import GUEST_IP, NS_VETH_NAME, TAP_NAME, NetSlot
+from .slots import GATEWAY_IP, GUEST_IP, GUEST_MAC, NS_VETH_NAME, TAP_NAME, NetSlot
 
 TABLE = "aenv"
 FAMILY = "inet"
+NOT_THE_GUEST = "not the guest"  # the counter of what tap0's ingress dropped
 
 
 def render_ruleset(slot: NetSlot, policy: EgressPolicy, blocked_extra: Iterable[str]) -> str:
@@ -49,9 +54,28 @@ def render_ruleset(slot: NetSlot, policy: EgressPolicy, blocked_extra: Iterable[
             *_indent(render_egress_rules(policy, blocked_extra)),
             "  }",
             "}",
+            *render_guest_ingress(),
             "",
         ]
     )
+
+
+def render_guest_ingress() -> list[str]:
+    """The netdev table on tap0's ingress: an allow list of the frames a guest sends as itself,
+    everything else counted and dropped. Every slot's guest has the same MAC and address, so the
+    rules are the same in every netns and hold across restores and forks."""
+    own = f"ether saddr {GUEST_MAC}"
+    return [
+        f"table netdev {TABLE} {{",
+        "  chain guest {",
+        f'    type filter hook ingress device "{TAP_NAME}" priority filter; policy drop;',
+        f"    {own} ip saddr {GUEST_IP} accept",
+        f"    {own} arp saddr ether {GUEST_MAC} arp saddr ip {GUEST_IP} "
+        f"arp daddr ip {GATEWAY_IP} accept",
+        f'    counter comment "{NOT_THE_GUEST}"',
+        "  }",
+        "}",
+    ]
 
 
 def render_policy_update(policy: EgressPolicy, blocked_extra: Iterable[str]) -> str:

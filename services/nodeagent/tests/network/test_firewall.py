@@ -31,6 +31,20 @@ def test_guest_may_open_nothing_towards_the_netns_itself() -> None:
     assert 'iifname "tap0" ct state established,related accept\n    iifname "tap0" drop' in text
 
 
+def test_only_what_the_guest_sends_as_itself_enters_from_its_tap() -> None:
+    text = render_ruleset(SLOT, EgressPolicy(allow_internet=True), [])
+    netdev = text[text.index("table netdev aenv {") :]
+    assert netdev.splitlines()[1:7] == [
+        "  chain guest {",
+        '    type filter hook ingress device "tap0" priority filter; policy drop;',
+        "    ether saddr 02:fc:00:00:00:15 ip saddr 169.254.0.21 accept",
+        "    ether saddr 02:fc:00:00:00:15 arp saddr ether 02:fc:00:00:00:15 "
+        "arp saddr ip 169.254.0.21 arp daddr ip 169.254.0.22 accept",
+        '    counter comment "not the guest"',
+        "  }",
+    ]
+
+
 def test_no_internet_drops_everything_after_the_blocked_ranges() -> None:
     rules = render_egress_rules(EgressPolicy(allow_internet=False, allow_out=["1.1.1.1"]), [])
     assert rules[0] == PRIVATE4

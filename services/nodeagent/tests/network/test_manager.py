@@ -123,7 +123,7 @@ async def test_create_builds_every_object_and_destroy_removes_them(
     assert view["links"]["tap0"][0] == TAP_MAC
     assert view["addresses"] == sorted(["127.0.0.1", slot.ns_ip, GATEWAY_IP])
     assert view["forwarding"] == "1"
-    assert view["nft"] == "table inet aenv\n"
+    assert view["nft"] == "table inet aenv\ntable netdev aenv\n"
 
     await manager.destroy_slot(slot)
     await manager.destroy_slot(slot)  # idempotent
