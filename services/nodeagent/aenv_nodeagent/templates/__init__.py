@@ -8,8 +8,8 @@ image) and a recipe, cold-booted once and captured, so sandboxes only ever resto
 - store.py: this node's templates, each captured on first use
 - bases.py, builds.py: templates built from OCI images or other templates (E2B's build)
 - saved.py: the templates built or pulled here, known again after a restart
-- distribution.py, builtin_disks.py: templates through snapstore, so any node creates from
-  them (the built-in ones' captures too, with the disks they were made on)
+- distribution.py, guest_disks.py: templates through snapstore, so any node creates from
+  them (the built-in ones' captures too), each capture with the disks it was made on
 - cache.py, retire.py, outdated.py: bounding the captured ones; dropping those the catalog
   retired, and the built-in ones' captures under inputs this node no longer has
 - bounds.py: bounding what builds leave (image blobs, base disks, step layers) and pulled rootfs

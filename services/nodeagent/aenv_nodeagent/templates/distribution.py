@@ -3,10 +3,11 @@ it again. Two manifests per template:
 
 - `template-<id>`: what makes it — its saved inputs (saved.py) and its rootfs;
 - `template-<id>-<key>`: its captured snapshot (frozen disk layer, RAM, device state), for the
-  nodes whose inputs key matches — the same guest artifacts, accelerator, kernel and size — and
-  whose disks under it (rootfs, tools disk) are byte for byte the pusher's: the digests it
-  carries (`disks.json`) are checked before it is used, as the restored guest's page cache
-  holds their blocks.
+  nodes whose inputs key matches — the same guest artifacts, accelerator, kernel and size. The
+  digests of the disks under it (rootfs, tools disk) go with it (`disks.json`, and its labels):
+  the restored guest's page cache holds their blocks, so a node whose tools disk has other
+  bytes (the artifact builds are not reproducible) restores it on the pusher's, pushed beside it
+  as `guest-disk-<sha256>` (guest_disks.py).
 
 A push a node stop cut short is pushed again when the node starts (`resume`).
 
@@ -18,7 +19,7 @@ the snapshot persistence's retries; chunks the store has are not sent again.
 
 The built-in templates (`base`, `code-interpreter-v1`) every node makes from its own artifacts:
 only their captures travel, as `template-<id>-<key>` with the digests of the rootfs and tools
-disk under the captured guest, and those disks beside them (builtin_disks.py: the builds are not
+disk under the captured guest, and those disks beside them (guest_disks.py: the builds are not
 reproducible). A node that captured one, or holds one snapstore lacks, pushes it; a node without
 one pulls it, with any disk whose bytes it lacks, and restores on those (its `backing.json`).
 """
@@ -33,7 +34,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from aenv_common.cluster import ClusterStore
@@ -41,14 +42,11 @@ from aenv_common.errors import AenvError, Internal, NotFound
 from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import mark_used
-from aenv_nodeagent.templates.builtin_disks import (
-    BUILTIN_TEMPLATES,
-    BuiltinDisks,
-    disk_digests,
-    disk_paths,
-)
+from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
+from aenv_nodeagent.templates.guest_disks import GuestDisks, disk_digests, disk_paths
 from aenv_nodeagent.templates.model import (
     BACKING_FILE,
+    BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
     META_FILE,
@@ -67,6 +65,8 @@ INPUTS_FILE = "inputs.json"
 ROOTFS_FILE = "rootfs"
 SNAPSHOT_FILES = (DISK_FILE, MEMORY_FILE, STATE_FILE, META_FILE)
 DISKS_FILE = "disks.json"
+# Every node makes these from its own artifacts: only their captures travel, with their disks.
+BUILTIN_TEMPLATES = frozenset({BASE_TEMPLATE, CODE_INTERPRETER_TEMPLATE})
 
 
 # The node-side templates the cluster knows (their `templates/<id>` records).
@@ -95,10 +95,11 @@ class TemplateDistribution:
         self._pulls: dict[str, asyncio.Task[TemplateInputs | None]] = {}
         self._offered: set[Path] = set()  # built-in captures checked against snapstore this run
         self._offers: set[asyncio.Task[str | None]] = set()
-        self._disks = BuiltinDisks(persistence, root)
+        self._disks = GuestDisks(persistence, root)
 
     def share_soon(self, inputs: TemplateInputs, snapshot: TemplateSnapshot) -> None:
-        """Pushes a template built (and saved) here, in the background."""
+        """Pushes a template built (and saved) here, in the background: its inputs and rootfs,
+        its capture and the tools disk under it."""
         template_id = inputs.template_id
         saved = self._saved.path(template_id)
         labels = {"kind": "template", "template_id": template_id}
@@ -110,8 +111,34 @@ class TemplateDistribution:
             log.info("template pushed to snapstore", extra={"template": template_id})
 
         self._persistence.push_soon(inputs_manifest(template_id), inputs_files, shared, labels)
-        self._push_capture(inputs, snapshot, snapshot_manifest(template_id, inputs.key()),
-                           shared)
+        self._offer_soon(self._offer_capture(inputs, snapshot, shared, ("tools_disk",)))
+
+    def _offer_soon(self, offer: Coroutine[None, None, str | None]) -> None:
+        task = asyncio.ensure_future(offer)
+        self._offers.add(task)
+        task.add_done_callback(self._offers.discard)
+
+    async def _offer_capture(
+        self, inputs: TemplateInputs, snapshot: TemplateSnapshot,
+        shared: Callable[[], Awaitable[None]], disk_names: tuple[str, ...],
+        unless_stored: bool = False,
+    ) -> str | None:
+        """Pushes the capture as `template-<id>-<key>` after the disks of `disk_names` under it
+        that snapstore lacks (unless it has the capture, with `unless_stored`); returns the
+        capture's manifest when pushed. Its labels name its disks' digests (GuestDisks.collect).
+        """
+        manifest = snapshot_manifest(inputs.template_id, inputs.key())
+        try:
+            digests, stored = await disk_digests(inputs), await self._persistence.manifests()
+        except (AenvError, OSError) as err:  # a start's resume offers it again
+            log.warning("template capture not pushed",
+                        extra={"template": inputs.template_id, "error": str(err)})
+            return None
+        disks = self._disks.push_soon(inputs, digests, stored, disk_names)
+        if unless_stored and manifest in stored:
+            return None  # any disks it lacked go: its pusher's may have been lost
+        self._push_capture(inputs, snapshot, manifest, shared, after=disks, more_labels=digests)
+        return manifest
 
     def _push_capture(
         self, inputs: TemplateInputs, snapshot: TemplateSnapshot, manifest: str,
@@ -165,6 +192,7 @@ class TemplateDistribution:
 
     async def shared(self, template_id: str, key: str) -> None:
         """Waits for the template's pushes in flight (tests, and a node about to stop)."""
+        await asyncio.gather(*self._offers)
         await self._persistence.persisted(inputs_manifest(template_id))
         await self._persistence.persisted(snapshot_manifest(template_id, key))
 
@@ -236,26 +264,40 @@ class TemplateDistribution:
         try:
             files = await self._persistence.pull(
                 snapshot_manifest(inputs.template_id, inputs.key()), dest)
+            return await self._place_snapshot(files, inputs, dest) is not None
         except NotFound:
             return False  # captured under other artifacts: this node captures its own
-        return await self._place_snapshot(files, inputs, dest)
+        except (Internal, KeyError, ValueError) as err:  # a broken push: captured here too
+            log.warning("template capture not pulled: captured here instead",
+                        extra={"template": inputs.template_id, "error": str(err)})
+            return False
 
     async def _place_snapshot(
         self, files: Mapping[str, Path], inputs: TemplateInputs, pulled: Path
-    ) -> bool:
-        """A pulled snapshot folder moved into place, its disk standing on the local rootfs;
-        False, and nothing placed, when it was captured on disks other than this node's (a
-        base disk made here again from the same image is not the same bytes).
+    ) -> TemplateInputs | None:
+        """A pulled snapshot folder moved into place, standing on the disks it was captured
+        on: this node's own where their bytes are alike, else pulled beside it (guest_disks.py;
+        its `backing.json` names them); returns the template on those disks. None, and nothing
+        placed, when snapstore lacks one (a base disk made here again from the same image is
+        not the same bytes, and a built template's rootfs travels with its inputs only).
 
         :raise OSError: this node's disks cannot be read.
+        :raise Internal: a pulled disk is not the bytes it was pulled as.
         """
+        on = inputs
         if (recorded := files.get(DISKS_FILE)) is not None:  # older pushes carry none
-            if json.loads(recorded.read_text()) != await disk_digests(inputs):
-                log.info("template capture made on other disks: captured here instead",
+            try:
+                on = await self._disks.adopt(inputs, json.loads(recorded.read_text()),
+                                             pulled.parent)
+            except NotFound:
+                log.info("template capture made on disks snapstore lacks: captured here instead",
                          extra={"template": inputs.template_id})
-                return False
+                return None
             recorded.unlink()
-        await rebase_overlay(files[DISK_FILE], inputs.rootfs.path)
+        if on != inputs:
+            (pulled / BACKING_FILE).write_text(json.dumps(
+                {name: str(path) for name, path in disk_paths(on).items()}))
+        await rebase_overlay(files[DISK_FILE], on.rootfs.path)
         for path in files.values():  # pulled private (mkstemp): read as a capture made here
             if path.exists():
                 path.chmod(0o644)
@@ -266,7 +308,7 @@ class TemplateDistribution:
         except OSError:
             if load_snapshot(directory) is None:  # not a concurrent pull that won: a real error
                 raise
-        return True
+        return on
 
     # --- built-in templates --------------------------------------------------------------------
 
@@ -278,31 +320,13 @@ class TemplateDistribution:
         if inputs.template_id not in BUILTIN_TEMPLATES or snapshot.directory in self._offered:
             return
         self._offered.add(snapshot.directory)
-        task = asyncio.ensure_future(self._offer_builtin(inputs, snapshot))
-        self._offers.add(task)
-        task.add_done_callback(self._offers.discard)
-
-    async def _offer_builtin(
-        self, inputs: TemplateInputs, snapshot: TemplateSnapshot
-    ) -> str | None:
-        manifest = snapshot_manifest(inputs.template_id, inputs.key())
-        try:
-            digests, stored = await disk_digests(inputs), await self._persistence.manifests()
-        except (AenvError, OSError) as err:  # the next run offers it again
-            log.warning("built-in template capture not pushed",
-                        extra={"template": inputs.template_id, "error": str(err)})
-            return None
-        disks = self._disks.push_soon(inputs, digests, stored)
-        if manifest in stored:
-            return None  # any disks it lacked go: its pusher's may have been lost
 
         async def shared() -> None:
-            log.info("built-in template capture pushed to snapstore",
-                     extra={"template": inputs.template_id, "manifest_id": manifest})
+            log.info("built-in template capture pushed to snapstore", extra={
+                "template": inputs.template_id, "key": inputs.key()})
 
-        # Its disks' digests in its labels: what snapstore keeps them for (BuiltinDisks.collect).
-        self._push_capture(inputs, snapshot, manifest, shared, after=disks, more_labels=digests)
-        return manifest
+        self._offer_soon(self._offer_capture(inputs, snapshot, shared,
+                                             ("rootfs", "tools_disk"), unless_stored=True))
 
     async def builtins_shared(self) -> None:
         """Waits for the built-in captures' checks and pushes in flight (tests, benchmarks)."""
@@ -321,12 +345,9 @@ class TemplateDistribution:
                 dest = staging / "snapshot"
                 files = await self._persistence.pull(
                     snapshot_manifest(inputs.template_id, inputs.key()), dest)
-                recorded = json.loads(files[DISKS_FILE].read_text())
-                on = await self._disks.adopt(inputs, recorded, staging)
-                if on != inputs:
-                    (dest / BACKING_FILE).write_text(json.dumps(
-                        {name: str(path) for name, path in disk_paths(on).items()}))
-                if not await self._place_snapshot(files, on, dest):
+                if DISKS_FILE not in files:
+                    raise Internal("the stored capture names no disks")
+                if (on := await self._place_snapshot(files, inputs, dest)) is None:
                     return None
         except NotFound:
             return None

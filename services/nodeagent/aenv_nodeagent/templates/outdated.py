@@ -13,9 +13,10 @@ such capture that nothing can still use:
   inputs still: each use touches its `template.json`).
 
 Its manifest goes from snapstore with it (a node still on the old inputs captures its own), and
-so does any pulled disk (builtin_disks.py) no remaining capture here stands on; snapstore's
-disks go once no capture there names them (BuiltinDisks.collect, every pass: another node may
-have dropped the last). The template's warm VMs and overlays of the old capture go first.
+so does any pulled disk (guest_disks.py) no remaining capture here stands on; snapstore's
+disks go once no capture there names them (GuestDisks.collect: after a drop here, and once every
+`min_idle_s` — another node may have dropped the last, or the gateway deleted a template). The
+template's warm VMs and overlays of the old capture go first.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from pathlib import Path
 from aenv_nodeagent.artifacts.digest import SUFFIX as DIGEST_SUFFIX
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import chain_of, run_every
-from aenv_nodeagent.templates.builtin_disks import BUILTIN_TEMPLATES, PULLED_DISKS_DIR, BuiltinDisks
 from aenv_nodeagent.templates.cache import Forget
-from aenv_nodeagent.templates.distribution import snapshot_manifest
+from aenv_nodeagent.templates.distribution import BUILTIN_TEMPLATES, snapshot_manifest
+from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, GuestDisks
 from aenv_nodeagent.templates.model import BACKING_FILE, META_FILE, TemplateSnapshot
 from aenv_nodeagent.templates.store import TemplateStore
 
@@ -64,9 +65,10 @@ class OutdatedCaptures:
         self._tops = tops
         self._forget = forget  # the warm pool's VMs and overlays of a template's capture
         self._persistence = persistence
-        self._disks = BuiltinDisks(persistence, store.root) if persistence is not None else None
+        self._disks = GuestDisks(persistence, store.root) if persistence is not None else None
         self._min_idle_s = min_idle_s
         self._clock = clock
+        self._collected_at = float("-inf")
 
     def outdated(self) -> list[TemplateSnapshot]:
         """The built-in captures under inputs other than the registered ones, unused."""
@@ -101,8 +103,11 @@ class OutdatedCaptures:
                      extra={"template": snap.template_id, "key": snap.directory.name})
         if dropped:
             self._drop_unused_disks()
-        if self._disks is not None:
-            await self._disks.collect(self._min_idle_s, self._clock())
+        now = self._clock()
+        # It reads every capture's labels in snapstore: after a drop here, else once a while.
+        if self._disks is not None and (dropped or now - self._collected_at > self._min_idle_s):
+            await self._disks.collect(self._min_idle_s, now)
+            self._collected_at = now
         return dropped
 
     def _drop_unused_disks(self) -> None:

@@ -25,8 +25,7 @@ from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetworkManager
-from aenv_nodeagent.templates.builtin_disks import BUILTIN_TEMPLATES
-from aenv_nodeagent.templates.distribution import TemplateDistribution
+from aenv_nodeagent.templates.distribution import BUILTIN_TEMPLATES, TemplateDistribution
 from aenv_nodeagent.templates.launch import boot_from_disk
 from aenv_nodeagent.templates.layers import BuildDisk, StepLayers, layer_keys
 from aenv_nodeagent.templates.model import (

@@ -15,7 +15,7 @@ import pytest
 
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.templates import TemplateStore
-from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR, disk_digests
+from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, disk_digests
 from aenv_nodeagent.templates.model import BASE_TEMPLATE, with_disks
 
 from ..lifecycle.conftest import Node, node_parts, spec

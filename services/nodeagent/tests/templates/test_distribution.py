@@ -14,12 +14,12 @@ import grpc
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
-from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR, disk_digests, disk_manifest
 from aenv_nodeagent.templates.distribution import (
     DISKS_FILE,
     TemplateDistribution,
     snapshot_manifest,
 )
+from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, disk_digests, disk_manifest
 from aenv_nodeagent.templates.model import (
     BACKING_FILE,
     BASE_TEMPLATE,
@@ -97,10 +97,44 @@ async def test_a_shared_template_is_pulled_with_its_rootfs_and_snapshot(
         await pulling.close()
 
 
+async def test_a_built_template_is_pulled_with_the_tools_disk_it_was_captured_on(
+    tmp_path: Path, snapstore: str,
+) -> None:
+    inputs, saved_a, captured = _built_at(tmp_path / "a", tmp_path / "made")
+    inputs.rootfs.path.write_bytes(b"the base disk node a made from the image")
+    inputs.artifacts.tools_disk.write_bytes(b"node a's tools disk")
+    persistence = SnapshotPersistence(snapstore)
+    try:
+        a = TemplateDistribution(persistence, tmp_path / "a", saved_a)
+        a.share_soon(inputs, captured)
+        await a.shared("web", inputs.key())
+        digests = await disk_digests(inputs)
+        assert (await persistence.labels(f"template-web-{inputs.key()}")).items() >= (
+            digests.items())
+
+        # Node b built its tools disk from the same inputs: other bytes.
+        (tmp_path / "b-tools.img").write_bytes(b"node b's tools disk")
+        own = with_disks(inputs, inputs.rootfs.path, tmp_path / "b-tools.img")
+        node_b = tmp_path / "b"
+        b = TemplateDistribution(persistence, node_b, SavedTemplates(node_b / "built", own))
+        pulled = await b.fetch("web")
+        assert pulled is not None and pulled.artifacts.tools_disk == tmp_path / "b-tools.img"
+        directory = snapshot_dir(node_b, pulled)
+        assert load_snapshot(directory) is not None  # a's capture: b need not run the recipe
+        on = backed_inputs(pulled, directory)
+        assert on.artifacts.tools_disk.parent == node_b / PULLED_DISKS_DIR
+        assert on.artifacts.tools_disk.read_bytes() == b"node a's tools disk"
+        assert on.rootfs.path == pulled.rootfs.path  # the rootfs came with the inputs
+        assert not list(node_b.glob(".pull-*"))
+    finally:
+        await persistence.close()
+
+
 async def test_a_capture_is_not_pulled_onto_a_rootfs_of_other_bytes(
     tmp_path: Path, snapstore: str,
 ) -> None:
     inputs, saved_a, captured = _built_at(tmp_path / "a", tmp_path / "made")
+    inputs.rootfs.path.write_bytes(b"the base disk node a made from the image")
     persistence = SnapshotPersistence(snapstore)
     try:
         TemplateDistribution(persistence, tmp_path / "a", saved_a).share_soon(inputs, captured)
@@ -136,8 +170,9 @@ async def test_a_push_a_stop_cut_short_is_resumed_at_the_next_start(
 
         assert await distribution.resume([inputs, other], known) == ["web"]
         await distribution.shared("web", inputs.key())
+        tools = disk_manifest((await disk_digests(inputs))["tools_disk"])
         assert await persistence.manifests() == {
-            "template-web", f"template-web-{inputs.key()}"}
+            "template-web", f"template-web-{inputs.key()}", tools}
         assert await distribution.resume([inputs, other], known) == []  # in the store now
     finally:
         await persistence.close()

@@ -2,7 +2,7 @@
 node and snapstore (a real one, in process) — but never one a sandbox's disk, a pre-made overlay
 or a snapshot layer stands on, one whose RAM a sandbox or snapshot pinned, one used lately, nor
 the current capture or any other template's; pulled disks go once no capture stands on them, and
-snapstore's once no built-in capture there names them."""
+snapstore's once no capture there names them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
-from aenv_nodeagent.templates.builtin_disks import PULLED_DISKS_DIR, PUSHED_AT, BuiltinDisks
+from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, PUSHED_AT, GuestDisks
 from aenv_nodeagent.templates.model import (
     BACKING_FILE,
     BASE_TEMPLATE,
@@ -137,7 +137,7 @@ async def test_outdated_builtin_captures_go_unless_something_stands_on_them(
     assert (current / META_FILE).is_file() and (other_template / META_FILE).is_file()
 
 
-async def test_snapstore_keeps_the_disks_a_builtin_capture_names_and_recent_ones(
+async def test_snapstore_keeps_the_disks_a_capture_names_and_recent_ones(
     tmp_path: Path, snapstore: str,
 ) -> None:
     now = 1_000 * DAY
@@ -145,28 +145,33 @@ async def test_snapstore_keeps_the_disks_a_builtin_capture_names_and_recent_ones
     persistence = SnapshotPersistence(snapstore)
     stored = _Stored(persistence, tmp_path)
     try:
-        await stored.put("template-base-k2", {"kind": "template", "template_id": BASE_TEMPLATE,
-                                              "rootfs": "sha256:aa", "tools_disk": "sha256:bb"})
-        await stored.put("template-web-k1", {"kind": "template", "template_id": "web"})
-        for disk, pushed in (("aa", old), ("bb", old), ("cc", old), ("dd", recent)):
-            await stored.put(f"builtin-disk-{disk}", {"kind": "template-disk",
+        await stored.put(f"template-base-{'2' * 24}", {
+            "kind": "template", "template_id": BASE_TEMPLATE, "rootfs": "sha256:aa",
+            "tools_disk": "sha256:bb"})
+        await stored.put(f"template-web-{'1' * 24}", {  # a built template's: its tools disk
+            "kind": "template", "template_id": "web", "rootfs": "sha256:ee",
+            "tools_disk": "sha256:ff"})
+        await stored.put("template-web", {"kind": "template", "template_id": "web"})  # inputs
+        for disk, pushed in (("aa", old), ("bb", old), ("cc", old), ("dd", recent),
+                             ("ff", old)):
+            await stored.put(f"guest-disk-{disk}", {"kind": "template-disk",
                                                       PUSHED_AT: pushed})
-        disks = BuiltinDisks(persistence, tmp_path / "node")
+        disks = GuestDisks(persistence, tmp_path / "node")
         # A capture pushed before disks travelled names none: nothing can be told unused.
-        await stored.put("template-code-interpreter-v1-k0", {
-            "kind": "template", "template_id": "code-interpreter-v1"})
+        older = f"template-code-interpreter-v1-{'0' * 24}"
+        await stored.put(older, {"kind": "template", "template_id": "code-interpreter-v1"})
         assert await disks.collect(DAY, now) == []
-        await _delete(snapstore, "template-code-interpreter-v1-k0")
+        await _delete(snapstore, older)
         # cc: the disk of a capture gone (dropped as outdated); dd: pushed a minute ago, its
         # capture may be on its way.
-        assert await disks.collect(DAY, now) == ["builtin-disk-cc"]
+        assert await disks.collect(DAY, now) == ["guest-disk-cc"]
     finally:
         await persistence.close()  # waits for the deletes
     check = SnapshotPersistence(snapstore)
     try:
-        assert await check.manifests() == {"template-base-k2", "template-web-k1",
-                                           "builtin-disk-aa", "builtin-disk-bb",
-                                           "builtin-disk-dd"}
+        assert await check.manifests() == {
+            f"template-base-{'2' * 24}", f"template-web-{'1' * 24}", "template-web",
+            "guest-disk-aa", "guest-disk-bb", "guest-disk-dd", "guest-disk-ff"}
     finally:
         await check.close()
 

@@ -2,10 +2,12 @@
 registry (Debian's docker-registry on loopback), its recipe run, the capture published; the log
 streamed, then the result. A sandbox of it starts with its app answering; a template built on
 it (`from_template`) adds its own steps; an unknown image fails the build with the image's
-one-line reason and keeps the previous version usable; the built templates outlive a restart."""
+one-line reason and keeps the previous version usable; the built templates outlive a restart; a
+node whose tools disk has other bytes creates from another's capture on that node's tools disk."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +25,8 @@ from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates.bases import ImageBases
 from aenv_nodeagent.templates.builds import TemplateBuilds
 from aenv_nodeagent.templates.cache import TemplateCache
+from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, disk_digests
+from aenv_nodeagent.templates.model import with_disks
 
 from ..lifecycle.conftest import Node, node_parts, spec
 from ..lifecycle.guest import sh
@@ -133,7 +137,7 @@ async def test_images_from_a_registry_become_templates_and_outlive_a_restart(
 
 
 async def test_a_template_built_on_one_node_is_created_on_another(
-    tmp_path: Path, snapstore: str,
+    tmp_path: Path, snapstore: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     layout = busybox_layout(tmp_path / "layout")
     async with docker_registry(tmp_path / "registry") as registry, \
@@ -152,8 +156,17 @@ async def test_a_template_built_on_one_node_is_created_on_another(
         built = await a.templates.get("shared-web")
         await a.distribution.shared("shared-web", a.templates.inputs("shared-web").key())
 
-        # Node b never built it: it pulls it on first use, captured snapshot included.
+        # Node b never built it, and its tools disk has other bytes (built again from the same
+        # inputs): it pulls the template on first use, captured snapshot and a's tools disk
+        # included, and restores on those.
         assert b.templates is not None and not b.templates.has("shared-web")
+        assert b.saved is not None
+        own = b.saved.defaults
+        tools = b.state_dir / "tools.ext4"
+        shutil.copyfile(own.artifacts.tools_disk, tools)
+        with tools.open("r+b") as disk:
+            disk.truncate(disk.seek(0, 2) + (1 << 20))
+        monkeypatch.setattr(b.saved, "_defaults", with_disks(own, own.rootfs.path, tools))
         s = spec(template_id="shared-web")
         sandbox = await b.sandboxes.create(s)
         assert await sh(b.session, sandbox.host, s.envd_access_token,
@@ -161,6 +174,9 @@ async def test_a_template_built_on_one_node_is_created_on_another(
         pulled = await b.templates.get("shared-web")
         assert pulled.directory.is_relative_to(b.state_dir)
         assert pulled.boot_seconds == built.boot_seconds  # a's capture, not one of its own
+        on = b.templates.inputs("shared-web")
+        assert on.artifacts.tools_disk.parent == b.state_dir / "templates" / PULLED_DISKS_DIR
+        assert await disk_digests(on) == await disk_digests(a.templates.inputs("shared-web"))
         await b.sandboxes.kill(s.sandbox_id)
         assert not list((b.state_dir / "templates").glob(".pull-*"))
         assert b.saved is not None and b.saved.path("shared-web").is_file()

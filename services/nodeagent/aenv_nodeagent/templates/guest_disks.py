@@ -1,18 +1,19 @@
-"""The disks under a built-in template's capture, through snapstore by their bytes' digest.
+"""The disks under a captured guest, through snapstore by their bytes' digest.
 
 Every node builds the built-in templates' rootfs and the tools disk from its own artifacts, and
 those builds are not byte for byte reproducible (mkfs picks UUIDs and hash seeds, packages and
 file systems carry build times), while a captured guest's page cache holds its disks' blocks: a
-capture restores only on the very disks it was made on. So a built-in capture travels with
-them: each is pushed once as `builtin-disk-<sha256>` (its chunks dedupe against everything the
-store holds), and a node whose own disk has other bytes pulls that one into `disks/` (kept by
-digest, shared by its built-in templates) and restores on it. Making the builds reproducible
-instead would need every tool in the chain (debootstrap, mkfs.ext4, package post-install
-scripts) pinned and proven on every host: distributing the bytes is proven by their digest.
+capture restores only on the very disks it was made on. So a capture travels with them: each
+is pushed once as `guest-disk-<sha256>` (its chunks dedupe against everything the store holds)
+— a built-in template's rootfs and tools disk, a built template's tools disk (its rootfs travels
+with its inputs) — and a node whose own disk has other bytes pulls that one into `disks/` (kept
+by digest, shared by its templates) and restores on it. Making the builds reproducible instead
+would need every tool in the chain (debootstrap, mkfs.ext4, package post-install scripts)
+pinned and proven on every host: distributing the bytes is proven by their digest.
 
-A disk goes from snapstore (`collect`) once no built-in capture there names it (each capture's
-labels carry its disks' digests) and it was pushed over `min_age_s` ago (a capture follows its
-disks' push).
+A disk goes from snapstore (`collect`) once no capture there names it (each capture's labels
+carry its disks' digests) and it was pushed over `min_age_s` ago (a capture follows its disks'
+push).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,17 +31,16 @@ from aenv_nodeagent.artifacts.digest import SUFFIX as DIGEST_SUFFIX
 from aenv_nodeagent.artifacts.digest import content_digest
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import mark_used
-from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
-from aenv_nodeagent.templates.model import BASE_TEMPLATE, TemplateInputs, with_disks
+from aenv_nodeagent.templates.model import TemplateInputs, with_disks
 
 log = logging.getLogger(__name__)
 
-# Every node makes these from its own artifacts: only their captures travel, with their disks.
-BUILTIN_TEMPLATES = frozenset({BASE_TEMPLATE, CODE_INTERPRETER_TEMPLATE})
 PULLED_DISKS_DIR = "disks"
 PUSHED_AT = "pushed_at"
-DISK_MANIFEST_PREFIX = "builtin-disk-"
+DISK_MANIFEST_PREFIX = "guest-disk-"
 _DISK = "disk"
+# A template's capture (distribution.snapshot_manifest: `template-<id>-<key>`, a 24-hex key).
+_CAPTURE = re.compile(r"template-.+-[0-9a-f]{24}$")
 
 
 def disk_manifest(digest: str) -> str:
@@ -62,18 +63,21 @@ async def disk_digests(inputs: TemplateInputs) -> dict[str, str]:
     return dict(zip(paths, digests, strict=True))
 
 
-class BuiltinDisks:
+class GuestDisks:
     def __init__(self, persistence: SnapshotPersistence, root: Path) -> None:
         self._persistence = persistence
         self._dir = root / PULLED_DISKS_DIR
 
     def push_soon(
-        self, inputs: TemplateInputs, digests: Mapping[str, str], stored: set[str]
+        self, inputs: TemplateInputs, digests: Mapping[str, str], stored: set[str],
+        names: tuple[str, ...] = ("rootfs", "tools_disk"),
     ) -> list[str]:
-        """Pushes, in the background, the template's disks snapstore lacks; returns their
-        manifests (the capture goes once they are in: `persisted`)."""
+        """Pushes, in the background, the template's disks of `names` snapstore lacks; returns
+        their manifests (the capture goes once they are in: `persisted`)."""
         pushing = []
         for name, path in disk_paths(inputs).items():
+            if name not in names:
+                continue
             manifest = disk_manifest(digests[name])
             if manifest in stored:
                 continue
@@ -125,7 +129,7 @@ class BuiltinDisks:
         return target
 
     async def collect(self, min_age_s: float, now: float) -> list[str]:
-        """Deletes from snapstore the disks no built-in capture there names, pushed over
+        """Deletes from snapstore the disks no template capture there names, pushed over
         `min_age_s` ago; returns their manifests. None while a capture names no disks (one
         pushed before disks travelled: what it stands on is unknown).
 
@@ -134,9 +138,8 @@ class BuiltinDisks:
         named: set[str] = set()
         stored = await self._persistence.manifests()
         for manifest in stored:
-            builtin = manifest.startswith(tuple(f"template-{t}-" for t in BUILTIN_TEMPLATES))
-            labels = await self._labels(manifest) if builtin else {}  # labels: one RPC each
-            if labels.get("kind") == "template" and labels.get("template_id") in BUILTIN_TEMPLATES:
+            labels = await self._labels(manifest) if _CAPTURE.match(manifest) else {}
+            if labels.get("kind") == "template":
                 if not {"rootfs", "tools_disk"} <= labels.keys():
                     return []
                 named |= {disk_manifest(labels["rootfs"]), disk_manifest(labels["tools_disk"])}
@@ -149,7 +152,7 @@ class BuiltinDisks:
                 self._persistence.forget_soon(manifest)
                 collected.append(manifest)
         if collected:
-            log.info("built-in template disks no capture names deleted from snapstore",
+            log.info("template disks no capture names deleted from snapstore",
                      extra={"manifests": collected})
         return collected
 
