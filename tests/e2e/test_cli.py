@@ -4,23 +4,28 @@ resize, Ctrl-C to the guest, the shell's exit code). Lean: three sandboxes, two 
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
+import re
 import select
 import struct
 import subprocess
 import sys
 import termios
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from aenv_cli.platform import Platform
+from aenv_common.testing.oci_layouts import busybox_layout
 from aenv_common.testing.ports import free_port
+from aenv_common.testing.registry import docker_registry, push
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
@@ -224,6 +229,17 @@ class Terminal:
             if ready:
                 self.seen += os.read(self.master, 65536)
 
+    def until_exit(self, child: subprocess.Popen[bytes], timeout_s: float) -> int:
+        """Reads what the child writes until it exits: its exit code."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ready, _, _ = select.select([self.master], [], [], 0.5)
+            if ready:
+                self.seen += os.read(self.master, 65536)
+            elif child.poll() is not None:
+                return child.returncode
+            assert time.monotonic() < deadline, f"still running; seen: {self.seen[-2000:]!r}"
+
     def close(self) -> None:
         os.close(self.master)
         os.close(self.slave)
@@ -274,3 +290,34 @@ def test_connect_and_exec_t_on_a_running_sandbox(cli_env: dict[str, str],
     finally:
         terminal.close()
     assert sandbox_id in listed(cli_env)  # connect leaves it running
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def registry_image(tmp_path: Path) -> AsyncIterator[str]:
+    """A busybox image in a registry of its own (Debian's docker-registry on loopback)."""
+    layout = busybox_layout(tmp_path / "layout")
+    async with docker_registry(tmp_path / "registry") as registry:
+        await push(f"oci:{layout}:1", registry, "cli/busybox:1")
+        yield f"{registry.host}/cli/busybox:1"
+
+
+@pytest.mark.registry
+@pytest.mark.asyncio(loop_scope="session")
+async def test_template_pull_draws_a_bar_per_layer_on_a_terminal(
+        cli_env: dict[str, str], registry_image: str) -> None:
+    terminal = Terminal(columns=160, rows=40)
+    try:
+        child = terminal.spawn(cli_env, "template", "pull", registry_image, "--name",
+                               "cli-pulled")
+        code = await asyncio.to_thread(terminal.until_exit, child, COMMAND_TIMEOUT_S * 2)
+        screen = terminal.seen.decode(errors="replace")
+        assert code == 0, screen[-3000:]
+        layers = re.findall(r"layer (\d+)/(\d+) sha256:[0-9a-f]{12}", screen)
+        assert layers and {n for n, _ in layers} == {str(i) for i in
+                                                     range(1, int(layers[0][1]) + 1)}
+        assert "MiB pulled" in screen and "image " + registry_image in screen
+        assert "template: boot, recipe, capture" in screen and "ready" in screen
+        assert f"pulled {registry_image} as cli-pulled" in screen
+    finally:
+        terminal.close()
+        await asyncio.to_thread(aenv, cli_env, "template", "rm", "cli-pulled", ok=False)
