@@ -11,6 +11,6 @@ for component in common services/gateway services/scheduler services/nodeagent s
   echo "mypy: $component"
   $mypy "$component" || status=1
 done
-echo "mypy: tests bench"
-$mypy tests bench || status=1
+echo "mypy: tests bench examples"
+$mypy tests bench examples || status=1
 exit $status
