@@ -113,11 +113,15 @@ class IdempotentCreates:
     def __init__(
         self,
         claims: KeyClaims,
-        poll_s: float = 0.1,
+        poll_s: float = 0.05,
+        max_poll_s: float = 1.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._claims = claims
+        # A key held elsewhere is asked for again after poll_s, doubling up to max_poll_s: a
+        # retry soon after is answered soon, a create of minutes costs few reads.
         self._poll_s = poll_s
+        self._max_poll_s = max_poll_s
         self._sleep = sleep
         self._local: dict[str, asyncio.Future[Record]] = {}
 
@@ -153,6 +157,7 @@ class IdempotentCreates:
         return record
 
     async def _claimed(self, name: str, create: Create) -> Record:
+        wait = self._poll_s
         while True:
             claim = await self._claims.claim(name)
             if isinstance(claim, Held):
@@ -161,7 +166,8 @@ class IdempotentCreates:
                 return claim
             # Another replica's create: it ends (its sandbox, or the key freed) or its
             # gateway dies and the claim expires with its lease.
-            await self._sleep(self._poll_s)
+            await self._sleep(wait)
+            wait = min(wait * 2, self._max_poll_s)
         try:
             record = await create()
         except BaseException:

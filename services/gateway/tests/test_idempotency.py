@@ -123,10 +123,16 @@ async def test_a_cancelled_owner_leaves_its_waiter_to_create() -> None:
 
 async def test_a_key_another_replica_holds_answers_its_sandbox() -> None:
     theirs = Record(sandbox_id="sb-theirs")
-    claims = ScriptedClaims([None, None, theirs])
-    creates = Creates()
-    assert (await _runner(claims).run("admin", "k", creates)) == theirs
+    claims = ScriptedClaims([*([None] * 6), theirs])
+    creates, waits = Creates(), list[float]()
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    runner = IdempotentCreates(claims, poll_s=0.05, max_poll_s=1.0, sleep=sleep)
+    assert (await runner.run("admin", "k", creates)) == theirs
     assert creates.made == 0
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]  # asked again sooner than later
 
 
 async def test_a_key_freed_by_another_replica_is_created_here() -> None:
