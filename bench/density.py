@@ -26,6 +26,7 @@ from _stats import emit, summary_ms
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
+from aenv_common.capacity import refusal
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import ResourceExhausted
@@ -69,6 +70,11 @@ async def fill(
         await asyncio.gather(*(client.kill_sandbox(sandbox_id) for sandbox_id in made))
     count = len(made)
     guest_mib = full.allocated.memory_mib // count if count else 0
+    guest = cluster_pb2.Resources(
+        vcpus=full.allocated.vcpus // max(count, 1),
+        memory_mib=guest_mib,
+        disk_mib=full.allocated.disk_mib // max(count, 1),
+    )
     return {
         "count": count,
         "guest_mib": guest_mib,
@@ -79,6 +85,8 @@ async def fill(
         "pss_mib_per_sandbox_after_idle": round(idle.memory_used_mib / count, 1) if count else 0,
         "host_available_mib_when_full": full.host_memory_available_mib,
         "pressure": full.pressure,
+        # Which bound the next sandbox met, by the rule the scheduler and node apply.
+        "full_because": refusal(full, cluster_pb2.Resources(), guest),
     }
 
 
