@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aenv_cli.children import ChildProcess
+from aenv_cli.client import GatewayClient
 from aenv_cli.files import e2b_env_lines, read_api_key
 from aenv_cli.ports import PlatformPorts, address
 from aenv_cli.readiness import GrpcHealthProbe, HttpHealthProbe, Probe
 from aenv_cli.services import ETCD_BINARY, service_environment
+from aenv_common.errors import NotFound
 from aenv_common.testing.ports import free_port
 from aenv_common.testing.subnets import free_subnet
 
@@ -35,10 +37,46 @@ NODEAGENT_PORT = 50052
 PROXY_PORT = 50080
 METRICS_PORT = 9102
 START_TIMEOUT_S = 300.0
+# Above the single-node platform's default range (1_000_000_000 + 65536).
+VMM_UID_FIRST = 1_100_000_000
+VMM_UID_COUNT = 4096
 
 
 def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True)
+
+
+def _in_host_namespaces(netns: str) -> list[str]:
+    """The command prefix that runs a program on a host: in its netns, in a mount namespace of
+    its own where /sys is the netns's (its /sys/class/net, as `ip netns exec` gives) with this
+    machine's cgroup hierarchies mounted again (mounting one again attaches the existing one), so
+    its VMs are confined as on a real host. Unlike `ip netns exec`, which makes every mount a
+    slave, the copies keep their propagation: the netns mounts a node agent makes under the
+    shared /run/netns are seen by every namespace, also after the agent died (its successor
+    finds its VMs' slots and re-adopts them). /sys is a slave first: nothing mounted on it
+    reaches the machine's."""
+    lines = ["mount --make-rslave /sys", "mount -t sysfs sysfs /sys"]
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        source, target, fstype, options = line.split()[:4]
+        if target == "/sys/fs/cgroup" and fstype == "tmpfs":
+            lines.append(f"mount -t tmpfs -o {options} {source} {target}")
+        elif target.startswith("/sys/fs/cgroup/") and fstype in ("cgroup", "cgroup2"):
+            lines += [f"mkdir -p {target}", f"mount -t {fstype} -o {options} {source} {target}"]
+    script = "\n".join([*lines, 'exec "$@"'])
+    return [
+        "nsenter",
+        f"--net=/run/netns/{netns}",
+        "--",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "unchanged",
+        "--",
+        "sh",
+        "-ec",
+        script,
+        "sh",
+    ]
 
 
 @dataclass
@@ -57,7 +95,7 @@ class Host:
         return f"{self.ip}:{NODEAGENT_PORT}"
 
     def argv(self, *args: str) -> list[str]:
-        return ["ip", "netns", "exec", self.netns, sys.executable, "-m", "aenv_nodeagent", *args]
+        return [*_in_host_namespaces(self.netns), sys.executable, "-m", "aenv_nodeagent", *args]
 
     async def start(self) -> None:
         self.child = await ChildProcess.spawn(
@@ -73,7 +111,9 @@ class Host:
         was_running = child.returncode is None
         if await child.stop(60) != 0 or not was_running:
             cleanup = await ChildProcess.spawn(
-                f"{self.node_id}-cleanup", self.argv("cleanup"), self.env,
+                f"{self.node_id}-cleanup",
+                self.argv("cleanup"),
+                self.env,
                 self.home / "cleanup.log",
             )
             await asyncio.wait_for(cleanup.wait(), 120)
@@ -116,6 +156,16 @@ class Cluster:
         await _until_ready(child, GrpcHealthProbe(env["AENV_SCHEDULER_LISTEN"]))
 
 
+async def kill_all(client: GatewayClient) -> None:
+    """Kills every sandbox the cluster lists."""
+    records = await client.list_sandboxes()
+    killed = await asyncio.gather(
+        *(client.kill_sandbox(r.sandbox_id) for r in records), return_exceptions=True
+    )
+    # NotFound: gone meanwhile (a listing may still show a sandbox being killed).
+    assert all(k is None or isinstance(k, NotFound) for k in killed), killed
+
+
 async def _until_ready(child: ChildProcess, probe: Probe) -> None:
     async with asyncio.timeout(START_TIMEOUT_S):
         while not await probe.ready():
@@ -140,8 +190,9 @@ async def running_cluster(
     bridge = f"{tag}br"
     ports = PlatformPorts.free()
     base = service_environment(home, ports, os.environ)
-    cluster = Cluster(home, bridge_ip, ports.etcd_client, ports.gateway_http,
-                      ports.gateway_grpc, [])
+    cluster = Cluster(
+        home, bridge_ip, ports.etcd_client, ports.gateway_http, ports.gateway_grpc, []
+    )
     children: list[ChildProcess] = []
     async with contextlib.AsyncExitStack() as stack:
         _ip("link", "add", bridge, "type", "bridge")
@@ -149,12 +200,30 @@ async def running_cluster(
         _ip("addr", "add", f"{bridge_ip}/{subnet.prefixlen}", "dev", bridge)
         _ip("link", "set", bridge, "up")
         for i in range(hosts):
-            host = _host(home, tag, i, str(subnet.network_address + 10 + i), base, ports,
-                         bridge_ip, node_env or {})
+            host = _host(
+                home,
+                tag,
+                i,
+                str(subnet.network_address + 10 + i),
+                base,
+                ports,
+                bridge_ip,
+                node_env or {},
+            )
             _ip("netns", "add", host.netns)
             stack.callback(_ip, "netns", "del", host.netns)
-            _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns",
-                host.netns)
+            _ip(
+                "link",
+                "add",
+                host.veth,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                host.netns,
+            )
             stack.callback(_ip, "link", "del", host.veth)
             _ip("link", "set", host.veth, "master", bridge, "up")
             _ip("-n", host.netns, "addr", "add", f"{host.ip}/{subnet.prefixlen}", "dev", "eth0")
@@ -173,14 +242,18 @@ async def running_cluster(
                 await children.pop().stop(10)
 
         stack.push_async_callback(stop_children)
-        etcd = await ChildProcess.spawn("etcd", _etcd_argv(home, ports, bridge_ip), base,
-                                        home / "etcd.log")
+        etcd = await ChildProcess.spawn(
+            "etcd", _etcd_argv(home, ports, bridge_ip), base, home / "etcd.log"
+        )
         children.append(etcd)
         await _until_ready(etcd, HttpHealthProbe(f"http://{address(ports.etcd_client)}/health"))
         snapstore_address = f"{bridge_ip}:{ports.snapstore}"
         snapstore = await ChildProcess.spawn(
-            "snapstore", [sys.executable, "-m", "aenv_snapstore"],
-            base | {"AENV_SNAPSTORE_LISTEN": snapstore_address}, home / "snapstore.log")
+            "snapstore",
+            [sys.executable, "-m", "aenv_snapstore"],
+            base | {"AENV_SNAPSTORE_LISTEN": snapstore_address},
+            home / "snapstore.log",
+        )
         children.append(snapstore)
         await _until_ready(snapstore, GrpcHealthProbe(snapstore_address))
         scheduler_addresses = []
@@ -188,18 +261,27 @@ async def running_cluster(
             name = f"scheduler-{n}"
             listen = address(free_port())
             scheduler_addresses.append(listen)
-            cluster.scheduler_env[name] = base | {
-                "AENV_SCHEDULER_LISTEN": listen,
-                "AENV_SCHEDULER_METRICS_LISTEN": address(free_port()),
-                "AENV_SCHEDULER_INSTANCE_ID": name,
-            } | dict(scheduler_env or {})
+            cluster.scheduler_env[name] = (
+                base
+                | {
+                    "AENV_SCHEDULER_LISTEN": listen,
+                    "AENV_SCHEDULER_METRICS_LISTEN": address(free_port()),
+                    "AENV_SCHEDULER_INSTANCE_ID": name,
+                }
+                | dict(scheduler_env or {})
+            )
             await cluster.start_scheduler(name)
         await asyncio.gather(*(host.start() for host in cluster.hosts))
         gateway = await ChildProcess.spawn(
-            "gateway", [sys.executable, "-m", "aenv_gateway"],
-            base | {"AENV_GATEWAY_SCHEDULER_ADDRESS": ",".join(scheduler_addresses),
-                    "AENV_GATEWAY_SNAPSTORE_ADDRESS": snapstore_address},
-            home / "gateway.log")
+            "gateway",
+            [sys.executable, "-m", "aenv_gateway"],
+            base
+            | {
+                "AENV_GATEWAY_SCHEDULER_ADDRESS": ",".join(scheduler_addresses),
+                "AENV_GATEWAY_SNAPSTORE_ADDRESS": snapstore_address,
+            },
+            home / "gateway.log",
+        )
         children.append(gateway)
         await _until_ready(gateway, HttpHealthProbe(f"{cluster.api_url}/health"))
         cluster.api_key = read_api_key(home)
@@ -207,28 +289,42 @@ async def running_cluster(
 
 
 def _host(
-    home: Path, tag: str, index: int, ip: str, base: dict[str, str], ports: PlatformPorts,
-    bridge_ip: str, overrides: Mapping[str, str],
+    home: Path,
+    tag: str,
+    index: int,
+    ip: str,
+    base: dict[str, str],
+    ports: PlatformPorts,
+    bridge_ip: str,
+    overrides: Mapping[str, str],
 ) -> Host:
     letter = "abcdefgh"[index]
     host_home = home / f"host-{letter}"
-    env = base | {
-        "AENV_HOME": str(host_home),
-        "AENV_OTEL_TRACE_DIR": str(host_home / "traces"),
-        "AENV_ETCD_ENDPOINTS": f"{bridge_ip}:{ports.etcd_client}",
-        "AENV_NODEAGENT_NODE_ID": f"host-{letter}",
-        "AENV_NODEAGENT_LISTEN": f"{ip}:{NODEAGENT_PORT}",
-        "AENV_NODEAGENT_PROXY_LISTEN": f"{ip}:{PROXY_PORT}",
-        "AENV_NODEAGENT_METRICS_LISTEN": f"{ip}:{METRICS_PORT}",
-        "AENV_NODEAGENT_SNAPSTORE_ADDRESS": f"{bridge_ip}:{ports.snapstore}",
-        "AENV_NODEAGENT_STATE_DIR": str(host_home / "state"),
-        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
-        "AENV_NODEAGENT_NET_PREFIX": f"{tag}{letter}",
-        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
-        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
-    } | dict(overrides)
-    return Host(f"host-{letter}", f"{tag}h{letter}", f"{tag}v{letter}", ip, host_home,
-                f"{tag}{letter}", env)
+    env = (
+        base
+        | {
+            "AENV_HOME": str(host_home),
+            "AENV_OTEL_TRACE_DIR": str(host_home / "traces"),
+            "AENV_ETCD_ENDPOINTS": f"{bridge_ip}:{ports.etcd_client}",
+            "AENV_NODEAGENT_NODE_ID": f"host-{letter}",
+            "AENV_NODEAGENT_LISTEN": f"{ip}:{NODEAGENT_PORT}",
+            "AENV_NODEAGENT_PROXY_LISTEN": f"{ip}:{PROXY_PORT}",
+            "AENV_NODEAGENT_METRICS_LISTEN": f"{ip}:{METRICS_PORT}",
+            "AENV_NODEAGENT_SNAPSTORE_ADDRESS": f"{bridge_ip}:{ports.snapstore}",
+            "AENV_NODEAGENT_STATE_DIR": str(host_home / "state"),
+            "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
+            "AENV_NODEAGENT_NET_PREFIX": f"{tag}{letter}",
+            "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
+            "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
+            # Each host jails its VMs under uids of its own, as separate machines would.
+            "AENV_NODEAGENT_VMM_UID_FIRST": str(VMM_UID_FIRST + index * VMM_UID_COUNT),
+            "AENV_NODEAGENT_VMM_UID_COUNT": str(VMM_UID_COUNT),
+        }
+        | dict(overrides)
+    )
+    return Host(
+        f"host-{letter}", f"{tag}h{letter}", f"{tag}v{letter}", ip, host_home, f"{tag}{letter}", env
+    )
 
 
 def _etcd_argv(home: Path, ports: PlatformPorts, bridge_ip: str) -> list[str]:
@@ -236,8 +332,14 @@ def _etcd_argv(home: Path, ports: PlatformPorts, bridge_ip: str) -> list[str]:
     clients = f"http://{address(ports.etcd_client)},http://{bridge_ip}:{ports.etcd_client}"
     peer = f"http://{address(ports.etcd_peer)}"
     return [
-        ETCD_BINARY, "--name=aenv", f"--data-dir={home / 'etcd'}",
-        f"--listen-client-urls={clients}", f"--advertise-client-urls={clients}",
-        f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=aenv={peer}", "--logger=zap", "--log-outputs=stderr",
+        ETCD_BINARY,
+        "--name=aenv",
+        f"--data-dir={home / 'etcd'}",
+        f"--listen-client-urls={clients}",
+        f"--advertise-client-urls={clients}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=aenv={peer}",
+        "--logger=zap",
+        "--log-outputs=stderr",
     ]

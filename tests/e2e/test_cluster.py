@@ -25,13 +25,17 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
 from aenv_common.cluster import SNAPSHOTS, ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_common.errors import AenvError, NotFound, ResourceExhausted, Unavailable
+from aenv_common.errors import AenvError, ResourceExhausted, Unavailable
 
-from .cluster import Cluster, running_cluster
+from .cluster import Cluster, kill_all, running_cluster
 from .conftest import until
 
-pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
-              pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [
+    pytest.mark.vm,
+    pytest.mark.etcd,
+    pytest.mark.netns,
+    pytest.mark.asyncio(loop_scope="session"),
+]
 
 SANDBOXES = 30
 VCPUS_PER_HOST = 11  # 33 base sandboxes (1 vCPU each) in all
@@ -52,9 +56,6 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
         "AENV_NODEAGENT_PRESSURE_PSI_SOME_AVG10_MAX": "100",
         "AENV_NODEAGENT_WARM_POOL_VMS": "1",
         "AENV_NODEAGENT_HEARTBEAT_TTL_S": "5",
-        # `ip netns exec` gives each host a /sys of its own, without the cgroup mounts: VMs
-        # run unconfined there, and the per-VM uid jail is off.
-        "AENV_NODEAGENT_VMM_JAIL": "off",
     }
     scheduler_env = {
         "AENV_SCHEDULER_LEADER_TTL_SECONDS": str(LEADER_TTL_S),
@@ -69,8 +70,9 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def client(cluster: Cluster) -> AsyncIterator[GatewayClient]:
-    async with GatewayClient(cluster.grpc_target, cluster.api_key,
-                             timeout_s=CREATE_TIMEOUT_S) as opened:
+    async with GatewayClient(
+        cluster.grpc_target, cluster.api_key, timeout_s=CREATE_TIMEOUT_S
+    ) as opened:
         yield opened
 
 
@@ -90,14 +92,6 @@ def sdk_env(cluster: Cluster) -> Iterator[None]:
             patch.setenv(name, value)
         patch.delenv("E2B_DEBUG", raising=False)
         yield
-
-
-async def kill_all(client: GatewayClient) -> None:
-    records = await client.list_sandboxes()
-    killed = await asyncio.gather(*(client.kill_sandbox(r.sandbox_id) for r in records),
-                                  return_exceptions=True)
-    # NotFound: gone meanwhile (a listing may still show a sandbox being killed).
-    assert all(k is None or isinstance(k, NotFound) for k in killed), killed
 
 
 async def test_thirty_sandboxes_spread_over_three_hosts_and_a_burst_queues(
@@ -123,11 +117,13 @@ async def test_thirty_sandboxes_spread_over_three_hosts_and_a_burst_queues(
         assert (await client.get_sandbox(child.sandbox_id)).node_id == parent.node_id
 
         # 31 of 33 vCPUs taken: 2 placed, 3 wait and time out, 2 find the queue full.
-        async with httpx.AsyncClient(base_url=cluster.api_url, timeout=120,
-                                     headers={"X-API-Key": cluster.api_key}) as http:
+        async with httpx.AsyncClient(
+            base_url=cluster.api_url, timeout=120, headers={"X-API-Key": cluster.api_key}
+        ) as http:
             started = time.monotonic()
-            burst = await asyncio.gather(*(
-                http.post("/sandboxes", json={"templateID": "base"}) for _ in range(7)))
+            burst = await asyncio.gather(
+                *(http.post("/sandboxes", json={"templateID": "base"}) for _ in range(7))
+            )
             waited = time.monotonic() - started
         outcomes = Counter(answer.status_code for answer in burst)
         assert outcomes == {201: 2, 429: 5}, [a.text for a in burst]
@@ -163,12 +159,15 @@ async def test_leader_scheduler_killed_mid_stream_loses_and_doubles_nothing(
         await cluster.schedulers[leader].crash()
         took_over = await _leading_within(cluster, standby, LEADER_TTL_S + 5)
         before = len(successes)
-        await until(_at_least(successes, before + 3), CREATE_TIMEOUT_S,
-                    "creates placed by the new leader")
+        await until(
+            _at_least(successes, before + 3), CREATE_TIMEOUT_S, "creates placed by the new leader"
+        )
         stop.set()
         await asyncio.gather(*streams)
-        print(f"\ntakeover {took_over - killed_at:.2f} s after SIGKILL (lease TTL "
-              f"{LEADER_TTL_S} s); {len(successes)} created, {len(failures)} clean failures")
+        print(
+            f"\ntakeover {took_over - killed_at:.2f} s after SIGKILL (lease TTL "
+            f"{LEADER_TTL_S} s); {len(successes)} created, {len(failures)} clean failures"
+        )
         assert took_over - killed_at <= LEADER_TTL_S + 2
         listed = sorted(r.sandbox_id for r in await client.list_sandboxes())
         assert listed == sorted(successes)  # none lost, none doubled
@@ -190,8 +189,7 @@ async def test_snapshot_made_on_one_host_is_created_on_another(
     snapshot = await client.create_snapshot(origin.sandbox_id)
 
     async def persisted() -> bool:
-        record = await store.get_record(SNAPSHOTS, snapshot.snapshot_id,
-                                        cluster_pb2.SnapshotRecord)
+        record = await store.get_record(SNAPSHOTS, snapshot.snapshot_id, cluster_pb2.SnapshotRecord)
         return record is not None and record.persisted
 
     await until(persisted, 300, "the snapshot in snapstore")
@@ -227,4 +225,3 @@ async def _leading_within(cluster: Cluster, name: str, within_s: float) -> float
                     return time.monotonic()
             await asyncio.sleep(0.05)
     raise AssertionError(f"{name} did not lead within {within_s} s")
-
