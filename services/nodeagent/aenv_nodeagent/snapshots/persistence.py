@@ -24,6 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 
 import grpc
+from prometheus_client import Counter
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.errors import InvalidArgument, NotFound
@@ -49,6 +50,11 @@ OnPushed = Callable[[], Awaitable[None]]
 TemplateDisk = Callable[[str], Awaitable[Path]]
 
 DEFAULT_RETRY_DELAYS_S = (2.0, 10.0, 60.0, 300.0)
+
+PUSH_ATTEMPTS = Counter(
+    "aenv_node_snapshot_push_attempts",
+    "Attempts to push a snapshot or template to snapstore, by outcome (failed ones are retried)",
+    ["outcome"])
 
 
 def layer_file(layer_id: str) -> str:
@@ -149,10 +155,12 @@ class SnapshotPersistence:
                 await self._push(manifest_id, await files(), labels)
             except Exception as err:  # the store or the image may come back: try again later
                 status.state, status.last_error = PushState.RETRYING, str(err)
+                PUSH_ATTEMPTS.labels("failed").inc()
                 log.warning("push to snapstore failed", extra={
                     "manifest_id": manifest_id, "attempt": attempt + 1, "error": str(err)})
                 continue
             status.state = PushState.PUSHED
+            PUSH_ATTEMPTS.labels("ok").inc()
             await on_pushed()
             return
         status.state = PushState.FAILED

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.snapshots import snapstore_stub
@@ -92,6 +93,13 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             await gate.close()
 
 
+def _attempts(outcome: str) -> float:
+    return (
+        REGISTRY.get_sample_value("aenv_node_snapshot_push_attempts_total", {"outcome": outcome})
+        or 0.0
+    )
+
+
 async def _until(check: Callable[[], bool], within_s: float, what: str) -> None:
     async with asyncio.timeout(within_s):
         while not check():  # noqa: ASYNC110 - the push's status has no event to wait on
@@ -102,6 +110,7 @@ async def _until(check: Callable[[], bool], within_s: float, what: str) -> None:
 async def test_a_push_is_retried_while_s3_is_down_and_completes_when_it_returns(
     rig: Rig,
 ) -> None:
+    failed_before = _attempts("failed")
     rig.gate.trip_after(TRIP_AT, rig.soon(rig.gate.close))
     rig.push("s3-down")
     status = rig.persistence.status["s3-down"]
@@ -109,6 +118,7 @@ async def test_a_push_is_retried_while_s3_is_down_and_completes_when_it_returns(
     await asyncio.sleep(2)  # more attempts, all failing while S3 is down
     assert status.state is PushState.RETRYING and status.attempts >= 2
     assert "S3" in status.last_error, status.last_error
+    assert _attempts("failed") > failed_before  # and the node's metrics say so
     assert await s3_objects(rig.moto, "manifests/") == []  # nothing half-written names chunks
 
     await rig.gate.open()
