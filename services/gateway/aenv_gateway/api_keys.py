@@ -1,14 +1,13 @@
 """API keys besides the configured (admin) key: created, listed and revoked while the gateway
 runs (routes/keys.py, `aenv auth key`), kept in etcd (`api-keys/<id>`) as the SHA-256 of the
 key only, and known to every gateway through its watch. A revoked key stops working at once,
-and the requests it opened that are still running (a stream through the edge) are cut.
+and the requests it opened that are still running are cut (revocation.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 from aenv.cluster.v1.cluster_pb2 import ApiKeyRecord
@@ -116,34 +115,3 @@ class KeyIndex:
         if gone:
             for listener in self._revoked:
                 listener(gone)
-
-
-class OpenRequests:
-    """The requests each stored key has running, so that revoking the key cuts them."""
-
-    def __init__(self) -> None:
-        self._by_key: dict[str, set[asyncio.Task[None]]] = {}
-
-    async def run(self, key_id: str, call: Awaitable[None]) -> bool:
-        """Runs `call`; False when the key was revoked meanwhile and the call cut."""
-        task = asyncio.ensure_future(call)
-        self._by_key.setdefault(key_id, set()).add(task)
-        try:
-            await task
-            return True
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # the request itself was cancelled (client gone, shutdown)
-            return False
-        finally:
-            tasks = self._by_key.get(key_id)
-            if tasks is not None:
-                tasks.discard(task)
-                if not tasks:
-                    del self._by_key[key_id]
-
-    def cut(self, key_ids: set[str]) -> None:
-        for key_id in key_ids:
-            for task in self._by_key.pop(key_id, set()):
-                task.cancel()

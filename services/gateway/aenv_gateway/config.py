@@ -77,6 +77,9 @@ class GatewaySettings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0)
     max_body_bytes: int = Field(default=4 << 20, gt=0)
     body_timeout_s: float = Field(default=30.0, gt=0)
+    # Requests (streams included) one API key may hold open at once, on both edges
+    # (revocation.py); past it, 429 / RESOURCE_EXHAUSTED.
+    max_open_requests_per_key: int = Field(default=1024, gt=0)
     # On stop, open streams (process output may flow for hours) get this long to finish before
     # their connections are closed.
     shutdown_grace_s: int = 3

@@ -20,6 +20,7 @@ from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.guest_envd import typed_http_error
 from aenv_gateway.idempotency import checked_key
 from aenv_gateway.listing import VISIBLE_STATES, ListQuery
+from aenv_gateway.revocation import OpenRequests
 from aenv_gateway.schemas import MAX_PAGE
 from aenv_gateway.service import CreateRequest, SandboxService
 from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
@@ -49,10 +50,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         default_timeout_s: int,
         execs: ExecStreams,
         files: FileTransfers,
+        open_requests: OpenRequests,
     ) -> None:
         self._service = service
         self._execs = execs
         self._files = files
+        self._open = open_requests
         self._batch = BatchCreates(service)
         self._snapshots = snapshots
         self._auth = auth
@@ -193,24 +196,25 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         requests: AsyncIterator[gateway_pb2.ExecRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[gateway_pb2.ExecResponse]:
-        self._auth.check(_api_key(context))
-        async for response in self._execs.run(requests):
-            yield response
+        # Streams are held by their key: cut when it is revoked, counted against its cap.
+        async with self._open.held(self._auth.check(_api_key(context))):
+            async for response in self._execs.run(requests):
+                yield response
 
     async def PutFile(
         self,
         requests: AsyncIterator[gateway_pb2.PutFileRequest],
         context: grpc.aio.ServicerContext,
     ) -> gateway_pb2.PutFileResponse:
-        self._auth.check(_api_key(context))
-        return await self._files.put(requests)
+        async with self._open.held(self._auth.check(_api_key(context))):
+            return await self._files.put(requests)
 
     async def GetFile(
         self, request: gateway_pb2.GetFileRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[gateway_pb2.GetFileResponse]:
-        self._auth.check(_api_key(context))
-        async for response in self._files.get(request):
-            yield response
+        async with self._open.held(self._auth.check(_api_key(context))):
+            async for response in self._files.get(request):
+                yield response
 
 
 def _list_query(request: gateway_pb2.ListSandboxesRequest) -> ListQuery:

@@ -1,19 +1,87 @@
-"""Requests made with a stored API key are cut when the key is revoked (issue 18): the ASGI
-app around the edge's that runs each such request as a task of its key (api_keys.OpenRequests).
-A request cut before its answer started is answered 401; one whose answer was flowing (a
-stream) ends there, its connection closed."""
+"""What a key has open (issue 18): every request made with an API key, on either edge, runs
+held by its key (`OpenRequests.held`). Revoking a stored key cancels the tasks it holds at
+once: a request cut before its answer started is answered 401 / UNAUTHENTICATED, one whose
+answer was flowing (a stream) ends there. And a key holds at most `limit` requests at a time:
+thousands of idle streams from one key are refused (429 / RESOURCE_EXHAUSTED) without
+costing other keys anything.
+
+A key "started" the requests that carried it. E2B's SDKs send the API key to the control plane
+only; their sandbox traffic carries the sandbox's envd access token, a separate credential
+(what E2B does too): revoking a key cuts no stream that did not carry it, and sandboxes it
+created run on until killed.
+
+Registration happens once per request, not per chunk: the proxy's hot path is untouched.
+"""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aenv_gateway.api_keys import OpenRequests
-from aenv_gateway.auth import ADMIN_KEY_ID, ApiKeyAuth
-from aenv_gateway.http_errors import error_response
+from aenv_common.errors import ResourceExhausted, Unauthenticated
+from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.http_errors import typed_error_response
+
+
+class KeyRevoked(Unauthenticated):
+    """The key of a running request was revoked."""
+
+
+class OpenRequests:
+    """The tasks each key has running, cancelled when the key is revoked, at most `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._by_key: dict[str, set[asyncio.Task[object]]] = {}
+        self._revoked: set[asyncio.Task[object]] = set()
+
+    def open_count(self, key_id: str) -> int:
+        return len(self._by_key.get(key_id, ()))
+
+    @asynccontextmanager
+    async def held(self, key_id: str) -> AsyncIterator[None]:
+        """Runs the body as one of `key_id`'s requests (in the current task).
+
+        :raise ResourceExhausted: the key holds `limit` requests already.
+        :raise KeyRevoked: the key was revoked while the body ran."""
+        task = asyncio.current_task()
+        assert task is not None
+        tasks = self._by_key.setdefault(key_id, set())
+        if len(tasks) >= self._limit:
+            raise ResourceExhausted(
+                f"this API key has {self._limit} requests open, the most it may hold at once"
+            )
+        tasks.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if task in self._revoked and task.uncancel() == 0:
+                raise KeyRevoked("Invalid API key: it was revoked") from None
+            raise  # (also) cancelled for another reason: client gone, shutdown
+        else:
+            if task in self._revoked:  # the body swallowed the cancel: take it back
+                task.uncancel()
+        finally:
+            self._revoked.discard(task)
+            tasks.discard(task)
+            if not tasks and self._by_key.get(key_id) is tasks:
+                del self._by_key[key_id]
+
+    def cut(self, key_ids: set[str]) -> None:
+        """Cancels the requests of the revoked keys `key_ids`."""
+        for key_id in key_ids:
+            for task in self._by_key.pop(key_id, set()):
+                self._revoked.add(task)
+                task.cancel()
 
 
 class RevocableRequests:
+    """The ASGI app around the edge's that holds each request made with a key."""
+
     def __init__(self, app: ASGIApp, auth: ApiKeyAuth, requests: OpenRequests) -> None:
         self._app = app
         self._auth = auth
@@ -23,7 +91,7 @@ class RevocableRequests:
         key_id = None
         if scope["type"] in ("http", "websocket"):
             key_id = self._auth.identify(Headers(scope=scope).get("x-api-key"))
-        if key_id is None or key_id == ADMIN_KEY_ID:  # the configured key is never revoked
+        if key_id is None:
             await self._app(scope, receive, send)
             return
         started = False
@@ -33,6 +101,9 @@ class RevocableRequests:
             started = started or message["type"] in ("http.response.start", "websocket.accept")
             await send(message)
 
-        finished = await self._requests.run(key_id, self._app(scope, receive, watched))
-        if not finished and not started and scope["type"] == "http":
-            await error_response(401, "Invalid API key")(scope, receive, send)
+        try:
+            async with self._requests.held(key_id):
+                await self._app(scope, receive, watched)
+        except (ResourceExhausted, KeyRevoked) as err:
+            if not started and scope["type"] == "http":
+                await typed_error_response(err)(scope, receive, send)

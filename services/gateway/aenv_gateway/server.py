@@ -24,7 +24,7 @@ from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import EmbeddedServer, start_http_server
 from aenv_common.httpproxy import StreamingProxy
 from aenv_common.snapshots import snapstore_stub
-from aenv_gateway.api_keys import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex, OpenRequests
+from aenv_gateway.api_keys import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex
 from aenv_gateway.app import GatewayApp, control_routes, instrumented
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
@@ -40,7 +40,7 @@ from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
 from aenv_gateway.guest_envd import GuestEnvd
 from aenv_gateway.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
 from aenv_gateway.logs import SandboxLogs
-from aenv_gateway.revocation import RevocableRequests
+from aenv_gateway.revocation import OpenRequests, RevocableRequests
 from aenv_gateway.routes.keys import KeyRoutes
 from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.snapshots import SnapshotRoutes
@@ -155,7 +155,7 @@ async def start_gateway(
     key_records = api_keys if api_keys is not None else InMemoryApiKeyRecords()
     stored_keys = KeyIndex(key_records)
     auth = ApiKeyAuth(api_key, stored_keys)
-    open_requests = OpenRequests()
+    open_requests = OpenRequests(settings.max_open_requests_per_key)
     stored_keys.on_revoked(open_requests.cut)
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, force_close=False), auto_decompress=False
@@ -190,7 +190,7 @@ async def start_gateway(
             (
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
                 GatewayServicer(service, snapshots, auth, settings.default_timeout_s,
-                                ExecStreams(guests), FileTransfers(guests)),
+                                ExecStreams(guests), FileTransfers(guests), open_requests),
                 SERVICE_NAME,
             )
         ],
