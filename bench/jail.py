@@ -1,0 +1,159 @@
+"""What jailing the VMM costs: sandbox create and a fork into 16 children through the node agent's
+sandbox wing (real QEMU, netns, envd; no gateway, scheduler or etcd), three ways in one run,
+rounds rotating which goes first: `unjailed` (QEMU as root, no cgroup), `jailed` (a uid of its
+own, a mount namespace holding only its files, no capabilities, QEMU's seccomp sandbox) and
+`jailed_cgroups` (that and its cgroup with cpu/memory/pids limits, as a node agent runs them).
+The issue's bar: the jail costs under 10% (ratio of medians to `unjailed`).
+
+- create: `create` until envd answered /init, then a kill (not timed); BENCH_ROUNDS rounds a side.
+- fork: a parent created, then `fork(16)` until every child answered; BENCH_FORK_ROUNDS a side.
+- exec_to_qmp: QEMU's own start (exec through the jail step until its QMP socket answers), from
+  the VMs' timings: where the jail's work lands.
+Results: JSON on stdout and bench/results/jail.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from _stats import emit, summary_ms
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.ids import new_sandbox_id, new_secret
+from aenv_common.testing.records import MemoryRecords
+from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.confinement import LimitSettings, choose
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.guest_commands import GuestCommands
+from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.node import base_template_inputs
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
+from aenv_nodeagent.vmm import QemuDriver, QemuVm, VmJail, detect_accelerator
+from aenv_nodeagent.vmm.uids import UidRange, VmUids
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "8"))
+FORK_ROUNDS = int(os.environ.get("BENCH_FORK_ROUNDS", "2"))
+FORK_CHILDREN = 16
+# BENCH_CGROUPS=0 leaves out the cgroup side (its fork of 16 is the slow one on cgroup v1 hosts).
+WITH_CGROUPS = os.environ.get("BENCH_CGROUPS", "1") != "0"
+BENCH_UIDS = UidRange(1_100_007_000, 1024)  # apart from a node agent's and the tests' ranges
+
+
+def spec() -> cluster_pb2.SandboxSpec:
+    return cluster_pb2.SandboxSpec(sandbox_id=new_sandbox_id(), template_id=BASE_TEMPLATE,
+                                   envd_access_token=new_secret(), timeout_seconds=3600)
+
+
+@dataclass
+class Side:
+    name: str
+    sandboxes: SandboxService
+    network: NetworkManager
+    creates: list[float]
+    forks: list[float]
+    exec_to_qmp: list[float]
+
+    async def create_once(self) -> None:
+        t0 = time.perf_counter()
+        sandbox = await self.sandboxes.create(spec())
+        self.creates.append(time.perf_counter() - t0)
+        assert isinstance(sandbox.vm, QemuVm)
+        self.exec_to_qmp.append(sandbox.vm.timings.get("exec_to_qmp", 0.0) / 1000)
+        await self.sandboxes.kill(sandbox.record.sandbox_id)
+
+    async def fork_once(self) -> None:
+        parent = await self.sandboxes.create(spec())
+        pid = parent.record.sandbox_id
+        try:
+            t0 = time.perf_counter()
+            results = await self.sandboxes.fork(pid, FORK_CHILDREN, timeout_s=3600)
+            took = time.perf_counter() - t0
+            children = [r.sandbox.sandbox_id for r in results if r.HasField("sandbox")]
+            assert len(children) == FORK_CHILDREN, f"{self.name}: {len(children)} children"
+            self.forks.append(took)
+            for child in children:
+                await self.sandboxes.kill(child)
+        finally:
+            await self.sandboxes.kill(pid)
+
+    def result(self) -> dict[str, object]:
+        return {"create_to_ready": summary_ms(self.creates),
+                "fork_16_to_all_ready": summary_ms(self.forks),
+                "exec_to_qmp": summary_ms(self.exec_to_qmp)}
+
+
+def _rotated(sides: list[Side], round_: int) -> list[Side]:
+    shift = round_ % len(sides)
+    return sides[shift:] + sides[:shift]
+
+
+def _ratio(jailed: list[float], unjailed: list[float]) -> float:
+    return round(statistics.median(jailed) / statistics.median(unjailed), 3)
+
+
+async def run(state: Path, session: aiohttp.ClientSession) -> dict[str, object]:
+    settings = NodeAgentSettings(state_dir=state)
+    envd = EnvdClient(session)
+    inputs = await base_template_inputs(settings, detect_accelerator(None))
+    cgroups = choose("auto", state, LimitSettings()).cgroups if WITH_CGROUPS else None
+    uids = VmUids(BENCH_UIDS)
+    jails = {"unjailed": VmJail(), "jailed": VmJail(uids=uids)}
+    if cgroups is not None:
+        jails["jailed_cgroups"] = VmJail(cgroups, uids=uids)
+    sides = []
+    for index, (name, jail) in enumerate(jails.items()):
+        network = NetworkManager(NetworkConfig(prefix=f"ajb{index}x",
+                                               pool_cidr=f"10.217.{index}.0/24"))
+        templates = TemplateStore(settings.resolved_templates_dir(), network, envd,
+                                  QemuDriver(jail), GuestCommands(session),
+                                  boot_timeout_s=120, boot_attempts=3)
+        templates.register(inputs)
+        sandboxes = SandboxService(SandboxSettings(state / name, ready_timeout_s=300),
+                                   SandboxRegistry(f"bench-{name}"), templates, network, envd,
+                                   MemoryRecords(), QemuDriver(jail))
+        sides.append(Side(name, sandboxes, network, [], [], []))
+    try:
+        for side in sides:  # warm-up: the template's files in the page cache, not timed
+            await side.create_once()
+            side.creates.clear()
+            side.exec_to_qmp.clear()
+        for round_ in range(ROUNDS):
+            for side in _rotated(sides, round_):
+                await side.create_once()
+        for round_ in range(FORK_ROUNDS):
+            for side in _rotated(sides, round_):
+                await side.fork_once()
+        floor = sides[0]
+        return {
+            "rounds": ROUNDS, "fork_rounds": FORK_ROUNDS, "cgroups": cgroups is not None,
+            **{side.name: side.result() for side in sides},
+            **{f"ratio_{side.name}": {"create_p50": _ratio(side.creates, floor.creates),
+                                      "fork_16_p50": _ratio(side.forks, floor.forks)}
+               for side in sides[1:]},
+        }
+    finally:
+        for side in sides:
+            await side.sandboxes.destroy_all()
+            await side.network.destroy_orphans(keep=set())
+        if cgroups is not None:
+            cgroups.close()
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="aenv-bench-jail-") as tmp:
+        async with aiohttp.ClientSession() as session:
+            emit("jail", await run(Path(tmp), session))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
