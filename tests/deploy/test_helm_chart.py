@@ -80,11 +80,15 @@ def test_default_render_has_every_component_wired() -> None:
     docs = by_kind_name(render([]))
     gateway_svc = docs[("Service", "t-aenv-gateway")]
     assert {p["port"] for p in gateway_svc["spec"]["ports"]} == {3000, 50050}
-    assert docs[("Deployment", "t-aenv-scheduler")]["spec"]["replicas"] == 2
+    assert docs[("StatefulSet", "t-aenv-scheduler")]["spec"]["replicas"] == 2
     assert ("StatefulSet", "t-aenv-etcd") in docs and ("Service", "t-aenv-snapstore") in docs
     config = docs[("ConfigMap", "t-aenv-config")]["data"]
     assert config["AENV_ETCD_ENDPOINTS"] == "t-aenv-etcd:2379"
-    assert config["AENV_GATEWAY_SCHEDULER_ADDRESS"] == "t-aenv-scheduler:50051"
+    # Every replica by its stable name: a Service address would pin the gateway to one pod.
+    assert config["AENV_GATEWAY_SCHEDULER_ADDRESS"] == (
+        "t-aenv-scheduler-0.t-aenv-scheduler:50051,t-aenv-scheduler-1.t-aenv-scheduler:50051"
+    )
+    assert docs[("Service", "t-aenv-scheduler")]["spec"]["clusterIP"] == "None"
     assert config["AENV_NODEAGENT_SNAPSTORE_ADDRESS"] == "t-aenv-snapstore:50053"
     key = docs[("Secret", "t-aenv-api-key")]["data"]["api-key"]
     import base64
@@ -161,3 +165,24 @@ def test_the_gateway_serves_https_for_its_domain_from_a_tls_secret() -> None:
     refused = helm("template", "t", str(CHART), "--set", "gateway.tls.secretName=x")
     assert refused.returncode != 0
     assert "gateway.tls.secretName needs gateway.domain" in refused.stderr
+
+
+def test_node_capacity_comes_from_the_host_unless_set() -> None:
+    def capacity_env(flags: list[str]) -> dict[str, Any]:
+        [agent] = [d for d in render(flags) if d["kind"] == "DaemonSet"]
+        env = env_of(containers(agent)[0])
+        return {k: v for k, v in env.items() if k.startswith("AENV_NODEAGENT_CAPACITY_")}
+
+    assert capacity_env([]) == {}
+    assert capacity_env(["--set", "nodeagent.capacity.vcpus=48"]) == {
+        "AENV_NODEAGENT_CAPACITY_VCPUS": "48"
+    }
+
+
+def test_scheduler_replicas_are_each_named_to_the_gateway() -> None:
+    docs = by_kind_name(render(["--set", "scheduler.replicas=3"]))
+    addresses = docs[("ConfigMap", "t-aenv-config")]["data"]["AENV_GATEWAY_SCHEDULER_ADDRESS"]
+    assert addresses.split(",") == [
+        f"t-aenv-scheduler-{i}.t-aenv-scheduler:50051" for i in range(3)
+    ]
+    assert docs[("StatefulSet", "t-aenv-scheduler")]["spec"]["serviceName"] == "t-aenv-scheduler"

@@ -45,6 +45,17 @@ gRPC's DNS resolver re-reads after a failure, so the services fail over between 
 {{ join "," $members }}
 {{- end -}}
 
+{{- /* Every scheduler replica by its stable name: only the leader places, and the gateway asks
+the replicas in turn (a Service's one address would pin it to whichever pod it reached). */ -}}
+{{- define "aenv.schedulerAddresses" -}}
+{{- $name := printf "%s-scheduler" (include "aenv.fullname" .) -}}
+{{- $addresses := list -}}
+{{- range $i := until (int .Values.scheduler.replicas) -}}
+{{- $addresses = append $addresses (printf "%s-%d.%s:%d" $name $i $name (int $.Values.scheduler.port)) -}}
+{{- end -}}
+{{- join "," $addresses -}}
+{{- end -}}
+
 {{- define "aenv.apiKeySecret" -}}
 {{ .Values.gateway.apiKey.existingSecret | default (printf "%s-api-key" (include "aenv.fullname" .)) }}
 {{- end -}}
