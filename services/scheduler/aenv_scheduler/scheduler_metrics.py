@@ -1,6 +1,7 @@
 """The scheduler's Prometheus metrics, read from it at each scrape: placements made, requests
 waiting in the admission queue, reservations held, whether this replica leads, and every live
-node's capacity and allocation as the scheduler sees them (its watched copy of `nodes/`)."""
+node's capacity, allocation, memory budget, measured use and pressure as the scheduler sees them
+(its watched copy of `nodes/`): what placement decided on."""
 
 from __future__ import annotations
 
@@ -54,6 +55,24 @@ class SchedulerCollector(Collector):
             nodes,
             lambda node: node.allocated,
         )
+        yield _per_node_value(
+            "aenv_scheduler_node_memory_budget_bytes",
+            "Memory each node's VMs may really use (0: the node reports no budget)",
+            nodes,
+            lambda node: node.memory_budget_mib * MIB,
+        )
+        yield _per_node_value(
+            "aenv_scheduler_node_memory_used_bytes",
+            "Memory each node's VMs really use (PSS), as the node last measured it",
+            nodes,
+            lambda node: node.memory_used_mib * MIB,
+        )
+        yield _per_node_value(
+            "aenv_scheduler_node_memory_pressure",
+            "1 while a node reports memory pressure (it gets no placement)",
+            nodes,
+            lambda node: float(bool(node.pressure)),
+        )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -73,4 +92,16 @@ def _per_node(
         held = resources(node)
         family.add_metric([node.node_id, "vcpus"], float(held.vcpus))
         family.add_metric([node.node_id, "memory_bytes"], float(held.memory_mib * MIB))
+    return family
+
+
+def _per_node_value(
+    name: str,
+    doc: str,
+    nodes: list[cluster_pb2.NodeRecord],
+    value: Callable[[cluster_pb2.NodeRecord], float],
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=["node"])
+    for node in nodes:
+        family.add_metric([node.node_id], float(value(node)))
     return family

@@ -301,8 +301,13 @@ async def test_metrics_show_placements_queue_leader_and_nodes(
 ) -> None:
     url = f"http://127.0.0.1:{app.metrics_port}/metrics"
     before = await asyncio.to_thread(scrape, url)
-    await make_node("a", 4, ["base"])
-    await until(lambda: len(core(app).live_nodes()) == 1)
+    node = await make_node("a", 4, ["base"])
+    node.record.memory_budget_mib, node.record.memory_used_mib = 4096, 300
+    await node.registration.publish()
+    pressed = await make_node("b", 4, [])
+    pressed.record.pressure = "MemAvailable 200 MiB < 1024 MiB"
+    await pressed.registration.publish()
+    await until(lambda: len(core(app).live_nodes()) == 2)
     await until(lambda: app.election is not None and app.election.is_leader)
     for i in range(3):
         await stub.Schedule(request("base", f"m{i}"), timeout=5)
@@ -321,5 +326,9 @@ async def test_metrics_show_placements_queue_leader_and_nodes(
     assert value(after, "aenv_scheduler_reservations") == 3
     assert value(after, "aenv_scheduler_queue_depth") == 0
     assert value(after, "aenv_scheduler_leader") == 1
-    assert value(after, "aenv_scheduler_nodes") == 1
+    assert value(after, "aenv_scheduler_nodes") == 2
     assert value(after, "aenv_scheduler_node_capacity", node="a", resource="vcpus") == 4
+    assert value(after, "aenv_scheduler_node_memory_budget_bytes", node="a") == 4096 << 20
+    assert value(after, "aenv_scheduler_node_memory_used_bytes", node="a") == 300 << 20
+    assert value(after, "aenv_scheduler_node_memory_pressure", node="a") == 0
+    assert value(after, "aenv_scheduler_node_memory_pressure", node="b") == 1
