@@ -6,6 +6,7 @@ member came back)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,8 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore
 from aenv_common.cluster.registration import NodeRegistration
 from aenv_common.cluster.target import grpc_target
-from aenv_common.errors import AenvError
+from aenv_common.config import CommonSettings
+from aenv_common.errors import AenvError, Unavailable
 from aenv_common.testing.etcd_cluster import EtcdCluster, etcd_cluster
 
 __all__ = ["etcd_cluster"]  # the fixture
@@ -29,6 +31,18 @@ def test_every_endpoint_is_one_target() -> None:
     assert grpc_target([("etcd", 2379)]) == ("etcd", 2379)  # gRPC resolves it, again and again
     host, port = grpc_target([("10.0.0.1", 2379), ("localhost", 2479), ("10.0.0.3", 2579)])
     assert f"{host}:{port}" == "ipv4:10.0.0.1:2379,127.0.0.1:2479,10.0.0.3:2579"
+
+
+async def test_an_unresolvable_member_name_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unresolvable(host: str) -> str:  # no lookup leaves the host
+        raise socket.gaierror(socket.EAI_NONAME, f"{host}: Name or service not known")
+
+    monkeypatch.setattr(socket, "gethostbyname", unresolvable)
+    settings = CommonSettings(etcd_endpoints="127.0.0.1:1,etcd-member-b:2379")
+    with pytest.raises(Unavailable, match="etcd-member-b: Name or service not known"):
+        await ClusterStore.connect(settings)
 
 
 async def _eventually(call: Callable[[], Awaitable[object]], what: str) -> float:

@@ -63,7 +63,10 @@ class ClusterStore:
         """Connects to `settings.etcd_endpoints`: one channel over them all, which moves to
         another member when its own goes away (cluster/target.py)."""
         keys = k.EtcdKeys(settings.etcd_prefix)
-        host, port = grpc_target(settings.etcd_endpoint_list())
+        try:
+            host, port = grpc_target(settings.etcd_endpoint_list())
+        except OSError as e:  # a member's name did not resolve (yet)
+            raise errors.Unavailable(f"etcd endpoints {settings.etcd_endpoints}: {e}") from e
         client = aetcd.Client(
             host, port, timeout=CALL_TIMEOUT_SECONDS, options=dict(_CHANNEL_OPTIONS)
         )
