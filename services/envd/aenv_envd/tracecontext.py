@@ -1,7 +1,8 @@
 """W3C trace context into the guest, without a way out of it.
 
 A request that carries `traceparent` (the node agent's calls to envd within a traced operation)
-is continued here: envd opens a span of that trace, a child of the caller's span, and logs it.
+is continued here: envd opens a span of that trace, a child of the caller's span (logged at
+debug level).
 The guest cannot send spans anywhere (its network reaches no host collector, by design), so the
 span goes back with the response it belongs to: `traceresponse` (W3C Trace Context Level 2)
 names it, `server-timing` says how long envd took; the caller records it in the host's trace
@@ -60,8 +61,9 @@ class TraceContextMiddleware:
                     (b"traceresponse", f"00-{trace_id}-{span_id}-{flags}".encode()),
                     (b"server-timing", f"envd;dur={took_ms:.3f}".encode()),
                 ]
-                # The ids in the message itself: envd's log format prints no extras.
-                log.info(
+                # The ids in the message itself: envd's log format prints no extras. Debug: every
+                # data-plane request through the gateway is traced, and a line costs the guest.
+                log.debug(
                     "traced request trace_id=%s span_id=%s parent_span_id=%s %s %s",
                     trace_id,
                     span_id,

@@ -30,7 +30,7 @@ def client() -> TestClient:
 def test_a_traced_request_gets_a_span_of_the_same_trace(
     client: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="aenv_envd.tracecontext"):
+    with caplog.at_level(logging.DEBUG, logger="aenv_envd.tracecontext"):
         resp = client.get("/envs", headers={"traceparent": TRACEPARENT, "x-access-token": "secret"})
     assert resp.status_code == 200
     version, trace_id, span_id, flags = resp.headers["traceresponse"].split("-")
