@@ -38,7 +38,7 @@ async def main() -> None:
     state = SandboxState()
     traced = build_app(EnvdConfig(sync_clock=False, reseed_rng=False), state)
     floor = traced._app  # the same app inside the trace-context middleware
-    runs = {
+    runs: dict[str, tuple[ASGIApp, dict[str, str]]] = {
         "floor_no_middleware": (floor, {}),
         "untraced": (traced, {}),
         "traced": (traced, {"traceparent": TRACEPARENT}),
