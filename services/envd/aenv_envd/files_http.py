@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .as_user import as_user
 from .entry_info import XATTR_UNSUPPORTED, metadata_problem, read_metadata, write_metadata
 from .errors import EnvdError, invalid_argument
 from .files_download import DISK_CHUNK, download
@@ -75,7 +76,7 @@ class FilesEndpoint:
                 request.query_params.get("path", ""), user, self._state.default_workdir
             )
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = as_user(user, os.open, path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as exc:
                 raise os_error_to_envd(exc, path) from exc
             if stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -193,15 +194,8 @@ class FileUpload:
 
     @classmethod
     def open(cls, path: str, user: User) -> FileUpload:
-        if os.path.isdir(path):
-            raise invalid_argument(f"path '{path}' is a directory")
-        try:
-            make_dirs_owned(os.path.dirname(path), user)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-        except OSError as exc:
-            raise _upload_error(exc, path) from exc
-        chown_to(path, user)
-        return cls(path, fd)
+        """Opens `path` for writing as `user` would (as_user.py), its missing parents made."""
+        return cls(path, as_user(user, _open_for_upload, path, user))
 
     async def write(self, data: bytes | memoryview) -> None:
         self.pending.append(data)
@@ -236,6 +230,18 @@ class FileUpload:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _open_for_upload(path: str, user: User) -> int:
+    if os.path.isdir(path):
+        raise invalid_argument(f"path '{path}' is a directory")
+    try:
+        make_dirs_owned(os.path.dirname(path), user)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise _upload_error(exc, path) from exc
+    chown_to(path, user)
+    return fd
 
 
 def _writev_fully(fd: int, pieces: list[bytes | memoryview]) -> None:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 
 from envd.filesystem import filesystem_pb2 as pb
 
+from .as_user import as_user
 from .connect import RpcContext, RpcMethod, ServerStream, Unary
 from .entry_info import entry_info
 from .errors import EnvdError, invalid_argument, not_found
@@ -134,52 +135,40 @@ class FilesystemService:
         return resolve_path(path, user, self._state.default_workdir)
 
     async def stat(self, request: pb.StatRequest, ctx: RpcContext) -> pb.StatResponse:
-        return pb.StatResponse(entry=stat_entry(self._path(request.path, self._caller(ctx))))
+        user = self._caller(ctx)
+        return pb.StatResponse(entry=as_user(user, stat_entry, self._path(request.path, user)))
 
     async def make_dir(self, request: pb.MakeDirRequest, ctx: RpcContext) -> pb.MakeDirResponse:
         user = self._caller(ctx)
-        path = self._path(request.path, user)
-        if os.path.isdir(path):
-            raise EnvdError("already_exists", f"directory '{path}' already exists")
-        if os.path.lexists(path):
-            raise invalid_argument(f"path '{path}' already exists and is not a directory")
-        try:
-            make_dirs_owned(path, user)
-        except OSError as exc:
-            raise os_error_to_envd(exc, path) from exc
-        return pb.MakeDirResponse(entry=stat_entry(path))
+        entry = as_user(user, _make_dir, self._path(request.path, user), user)
+        return pb.MakeDirResponse(entry=entry)
 
     async def move(self, request: pb.MoveRequest, ctx: RpcContext) -> pb.MoveResponse:
         user = self._caller(ctx)
         source = self._path(request.source, user)
         destination = self._path(request.destination, user)
-        if not os.path.lexists(source):
-            raise not_found(f"path '{source}' does not exist")
-        try:
-            make_dirs_owned(os.path.dirname(destination), user)
-            os.rename(source, destination)
-        except OSError as exc:
-            raise os_error_to_envd(exc, source) from exc
-        return pb.MoveResponse(entry=stat_entry(destination))
+        return pb.MoveResponse(entry=as_user(user, _move, source, destination, user))
 
     async def list_dir(self, request: pb.ListDirRequest, ctx: RpcContext) -> pb.ListDirResponse:
-        path = self._path(request.path, self._caller(ctx))
+        user = self._caller(ctx)
+        path = self._path(request.path, user)
         try:
-            target = os.stat(path)
+            target = as_user(user, os.stat, path)
         except OSError as exc:
             raise os_error_to_envd(exc, path) from exc
         if not stat.S_ISDIR(target.st_mode):
             raise invalid_argument(f"path '{path}' is not a directory")
-        entries = await asyncio.to_thread(list_entries, path, max(request.depth, 1))
+        entries = await asyncio.to_thread(as_user, user, list_entries, path, max(request.depth, 1))
         return pb.ListDirResponse(entries=entries)
 
     async def remove(self, request: pb.RemoveRequest, ctx: RpcContext) -> pb.RemoveResponse:
-        path = self._path(request.path, self._caller(ctx))
+        user = self._caller(ctx)
+        path = self._path(request.path, user)
         try:
             if os.path.isdir(path) and not os.path.islink(path):
-                await asyncio.to_thread(shutil.rmtree, path)
+                await asyncio.to_thread(as_user, user, shutil.rmtree, path)
             else:
-                os.unlink(path)
+                as_user(user, os.unlink, path)
         except FileNotFoundError:
             pass  # rm -rf semantics, like upstream
         except OSError as exc:
@@ -191,14 +180,14 @@ class FilesystemService:
     ) -> DirectoryWatcher:
         root = self._path(path, user)
         try:
-            target = os.stat(root)
+            target = as_user(user, os.stat, root)
         except OSError as exc:
             raise os_error_to_envd(exc, root) from exc
         if not stat.S_ISDIR(target.st_mode):
             raise invalid_argument(f"path '{root}' is not a directory")
         if not allow_network_mounts and is_network_mount(root):
             raise invalid_argument(f"path '{root}' is on a network mount")
-        return DirectoryWatcher(root, recursive)
+        return as_user(user, DirectoryWatcher, root, recursive)
 
     async def watch_dir(
         self, request: pb.WatchDirRequest, ctx: RpcContext
@@ -257,6 +246,29 @@ class FilesystemService:
             raise not_found(f"watcher '{request.watcher_id}' not found")
         await watcher.stop()
         return pb.RemoveWatcherResponse()
+
+
+def _make_dir(path: str, user: User) -> pb.EntryInfo:
+    if os.path.isdir(path):
+        raise EnvdError("already_exists", f"directory '{path}' already exists")
+    if os.path.lexists(path):
+        raise invalid_argument(f"path '{path}' already exists and is not a directory")
+    try:
+        make_dirs_owned(path, user)
+    except OSError as exc:
+        raise os_error_to_envd(exc, path) from exc
+    return stat_entry(path)
+
+
+def _move(source: str, destination: str, user: User) -> pb.EntryInfo:
+    if not os.path.lexists(source):
+        raise not_found(f"path '{source}' does not exist")
+    try:
+        make_dirs_owned(os.path.dirname(destination), user)
+        os.rename(source, destination)
+    except OSError as exc:
+        raise os_error_to_envd(exc, source) from exc
+    return stat_entry(destination)
 
 
 __all__ = ["FilesystemService", "chown_to", "list_entries", "stat_entry"]

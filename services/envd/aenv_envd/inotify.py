@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .errors import EnvdError
 from .fdio import wait_fd
+from .users import os_error_to_envd
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class DirectoryWatcher:
             err = ctypes.get_errno()
             if directory == self.root:
                 self.close()
-                raise EnvdError("internal", f"cannot watch '{directory}': {os.strerror(err)}")
+                raise os_error_to_envd(OSError(err, os.strerror(err)), directory)
             log.warning("cannot watch directory", extra={"dir": directory, "errno": err})
             return
         self._dirs[wd] = directory

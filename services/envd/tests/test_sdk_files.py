@@ -6,6 +6,8 @@ import asyncio
 import hashlib
 import io
 import os
+import shutil
+import tempfile
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -45,9 +47,15 @@ async def asbx(sdk_env: EnvdProcess) -> AsyncIterator[AsyncSandbox]:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    tmp_path.chmod(0o777)
-    return tmp_path
+def workdir() -> Iterator[Path]:
+    """A folder the caller (nobody) may write: envd acts with the caller's permissions, and
+    pytest's tmp_path lies under a folder only root may enter."""
+    path = Path(tempfile.mkdtemp(prefix="envd-sdk-files-", dir="/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
 
 
 def test_write_read_formats(sbx: Sandbox, workdir: Path) -> None:
@@ -98,6 +106,9 @@ def test_list_rename_make_dir_remove(sbx: Sandbox, workdir: Path) -> None:
     (workdir / "d1" / "d2" / "d3").mkdir(parents=True)
     (workdir / "d1" / "f1").write_text("x")
     (workdir / "d1" / "d2" / "f2").write_text("y")
+    for path in (workdir / "d1").rglob("*"):  # the caller's own files (it acts as itself)
+        os.chown(path, 65534, 65534)
+    os.chown(workdir / "d1", 65534, 65534)
     shallow = {e.path for e in sbx.files.list(str(workdir / "d1"))}
     assert shallow == {str(workdir / "d1" / "d2"), str(workdir / "d1" / "f1")}
     deep = {e.path: e.type for e in sbx.files.list(str(workdir / "d1"), depth=2)}
