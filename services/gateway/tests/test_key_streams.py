@@ -13,6 +13,7 @@ import asyncio
 import struct
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpc
 import httpx
@@ -32,6 +33,7 @@ from .upstreams import serve
 
 ADMIN = {"X-API-Key": API_KEY}
 CAP = 4
+Stub = gateway_pb2_grpc.GatewayServiceStub
 
 
 def _envelope(message: process_pb2.StartResponse) -> bytes:
@@ -100,14 +102,7 @@ async def _key(http: httpx.AsyncClient, name: str) -> dict[str, str]:
     return body
 
 
-async def _sandbox(http: httpx.AsyncClient) -> str:
-    created = await http.post("/v2/sandboxes", headers=ADMIN, json={"templateID": "base"})
-    assert created.status_code == 201, created.text
-    sandbox_id: str = created.json()["sandboxID"]
-    return sandbox_id
-
-
-def _exec(stub: gateway_pb2_grpc.GatewayServiceStub, sandbox_id: str, key: str) -> object:
+def _exec(stub: Stub, sandbox_id: str, key: str) -> object:
     async def requests() -> AsyncIterator[gateway_pb2.ExecRequest]:
         yield gateway_pb2.ExecRequest(
             start=gateway_pb2.ExecStart(sandbox_id=sandbox_id, cmd="sleep", args=["infinity"])
@@ -117,13 +112,21 @@ def _exec(stub: gateway_pb2_grpc.GatewayServiceStub, sandbox_id: str, key: str) 
     return stub.Exec(requests(), metadata=(("x-api-key", key),))
 
 
-async def test_revoking_a_key_ends_its_grpc_exec_stream_within_a_second(capped: Stack) -> None:
+@asynccontextmanager
+async def _clients(stack: Stack) -> AsyncIterator[tuple[httpx.AsyncClient, Stub, str]]:
+    """REST and gRPC clients of the gateway, and a sandbox the admin key created."""
     async with (
-        httpx.AsyncClient(base_url=capped.url, timeout=10) as http,
-        grpc.aio.insecure_channel(f"127.0.0.1:{capped.gateway.grpc_port}") as channel,
+        httpx.AsyncClient(base_url=stack.url, timeout=10) as http,
+        grpc.aio.insecure_channel(f"127.0.0.1:{stack.gateway.grpc_port}") as channel,
     ):
         stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
-        sandbox_id = await _sandbox(http)
+        created = await http.post("/v2/sandboxes", headers=ADMIN, json={"templateID": "base"})
+        assert created.status_code == 201, created.text
+        yield http, stub, created.json()["sandboxID"]
+
+
+async def test_revoking_a_key_ends_its_grpc_exec_stream_within_a_second(capped: Stack) -> None:
+    async with _clients(capped) as (http, stub, sandbox_id):
         revoked, kept = await _key(http, "revoked"), await _key(http, "kept")
         revoked_call: grpc.aio.StreamStreamCall = _exec(stub, sandbox_id, revoked["key"])
         kept_call: grpc.aio.StreamStreamCall = _exec(stub, sandbox_id, kept["key"])
@@ -149,12 +152,7 @@ async def test_revoking_a_key_ends_its_grpc_exec_stream_within_a_second(capped: 
 
 
 async def test_a_key_holds_at_most_its_cap_of_streams_on_both_edges(capped: Stack) -> None:
-    async with (
-        httpx.AsyncClient(base_url=capped.url, timeout=10) as http,
-        grpc.aio.insecure_channel(f"127.0.0.1:{capped.gateway.grpc_port}") as channel,
-    ):
-        stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
-        sandbox_id = await _sandbox(http)
+    async with _clients(capped) as (http, stub, sandbox_id):
         greedy, other = await _key(http, "greedy"), await _key(http, "other")
         routing = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "8080"}
 
@@ -205,3 +203,23 @@ async def test_a_key_holds_at_most_its_cap_of_streams_on_both_edges(capped: Stac
             await response.aclose()
         for call in calls:
             call.cancel()
+
+
+async def test_revoking_a_key_ends_its_http_stream_within_a_second(capped: Stack) -> None:
+    async with _clients(capped) as (http, _stub, sandbox_id):
+        key = await _key(http, "revoked")
+        routing = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "8080"}
+        request = http.build_request("GET", "/stream", headers={**routing, "X-API-Key": key["key"]})
+        stream = await http.send(request, stream=True)
+        lines = stream.aiter_lines()
+        assert await anext(lines) == "tick"
+        cut_at = time.monotonic()
+        assert (await http.delete(f"/admin/keys/{key['keyID']}", headers=ADMIN)).status_code == 204
+        with pytest.raises(httpx.HTTPError):
+            async with asyncio.timeout(5):
+                async for _ in lines:
+                    pass
+        took = time.monotonic() - cut_at
+        print(f"revoked key's HTTP stream ended in {took * 1000:.1f} ms")
+        assert took < 1.0, took
+        await stream.aclose()
