@@ -1,9 +1,9 @@
 """A node agent SIGKILLed in the cluster (tests/e2e/cluster.py: three hosts in network
 namespaces of their own, VMs confined in cgroups and jailed), real VMs (issue 19): its running
 sandboxes are marked lost within the lease TTL and the API says so (get: 404 "lost with its
-node", unlisted); list and metrics keep working and new creates go to the other hosts; restarted,
-it rejoins: it re-adopts the VMs that outlived it (running again, answering) and takes creates
-again; once all are killed nothing of them is left on the host."""
+node", unlisted); list and metrics keep working and new creates go to the other hosts;
+restarted, it rejoins: it re-adopts the VMs that outlived it (running again, answering the SDK)
+and takes creates again; once all are killed nothing of them is left on the host."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
+from e2b import AsyncSandbox
 from prometheus_client.parser import text_string_to_metric_families
 
 from aenv.cluster.v1 import cluster_pb2
@@ -125,6 +126,12 @@ async def _lost_then_rejoined(
     record = await store.get_sandbox(victim)
     assert record is not None and record.state == cluster_pb2.SANDBOX_STATE_RUNNING
     assert (await client.get_sandbox(victim)).node_id == victim_host.node_id
+    with pytest.MonkeyPatch.context() as patch:  # the SDK reads its endpoints from there
+        for name, value in cluster.e2b_env().items():
+            patch.setenv(name, value)
+        sandbox = await AsyncSandbox.connect(victim)
+        ran = await sandbox.commands.run("echo -n still-$((40+2))", request_timeout=300)
+        assert ran.stdout == "still-42"
     await until(_scheduler_has(cluster, len(cluster.hosts)), 30, "the node back in placement")
     again = await asyncio.gather(*(client.create_sandbox("base") for _ in range(3)))
     assert victim_host.node_id in {r.node_id for r in again}
