@@ -69,6 +69,8 @@ class VmJail:
         if confined.uid is not None:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             binds = jailed_files.binds(spec, workdir, files, console_log)
+            # Not the memory file: QEMU maps it from a descriptor (vmm/memfile.c).
+            jailed_files.let_read([path for path in binds.readonly if path != spec.mem_path])
             options = jail.jail_options(confined.uid, self.root, binds.writable, binds.readonly,
                                         spec.net.tap if spec.net else None)
             qemu = [qemu[0], "-sandbox", SANDBOX_OPTION, *qemu[1:]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,6 +96,16 @@ def hand_over(spec: VmSpec, workdir: Path, console_log: Path | None, uid: int) -
     if spec.mem_shared:
         spec.mem_path.touch()  # QEMU sizes it; made here so the jail can bind it
         os.chown(spec.mem_path, uid, uid)
+
+
+def let_read(shared: list[Path]) -> None:
+    """Make the shared files a jail binds read-only readable by its uid, whoever made them
+    (layers pulled from snapstore are 0600): readable by others. No other user reaches them
+    through the node's directories (root's, 0700); a jail sees only those bound into it."""
+    for path in shared:
+        mode = path.stat().st_mode
+        if stat.S_ISREG(mode) and not mode & stat.S_IROTH:
+            os.chmod(path, stat.S_IMODE(mode) | stat.S_IROTH)
 
 
 def _mount_points(pid: int) -> Iterator[str]:

@@ -65,7 +65,6 @@ def _system(root: str) -> None:
     # Only this uid's processes (its own and its frozen copies), nothing of the host's kernel.
     _mount("proc", root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
            "hidepid=invisible,subset=pid")
-    os.makedirs(root + "/tmp", mode=0o1777)
 
 
 def enter(root: str, writable: Sequence[str], readonly: Sequence[str]) -> None:
