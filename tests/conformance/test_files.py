@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 from e2b import CommandExitException, FileType, Sandbox
-from e2b.exceptions import FileNotFoundException
+from e2b.exceptions import FileNotFoundException, SandboxException
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
@@ -91,14 +91,23 @@ def test_ownership_and_permissions_follow_user(sbx: Sandbox, workdir: str) -> No
     assert sbx.files.get_info(f"{workdir}/mine.txt").owner == "user"
     assert sbx.files.get_info("/root/roots.txt", user="root").owner == "root"
     assert sbx.commands.run("stat -c %U /root/roots.txt", user="root").stdout == "root\n"
-    # New entries get the calling user's uid/gid and the usual modes (as upstream envd, file
-    # operations themselves run with envd's privileges).
+    # New entries get the calling user's uid/gid and the usual modes.
     sbx.files.make_dir(f"{workdir}/rootdir", user="root")
     root_dir = sbx.files.get_info(f"{workdir}/rootdir")
     assert root_dir.owner == "root" and root_dir.permissions == "drwxr-xr-x"
     # ...and the guest's own permission checks apply to the user's processes.
     with pytest.raises(CommandExitException):
         sbx.commands.run(f"touch {workdir}/rootdir/x")
+    # The files API acts with the caller's permissions too (issue 18; upstream envd writes as
+    # root and hands the file over): no write into root's folder, no read of root's files,
+    # not through a symlink the user planted either.
+    with pytest.raises(SandboxException, match="permission denied"):
+        sbx.files.write(f"{workdir}/rootdir/x", "u")
+    with pytest.raises(SandboxException, match="permission denied"):
+        sbx.files.read("/etc/shadow")
+    sbx.commands.run(f"ln -s /etc/shadow {workdir}/shadow")
+    with pytest.raises(SandboxException, match="permission denied"):
+        sbx.files.read(f"{workdir}/shadow")
     assert sbx.files.read("/root/roots.txt", user="root") == "r"
     sbx.commands.run("rm -f /root/roots.txt", user="root")
 
