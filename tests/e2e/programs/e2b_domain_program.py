@@ -40,7 +40,7 @@ def main() -> None:
     try:
         seen["sandbox_address"] = socket.gethostbyname(f"49983-{sandbox.sandbox_id}.{domain}")
         seen["echo"] = sandbox.commands.run("echo hello from the guest").stdout
-        sandbox.files.write("/srv/index.html", "served by the guest app\n")
+        sandbox.files.write("/srv/index.html", "served by the guest app\n", user="root")
         sandbox.commands.run(f"cd /srv && python3 -m http.server {APP_PORT}", background=True)
         host = sandbox.get_host(APP_PORT)
         seen["host"] = host
