@@ -45,18 +45,19 @@ from aenv_client import (
     SandboxDied,
 )
 
-TASK_DIR = "/opt/task"
+# The default user's own: envd and processes act as that user, who may not write under /opt.
+TASK_DIR = "/home/user/task"
 # The task: find the hidden number. The grader scores a guess by its distance and writes the
 # reward where the trainer reads it; a guess that is not a number is rejected (exit 2).
 GRADER = b"""\
 import json, sys
-secret = int(open("/opt/task/secret").read())
+secret = int(open("/home/user/task/secret").read())
 try:
     guess = int(sys.argv[1])
 except (IndexError, ValueError):
     sys.exit(2)
 reward = max(0.0, 1.0 - abs(guess - secret) / 100)
-json.dump({"reward": reward}, open("/opt/task/reward.json", "w"))
+json.dump({"reward": reward}, open("/home/user/task/reward.json", "w"))
 print("guess", guess, "reward", reward)
 """
 # Reaching the task state: what a real task does once (install, clone, build) before any

@@ -185,7 +185,7 @@ async def test_snapshot_made_on_one_host_is_created_on_another(
 ) -> None:
     origin = await client.create_sandbox("base")
     sandbox = await AsyncSandbox.connect(origin.sandbox_id)
-    await sandbox.files.write("/root/made-on", origin.node_id)
+    await sandbox.files.write("/home/user/made-on", origin.node_id)
     snapshot = await client.create_snapshot(origin.sandbox_id)
 
     async def persisted() -> bool:
@@ -201,7 +201,7 @@ async def test_snapshot_made_on_one_host_is_created_on_another(
         restored = await client.create_sandbox(snapshot.snapshot_id)
         assert restored.node_id not in ("", origin.node_id)
         copy = await AsyncSandbox.connect(restored.sandbox_id)
-        assert await copy.files.read("/root/made-on") == origin.node_id
+        assert await copy.files.read("/home/user/made-on") == origin.node_id
     finally:
         await kill_all(client)
 

@@ -41,7 +41,7 @@ async def test_running_sandboxes_outlive_a_node_agent_crash(
     platform: Platform, sandbox: Sandbox
 ) -> None:
     await asyncio.to_thread(sandbox.commands.run, COUNTER, background=True)
-    await asyncio.to_thread(sandbox.files.write, "/root/kept", "before the crash")
+    await asyncio.to_thread(sandbox.files.write, "/home/user/kept", "before the crash")
     await asyncio.sleep(1.2)
     before = await asyncio.to_thread(counter, sandbox)
 
@@ -49,7 +49,7 @@ async def test_running_sandboxes_outlive_a_node_agent_crash(
     await platform.restart_service("nodeagent", crash=True)
     down_s = time.monotonic() - crashed_at
 
-    assert await asyncio.to_thread(sandbox.files.read, "/root/kept") == "before the crash"
+    assert await asyncio.to_thread(sandbox.files.read, "/home/user/kept") == "before the crash"
     after = await asyncio.to_thread(counter, sandbox)
     # The same counting process went on while the agent was down (one tick per 0.5 s).
     assert after >= before + int(down_s / 0.5) - 1, (before, after, down_s)

@@ -57,7 +57,8 @@ async def test_paused_sandboxes_outlive_their_node(
             resumed = await asyncio.to_thread(Sandbox.connect, moved.sandbox_id, timeout=300)
             record = await store.get_sandbox(moved.sandbox_id)
             assert record is not None and record.node_id == other_node
-            assert await asyncio.to_thread(resumed.files.read, "/root/kept") == "before the loss"
+            kept = await asyncio.to_thread(resumed.files.read, "/home/user/kept")
+            assert kept == "before the loss"
             before = await asyncio.to_thread(counter, resumed)
             await asyncio.sleep(1.2)
             assert await asyncio.to_thread(counter, resumed) > before  # the same process
@@ -81,7 +82,7 @@ async def _paused_with_state(store: ClusterStore, *, counting: bool = False) -> 
     sandbox = await asyncio.to_thread(Sandbox.create, timeout=300)
     if counting:
         await asyncio.to_thread(sandbox.commands.run, COUNTER, background=True)
-        await asyncio.to_thread(sandbox.files.write, "/root/kept", "before the loss")
+        await asyncio.to_thread(sandbox.files.write, "/home/user/kept", "before the loss")
         await asyncio.sleep(1.2)
     assert await asyncio.to_thread(sandbox.pause) is True
 
