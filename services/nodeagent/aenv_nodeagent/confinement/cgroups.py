@@ -17,6 +17,7 @@ removal, the next start and the stop run.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,14 @@ from pathlib import Path
 from aenv_common.errors import Internal, Unavailable
 from aenv_nodeagent.confinement import cgroupfs
 from aenv_nodeagent.confinement.cgroupfs import Hierarchy
-from aenv_nodeagent.confinement.limits import LimitSettings, VmShape, limits_for, v1_files, v2_files
+from aenv_nodeagent.confinement.limits import (
+    LimitSettings,
+    VmShape,
+    limits_for,
+    slice_cpu_files,
+    v1_files,
+    v2_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +205,8 @@ def _make_slice(hierarchy: Hierarchy, slice_dir: Path) -> Path:
             for depth in range(len(relative.parts) + 1):
                 cgroupfs.enable_v2_controllers(
                     hierarchy.mount.path.joinpath(*relative.parts[:depth]), hierarchy.controllers)
+        cgroupfs.write_files(slice_dir, slice_cpu_files(
+            hierarchy.version, hierarchy.controllers, os.cpu_count() or 1))
     except OSError as err:
         raise ConfinementUnavailable(
             f"cannot make the node's cgroup {slice_dir}: {err.strerror or err}") from err

@@ -61,6 +61,22 @@ def limits_for(shape: VmShape, settings: LimitSettings) -> VmLimits:
     )
 
 
+# cgroup v1's cpu.shares and v2's cpu.weight: one task's share (their defaults), and the bounds.
+_V1_SHARES, _V1_SHARES_MAX = 1024, 262_144
+_V2_WEIGHT, _V2_WEIGHT_MAX = 100, 10_000
+
+
+def slice_cpu_files(version: int, controllers: frozenset[str], host_cpus: int) -> dict[str, str]:
+    """The node's slice's CPU share: as much as one busy task per host CPU. At the default (one
+    task's share) every VM of the node together would get what one process beside them gets,
+    and a loaded host would starve them (a fork of 16 took 7x as long on a shared host)."""
+    if "cpu" not in controllers:
+        return {}
+    if version == 2:
+        return {"cpu.weight": str(min(_V2_WEIGHT_MAX, _V2_WEIGHT * host_cpus))}
+    return {"cpu.shares": str(min(_V1_SHARES_MAX, _V1_SHARES * host_cpus))}
+
+
 def v2_files(limits: VmLimits, controllers: frozenset[str]) -> dict[str, str]:
     """cgroup v2 interface files of the controllers this node has, in write order."""
     files = {

@@ -3,6 +3,7 @@ out as cgroupfs is (v2, v1 hybrid, nothing usable): what is written where, what 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,11 @@ def test_a_vm_cgroup_goes_with_its_vm_and_a_busy_one_is_swept_later(tmp_path: Pa
     for directory in busy.dirs:
         _emptied(directory)
     assert cgroups.sweep() == [busy.name] * 3
+    # The slice's CPU share is at one busy task per host CPU (cpu is in one hierarchy).
+    shares = [(s / "cpu.shares").read_text() for s in cgroups.slices if (s / "cpu.shares").exists()]
+    assert shares == [str(1024 * (os.cpu_count() or 1))]
+    for slice_dir in cgroups.slices:
+        _emptied(slice_dir)
     cgroups.close()
     assert not any(s.exists() for s in cgroups.slices)
 
