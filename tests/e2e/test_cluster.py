@@ -44,6 +44,9 @@ QUEUE_WAIT_S = 4
 MAX_QUEUED = 3
 RETRY_AFTER_S = 2
 CREATE_TIMEOUT_S = 600.0
+# The hosts' VMs share their node's cgroup slice (cpu.shares of its host's CPUs): on a machine
+# loaded by other work they get little CPU, and a guest may take minutes to answer.
+GUEST_TIMEOUT_S = 300.0
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -108,7 +111,11 @@ async def test_thirty_sandboxes_spread_over_three_hosts_and_a_burst_queues(
         for host in cluster.hosts:
             one = next(r for r in made if r.node_id == host.node_id)
             sandbox = await AsyncSandbox.connect(one.sandbox_id)
-            ran = await sandbox.commands.run("hostname; echo -n from-$((40+2))")
+            ran = await sandbox.commands.run(
+                "hostname; echo -n from-$((40+2))",
+                timeout=GUEST_TIMEOUT_S,
+                request_timeout=GUEST_TIMEOUT_S,
+            )
             assert ran.stdout.endswith("from-42")
 
         parent = made[0]
@@ -185,7 +192,7 @@ async def test_snapshot_made_on_one_host_is_created_on_another(
 ) -> None:
     origin = await client.create_sandbox("base")
     sandbox = await AsyncSandbox.connect(origin.sandbox_id)
-    await sandbox.files.write("/home/user/made-on", origin.node_id)
+    await sandbox.files.write("/home/user/made-on", origin.node_id, request_timeout=GUEST_TIMEOUT_S)
     snapshot = await client.create_snapshot(origin.sandbox_id)
 
     async def persisted() -> bool:
@@ -201,7 +208,8 @@ async def test_snapshot_made_on_one_host_is_created_on_another(
         restored = await client.create_sandbox(snapshot.snapshot_id)
         assert restored.node_id not in ("", origin.node_id)
         copy = await AsyncSandbox.connect(restored.sandbox_id)
-        assert await copy.files.read("/home/user/made-on") == origin.node_id
+        made_on = await copy.files.read("/home/user/made-on", request_timeout=GUEST_TIMEOUT_S)
+        assert made_on == origin.node_id
     finally:
         await kill_all(client)
 
