@@ -11,6 +11,7 @@ import asyncio
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from _platform import running_platform
@@ -26,12 +27,17 @@ N = int(os.environ.get("BENCH_BATCH", "16"))
 CREATE_TIMEOUT_S = 600.0
 
 
+# Why creates failed, by side and message (a benchmark that loses creates says why).
+ERRORS: Counter[str] = Counter()
+
+
 async def native_batch(client: GatewayClient) -> tuple[float, list[str], int]:
     t0 = time.perf_counter()
     outcomes = await client.create_sandboxes("base", count=N, timeout_seconds=600,
                                              timeout_s=CREATE_TIMEOUT_S)
     wall = time.perf_counter() - t0
     made = [o.sandbox_id for o in outcomes if not isinstance(o, AenvError)]
+    ERRORS.update(f"native: {o.message}" for o in outcomes if isinstance(o, AenvError))
     return wall, made, len(outcomes) - len(made)
 
 
@@ -47,6 +53,7 @@ async def sdk_concurrent() -> tuple[float, list[float], list[AsyncSandbox], int]
                                    return_exceptions=True)
     wall = time.perf_counter() - t0
     made = [r for r in results if not isinstance(r, BaseException)]
+    ERRORS.update(f"sdk: {r}" for r in results if isinstance(r, BaseException))
     return wall, [t for t, _ in made], [s for _, s in made], N - len(made)
 
 
@@ -74,6 +81,7 @@ async def rounds(plat: Platform) -> dict[str, object]:
         "sdk_concurrent_wall": summary_ms(sdk_walls),
         "sdk_each_create": summary_ms(sdk_each),
         "failed_creates": failures,
+        "errors": dict(ERRORS),
         "ratio_p50_native_over_sdk": round(native_p50 / sdk_p50, 3),
     }
 
