@@ -45,11 +45,13 @@ class VmFiles:
     @classmethod
     def in_dir(cls, workdir: Path) -> VmFiles:
         """Files in `workdir`, but the QMP socket where its path fits a unix socket address
-        (107 bytes): a deep work directory gets one under SOCKET_DIR, named by its hash."""
+        (107 bytes): a deep work directory gets one in a directory of its own under SOCKET_DIR,
+        named by its hash (its own: a jailed QEMU may create its socket there and nowhere
+        else)."""
         socket = workdir / "qmp.sock"
         if len(str(socket)) > UNIX_PATH_MAX:
             digest = hashlib.sha256(str(workdir).encode()).hexdigest()[:24]
-            socket = SOCKET_DIR / f"{digest}.sock"
+            socket = SOCKET_DIR / digest / "qmp.sock"
         return cls(socket, workdir / "qemu.pid", workdir / "qemu.stderr")
 
     def all(self) -> tuple[Path, ...]:

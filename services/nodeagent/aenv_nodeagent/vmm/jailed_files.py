@@ -87,6 +87,10 @@ def hand_over(spec: VmSpec, workdir: Path, console_log: Path | None, uid: int) -
     os.chmod(own, own.stat().st_mode & 0o7777 | 0o010)
     workdir.mkdir(parents=True, exist_ok=True)
     os.chown(workdir, uid, uid)
+    socket_dir = VmFiles.in_dir(workdir).qmp_socket.parent
+    if socket_dir != workdir:  # a deep workdir's socket lives in a directory of its own
+        socket_dir.mkdir(parents=True, exist_ok=True)
+        os.chown(socket_dir, uid, uid)
     if console_log is not None:
         console_log.touch()
         os.chown(console_log, uid, uid)

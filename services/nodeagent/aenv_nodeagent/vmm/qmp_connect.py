@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -12,7 +13,7 @@ from qemu.qmp import QMPClient, QMPError
 
 from aenv_common.errors import AenvError, Internal, InvalidArgument
 from aenv_nodeagent.vmm import process
-from aenv_nodeagent.vmm.argv import QMP_CHARDEV_ID, VmFiles
+from aenv_nodeagent.vmm.argv import QMP_CHARDEV_ID, SOCKET_DIR, VmFiles
 
 logger = logging.getLogger(__name__)
 
@@ -22,14 +23,17 @@ _QMP_POLL_S = 0.002
 def prepare_workdir(workdir: Path) -> VmFiles:
     files = VmFiles.in_dir(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    files.qmp_socket.parent.mkdir(parents=True, exist_ok=True)
     remove_files(files)  # stale files of an earlier QEMU in this workdir
+    files.qmp_socket.parent.mkdir(parents=True, exist_ok=True)
     return files
 
 
 def remove_files(files: VmFiles) -> None:
     for path in files.all():
         path.unlink(missing_ok=True)
+    if files.qmp_socket.parent.parent == SOCKET_DIR:  # the socket's own directory
+        with contextlib.suppress(FileNotFoundError, OSError):
+            files.qmp_socket.parent.rmdir()
 
 
 async def connect_or_clean_up(

@@ -16,6 +16,7 @@ from aenv_nodeagent.vmm import (
     VmSpec,
     build_argv,
 )
+from aenv_nodeagent.vmm.argv import SOCKET_DIR
 
 TCG = AcceleratorChoice(Accelerator.TCG, "test", guest_tsc_khz=2445406)
 FILES = VmFiles.in_dir(Path("/run/aenv/vm1"))
@@ -140,6 +141,7 @@ def test_deep_workdir_gets_a_short_socket_path() -> None:
     assert len(str(files.qmp_socket)) <= 107
     assert files.qmp_socket != VmFiles.in_dir(Path("/tmp/" + "e" * 120)).qmp_socket
     assert files.pidfile.parent == deep
+    assert files.qmp_socket.parent.parent == SOCKET_DIR  # a directory of its own
 
 
 def test_disk_passed_by_descriptor_goes_through_an_fd_set() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from aenv_nodeagent.vmm import QemuVm, VmJail, VmSpec
+from aenv_nodeagent.vmm.argv import SOCKET_DIR
 from aenv_nodeagent.vmm.uids import UidRange, VmUids
 
 pytestmark = pytest.mark.vm
@@ -84,3 +85,20 @@ async def test_an_adopted_jailed_vm_keeps_its_uid_held(ticker_spec: VmSpec, scra
         await adopted.shutdown()
     finally:
         await vm.shutdown()
+
+
+async def test_a_jailed_qemu_in_a_deep_directory_binds_its_qmp_socket_in_its_own(
+    ticker_spec: VmSpec, scratch: Path
+) -> None:
+    """A work directory too deep for a socket address puts the socket under /run/aenv/qmp, in
+    a directory of the VM's own: the jailed uid may create nothing else there."""
+    deep = scratch / ("d" * 110) / "vm"
+    vm = await QemuVm.launch(ticker_spec, deep, incoming=False, jail=VmJail(uids=VmUids(UIDS)))
+    socket_dir = vm.files.qmp_socket.parent
+    try:
+        assert socket_dir.parent == SOCKET_DIR and socket_dir.stat().st_uid == vm.uid
+        assert vm.files.qmp_socket.is_socket()
+        assert await vm.status() == "running"
+    finally:
+        await vm.shutdown()
+    assert not socket_dir.exists()
