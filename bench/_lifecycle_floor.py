@@ -7,14 +7,20 @@ import time
 from pathlib import Path
 
 import aiohttp
-from _lifecycle_workload import DIRTY, FORKS, ROUNDS, guest_sh, settle_host_writeback
+from _lifecycle_workload import (
+    DIRTY,
+    FORKS,
+    ROUNDS,
+    guest_sh,
+    settle_host_writeback,
+    template_store,
+)
 from _qemu_memory import child_memory
 from _stats import summary_ms
 
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import (
     EgressPolicy,
     NetSlot,
@@ -23,9 +29,9 @@ from aenv_nodeagent.network import (
     netns_exec_prefix,
 )
 from aenv_nodeagent.node import base_template_inputs
-from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, TemplateStore, vm_spec
+from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, vm_spec
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
-from aenv_nodeagent.vmm import QemuDriver, QemuVm, detect_accelerator
+from aenv_nodeagent.vmm import QemuVm, detect_accelerator
 
 
 class RawFloor:
@@ -137,16 +143,7 @@ async def floor_runs(session: aiohttp.ClientSession, work: Path) -> dict[str, ob
     settings = NodeAgentSettings()
     inputs = await base_template_inputs(settings, detect_accelerator(None))
     network = NetworkManager(NetworkConfig(prefix="alcf", pool_cidr="10.218.0.0/24"))
-    envd = EnvdClient(session)
-    templates = TemplateStore(
-        settings.resolved_templates_dir(),
-        network,
-        envd,
-        QemuDriver(),
-        GuestCommands(session),
-        boot_timeout_s=120,
-        boot_attempts=3,
-    )
+    templates = template_store(settings, network, session)
     templates.register(inputs)
     work.mkdir(parents=True, exist_ok=True)
     floor = RawFloor(inputs, await templates.get(BASE_TEMPLATE), network, session, work)

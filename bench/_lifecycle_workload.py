@@ -1,4 +1,5 @@
-"""What the lifecycle benchmark does to a guest, shared by its node-agent and raw-QEMU sides."""
+"""What the lifecycle benchmark's node-agent and raw-QEMU sides share: the work done in the
+guest, and the template store both take the base template from."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ import re
 import struct
 
 import aiohttp
+
+from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.guest_commands import GuestCommands
+from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.vmm import QemuDriver
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 FORKS = [int(n) for n in os.environ.get("BENCH_FORKS", "1,4,16").split(",")]
@@ -44,3 +52,17 @@ async def guest_sh(session: aiohttp.ClientSession, host: str, token: str, script
         body = await resp.read()
     if resp.status != 200 or re.search(rb'"exitCode":\s*-?[1-9]', body):
         raise RuntimeError(f"guest command failed: {body[-300:]!r}")
+
+
+def template_store(
+    settings: NodeAgentSettings, network: NetworkManager, session: aiohttp.ClientSession
+) -> TemplateStore:
+    return TemplateStore(
+        settings.resolved_templates_dir(),
+        network,
+        EnvdClient(session),
+        QemuDriver(),
+        GuestCommands(session),
+        boot_timeout_s=120,
+        boot_attempts=3,
+    )

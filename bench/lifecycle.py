@@ -30,7 +30,14 @@ from typing import Any
 
 import aiohttp
 from _lifecycle_floor import floor_runs
-from _lifecycle_workload import DIRTY, FORKS, ROUNDS, guest_sh, settle_host_writeback
+from _lifecycle_workload import (
+    DIRTY,
+    FORKS,
+    ROUNDS,
+    guest_sh,
+    settle_host_writeback,
+    template_store,
+)
 from _qemu_memory import child_memory
 from _stats import emit, summary_ms
 
@@ -39,7 +46,6 @@ from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import (
     NetworkConfig,
     NetworkManager,
@@ -47,7 +53,6 @@ from aenv_nodeagent.network import (
 from aenv_nodeagent.node import base_template_inputs
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
-from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
 
@@ -197,15 +202,7 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
     settings = NodeAgentSettings(state_dir=state_dir)
     network = NetworkManager(NetworkConfig(prefix="alcb", pool_cidr="10.216.0.0/24"))
     envd = EnvdClient(session)
-    templates = TemplateStore(
-        settings.resolved_templates_dir(),
-        network,
-        envd,
-        QemuDriver(),
-        GuestCommands(session),
-        boot_timeout_s=120,
-        boot_attempts=3,
-    )
+    templates = template_store(settings, network, session)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
     records = MemoryRecords()
     lc = SandboxService(
