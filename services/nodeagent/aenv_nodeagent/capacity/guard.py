@@ -45,7 +45,10 @@ class NodeCapacity:
         self._registry = registry
         self._shape = shape
         self._record = record
-        self._claimed = Resources()  # creates and forks in flight
+        self._forking = Resources()  # forks in flight
+        # Creates in flight, by sandbox id: one that is running already is in the record's
+        # allocation (added before its create returns), and must not count twice meanwhile.
+        self._creating: dict[str, Resources] = {}
 
     @classmethod
     def of_host(
@@ -88,12 +91,12 @@ class NodeCapacity:
 
     def creating(self, spec: cluster_pb2.SandboxSpec) -> contextlib.AbstractContextManager[None]:
         """Held while the sandbox is made. A create sent again for a sandbox the node holds
-        (its answer was lost) passes: it answers that sandbox.
+        (its answer was lost) or is making passes: it answers that sandbox (or Conflict).
 
         :raise ResourceExhausted: the sandbox does not fit on this node now.
         """
-        if self._registry.has(spec.sandbox_id):
-            return contextlib.nullcontext()
+        if self._registry.has(spec.sandbox_id) or spec.sandbox_id in self._creating:
+            return contextlib.nullcontext()  # its first attempt holds the claim
         shape = self._shape(spec.template_id)
         asked = spec.resources
         return self._claim(
@@ -101,7 +104,8 @@ class NodeCapacity:
                 vcpus=asked.vcpus or shape.vcpus,
                 memory_mib=asked.memory_mib or shape.memory_mib,
                 disk_mib=asked.disk_mib or shape.disk_mib,
-            )
+            ),
+            spec.sandbox_id,
         )
 
     def forking(self, parent: Resources, count: int) -> contextlib.AbstractContextManager[None]:
@@ -117,22 +121,36 @@ class NodeCapacity:
             )
         )
 
+    def _claimed(self) -> Resources:
+        """What creates and forks in flight hold beside the record's allocation."""
+        claimed = self._forking
+        for sandbox_id, need in self._creating.items():
+            if not self._registry.has(sandbox_id):
+                claimed = add(claimed, need)
+        return claimed
+
     @contextlib.contextmanager
-    def _claim(self, need: Resources) -> Iterator[None]:
+    def _claim(self, need: Resources, sandbox_id: str | None = None) -> Iterator[None]:
         record = self._record()
-        reason = refusal(record, self._claimed, need)
+        reason = refusal(record, self._claimed(), need)
         if reason is not None:
             log.info("create refused: node full", extra={"reason": reason})
             raise ResourceExhausted(f"node '{record.node_id}' cannot take the sandbox: {reason}")
-        self._claimed = add(self._claimed, need)
+        if sandbox_id is None:
+            self._forking = add(self._forking, need)
+        else:
+            self._creating[sandbox_id] = need
         try:
             yield
         finally:
-            self._claimed = Resources(
-                vcpus=self._claimed.vcpus - need.vcpus,
-                memory_mib=self._claimed.memory_mib - need.memory_mib,
-                disk_mib=self._claimed.disk_mib - need.disk_mib,
-            )
+            if sandbox_id is None:
+                self._forking = Resources(
+                    vcpus=self._forking.vcpus - need.vcpus,
+                    memory_mib=self._forking.memory_mib - need.memory_mib,
+                    disk_mib=self._forking.disk_mib - need.disk_mib,
+                )
+            else:
+                self._creating.pop(sandbox_id, None)
 
 
 def sandbox_shape(

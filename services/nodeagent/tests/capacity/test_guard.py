@@ -56,6 +56,22 @@ async def test_creates_beyond_the_nominal_capacity_are_refused(wing: Wing) -> No
         pass
 
 
+async def test_a_create_counts_once_between_running_and_its_end(wing: Wing) -> None:
+    """Its sandbox runs (the record's allocation has it) before its create returns (the record
+    published, the answer sent): meanwhile its claim must not count it again, or a 40-vCPU node
+    with 39 sandboxes refuses the 40th."""
+    capacity = guard(wing, vcpus=2)
+    spec = wing.spec()
+    with capacity.creating(spec):
+        await wing.service.create(spec)
+        assert wing.service.registry.allocated().vcpus == 1
+        # A create sent again while the first attempt is in flight passes (Conflict follows).
+        with capacity.creating(spec):
+            pass
+        with capacity.creating(wing.spec()):  # 1 running + this one: 2 of 2
+            pass
+
+
 async def test_creates_in_flight_hold_their_whole_guest_ram(wing: Wing) -> None:
     capacity = guard(wing, memory_budget_mib=1024)
     with capacity.creating(wing.spec()), capacity.creating(wing.spec()):
