@@ -135,6 +135,9 @@ class NodeAgentSettings(BaseSettings):
     # Tasks of one QEMU: its threads (vCPUs, I/O workers: up to 64) and frozen copies.
     vmm_pids_max: int = Field(default=512, ge=16)
     vmm_nofile_max: int = Field(default=4096, ge=64)
+    # A QEMU that has not answered QMP this long after its exec failed to start (a busy TCG
+    # host starting tens of VMs at once needs more).
+    vmm_start_timeout_s: float = Field(default=10.0, gt=0)
     # Every QEMU jailed (vmm/confined.py): a uid of its own from this range (gid alike), a root
     # holding only its files in a mount namespace, no capabilities, QEMU's seccomp sandbox.
     # `required` fails the node's start where the host cannot; `auto` runs QEMU as root there,

@@ -161,7 +161,7 @@ class NodeAgent:
         envd = EnvdClient(session)
         network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
         stack.push_async_callback(network.settled)
-        driver = QemuDriver(self._jail())
+        driver = QemuDriver(self._jail(), s.vmm_start_timeout_s)
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
                                   await store.list_sandboxes(), driver.jail,
                                   templates_dir=s.resolved_templates_dir())

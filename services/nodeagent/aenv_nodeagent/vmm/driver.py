@@ -116,8 +116,9 @@ class QemuDriver:
 
     name = "qemu"
 
-    def __init__(self, jail: VmJail | None = None) -> None:
+    def __init__(self, jail: VmJail | None = None, start_timeout_s: float = 10.0) -> None:
         self.jail = jail or VmJail()
+        self._start_timeout_s = start_timeout_s
 
     async def launch(
         self,
@@ -130,7 +131,7 @@ class QemuDriver:
     ) -> QemuVm:
         return await QemuVm.launch(
             spec, workdir, incoming=incoming, argv_prefix=argv_prefix, console_log=console_log,
-            jail=self.jail,
+            start_timeout=self._start_timeout_s, jail=self.jail,
         )
 
 
