@@ -18,6 +18,7 @@ from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
 from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.confinement.choice import node_key
 
 # Host-based routing (`<port>-<id>.<domain>`) is on for the shared platform; the SDKs still
 # reach envd through E2B_SANDBOX_URL, which takes precedence over the returned domain.
@@ -49,6 +50,29 @@ def qemu_pids_under(path: Path) -> list[int]:
             if b"qemu-system" in cmd and str(path).encode() in cmd:
                 pids.append(int(proc.name))
     return pids
+
+
+def vm_cgroups(state_dir: Path) -> list[Path]:
+    """The VM cgroups (every hierarchy's) of the node agent whose state dir is `state_dir`."""
+    slice_name = f"aenv-{node_key(state_dir)}"
+    return [
+        vm
+        for top in Path("/sys/fs/cgroup").iterdir()
+        for found in top.rglob(slice_name)
+        for vm in found.glob("vm-*")
+    ]
+
+
+def lone_platform_env(prefix: str, pool_prefixlen: int = 22, **settings: str) -> dict[str, str]:
+    """The environment of a platform of a test's own (a fault it causes must not reach the
+    shared one): this process's, the shared artifact cache, its own netns prefix and address
+    pool, no code-interpreter prewarm; then `settings`."""
+    return dict(os.environ) | {
+        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
+        "AENV_NODEAGENT_NET_PREFIX": prefix,
+        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(pool_prefixlen),
+        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
+    } | settings
 
 
 @pytest.fixture(scope="session")

@@ -24,9 +24,14 @@ from aenv_cli.ports import address
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.testing.subnets import free_subnet
-from aenv_nodeagent.confinement.choice import node_key
 
-from ..conftest import netns_names, qemu_pids_under, running_platform, shared_cache_dir
+from ..conftest import (
+    netns_names,
+    qemu_pids_under,
+    running_platform,
+    shared_cache_dir,
+    vm_cgroups,
+)
 from .conftest import until
 
 pytestmark = [
@@ -67,9 +72,11 @@ async def platform_of_40(tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
         "AENV_NODEAGENT_WARM_POOL_SLOTS": "0",
         "AENV_NODEAGENT_WARM_POOL_OVERLAYS": "0",
+        # 40 restores at once under TCG on two loaded cores take minutes (a QEMU's QMP past
+        # 10 s, envd ready after ~60 s each): the node and the gateway must wait for them
+        # rather than answer 500 or 504.
+        "AENV_NODEAGENT_VMM_START_TIMEOUT_S": "120",
         "AENV_NODEAGENT_RESTORE_READY_TIMEOUT_S": "600",
-        # 40 restores at once under TCG on two loaded cores take minutes (envd ready after
-        # ~60 s each): the gateway must wait for them rather than answer 504.
         "AENV_GATEWAY_CREATE_DEADLINE_S": str(CLIENT_TIMEOUT_S - 60),
         "AENV_SCHEDULER_MAX_QUEUED": str(MAX_QUEUED),
         "AENV_SCHEDULER_QUEUE_WAIT_SECONDS": str(QUEUE_WAIT_S),
@@ -164,7 +171,7 @@ def _nothing_left(plat: Platform) -> Callable[[], Awaitable[bool]]:
             and not qemu_pids_under(plat.home)
             and not netns_names(prefix)
             and not _taps(prefix)
-            and not _vm_cgroups(state_dir)
+            and not vm_cgroups(state_dir)
         )
 
     return check
@@ -173,13 +180,3 @@ def _nothing_left(plat: Platform) -> Callable[[], Awaitable[bool]]:
 def _taps(prefix: str) -> list[Path]:
     """The node's links left in the root namespace (its slots' host ends)."""
     return [name for name in Path("/sys/class/net").iterdir() if name.name.startswith(prefix)]
-
-
-def _vm_cgroups(state_dir: Path) -> list[Path]:
-    slice_name = f"aenv-{node_key(state_dir)}"
-    return [
-        vm
-        for top in Path("/sys/fs/cgroup").iterdir()
-        for found in top.rglob(slice_name)
-        for vm in found.glob("vm-*")
-    ]

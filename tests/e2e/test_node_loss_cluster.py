@@ -3,7 +3,8 @@ namespaces of their own, VMs confined in cgroups and jailed), real VMs (issue 19
 sandboxes are marked lost within the lease TTL and the API says so (get: 404 "lost with its
 node", unlisted); list and metrics keep working and new creates go to the other hosts;
 restarted, it rejoins: it re-adopts the VMs that outlived it (running again, answering the SDK)
-and takes creates again; once all are killed nothing of them is left on the host."""
+and takes creates again; once all are killed nothing of them is left on any host (QEMU, netns,
+VM cgroup)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import NotFound
 
-from ..conftest import netns_names, qemu_pids_under
+from ..conftest import netns_names, qemu_pids_under, vm_cgroups
 from .cluster import Cluster, Host, kill_all, running_cluster
 from .conftest import until
 
@@ -182,6 +183,9 @@ def _scheduler_has(cluster: Cluster, count: int) -> Callable[[], Awaitable[bool]
 
 def _left_nothing(host: Host) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
-        return not qemu_pids_under(host.home / "state") and not netns_names(host.slot_prefix)
+        state_dir = host.home / "state"
+        return not (
+            qemu_pids_under(state_dir) or netns_names(host.slot_prefix) or vm_cgroups(state_dir)
+        )
 
     return check
