@@ -19,6 +19,7 @@ from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
 from aenv_cli.readiness import GrpcHealthProbe
+from aenv_common.errors import AenvError
 from aenv_common.testing.ports import free_port
 from aenv_common.testing.subnets import free_subnet
 
@@ -97,3 +98,22 @@ async def another_node_agent(
     finally:
         await child.stop(30)
         assert qemu_pids_under(state_dir) == [] and netns_names(prefix) == []
+
+
+# The node of the fault tests' own platforms.
+FAULTS_NODE = "faults-node"
+# How long the services may take to reconnect by themselves after a fault.
+RECOVERY_S = 60.0
+
+
+async def create_once_back(client: GatewayClient) -> tuple[cluster_pb2.SandboxRecord, float]:
+    """A create, tried until the platform has recovered: (the sandbox, seconds it took)."""
+    started = time.monotonic()
+    while True:
+        try:
+            made = await client.create_sandbox("base", timeout_seconds=600)
+        except AenvError:
+            assert time.monotonic() - started < RECOVERY_S, "no create since the fault ended"
+            await asyncio.sleep(1)
+            continue
+        return made, time.monotonic() - started

@@ -5,7 +5,6 @@ placement though it is empty, and refuses a create sent to it straight."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,9 +21,8 @@ from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import ResourceExhausted
 from aenv_common.ids import new_sandbox_id, new_secret
-from aenv_common.testing.subnets import free_subnet
 
-from ..conftest import running_platform, shared_cache_dir
+from ..conftest import lone_platform_env, running_platform
 from .conftest import another_node_agent, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
@@ -42,18 +40,15 @@ MOST = 16
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def dense(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Platform]:
     prefix = "aed" + secrets.token_hex(2) + "x"
-    env = dict(os.environ) | {
-        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
-        "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(22),
-        "AENV_NODEAGENT_NODE_ID": NODE,
-        "AENV_NODEAGENT_MEMORY_BUDGET_MIB": str(BUDGET_MIB),
-        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
+    env = lone_platform_env(
+        prefix,
+        AENV_NODEAGENT_NODE_ID=NODE,
+        AENV_NODEAGENT_MEMORY_BUDGET_MIB=str(BUDGET_MIB),
         # A placement that cannot fit is answered soon (429) instead of waiting 30 s.
-        "AENV_SCHEDULER_QUEUE_WAIT_SECONDS": "3",
+        AENV_SCHEDULER_QUEUE_WAIT_SECONDS="3",
         # Guests answer slowly on a loaded TCG host: a slow one is not a failed create.
-        "AENV_NODEAGENT_RESTORE_READY_TIMEOUT_S": "180",
-    }
+        AENV_NODEAGENT_RESTORE_READY_TIMEOUT_S="180",
+    )
     async with running_platform(tmp_path_factory.mktemp("dense-home"), env, prefix) as plat:
         yield plat
 

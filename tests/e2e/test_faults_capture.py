@@ -6,17 +6,15 @@ managed by nobody, until the host rebooted)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import time
 from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.vmm.process import qemu_owning
 
-from ..conftest import running_platform, shared_cache_dir
+from ..conftest import lone_platform_env, running_platform
 
 pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
@@ -36,14 +34,12 @@ def _captures(templates: Path) -> dict[Path, int]:
 async def test_a_capture_cut_short_by_a_crash_is_ended_by_the_next_start(tmp_path: Path) -> None:
     prefix = "aec" + secrets.token_hex(2) + "x"
     templates = tmp_path / "home" / "templates"
-    env = dict(os.environ) | {
-        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
-        "AENV_NODEAGENT_TEMPLATES_DIR": str(templates),
-        "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(22),
-        "AENV_NODEAGENT_WARM_POOL_VMS": "0",
-        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "true",
-    }
+    env = lone_platform_env(
+        prefix,
+        AENV_NODEAGENT_TEMPLATES_DIR=str(templates),
+        AENV_NODEAGENT_WARM_POOL_VMS="0",
+        AENV_NODEAGENT_PREWARM_CODE_INTERPRETER="true",
+    )
     async with running_platform(tmp_path / "home", env, prefix) as platform:
         deadline = time.monotonic() + CAPTURE_STARTS_S
         while not (under_way := _captures(templates)):

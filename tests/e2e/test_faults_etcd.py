@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,47 +20,31 @@ from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_common.errors import AenvError, NotFound
-from aenv_common.testing.subnets import free_subnet
+from aenv_common.errors import NotFound
 
-from ..conftest import netns_names, qemu_pids_under, running_platform, shared_cache_dir
+from ..conftest import (
+    lone_platform_env,
+    netns_names,
+    qemu_pids_under,
+    running_platform,
+)
+from .conftest import FAULTS_NODE, create_once_back
 
 pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
 
-NODE_ID = "faults-node"
 PREFIX = "aef" + secrets.token_hex(2) + "x"
 ETCD_DOWN_S = 15.0  # past the node lease's TTL (10 s)
-RECOVERY_S = 60.0  # the services reconnect by themselves within this
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def lone_platform(tmp_path: Path) -> AsyncIterator[Platform]:
     """A platform of its own: a fault here must not reach the other tests' platform."""
-    prefix = PREFIX
-    env = dict(os.environ) | {
-        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
-        "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(22),
-        "AENV_NODEAGENT_NODE_ID": NODE_ID,
-        "AENV_NODEAGENT_WARM_POOL_VMS": "0",
-        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
-    }
-    async with running_platform(tmp_path / "home", env, prefix) as platform:
+    env = lone_platform_env(
+        PREFIX, AENV_NODEAGENT_NODE_ID=FAULTS_NODE, AENV_NODEAGENT_WARM_POOL_VMS="0"
+    )
+    async with running_platform(tmp_path / "home", env, PREFIX) as platform:
         yield platform
-
-
-async def create_once_back(client: GatewayClient) -> tuple[cluster_pb2.SandboxRecord, float]:
-    """A create, tried until the platform has recovered: (the sandbox, seconds it took)."""
-    started = time.monotonic()
-    while True:
-        try:
-            made = await client.create_sandbox("base", timeout_seconds=600)
-        except AenvError:
-            assert time.monotonic() - started < RECOVERY_S, "no create since etcd came back"
-            await asyncio.sleep(1)
-            continue
-        return made, time.monotonic() - started
 
 
 async def test_every_service_recovers_by_itself_after_an_etcd_restart(
@@ -87,7 +69,7 @@ async def test_every_service_recovers_by_itself_after_an_etcd_restart(
             store = await ClusterStore.connect(
                 CommonSettings(etcd_endpoints=platform.etcd_endpoints))
             try:
-                assert await store.get_node(NODE_ID) is not None
+                assert await store.get_node(FAULTS_NODE) is not None
             finally:
                 await store.close()
             # Nobody restarted a service: the same processes, all still running.

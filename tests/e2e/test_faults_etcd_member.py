@@ -5,7 +5,6 @@ services list, the one their channels use — and the one killed."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,10 +18,9 @@ from aenv_cli.ports import PlatformPorts
 from aenv_common.cluster import ClusterStore
 from aenv_common.testing.etcd_cluster import EtcdCluster
 from aenv_common.testing.ports import free_port
-from aenv_common.testing.subnets import free_subnet
 
-from ..conftest import netns_names, qemu_pids_under, shared_cache_dir
-from .test_faults_etcd import NODE_ID, create_once_back
+from ..conftest import lone_platform_env, netns_names, qemu_pids_under
+from .conftest import FAULTS_NODE, create_once_back
 
 pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
@@ -35,14 +33,9 @@ async def cluster_platform(tmp_path: Path) -> AsyncIterator[tuple[Platform, Etcd
     ports = PlatformPorts.free()
     etcd = EtcdCluster([(ports.etcd_client, ports.etcd_peer),
                         (free_port(), free_port()), (free_port(), free_port())])
-    env = dict(os.environ) | {
-        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
-        "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(22),
-        "AENV_NODEAGENT_NODE_ID": NODE_ID,
-        "AENV_NODEAGENT_WARM_POOL_VMS": "0",
-        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
-    }
+    env = lone_platform_env(
+        prefix, AENV_NODEAGENT_NODE_ID=FAULTS_NODE, AENV_NODEAGENT_WARM_POOL_VMS="0"
+    )
     platform = Platform(home, ports, base_env=env,
                         commands={"etcd": etcd.member_argv(0, home / "etcd")})
     # The platform wires its services to its own etcd only: here they get every member.
@@ -77,7 +70,7 @@ async def test_the_platform_keeps_working_with_one_etcd_member_down(
                 assert result.stdout == b"still here\n"
                 store = await ClusterStore.connect(etcd.settings())
                 try:
-                    assert await store.get_node(NODE_ID) is not None
+                    assert await store.get_node(FAULTS_NODE) is not None
                 finally:
                     await store.close()
             etcd.wait_healthy(0)  # rejoined

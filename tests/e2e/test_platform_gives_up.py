@@ -20,9 +20,8 @@ from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
 from aenv_cli.up import EXIT_FAILED, MAX_RESTARTS, run_platform
-from aenv_common.testing.subnets import free_subnet
 
-from ..conftest import netns_names, qemu_pids_under, shared_cache_dir
+from ..conftest import lone_platform_env, netns_names, qemu_pids_under
 
 pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
@@ -35,13 +34,7 @@ RESTART_WAIT_S = 300.0
 
 async def test_giving_up_on_the_node_agent_leaves_no_vm_or_netns(tmp_path: Path) -> None:
     prefix = "aeg" + secrets.token_hex(2) + "x"
-    env = dict(os.environ) | {
-        "AENV_NODEAGENT_CACHE_DIR": str(shared_cache_dir()),
-        "AENV_NODEAGENT_NET_PREFIX": prefix,
-        "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
-        "AENV_NODEAGENT_WARM_POOL_VMS": "1",
-        "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
-    }
+    env = lone_platform_env(prefix, 24, AENV_NODEAGENT_WARM_POOL_VMS="1")
     home = tmp_path / "home"
     platform = Platform(home, PlatformPorts.free(), base_env=env)
     out = io.StringIO()
