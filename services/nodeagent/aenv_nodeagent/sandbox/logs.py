@@ -1,12 +1,14 @@
 """A sandbox's logs, kept the way E2B keeps them: what its guest writes to the console (envd's
 log, one line per event), collected line by line and stamped with the host's clock when read.
 
-QEMU writes the guest's serial console to `console.log` in the sandbox's directory. A pass over
+QEMU appends the guest's serial console to `console.log` in the sandbox's directory. A pass over
 every sandbox's file every half second (and one on each query) reads what was appended since the
-last one; a new QEMU (resume, reset) starts the file over, which is seen by its shrinking or by
-its first bytes changing. Each sandbox keeps a bounded ring of entries, also while paused, until
-it is killed. Lines found in a file never read before (a node agent restart) are stamped with the
-file's modification time: they were written by then.
+last one; a file read past `max_file_bytes` is cut to nothing, so a guest flooding its console
+costs the host no more disk than that. A file that starts over (cut, or made by a QEMU of an
+older node agent) is seen by its shrinking or by its first bytes changing. Each sandbox keeps a
+bounded ring of entries, also while paused, until it is killed. Lines found in a file never read
+before (a node agent restart) are stamped with the file's modification time: they were written
+by then.
 
 envd logs as `<date> <time>,<ms> <LEVEL> <logger> <message>`; a line in another form continues
 the entry before it (a traceback), `aenv-init: …` is the guest's PID 1.
@@ -36,6 +38,8 @@ DEBUG, INFO, WARN, ERROR = (nodeagent_pb2.LOG_LEVEL_DEBUG, nodeagent_pb2.LOG_LEV
 # What one sandbox keeps: the newest entries within this many bytes (a line's length plus a
 # fixed cost per entry, so that a flood of short lines is bounded too).
 DEFAULT_MAX_BYTES = 2 << 20
+# How large one console file may grow on the host before it is cut, once read.
+DEFAULT_MAX_FILE_BYTES = 8 << 20
 ENTRY_COST = 128
 MAX_LINE = 16 << 10  # longer lines are cut
 _HEAD = 64  # bytes of a file's start remembered to tell a file started over
@@ -126,10 +130,12 @@ class ConsoleLogs:
     """The logs of this node's sandboxes, by id."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
         if max_bytes < ENTRY_COST:
             raise InvalidArgument(f"max_bytes must be at least {ENTRY_COST}")
         self._max_bytes = max_bytes
+        self._max_file_bytes = max_file_bytes
         self._clock = clock
         self._tails: dict[str, _Tail] = {}
 
@@ -154,6 +160,8 @@ class ConsoleLogs:
             tail.partial = b""
         for raw in lines:
             self._add(tail, raw, ts)
+        if tail.offset >= self._max_file_bytes:
+            self._cut(tail, console)
 
     def collect_all(self, targets: Iterable[tuple[str, Path]],
                     keep: Callable[[str], bool]) -> None:
@@ -177,6 +185,17 @@ class ConsoleLogs:
                 self.collect_all(targets(), keep)
             except Exception:
                 log.exception("console log pass failed")
+
+    @staticmethod
+    def _cut(tail: _Tail, console: Path) -> None:
+        """Empties a console file read to its end; QEMU appends on from its new start. Bytes
+        the guest wrote between the read and the cut are lost, as a flood's are anyway."""
+        try:
+            os.truncate(console, 0)
+        except OSError as err:
+            log.warning("console log not cut", extra={"path": str(console), "error": repr(err)})
+            return
+        tail.offset, tail.head = 0, b""
 
     def _read_new(self, tail: _Tail, console: Path) -> tuple[bytes, float]:
         """The bytes appended since `tail.offset` (at most the ring's worth: older ones would

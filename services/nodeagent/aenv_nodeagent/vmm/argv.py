@@ -145,8 +145,10 @@ def _control_args(files: VmFiles, incoming: bool) -> list[str]:
 
 def _console_args(console_log: Path | None) -> list[str]:
     # The serial device always exists (null backend without a log) so the device set, and thus
-    # the saved device state, does not depend on whether a console log was asked for.
-    backend = f"file,path={opt_value(console_log)}" if console_log else "null"
+    # the saved device state, does not depend on whether a console log was asked for. Appended
+    # to: the node agent cuts the file once read (sandbox/logs.py), and QEMU must then write at
+    # its new end, or a guest flooding its console would fill the host's disk.
+    backend = f"file,path={opt_value(console_log)},append=on" if console_log else "null"
     return [
         "-chardev", f"{backend},id={SERIAL_CHARDEV_ID}",
         "-serial", f"chardev:{SERIAL_CHARDEV_ID}",

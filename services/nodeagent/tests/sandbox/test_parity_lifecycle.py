@@ -231,6 +231,25 @@ def test_a_flood_keeps_only_the_newest_within_the_budget(tmp_path: Path) -> None
     assert [len(e.line) for e in endless.query("s", LogQuery())][1:] == [16 << 10]
 
 
+def test_a_console_read_past_its_bound_is_cut_and_read_on(tmp_path: Path) -> None:
+    """The host keeps at most max_file_bytes of a console: once read, a file past it is cut,
+    and what the guest appends afterwards (QEMU appends) is read from the new start."""
+    console = tmp_path / CONSOLE_LOG
+    logs = ConsoleLogs(clock=Clock(), max_file_bytes=4096)
+    console.write_text("".join(envd(f"line {i}") for i in range(100)))
+    logs.collect("s", console)
+    assert console.stat().st_size == 0
+    with console.open("a") as fh:  # as QEMU's append=on writes
+        fh.write(envd("after the cut") + "partial ")
+    logs.collect("s", console)
+    with console.open("a") as fh:
+        fh.write("line\n")
+    logs.collect("s", console)
+    assert messages(logs.query("s", LogQuery(limit=1000)))[-3:] == [
+        "line 99", "after the cut", "partial line"]
+    assert console.stat().st_size < 4096  # under the bound: kept
+
+
 def test_queries_window_order_level_and_search(tmp_path: Path) -> None:
     clock, console = Clock(), tmp_path / CONSOLE_LOG
     logs = ConsoleLogs(clock=clock)

@@ -55,7 +55,7 @@ def test_full_tcg_argv() -> None:
         "-chardev", "socket,id=qmp,path=/run/aenv/vm1/qmp.sock,server=on,wait=off",
         "-mon", "chardev=qmp,mode=control",
         "-pidfile", "/run/aenv/vm1/qemu.pid",
-        "-chardev", "file,path=/l/console.log,id=serial0",
+        "-chardev", "file,path=/l/console.log,append=on,id=serial0",
         "-serial", "chardev:serial0",
         "-device", "virtio-rng-device,id=rng0",
         "-device", "virtio-balloon-device,id=balloon0,free-page-reporting=on",
@@ -116,7 +116,7 @@ def test_commas_in_paths_are_escaped() -> None:
     assert "file.filename=/o/a,,b.qcow2" in option(argv, "-blockdev")[0]
     assert "mem-path=/m/x,,y" in option(argv, "-object")[0]
     assert option(argv, "-chardev")[0].startswith("socket,id=qmp,path=/r,,s/qmp.sock,")
-    assert option(argv, "-chardev")[1] == "file,path=/l/c,,d.log,id=serial0"
+    assert option(argv, "-chardev")[1] == "file,path=/l/c,,d.log,append=on,id=serial0"
 
 
 def test_existing_tsc_hint_is_kept_and_no_net_means_no_nic() -> None:
