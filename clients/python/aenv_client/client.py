@@ -218,6 +218,39 @@ class GatewayClient:
         )
         return reply
 
+    async def set_timeout(
+        self, sandbox_id: str, timeout_seconds: int, *, timeout_s: float | None = None
+    ) -> cluster_pb2.SandboxRecord:
+        """Lets the sandbox live `timeout_seconds` (>= 0) from now, shorter or longer than
+        before (cut to the longest lifetime since it started; `end_at` says when). 0 ends it
+        now: killed (state KILLING), or paused when its lifecycle asks. A sandbox its timeout
+        ends later is SandboxDied to this client's calls, as any sandbox gone under it."""
+        request = gateway_pb2.SetSandboxTimeoutRequest(
+            sandbox_id=sandbox_id, timeout_seconds=timeout_seconds
+        )
+        reply: gateway_pb2.SetSandboxTimeoutResponse = await self._call(
+            self._stub.SetSandboxTimeout, request, timeout_s, sandbox_id=sandbox_id
+        )
+        if reply.sandbox.state == cluster_pb2.SANDBOX_STATE_KILLING:
+            self._alive.discard(sandbox_id)  # ended by this client, as by kill_sandbox
+        return reply.sandbox
+
+    async def sandbox_metrics(
+        self,
+        sandbox_id: str,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        timeout_s: float | None = None,
+    ) -> list[gateway_pb2.SandboxMetric]:
+        """The CPU, memory and disk samples its node took while it ran, oldest first, within
+        [start, end] (unix seconds; None: open on that side)."""
+        request = gateway_pb2.GetSandboxMetricsRequest(sandbox_id=sandbox_id, start=start, end=end)
+        reply: gateway_pb2.GetSandboxMetricsResponse = await self._call(
+            self._stub.GetSandboxMetrics, request, timeout_s, retry=True, sandbox_id=sandbox_id
+        )
+        return list(reply.metrics)
+
     async def create_snapshot(
         self,
         sandbox_id: str,

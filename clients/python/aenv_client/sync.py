@@ -57,6 +57,8 @@ class SyncGatewayClient:
     kill_sandbox = _blocking(GatewayClient.kill_sandbox)
     pause_sandbox = _blocking(GatewayClient.pause_sandbox)
     resume_sandbox = _blocking(GatewayClient.resume_sandbox)
+    set_timeout = _blocking(GatewayClient.set_timeout)
+    sandbox_metrics = _blocking(GatewayClient.sandbox_metrics)
     create_snapshot = _blocking(GatewayClient.create_snapshot)
     list_snapshots = _blocking(GatewayClient.list_snapshots)
     delete_snapshot = _blocking(GatewayClient.delete_snapshot)

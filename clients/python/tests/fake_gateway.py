@@ -1,6 +1,7 @@
 """A fake GatewayService for the client's tests: sandboxes in a dict, creates deduplicated by
 idempotency key as the gateway does, and failures to inject (UNAVAILABLE for the next calls, a
-slow answer, a sandbox that dies); a fork and a file read for their outcomes and errors."""
+slow answer, a sandbox that dies); a fork and a file read for their outcomes and errors, a
+timeout that ends a sandbox at 0, and one metrics sample per second of a window."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
@@ -28,6 +30,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
     unavailable: int = 0  # the next this many calls answer UNAVAILABLE
     delay_s: float = 0.0  # GetSandbox answers after this long
     lost: set[str] = field(default_factory=set)  # sandboxes lost with their node
+    # Every metrics window asked for: (start, end), None where unset.
+    windows: list[tuple[int | None, int | None]] = field(default_factory=list)
 
     def _enter(self, method: str, subject: str, context: grpc.aio.ServicerContext) -> None:
         if dict(context.invocation_metadata() or ()).get("x-api-key") != API_KEY:
@@ -106,6 +110,40 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         error = gateway_pb2.ForkError(code=503, message="no room", status="UNAVAILABLE")
         results += [gateway_pb2.ForkResult(error=error)] * (request.count - 1)
         return gateway_pb2.ForkSandboxResponse(results=results)
+
+    async def SetSandboxTimeout(
+        self, request: gateway_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.SetSandboxTimeoutResponse:
+        self._enter("SetSandboxTimeout", request.sandbox_id, context)
+        record = self._find(request.sandbox_id)
+        record.end_at.FromSeconds(1_000_000 + request.timeout_seconds)
+        if request.timeout_seconds == 0:
+            del self.sandboxes[request.sandbox_id]
+            record.state = cluster_pb2.SANDBOX_STATE_KILLING
+        return gateway_pb2.SetSandboxTimeoutResponse(sandbox=record)
+
+    async def GetSandboxMetrics(
+        self, request: gateway_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.GetSandboxMetricsResponse:
+        """A sample at each second from start to end (100 to 102 when unset)."""
+        self._enter("GetSandboxMetrics", request.sandbox_id, context)
+        self._find(request.sandbox_id)
+        start = request.start if request.HasField("start") else None
+        end = request.end if request.HasField("end") else None
+        self.windows.append((start, end))
+        samples = [
+            gateway_pb2.SandboxMetric(
+                timestamp=Timestamp(seconds=second),
+                cpu_count=2,
+                cpu_used_pct=50.0,
+                mem_used=1 << 20,
+                mem_total=1 << 30,
+                disk_used=2 << 20,
+                disk_total=1 << 31,
+            )
+            for second in range(start or 100, (end or 102) + 1)
+        ]
+        return gateway_pb2.GetSandboxMetricsResponse(metrics=samples)
 
     async def GetFile(
         self, request: gateway_pb2.GetFileRequest, context: grpc.aio.ServicerContext

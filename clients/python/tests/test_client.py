@@ -12,6 +12,7 @@ from concurrent.futures import Future
 
 import pytest
 
+from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2
 from aenv_client import (
     GatewayClient,
@@ -74,6 +75,52 @@ async def test_a_missing_file_is_not_a_dead_sandbox(
     gateway.die(record.sandbox_id)
     with pytest.raises(SandboxDied):
         await client.get_file(record.sandbox_id, "/hello")
+
+
+async def test_set_timeout_answers_the_record_and_is_not_sent_again(
+    client: GatewayClient, gateway: FakeGateway
+) -> None:
+    sandbox = await client.create_sandbox("base")
+    record = await client.set_timeout(sandbox.sandbox_id, 30)
+    assert record.end_at.seconds == 1_000_030
+    assert record.state == cluster_pb2.SANDBOX_STATE_RUNNING
+    gateway.unavailable = 1
+    with pytest.raises(Unavailable):
+        await client.set_timeout(sandbox.sandbox_id, 60)
+    assert [c[0] for c in gateway.calls].count("SetSandboxTimeout") == 2
+    gateway.die(sandbox.sandbox_id)  # its timeout ended it
+    with pytest.raises(SandboxDied):
+        await client.set_timeout(sandbox.sandbox_id, 60)
+
+
+async def test_a_timeout_of_zero_is_this_clients_own_end(client: GatewayClient) -> None:
+    sandbox = await client.create_sandbox("base")
+    ended = await client.set_timeout(sandbox.sandbox_id, 0)
+    assert ended.state == cluster_pb2.SANDBOX_STATE_KILLING
+    with pytest.raises(NotFound) as gone:
+        await client.get_sandbox(sandbox.sandbox_id)
+    assert type(gone.value) is NotFound  # ended by this client, not died under it
+
+
+async def test_sandbox_metrics_are_typed_samples_of_a_window(
+    client: GatewayClient, gateway: FakeGateway
+) -> None:
+    sandbox = await client.create_sandbox("base")
+    samples = await client.sandbox_metrics(sandbox.sandbox_id)
+    assert [m.timestamp.seconds for m in samples] == [100, 101, 102]
+    assert isinstance(samples[0], gateway_pb2.SandboxMetric)
+    assert samples[0].cpu_used_pct == 50.0 and samples[0].mem_total == 1 << 30
+    gateway.unavailable = 1  # a read: sent again
+    window = await client.sandbox_metrics(sandbox.sandbox_id, start=7, end=8)
+    assert [m.timestamp.seconds for m in window] == [7, 8]
+    await client.sandbox_metrics(sandbox.sandbox_id, start=0)
+    assert gateway.windows == [(None, None), (7, 8), (0, None)]
+    gateway.die(sandbox.sandbox_id)
+    with pytest.raises(SandboxDied):
+        await client.sandbox_metrics(sandbox.sandbox_id)
+    with pytest.raises(NotFound) as unknown:
+        await client.sandbox_metrics("typo")
+    assert type(unknown.value) is NotFound
 
 
 async def test_creates_are_retried_with_one_key(
@@ -170,6 +217,10 @@ def test_the_sync_client(served_in_thread: str, gateway: FakeGateway) -> None:
         outcomes = client.create_sandboxes("base", count=2, idempotency_key="sync-1")
         again = client.create_sandboxes("base", count=2, idempotency_key="sync-1")
         assert outcomes == again and len(gateway.sandboxes) == 2
+        first = outcomes[0]
+        assert not isinstance(first, Exception)
+        assert client.set_timeout(first.sandbox_id, 5).end_at.seconds == 1_000_005
+        assert len(client.sandbox_metrics(first.sandbox_id, start=1, end=1)) == 1
         for made in outcomes:
             assert not isinstance(made, Exception)
             client.kill_sandbox(made.sandbox_id)

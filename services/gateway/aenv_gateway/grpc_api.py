@@ -21,6 +21,7 @@ from aenv_gateway.guest_envd import typed_http_error
 from aenv_gateway.idempotency import checked_key
 from aenv_gateway.listing import VISIBLE_STATES, ListQuery
 from aenv_gateway.revocation import OpenRequests
+from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import MAX_PAGE
 from aenv_gateway.service import CreateRequest, SandboxService
 from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
@@ -51,8 +52,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         execs: ExecStreams,
         files: FileTransfers,
         open_requests: OpenRequests,
+        metrics: SandboxMetrics,
     ) -> None:
         self._service = service
+        self._metrics = metrics
         self._execs = execs
         self._files = files
         self._open = open_requests
@@ -140,6 +143,24 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         return gateway_pb2.ResumeSandboxResponse(
             sandbox=connected.record, resumed=connected.resumed
         )
+
+    async def SetSandboxTimeout(
+        self, request: gateway_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.SetSandboxTimeoutResponse:
+        self._auth.check(_api_key(context))
+        record = await self._service.set_timeout(request.sandbox_id, request.timeout_seconds)
+        return gateway_pb2.SetSandboxTimeoutResponse(sandbox=record)
+
+    async def GetSandboxMetrics(
+        self, request: gateway_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.GetSandboxMetricsResponse:
+        self._auth.check(_api_key(context))
+        samples = await self._metrics.history(
+            request.sandbox_id,
+            request.start if request.HasField("start") else None,
+            request.end if request.HasField("end") else None,
+        )
+        return gateway_pb2.GetSandboxMetricsResponse(metrics=[_metric(m) for m in samples])
 
     async def CreateSnapshot(
         self, request: gateway_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
@@ -240,6 +261,19 @@ def _fork_result(result: nodeagent_pb2.ForkResult) -> gateway_pb2.ForkResult:
         error=gateway_pb2.ForkError(
             code=result.error.code, message=result.error.message, status=status
         )
+    )
+
+
+def _metric(sample: nodeagent_pb2.SandboxMetric) -> gateway_pb2.SandboxMetric:
+    return gateway_pb2.SandboxMetric(
+        timestamp=sample.timestamp,
+        cpu_count=sample.cpu_count,
+        cpu_used_pct=sample.cpu_used_pct,
+        mem_used=sample.mem_used,
+        mem_total=sample.mem_total,
+        mem_cache=sample.mem_cache,
+        disk_used=sample.disk_used,
+        disk_total=sample.disk_total,
     )
 
 

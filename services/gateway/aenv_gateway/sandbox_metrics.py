@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import AenvError
+from aenv_common.errors import AenvError, InvalidArgument
 from aenv_gateway.clients import NodeAgentClients
 from aenv_gateway.directory import SandboxDirectory
 from aenv_gateway.listing import VISIBLE_STATES
@@ -31,7 +31,15 @@ class SandboxMetrics:
     ) -> Sequence[nodeagent_pb2.SandboxMetric]:
         """The guest's CPU, memory and disk figures sampled by its node agent, oldest first,
         within [start, end] (unix seconds). Paused sandboxes answer what was kept (none once
-        their node is gone)."""
+        their node is gone).
+
+        :raise InvalidArgument: a negative bound, or start after end.
+        :raise NotFound: no such sandbox visible to clients.
+        """
+        if (start is not None and start < 0) or (end is not None and end < 0):
+            raise InvalidArgument("start and end must not be negative (unix seconds)")
+        if start is not None and end is not None and start > end:
+            raise InvalidArgument("start must not be after end")
         located = self._sandboxes.observed(sandbox_id)
         if located is None:
             return []

@@ -160,13 +160,14 @@ async def start_gateway(
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, force_close=False), auto_decompress=False
     )
+    metrics = SandboxMetrics(service, directory, nodeagents)
     sandbox_routes = SandboxRoutes(
         service,
         snapshots,
         Presenter(settings.domain, settings.fallback_envd_version),
         settings.default_timeout_s,
         SandboxLogs(service, nodeagents),
-        SandboxMetrics(service, directory, nodeagents),
+        metrics,
     )
     snapstore = (snapstore_stub(pool.get(settings.snapstore_address))
                  if settings.snapstore_address else None)
@@ -190,7 +191,8 @@ async def start_gateway(
             (
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
                 GatewayServicer(service, snapshots, auth, settings.default_timeout_s,
-                                ExecStreams(guests), FileTransfers(guests), open_requests),
+                                ExecStreams(guests), FileTransfers(guests), open_requests,
+                                metrics),
                 SERVICE_NAME,
             )
         ],

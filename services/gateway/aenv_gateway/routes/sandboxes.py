@@ -251,11 +251,9 @@ def _unix_seconds(params: Mapping[str, str], name: str) -> int | None:
 
 
 def parse_metrics_window(params: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """`start`/`end` of `GET /sandboxes/{id}/metrics`: unix seconds, both optional."""
-    start, end = _unix_seconds(params, "start"), _unix_seconds(params, "end")
-    if start is not None and end is not None and start > end:
-        raise InvalidArgument("start must not be after end")
-    return start, end
+    """`start`/`end` of `GET /sandboxes/{id}/metrics`: unix seconds, both optional (their order
+    is SandboxMetrics.history's to check, for both APIs)."""
+    return _unix_seconds(params, "start"), _unix_seconds(params, "end")
 
 
 def parse_sandbox_ids(params: Mapping[str, str]) -> list[str]:

@@ -1,4 +1,7 @@
+import datetime
+
 from aenv.cluster.v1 import cluster_pb2 as _cluster_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -197,6 +200,56 @@ class ResumeSandboxResponse(_message.Message):
     sandbox: _cluster_pb2.SandboxRecord
     resumed: bool
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ..., resumed: _Optional[bool] = ...) -> None: ...
+
+class SetSandboxTimeoutRequest(_message.Message):
+    __slots__ = ("sandbox_id", "timeout_seconds")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    timeout_seconds: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class SetSandboxTimeoutResponse(_message.Message):
+    __slots__ = ("sandbox",)
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: _cluster_pb2.SandboxRecord
+    def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
+
+class GetSandboxMetricsRequest(_message.Message):
+    __slots__ = ("sandbox_id", "start", "end")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    start: int
+    end: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class GetSandboxMetricsResponse(_message.Message):
+    __slots__ = ("metrics",)
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    metrics: _containers.RepeatedCompositeFieldContainer[SandboxMetric]
+    def __init__(self, metrics: _Optional[_Iterable[_Union[SandboxMetric, _Mapping]]] = ...) -> None: ...
+
+class SandboxMetric(_message.Message):
+    __slots__ = ("timestamp", "cpu_count", "cpu_used_pct", "mem_used", "mem_total", "mem_cache", "disk_used", "disk_total")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CPU_USED_PCT_FIELD_NUMBER: _ClassVar[int]
+    MEM_USED_FIELD_NUMBER: _ClassVar[int]
+    MEM_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MEM_CACHE_FIELD_NUMBER: _ClassVar[int]
+    DISK_USED_FIELD_NUMBER: _ClassVar[int]
+    DISK_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    timestamp: _timestamp_pb2.Timestamp
+    cpu_count: int
+    cpu_used_pct: float
+    mem_used: int
+    mem_total: int
+    mem_cache: int
+    disk_used: int
+    disk_total: int
+    def __init__(self, timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_count: _Optional[int] = ..., cpu_used_pct: _Optional[float] = ..., mem_used: _Optional[int] = ..., mem_total: _Optional[int] = ..., mem_cache: _Optional[int] = ..., disk_used: _Optional[int] = ..., disk_total: _Optional[int] = ...) -> None: ...
 
 class CreateSnapshotRequest(_message.Message):
     __slots__ = ("sandbox_id", "name", "filesystem_only")

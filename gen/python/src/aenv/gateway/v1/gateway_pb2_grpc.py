@@ -73,6 +73,16 @@ class GatewayServiceStub:
                 request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxRequest.SerializeToString,
                 response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxResponse.FromString,
                 _registered_method=True)
+        self.SetSandboxTimeout = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/SetSandboxTimeout',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.SetSandboxTimeoutRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.SetSandboxTimeoutResponse.FromString,
+                _registered_method=True)
+        self.GetSandboxMetrics = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/GetSandboxMetrics',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetSandboxMetricsRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetSandboxMetricsResponse.FromString,
+                _registered_method=True)
         self.CreateSnapshot = channel.unary_unary(
                 '/aenv.gateway.v1.GatewayService/CreateSnapshot',
                 request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateSnapshotRequest.SerializeToString,
@@ -175,6 +185,27 @@ class GatewayServiceServicer:
     def ResumeSandbox(self, request, context):
         """Resumes a paused sandbox under the same id (a running one only gets its TTL raised).
         NOT_FOUND, INVALID_ARGUMENT (a timeout out of range), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSandboxTimeout(self, request, context):
+        """Sets the time to live to timeout_seconds from now, shortening or lengthening it, as E2B's
+        setTimeout: 0 runs the timeout's action (kill, or pause as the lifecycle asks) before the
+        answer (then the record's state is KILLING or PAUSED); one past the longest lifetime since
+        the sandbox started is cut to that, not refused. The record has the new end_at. NOT_FOUND
+        (unknown or already gone), UNAVAILABLE (its node did not answer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSandboxMetrics(self, request, context):
+        """CPU, memory and disk samples of a sandbox, oldest first, as its node agent takes them while
+        it runs (every few seconds; none while paused), kept until it is killed; the same figures
+        as E2B's GET /sandboxes/{id}/metrics. A paused sandbox whose node is gone has none.
+        INVALID_ARGUMENT (a negative bound, start after end), NOT_FOUND, UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -293,6 +324,16 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.ResumeSandbox,
                     request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxRequest.FromString,
                     response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxResponse.SerializeToString,
+            ),
+            'SetSandboxTimeout': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSandboxTimeout,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.SetSandboxTimeoutRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.SetSandboxTimeoutResponse.SerializeToString,
+            ),
+            'GetSandboxMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSandboxMetrics,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetSandboxMetricsRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetSandboxMetricsResponse.SerializeToString,
             ),
             'CreateSnapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSnapshot,
@@ -528,6 +569,60 @@ class GatewayService:
             '/aenv.gateway.v1.GatewayService/ResumeSandbox',
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxRequest.SerializeToString,
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.ResumeSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSandboxTimeout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/SetSandboxTimeout',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.SetSandboxTimeoutRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.SetSandboxTimeoutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSandboxMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/GetSandboxMetrics',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetSandboxMetricsRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetSandboxMetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,
