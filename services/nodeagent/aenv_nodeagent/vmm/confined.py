@@ -22,7 +22,8 @@ DEFAULT_NOFILE = 4096  # QEMU holds a few dozen: disks, fd sets, tap, QMP, event
 # The (empty) directory each jail mounts its root on, in its own mount namespace.
 JAIL_ROOT = Path("/run/aenv/jail")
 # QEMU's own filter (on top of ours): no obsolete calls, no setuid and friends, no scheduling or
-# priority changes. Not spawn=deny: it kills the clone() of the frozen copies (vmm/freeze.c).
+# priority changes. Not spawn=deny: it kills the clone() of the frozen copies (vmm/freeze.c);
+# the preload's own filter (vmm/execfilter.c) kills every other fork and exec instead.
 SANDBOX_OPTION = "on,obsolete=deny,elevateprivileges=deny,resourcecontrol=deny"
 
 

@@ -1,9 +1,10 @@
 """The step every QEMU is exec'd through: it joins the VM's cgroup, drops core dumps, bounds its
 descriptors; when jailed, opens the VM's tap for it, enters a mount namespace whose root holds
 only the VM's files (jailroot.py) and becomes the sandbox's uid without capabilities
-(privileges.py); then sets `no_new_privs`, installs the hole-punch filter when asked
-(seccomp.py), and execs its command line in place (same PID). So no guest instruction ever runs
-outside the cgroup or as root, and nothing of a guest's memory can land in a core file.
+(privileges.py), and asks the preload library, if loaded, for its exec filter (execfilter.c);
+then sets `no_new_privs`, installs the hole-punch filter when asked (seccomp.py), and execs its
+command line in place (same PID). So no guest instruction ever runs outside the cgroup or as
+root, and nothing of a guest's memory can land in a core file.
 
 Run as a script (`wrapped`), not in a `preexec_fn`: Python code between fork and exec runs gRPC's
 fork handlers, which abort the child. Standard library only, started with `-I -S` (10-20 ms).
@@ -21,6 +22,8 @@ from pathlib import Path
 
 _PR_SET_NO_NEW_PRIVS = 38
 _FAILED = 125  # the exit status of a step that failed (as env(1) and friends use it)
+# Read (and removed) by the preload's execfilter.c: a jailed QEMU may not exec or fork.
+EXEC_FILTER_ENV = "AENV_EXEC_FILTER"
 
 
 def jail_options(
@@ -95,6 +98,7 @@ def main(args: list[str]) -> None:
             jailroot.enter(_values(options, "--root=")[0], _values(options, "--bind="),
                            _values(options, "--bind-ro="))
             privileges.drop_to(uid, uid, last_cap)
+            os.environ[EXEC_FILTER_ENV] = "1"
         _no_new_privs()
         if "--hole-punch-filter" in options:
             seccomp.install()

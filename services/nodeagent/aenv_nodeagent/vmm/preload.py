@@ -1,7 +1,8 @@
 """The library preloaded into every QEMU that maps its RAM file copy-on-write: its dirty log
-(`dirtylog.c`, read by dirtylog.py), its frozen copies (`freeze.c`, asked for by frozen.py), and
-the RAM file opened read-only where a jailed QEMU may not write it (`memfile.c`). It is compiled
-on the node (artifacts/preload.py)."""
+(`dirtylog.c`, read by dirtylog.py), its frozen copies (`freeze.c`, asked for by frozen.py),
+the RAM file opened read-only where a jailed QEMU may not write it (`memfile.c`), and, jailed,
+a seccomp filter that kills any exec or fork but the frozen copies' (`execfilter.c`). It is
+compiled on the node (artifacts/preload.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 from aenv_nodeagent.vmm.dirtylog import MEMORY_ENV
 from aenv_nodeagent.vmm.frozen import FREEZE_FD_ENV
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("dirtylog.c", "freeze.c", "memfile.c"))
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("dirtylog.c", "freeze.c", "memfile.c", "execfilter.c"))
 LIBRARY_NAME = "libaenv-qemu.so"
 
 

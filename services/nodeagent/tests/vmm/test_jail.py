@@ -4,13 +4,17 @@ nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.confinement import (
     ConfinementUnavailable,
     LimitSettings,
@@ -19,12 +23,15 @@ from aenv_nodeagent.confinement import (
     choose,
 )
 from aenv_nodeagent.vmm import jail
+from aenv_nodeagent.vmm.preload import LIBRARY_NAME
 
 _REPORT = "cat /proc/self/cgroup; ulimit -c; ulimit -n; grep NoNewPrivs /proc/self/status"
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+def _run(argv: list[str], env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture
@@ -75,12 +82,12 @@ def test_the_hole_punch_filter_is_installed_when_asked(tmp_path: Path) -> None:
 
 
 def _jailed(
-    tmp_path: Path, argv: list[str], **binds: list[Path]
+    tmp_path: Path, argv: list[str], env: dict[str, str] | None = None, **binds: list[Path]
 ) -> subprocess.CompletedProcess[str]:
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
     return _run(jail.wrapped(argv, jailed=jail.jail_options(
-        JAIL_UID, root, binds.get("writable", []), binds.get("readonly", []))))
+        JAIL_UID, root, binds.get("writable", []), binds.get("readonly", []))), env)
 
 
 JAIL_UID = 1_100_004_000  # in no range a node agent or the lifecycle tests hand out
@@ -126,3 +133,18 @@ def test_a_jail_that_cannot_be_made_runs_nothing(tmp_path: Path) -> None:
     assert done.returncode == 125
     assert "aenv jail:" in done.stderr
     assert not marker.exists()
+
+
+def test_a_jailed_command_under_the_preload_may_not_fork_or_exec(tmp_path: Path) -> None:
+    """The jail asks the preload library for its exec filter (execfilter.c): the shell is killed
+    by its fork of /bin/true. Unjailed, the same library lets it run."""
+    shared = tmp_path / "lib"
+    shared.mkdir()
+    library = shared / LIBRARY_NAME
+    shutil.copy(asyncio.run(ensure_preload_library(tmp_path / "cache")).path, library)
+    library.chmod(0o755)
+    script = ["sh", "-c", "echo before; /bin/true; echo after"]
+    done = _jailed(tmp_path, script, {"LD_PRELOAD": str(library)}, readonly=[shared])
+    assert (done.returncode, done.stdout) == (-signal.SIGSYS, "before\n"), done.stderr
+    unjailed = _run(jail.wrapped(script), {"LD_PRELOAD": str(library)})
+    assert (unjailed.returncode, unjailed.stdout) == (0, "before\nafter\n"), unjailed.stderr
