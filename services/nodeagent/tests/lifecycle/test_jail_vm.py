@@ -1,7 +1,8 @@
 """Every sandbox's QEMU jailed, with real VMs: a warm-pool VM made a sandbox, a created one and
 fork children each run as a uid of their own from the node's range, with no capabilities,
-no_new_privs and a seccomp filter, in a root that holds their own directory and only read-only
-shared files; fork and pause/resume work jailed."""
+no_new_privs and seccomp filters (QEMU's, and the preload's that kills an exec or fork), in a
+root that holds their own directory and only read-only shared files; fork (frozen copies) and
+pause/resume work jailed."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def _jailed(pid: int) -> int:
     assert status["Uid"].split() == [str(uid)] * 4 and uid in JAIL_UIDS
     assert all(int(status[cap], 16) == 0 for cap in ("CapPrm", "CapEff", "CapBnd", "CapAmb"))
     assert (status["NoNewPrivs"], status["Seccomp"]) == ("1", "2")
+    # The jail's hole-punch filter, the preload's exec filter (vmm/execfilter.c), QEMU's own.
+    assert status["Seccomp_filters"] == "3"
     return uid
 
 
