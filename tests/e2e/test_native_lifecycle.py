@@ -1,8 +1,8 @@
 """The lifecycle calls of the native API (gRPC, through aenv_client) against real sandboxes of
-the single node: pause and resume (the state as get_sandbox tells it, a command run after the
-resume), the node's metrics samples of a running sandbox (sane figures, the window honoured),
-and set_timeout moving the record's end either way, then ending the sandbox a few seconds on:
-SandboxDied to the client that made it."""
+the single node: pause and resume (the state as get_sandbox tells it, set_timeout refused while
+paused, a command run after the resume), the node's metrics samples of a running sandbox (sane
+figures, the window honoured), and set_timeout moving the record's end either way, then ending
+the sandbox a few seconds on: SandboxDied to the client that made it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
-from aenv_client import NotFound, SandboxDied
+from aenv_client import Conflict, NotFound, SandboxDied
 
 from ..conftest import METRICS_INTERVAL_S
 from .conftest import until
@@ -79,6 +79,8 @@ async def test_metrics_then_pause_and_resume(client: GatewayClient, sandbox_id: 
     paused = await client.pause_sandbox(sandbox_id)
     assert paused.state == PAUSED
     assert (await client.get_sandbox(sandbox_id)).state == PAUSED
+    with pytest.raises(Conflict):  # paused is not dead: no SandboxDied
+        await client.set_timeout(sandbox_id, 60)
     resumed = await client.resume_sandbox(sandbox_id)
     assert resumed.resumed and resumed.sandbox.state == RUNNING
     assert (await client.get_sandbox(sandbox_id)).state == RUNNING

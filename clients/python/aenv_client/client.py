@@ -223,8 +223,9 @@ class GatewayClient:
     ) -> cluster_pb2.SandboxRecord:
         """Lets the sandbox live `timeout_seconds` (>= 0) from now, shorter or longer than
         before (cut to the longest lifetime since it started; `end_at` says when). 0 ends it
-        now: killed (state KILLING), or paused when its lifecycle asks. A sandbox its timeout
-        ends later is SandboxDied to this client's calls, as any sandbox gone under it."""
+        now: killed (state KILLING), or paused when its lifecycle asks. Conflict while paused.
+        A sandbox its timeout ends later is SandboxDied to this client's calls, as any sandbox
+        gone under it."""
         request = gateway_pb2.SetSandboxTimeoutRequest(
             sandbox_id=sandbox_id, timeout_seconds=timeout_seconds
         )

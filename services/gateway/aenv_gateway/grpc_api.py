@@ -12,7 +12,7 @@ import grpc
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import AenvError, InvalidArgument
+from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.batch import BatchCreates, BatchResult, batch_size
 from aenv_gateway.exec_stream import ExecStreams
@@ -148,7 +148,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, request: gateway_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.SetSandboxTimeoutResponse:
         self._auth.check(_api_key(context))
-        record = await self._service.set_timeout(request.sandbox_id, request.timeout_seconds)
+        try:
+            record = await self._service.set_timeout(request.sandbox_id, request.timeout_seconds)
+        except NotFound:
+            # REST answers a paused sandbox 404, as E2B does; here NOT_FOUND means gone, which
+            # the client reports as the sandbox's death.
+            current = await self._service.get(request.sandbox_id)
+            if current.state == cluster_pb2.SANDBOX_STATE_PAUSED:
+                raise Conflict(f'sandbox "{request.sandbox_id}" is paused') from None
+            raise
         return gateway_pb2.SetSandboxTimeoutResponse(sandbox=record)
 
     async def GetSandboxMetrics(

@@ -80,6 +80,8 @@ async def test_a_timeout_of_zero_ends_it_now(stub: gateway_pb2_grpc.GatewayServi
     pausing = await _create(stub, cluster_pb2.Lifecycle(auto_pause=True))
     paused = await _set(stub, pausing, 0)
     assert paused.state == cluster_pb2.SANDBOX_STATE_PAUSED
+    # Paused is not gone: not NOT_FOUND, which a client takes for the sandbox's death.
+    assert await _code(_set(stub, pausing, 10)) == grpc.StatusCode.FAILED_PRECONDITION
 
 
 async def test_metrics_are_the_node_agents_samples(

@@ -195,7 +195,8 @@ class GatewayServiceServicer:
         setTimeout: 0 runs the timeout's action (kill, or pause as the lifecycle asks) before the
         answer (then the record's state is KILLING or PAUSED); one past the longest lifetime since
         the sandbox started is cut to that, not refused. The record has the new end_at. NOT_FOUND
-        (unknown or already gone), UNAVAILABLE (its node did not answer).
+        (unknown or already gone), FAILED_PRECONDITION (paused: a paused sandbox has no timeout
+        until it is resumed), UNAVAILABLE (its node did not answer).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
