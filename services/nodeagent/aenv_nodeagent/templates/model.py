@@ -144,7 +144,7 @@ def vm_spec(
         accel=inputs.accel,
         tcg_tb_mib=inputs.tcg_tb_mib,
         free_page_reporting=FREE_PAGE_REPORTING,
-        preload_library=None if mem_shared else inputs.preload_library,
+        preload_library=inputs.preload_library,
     )
 
 

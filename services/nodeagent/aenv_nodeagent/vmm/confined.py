@@ -112,7 +112,7 @@ class VmJail:
 def shape_of(spec: VmSpec) -> VmShape:
     # Under TCG the translation cache is QEMU's own memory, sized by the spec.
     tb_mib = spec.tcg_tb_mib if spec.accel.accel is Accelerator.TCG else 0
-    return VmShape(spec.vcpus, spec.memory_mib, freezes=spec.preload_library is not None,
+    return VmShape(spec.vcpus, spec.memory_mib, freezes=spec.copy_on_write_preload,
                    vmm_extra_mib=tb_mib)
 
 

@@ -58,8 +58,8 @@ def choose(mode: JailMode, uid_range: UidRange, root: Path = JAIL_ROOT) -> JailC
     if reason is None:
         last = uid_range.first + uid_range.count - 1
         return JailChoice(uids, f"jailed: uid {uid_range.first}-{last}, mount namespace, "
-                                "no capabilities, seccomp (QEMU's sandbox; no exec or "
-                                "fork where the preload loads: share=off VMs)")
+                                "no capabilities, seccomp (QEMU's sandbox; exec and "
+                                "fork killed)")
     if mode == "required":
         raise JailUnavailable(f"vmm_jail=required, but VMs cannot be jailed: {reason}")
     log.warning("VMs run as root, unjailed: the host cannot jail them", extra={"reason": reason})

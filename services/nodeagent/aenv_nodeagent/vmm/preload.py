@@ -1,8 +1,8 @@
-"""The library preloaded into every QEMU that maps its RAM file copy-on-write: its dirty log
-(`dirtylog.c`, read by dirtylog.py), its frozen copies (`freeze.c`, asked for by frozen.py),
-the RAM file opened read-only where a jailed QEMU may not write it (`memfile.c`), and, jailed,
-a seccomp filter that kills any exec or fork but the frozen copies' (`execfilter.c`). It is
-compiled on the node (artifacts/preload.py)."""
+"""The library preloaded into every QEMU of a node. In one that maps its RAM file copy-on-write:
+its dirty log (`dirtylog.c`, read by dirtylog.py), its frozen copies (`freeze.c`, asked for by
+frozen.py), the RAM file opened read-only where a jailed QEMU may not write it (`memfile.c`).
+In any jailed QEMU: a seccomp filter that kills any exec or fork but the frozen copies'
+(`execfilter.c`, asked for by jail.py). It is compiled on the node (artifacts/preload.py)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,15 @@ def preload_env(
     """The environment that makes QEMU log writes to its mapping of `memory`, serve frozen
     copies on `freeze_socket` (inherited), and open `memory` as `memory_fd` (read-only,
     inherited: memfile.c)."""
-    env = {"LD_PRELOAD": str(library), MEMORY_ENV: str(memory)}
+    env = {**exec_filter_env(library), MEMORY_ENV: str(memory)}
     if memory_fd is not None:
         env[MEMORY_FD_ENV] = str(memory_fd)
     if freeze_socket is not None:
         env[FREEZE_FD_ENV] = str(freeze_socket.fileno())
     return env
+
+
+def exec_filter_env(library: Path) -> dict[str, str]:
+    """The environment of a QEMU mapping its RAM share=on: the library serves it only its exec
+    filter, when the jail asks for it; every other part of it stays idle."""
+    return {"LD_PRELOAD": str(library)}

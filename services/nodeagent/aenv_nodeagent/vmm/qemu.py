@@ -104,7 +104,7 @@ class QemuVm:
         confined = started.confined
         vm = cls(started.proc, started.qmp, started.files, incoming=incoming, jail=jail,
                  confined=confined)
-        vm.logs_writes = spec.preload_library is not None
+        vm.logs_writes = spec.copy_on_write_preload
         vm._freezer = started.freezer
         vm.timings.update(clock.phases_ms)
         logger.info(

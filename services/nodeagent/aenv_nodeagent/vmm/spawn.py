@@ -17,7 +17,7 @@ from aenv_nodeagent.vmm import process, qemu_disks, qmp_connect
 from aenv_nodeagent.vmm.argv import VmFiles, build_argv
 from aenv_nodeagent.vmm.confined import Confined, VmJail
 from aenv_nodeagent.vmm.frozen import FreezeChannel
-from aenv_nodeagent.vmm.preload import preload_env
+from aenv_nodeagent.vmm.preload import exec_filter_env, preload_env
 from aenv_nodeagent.vmm.spec import VmSpec
 
 
@@ -37,13 +37,12 @@ async def start(
     """QEMU for `spec` in `workdir`, confined by `jail`, its QMP session up. :raise AenvError:"""
     files = qmp_connect.prepare_workdir(workdir)
     disk_fds = qemu_disks.open_disks(spec)
-    freezer, freeze_socket = (None, None) if spec.preload_library is None else (
-        FreezeChannel.pair())
+    freezer, freeze_socket = FreezeChannel.pair() if spec.copy_on_write_preload else (None, None)
     confined, memory_fd = Confined(), None
     try:
         # Read-only, for QEMU to map copy-on-write (vmm/memfile.c): a jailed QEMU may not open
         # it itself.
-        memory_fd = None if spec.preload_library is None else _open_memory(spec.mem_path)
+        memory_fd = _open_memory(spec.mem_path) if spec.copy_on_write_preload else None
         confined = jail.enter(spec, workdir, console_log)
         argv = jail.argv(spec, confined, files, workdir, console_log, build_argv(
             spec, files, incoming=incoming, console_log=console_log, qemu_binary=qemu_binary,
@@ -54,6 +53,8 @@ async def start(
             env = preload_env(spec.preload_library, spec.mem_path, freeze_socket,
                               memory_fd=memory_fd)
             inherited += [freeze_socket.fileno(), memory_fd]
+        elif spec.preload_library:
+            env = exec_filter_env(spec.preload_library)
         proc = await process.spawn(argv, files.stderr_log, inherited, env)
         qmp = await qmp_connect.connect_or_clean_up(proc, files, start_timeout)
     except BaseException:

@@ -70,8 +70,9 @@ class VmSpec:
     # under a seccomp filter, without which QEMU 7.2 would punch the reported pages out of the
     # shared file itself (vmm/seccomp.py).
     free_page_reporting: bool = True
-    # Logs which RAM pages the guest writes, for captures that copy only those, and forks QEMU
-    # for frozen copies (vmm/preload.py); for a share=off VM only.
+    # Preloaded into QEMU (vmm/preload.py): in a share=off VM it logs which RAM pages the guest
+    # writes, for captures that copy only those, and forks QEMU for frozen copies; in any jailed
+    # VM it kills an exec or fork (vmm/execfilter.c).
     preload_library: Path | None = None
 
     def __post_init__(self) -> None:
@@ -81,11 +82,14 @@ class VmSpec:
             raise InvalidArgument(f"memory_mib must be >= 16, got {self.memory_mib}")
         if self.tcg_tb_mib < 1:
             raise InvalidArgument(f"tcg_tb_mib must be >= 1, got {self.tcg_tb_mib}")
-        if self.preload_library is not None and self.mem_shared:
-            raise InvalidArgument("the QEMU preload library is for RAM mapped share=off only")
         ids = [disk.id for disk in self.disks]
         if len(set(ids)) != len(ids):
             raise InvalidArgument(f"disk ids must be unique, got {ids}")
+
+    @property
+    def copy_on_write_preload(self) -> bool:
+        """The preload's dirty log and frozen copies serve this VM: it maps its RAM share=off."""
+        return self.preload_library is not None and not self.mem_shared
 
     @property
     def boot_kernel(self) -> Path:

@@ -63,7 +63,7 @@ class FakeVm:
             disk.id: DiskChain(block_node_name(disk), _opened_file(disk, index),
                                _backing_chain(disk.path))
             for index, disk in enumerate(spec.disks)}
-        self.logs_writes = spec.preload_library is not None
+        self.logs_writes = spec.copy_on_write_preload
         self.exit_code: int | None = None
         self.released = False
         self.writable_fds_closed = False

@@ -1,15 +1,19 @@
 """QEMU jailed on this host: it runs as a uid of its own from the node's range, with no
-capability, no_new_privs and a seccomp filter, in a root holding the system and its own files
+capability, no_new_privs and seccomp filters (QEMU's, and the preload's that kills an exec or
+fork), in a root holding the system and its own files
 only; pause, resume, captures, saved device state and adoption work as unjailed; its uid is
 free again once it is gone."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
+from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.vmm import QemuVm, VmJail, VmSpec
 from aenv_nodeagent.vmm.argv import SOCKET_DIR
 from aenv_nodeagent.vmm.uids import UidRange, VmUids
@@ -33,10 +37,17 @@ def _tree(root: Path) -> set[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return asyncio.run(ensure_preload_library(tmp_path_factory.mktemp("cache"))).path
+
+
 async def test_a_jailed_qemu_is_unprivileged_and_sees_only_its_files(
-    ticker_spec: VmSpec, scratch: Path
+    ticker_spec: VmSpec, scratch: Path, library: Path
 ) -> None:
     uids = VmUids(UIDS)
+    # share=on, as a template's capture VM: the preload brings only its exec filter.
+    ticker_spec = dataclasses.replace(ticker_spec, preload_library=library)
     vm = await QemuVm.launch(ticker_spec, scratch / "vm", incoming=False,
                              console_log=scratch / "console.log", jail=VmJail(uids=uids))
     try:
@@ -48,7 +59,9 @@ async def test_a_jailed_qemu_is_unprivileged_and_sees_only_its_files(
         for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
             assert int(status[cap], 16) == 0, cap
         assert status["NoNewPrivs"] == "1"
-        assert status["Seccomp"] == "2"  # QEMU's -sandbox filter
+        assert status["Seccomp"] == "2"
+        assert status["Seccomp_filters"] == "2"  # QEMU's -sandbox, the preload's exec filter
+        assert not vm.logs_writes and not vm.freezes
         root = Path(f"/proc/{vm.pid}/root")
         assert set(os.listdir(root)) <= {"bin", "dev", "lib", "lib64", "proc", "sbin", "tmp",
                                          "usr"}
@@ -57,6 +70,7 @@ async def test_a_jailed_qemu_is_unprivileged_and_sees_only_its_files(
             *(f"{rel}/vm/{name}" for name in ("qmp.sock", "qemu.pid", "qemu.stderr")),
             f"{rel}/console.log",
             str(ticker_spec.boot_kernel).lstrip("/"), str(ticker_spec.initrd).lstrip("/"),
+            str(library).lstrip("/"),
         }
         assert (root / "dev").is_dir() and str(ticker_spec.mem_path).startswith("/dev/shm/")
         await vm.pause()
