@@ -124,8 +124,14 @@ async def _lost_then_rejoined(
     # Back: it rejoins, the VM that outlived it is re-adopted and runs again, and it takes
     # creates again.
     await victim_host.start()
-    record = await store.get_sandbox(victim)
-    assert record is not None and record.state == cluster_pb2.SANDBOX_STATE_RUNNING
+
+    async def running_again() -> bool:
+        record = await store.get_sandbox(victim)
+        return record is not None and record.state == cluster_pb2.SANDBOX_STATE_RUNNING
+
+    # Its record is written again once the node's lease stands (the sweep may mark it lost
+    # between the adoption and the registration).
+    await until(running_again, 30, "the adopted sandbox running again")
     assert (await client.get_sandbox(victim)).node_id == victim_host.node_id
     with pytest.MonkeyPatch.context() as patch:  # the SDK reads its endpoints from there
         for name, value in cluster.e2b_env().items():

@@ -208,6 +208,7 @@ class NodeAgent:
         await self._serve_metrics(pool)
         await capacity.meter.sample()  # the first record says what the node uses already
         await registration.start()
+        await sandboxes.republish_running()
         self._run(capacity.meter.run(registration.publish, s.pressure_interval_s))
         self._run(sandboxes.run_expiry())
         self._run(sandboxes.run_exit_watch())

@@ -317,6 +317,13 @@ class SandboxService:
     async def adopt(self, adopted: Sequence[Adopted]) -> None:
         await self._takeback.adopt(adopted)
 
+    async def republish_running(self) -> None:
+        """Writes the records of the running sandboxes again. Call once the node is registered:
+        until its lease stands, the leading scheduler's sweep may mark an adopted sandbox lost
+        after `adopt` wrote its record."""
+        for sandbox in self.registry.all():
+            await self._records.put_sandbox(sandbox.record)
+
     def load(self) -> list[str]:
         return self._takeback.load()
 
