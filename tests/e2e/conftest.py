@@ -19,6 +19,8 @@ from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
 from aenv_cli.readiness import GrpcHealthProbe
+from aenv_common.cluster import ClusterStore
+from aenv_common.config import CommonSettings
 from aenv_common.errors import AenvError
 from aenv_common.testing.ports import free_port
 from aenv_common.testing.subnets import free_subnet
@@ -117,3 +119,13 @@ async def create_once_back(client: GatewayClient) -> tuple[cluster_pb2.SandboxRe
             await asyncio.sleep(1)
             continue
         return made, time.monotonic() - started
+
+
+@contextlib.asynccontextmanager
+async def opened_store(etcd_endpoints: str) -> AsyncIterator[ClusterStore]:
+    """A cluster store on a platform's etcd, closed when the block ends."""
+    store = await ClusterStore.connect(CommonSettings(etcd_endpoints=etcd_endpoints))
+    try:
+        yield store
+    finally:
+        await store.close()

@@ -24,11 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
 from aenv_common.cluster import SNAPSHOTS, ClusterStore
-from aenv_common.config import CommonSettings
 from aenv_common.errors import AenvError, ResourceExhausted, Unavailable
 
 from .cluster import Cluster, kill_all, running_cluster
-from .conftest import until
+from .conftest import opened_store, until
 
 pytestmark = [
     pytest.mark.vm,
@@ -81,11 +80,8 @@ async def client(cluster: Cluster) -> AsyncIterator[GatewayClient]:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def store(cluster: Cluster) -> AsyncIterator[ClusterStore]:
-    opened = await ClusterStore.connect(CommonSettings(etcd_endpoints=cluster.etcd_endpoints))
-    try:
+    async with opened_store(cluster.etcd_endpoints) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture

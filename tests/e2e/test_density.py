@@ -18,12 +18,11 @@ from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_common.cluster import ClusterStore
-from aenv_common.config import CommonSettings
 from aenv_common.errors import ResourceExhausted
 from aenv_common.ids import new_sandbox_id, new_secret
 
 from ..conftest import lone_platform_env, running_platform
-from .conftest import another_node_agent, until
+from .conftest import another_node_agent, opened_store, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
@@ -55,11 +54,8 @@ async def dense(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Platf
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def store(dense: Platform) -> AsyncIterator[ClusterStore]:
-    opened = await ClusterStore.connect(CommonSettings(etcd_endpoints=dense.etcd_endpoints))
-    try:
+    async with opened_store(dense.etcd_endpoints) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 async def node_record(store: ClusterStore, node_id: str) -> cluster_pb2.NodeRecord:

@@ -15,9 +15,8 @@ from e2b.exceptions import SandboxNotFoundException
 
 from aenv_cli.platform import Platform
 from aenv_common.cluster import ClusterStore
-from aenv_common.config import CommonSettings
 
-from .conftest import COUNTER, another_node_agent, counter, until
+from .conftest import COUNTER, another_node_agent, counter, opened_store, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
@@ -25,11 +24,8 @@ pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.net
 PLATFORM_NODE = "e2e-node"  # the platform's own node agent (tests/conftest.py)
 @pytest_asyncio.fixture(loop_scope="session")
 async def store(platform: Platform) -> AsyncIterator[ClusterStore]:
-    opened = await ClusterStore.connect(CommonSettings(etcd_endpoints=platform.etcd_endpoints))
-    try:
+    async with opened_store(platform.etcd_endpoints) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 @pytest_asyncio.fixture(loop_scope="session")

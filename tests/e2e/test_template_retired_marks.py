@@ -16,12 +16,11 @@ from e2b import AsyncTemplate
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.platform import Platform
 from aenv_common.cluster import RETIRED_TEMPLATES, ClusterStore
-from aenv_common.config import CommonSettings
 from aenv_common.testing.oci_layouts import busybox_layout
 from aenv_common.testing.registry import docker_registry, push
 from aenv_nodeagent.templates.retire import CLEARED
 
-from .conftest import until
+from .conftest import opened_store, until
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.registry, pytest.mark.asyncio(loop_scope="session")]
@@ -29,11 +28,8 @@ pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.net
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def store(platform: Platform) -> AsyncIterator[ClusterStore]:
-    opened = await ClusterStore.connect(CommonSettings(etcd_endpoints=platform.etcd_endpoints))
-    try:
+    async with opened_store(platform.etcd_endpoints) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 async def test_a_retired_mark_leaves_etcd_once_no_node_holds_the_template(
