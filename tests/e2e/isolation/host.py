@@ -29,6 +29,10 @@ from aenv_nodeagent.network.slots import (
 CRAFTED_NET = "198.51.100.0/24"
 CRAFTED_DST = "198.51.100.7"
 PROBE_TABLE = "aenvprobe"
+# Set on every frame at tap0's ingress: what leaves with it came from the guest. ``iifname`` alone
+# cannot say so at postrouting, where the kernel gives the netns's own packets out of tap0 (IPv6
+# router solicitations and MLD reports when a VM brings the link up) tap0 as their input device.
+FROM_GUEST = "0xa3e7"
 
 
 @dataclass(frozen=True)
@@ -141,11 +145,13 @@ def install_probe(netns: str, ports: list[int]) -> None:
     traffic leaving; ARP and IPv6 reaching tap0. Crafted traffic (to CRAFTED_NET) is dropped
     after counting, so it never leaves the netns."""
     arrived = [f'    udp dport {p} counter comment "in-{p}"' for p in ports]
-    left = [f'    iifname "{TAP_NAME}" udp dport {p} counter comment "out-{p}"' for p in ports]
+    from_guest = f"meta mark {FROM_GUEST}"
+    left = [f'    {from_guest} udp dport {p} counter comment "out-{p}"' for p in ports]
     script = "\n".join(
         [
             f"table netdev {PROBE_TABLE} {{",
             f'  chain tap {{ type filter hook ingress device "{TAP_NAME}" priority -1000;',
+            f"    meta mark set {FROM_GUEST}",
             *arrived,
             '    ether type arp counter comment "in-arp"',
             '    ether type ip6 counter comment "in-ip6"',
@@ -155,10 +161,10 @@ def install_probe(netns: str, ports: list[int]) -> None:
             f"table inet {PROBE_TABLE} {{",
             "  chain post { type filter hook postrouting priority 300;",
             *left,
-            f'    iifname "{TAP_NAME}" ip daddr {CRAFTED_NET} drop',
-            f'    iifname "{TAP_NAME}" oifname "{NS_VETH_NAME}" ct direction original '
+            f"    {from_guest} ip daddr {CRAFTED_NET} drop",
+            f'    {from_guest} oifname "{NS_VETH_NAME}" ct direction original '
             'counter drop comment "guest-out"',
-            f'    iifname "{TAP_NAME}" meta nfproto ipv6 counter drop comment "guest-out6"',
+            f'    {from_guest} meta nfproto ipv6 counter drop comment "guest-out6"',
             "  }",
             "}",
         ]
