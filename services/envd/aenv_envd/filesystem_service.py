@@ -187,7 +187,7 @@ class FilesystemService:
             raise invalid_argument(f"path '{root}' is not a directory")
         if not allow_network_mounts and is_network_mount(root):
             raise invalid_argument(f"path '{root}' is on a network mount")
-        return as_user(user, DirectoryWatcher, root, recursive)
+        return DirectoryWatcher(root, recursive, user)
 
     async def watch_dir(
         self, request: pb.WatchDirRequest, ctx: RpcContext
