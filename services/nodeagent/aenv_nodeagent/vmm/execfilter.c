@@ -1,7 +1,8 @@
 /*
  * Preloaded into QEMU: with AENV_EXEC_FILTER set (the jail step sets it for jailed QEMUs only;
  * it is removed from the environment here), a seccomp filter that kills the process on any
- * execve/execveat, fork/vfork, or clone that is not a thread's. It stands in for QEMU's
+ * execve/execveat, fork/vfork, or clone that is not a thread's, and on the namespace, mount and
+ * cross-process calls listed in `killed`. It stands in for QEMU's
  * -sandbox spawn=deny, whose filter also kills the one clone QEMU must make: freeze.c's
  * clone(CLONE_PARENT | SIGCHLD) of a frozen copy, allowed here when AENV_FREEZE_FD is given.
  *
@@ -40,28 +41,49 @@
 #define RET(action) BPF_STMT(BPF_RET | BPF_K, (action))
 #define IS(value, then, otherwise) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (value), (then), (otherwise))
 
+/* Never made by QEMU as we run it: new programs and processes, and the calls by which a process
+ * leaves its namespaces or reaches into another's memory. Capabilities and QEMU's own sandbox
+ * already refuse most of the latter; killing them here does not depend on either. */
+static const unsigned int killed[] = {
+    __NR_execve, __NR_execveat, __NR_fork, __NR_vfork,
+    __NR_unshare, __NR_setns, __NR_ptrace, __NR_process_vm_readv, __NR_process_vm_writev,
+    __NR_mount, __NR_umount2, __NR_pivot_root, __NR_chroot,
+};
+#define KILLED (sizeof(killed) / sizeof(killed[0]))
+#define LENGTH (KILLED + 12)
+/* The endings, the program's last three instructions. */
+#define KILL (LENGTH - 3)
+#define NOSYS (LENGTH - 2)
+#define ALLOW (LENGTH - 1)
+/* A jump's offset counts the instructions it skips, from the one after it. */
+#define TO(from, target) ((unsigned char)((target) - (from) - 1))
+
 static int install(int freezes)
 {
-    /* Jump offsets count the instructions skipped; the endings are the last three. */
-    struct sock_filter program[] = {
-        LOAD(arch),                                                  /* 0 */
-        IS(AUDIT_ARCH_X86_64, 0, 11),                                /* 1: else kill */
-        LOAD(nr),                                                    /* 2 */
-        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_SYSCALL_BIT, 9, 0),  /* 3: x32: kill */
-        IS(__NR_execve, 8, 0),                                       /* 4 */
-        IS(__NR_execveat, 7, 0),                                     /* 5 */
-        IS(__NR_fork, 6, 0),                                         /* 6 */
-        IS(__NR_vfork, 5, 0),                                        /* 7 */
-        IS(__NR_clone3, 5, 0),                                       /* 8: ENOSYS */
-        IS(__NR_clone, 0, 5),                                        /* 9: else allow */
-        LOAD(args[0]),  /* 10: clone's flags, all in the low half (the kernel drops the rest) */
-        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 3, 0),    /* 11: a thread: allow */
-        IS(freezes ? FREEZE_CLONE_FLAGS : ~0U, 2, 0),                /* 12: a frozen copy */
-        RET(SECCOMP_RET_KILL_PROCESS),                               /* 13 */
-        RET(SECCOMP_RET_ERRNO | ENOSYS),                             /* 14 */
-        RET(SECCOMP_RET_ALLOW),                                      /* 15 */
-    };
-    struct sock_fprog prog = {sizeof(program) / sizeof(program[0]), program};
+    struct sock_filter program[LENGTH];
+    unsigned int at = 0;
+/* Appends one instruction; a jump in it may aim with TO(at, ...) at an ending. */
+#define EMIT(instruction) (program[at] = (struct sock_filter)instruction, at++)
+    EMIT(LOAD(arch));
+    EMIT(IS(AUDIT_ARCH_X86_64, 0, TO(at, KILL)));
+    EMIT(LOAD(nr));
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_SYSCALL_BIT, TO(at, KILL), 0));
+    for (unsigned int i = 0; i < KILLED; i++)
+        EMIT(IS(killed[i], TO(at, KILL), 0));
+    EMIT(IS(__NR_clone3, TO(at, NOSYS), 0));
+    EMIT(IS(__NR_clone, 0, TO(at, ALLOW)));
+    EMIT(LOAD(args[0]));  /* clone's flags, all in the low half (the kernel drops the rest) */
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, TO(at, ALLOW), 0));  /* a thread */
+    EMIT(IS(freezes ? FREEZE_CLONE_FLAGS : ~0U, TO(at, ALLOW), 0));              /* a frozen copy */
+    EMIT(RET(SECCOMP_RET_KILL_PROCESS));
+    EMIT(RET(SECCOMP_RET_ERRNO | ENOSYS));
+    EMIT(RET(SECCOMP_RET_ALLOW));
+#undef EMIT
+    if (at != LENGTH) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct sock_fprog prog = {LENGTH, program};
     /* The jail set it already; without it an unprivileged process may not add a filter. */
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         return -1;

@@ -1,6 +1,7 @@
 """The preload library's exec filter (execfilter.c) on real processes: with the jail's variable,
-a process may start threads and make the freeze path's frozen copies but is killed by any exec
-or fork; without it nothing changes; the variable does not outlive the library's reading it."""
+a process may start threads and make the freeze path's frozen copies but is killed by any exec,
+fork, or namespace, mount or ptrace call; without it nothing changes; the variable does not
+outlive the library's reading it."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ _ATTEMPTS = {
     "fork": "os.fork()",
     "spawn": 'os.posix_spawn("/bin/true", ["true"], {})',
     "subprocess": 'import subprocess; subprocess.run(["/bin/true"])',
+    # Leaving its namespaces or reaching into another process: each harmless here and answered
+    # unfiltered (the test runs as root; mount's null arguments fail with EFAULT, as it must not
+    # touch the host's mounts), which the unfiltered run below checks by its exit status.
+    "unshare": "assert libc.unshare(0) == 0",
+    "setns": 'assert libc.setns(os.open("/proc/self/ns/net", os.O_RDONLY), 0) == 0',
+    "ptrace": "assert libc.ptrace(0, 0, None, None) == 0",  # PTRACE_TRACEME
+    "chroot": 'assert libc.chroot(b"/") == 0',
+    "mount": "assert libc.mount(None, None, None, 0, None) == -1",
 }
 
 
@@ -43,7 +52,7 @@ def _run(library: Path, code: str, *, filtered: bool) -> subprocess.CompletedPro
     if filtered:
         env[EXEC_FILTER_ENV] = "1"
     return subprocess.run(
-        [sys.executable, "-c", f"import os\n{code}"],
+        [sys.executable, "-c", f"import ctypes, os\nlibc = ctypes.CDLL(None)\n{code}"],
         env=env,
         capture_output=True,
         text=True,
