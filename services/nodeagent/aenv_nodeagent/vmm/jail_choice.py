@@ -15,7 +15,7 @@ from typing import Literal
 from aenv_common.errors import Unavailable
 from aenv_nodeagent.vmm import jail
 from aenv_nodeagent.vmm.confined import JAIL_ROOT
-from aenv_nodeagent.vmm.uids import UidRange, VmUids
+from aenv_nodeagent.vmm.uids import ETC, UidRange, VmUids, check_unclaimed
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +48,15 @@ def probe(uids: VmUids, root: Path = JAIL_ROOT) -> str | None:
         uids.release(uid)
 
 
-def choose(mode: JailMode, uid_range: UidRange, root: Path = JAIL_ROOT) -> JailChoice:
-    """:raise JailUnavailable: `required`, and the host cannot jail VMs."""
+def choose(mode: JailMode, uid_range: UidRange, root: Path = JAIL_ROOT,
+           etc: Path = ETC) -> JailChoice:
+    """:raise JailUnavailable: `required`, and the host cannot jail VMs.
+    :raise UidRangeTaken: the range holds ids the host gives to others (whatever the mode but
+        `off`: a misconfiguration, not something the host lacks)."""
     if mode == "off":
         log.warning("VMs run as root, unjailed (vmm_jail=off)")
         return JailChoice(None, "unjailed: vmm_jail=off")
+    check_unclaimed(uid_range, etc)
     uids = VmUids(uid_range)
     reason = probe(uids, root)
     if reason is None:

@@ -5,14 +5,30 @@ that VM left (frozen copies outlive their QEMU, and a process of the same uid co
 signal them). The next uid after the last one handed out comes first, so a freed uid rests as
 long as the range allows. Files need no such care: a jail binds only its own VM's files, and
 writable only those no other VM reads (jailroot.py).
+
+The range must be the VMs' alone: a uid (or gid: a VM runs with the gid of its uid's number) that
+an account or group of the host has, or that a subordinate id range (/etc/subuid, /etc/subgid)
+maps into some user's namespaces, would give that user's processes or files power over a VM, and
+the VM over them. `check_unclaimed` refuses such a range at the node's start.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from aenv_common.errors import ResourceExhausted
+from aenv_common.errors import InvalidArgument, ResourceExhausted
+
+ETC = Path("/etc")
+# The id databases a range must stay out of: name -> (field of the first id, field of a count).
+_ID_FILES = {"passwd": (2, None), "group": (2, None), "subuid": (1, 2), "subgid": (1, 2)}
+_SHOWN = 3  # claims named in the error; the rest are counted
+
+
+class UidRangeTaken(InvalidArgument):
+    """The configured VM uid range holds ids the host already gives to accounts or to users'
+    subordinate ranges."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +42,42 @@ class UidRange:
 
     def __contains__(self, uid: object) -> bool:
         return isinstance(uid, int) and self.first <= uid < self.first + self.count
+
+
+def claims(uids: UidRange, name: str, text: str) -> list[str]:
+    """Entries of one id database (`name` as in /etc) whose ids fall in `uids`, described."""
+    first_field, count_field = _ID_FILES[name]
+    found = []
+    for line in text.splitlines():
+        fields = line.split(":")
+        if line.startswith("#") or len(fields) <= max(first_field, count_field or 0):
+            continue
+        try:
+            first = int(fields[first_field])
+            count = int(fields[count_field]) if count_field is not None else 1
+        except ValueError:
+            continue
+        if first < uids.first + uids.count and uids.first < first + count:
+            ids = str(first) if count == 1 else f"{first}-{first + count - 1}"
+            found.append(f"{ids} of {fields[0]} in /etc/{name}")
+    return found
+
+
+def check_unclaimed(uids: UidRange, etc: Path = ETC) -> None:
+    """:raise UidRangeTaken: an account, group or subordinate range of the host uses an id of
+    `uids` (a database the host does not have claims nothing)."""
+    found = []
+    for name in _ID_FILES:
+        try:
+            found += claims(uids, name, (etc / name).read_text(errors="replace"))
+        except FileNotFoundError:
+            continue
+    if found:
+        more = f" and {len(found) - _SHOWN} more" if len(found) > _SHOWN else ""
+        raise UidRangeTaken(
+            f"the VM uid range {uids.first}-{uids.first + uids.count - 1} (vmm_uid_first, "
+            f"vmm_uid_count) is in use on this host: {'; '.join(found[:_SHOWN])}{more}; "
+            "give the VMs ids nothing else has")
 
 
 def running_uids() -> set[int]:
