@@ -12,8 +12,8 @@ from pathlib import Path
 from aenv_cli.files import read_api_key
 from aenv_cli.ports import address
 from aenv_cli.state import load_ports
-from aenv_client.client import DEFAULT_TIMEOUT_S
 from aenv_client.client import GatewayClient as _NativeClient
+from aenv_client.connection import DEFAULT_TIMEOUT_S
 
 __all__ = ["GatewayClient"]
 

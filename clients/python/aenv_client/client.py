@@ -14,24 +14,13 @@ without it killing it raises SandboxDied.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
-from types import TracebackType
-from typing import Any, TypeVar
-
-import grpc
+from collections.abc import Mapping, Sequence
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from aenv_client.errors import AenvError, NotFound, item_error, rpc_error
-from aenv_client.execs import ExecResult, Execution
-from aenv_client.files import upload_chunks
-from aenv_client.retries import RetryPolicy, with_retries
+from aenv.gateway.v1 import gateway_pb2
+from aenv_client.errors import AenvError, item_error
+from aenv_client.guest import GuestCalls
 
-API_KEY_METADATA = "x-api-key"
-DEFAULT_TIMEOUT_S = 60.0
-
-Reply = TypeVar("Reply")
 # One batch item or fork child: its sandbox, or the typed error it failed with.
 CreateOutcome = cluster_pb2.SandboxRecord | AenvError
 ForkOutcome = CreateOutcome
@@ -41,38 +30,9 @@ def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
 
-class GatewayClient:
-    def __init__(
-        self,
-        target: str,
-        api_key: str,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        retries: RetryPolicy | None = None,
-    ) -> None:
-        self.target = target
-        self._metadata = ((API_KEY_METADATA, api_key),)
-        self._timeout_s = timeout_s
-        self._retries = retries or RetryPolicy()
-        self._channel = grpc.aio.insecure_channel(target)
-        # Generated grpc stubs carry no annotations; the replies are typed where they are used.
-        self._stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)  # type: ignore[no-untyped-call]
-        # Sandboxes this client made and has not killed: their NOT_FOUND is SandboxDied.
-        self._alive: set[str] = set()
 
-    async def __aenter__(self) -> GatewayClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._channel.close()
+class GatewayClient(GuestCalls):
+    """Sandboxes, snapshots and forks (here), and calls into a sandbox (guest.py)."""
 
     async def create_sandbox(
         self,
@@ -136,14 +96,6 @@ class GatewayClient:
         self._alive.update(o.sandbox_id for o in outcomes if not isinstance(o, AenvError))
         return outcomes
 
-    async def get_sandbox(
-        self, sandbox_id: str, *, timeout_s: float | None = None
-    ) -> cluster_pb2.SandboxRecord:
-        request = gateway_pb2.GetSandboxRequest(sandbox_id=sandbox_id)
-        reply: gateway_pb2.GetSandboxResponse = await self._call(
-            self._stub.GetSandbox, request, timeout_s, retry=True, sandbox_id=sandbox_id
-        )
-        return reply.sandbox
 
     async def list_sandboxes(
         self,
@@ -318,170 +270,6 @@ class GatewayClient:
         )
         return reply.sandbox
 
-    async def exec(
-        self,
-        sandbox_id: str,
-        cmd: str,
-        args: Sequence[str] = (),
-        *,
-        envs: Mapping[str, str] | None = None,
-        cwd: str = "",
-        user: str = "",
-        stdin: bool = False,
-        pty: tuple[int, int] | None = None,
-        timeout_seconds: int = 0,
-        timeout_s: float | None = None,
-    ) -> Execution:
-        """Starts `cmd args` (no shell: run "/bin/sh", ["-c", ...] for one) in the sandbox and
-        returns once it runs. `pty`: (cols, rows) of a terminal to run it on. `timeout_seconds`:
-        the process is killed after it (its call then fails with DeadlineExceeded). The call's
-        deadline is `timeout_s`, else the process's timeout plus the client's, else none (cancel
-        the Execution to end it). Never sent twice."""
-        start = gateway_pb2.ExecStart(
-            sandbox_id=sandbox_id,
-            cmd=cmd,
-            args=args,
-            envs=dict(envs or {}),
-            cwd=cwd,
-            user=user,
-            stdin=stdin,
-            timeout_seconds=timeout_seconds,
-            pty=gateway_pb2.PtySize(cols=pty[0], rows=pty[1]) if pty else None,
-        )
-        if timeout_s is None and timeout_seconds:
-            timeout_s = timeout_seconds + self._timeout_s
-        call = self._stub.Exec(metadata=self._metadata, timeout=timeout_s)
-
-        async def typed(err: grpc.aio.AioRpcError) -> AenvError:
-            return await self._guest_error(err, sandbox_id)
-
-        try:
-            await call.write(gateway_pb2.ExecRequest(start=start))
-            first = await call.read()
-        except grpc.aio.AioRpcError as err:
-            raise await typed(err) from err
-        if first is grpc.aio.EOF or first.WhichOneof("event") != "started":
-            call.cancel()
-            raise AenvError("the gateway did not start the process")
-        return Execution(call, first.started.pid, typed)
-
-    async def run(
-        self,
-        sandbox_id: str,
-        command: str,
-        *,
-        input: bytes | None = None,
-        envs: Mapping[str, str] | None = None,
-        cwd: str = "",
-        user: str = "",
-        timeout_seconds: int = 0,
-        timeout_s: float | None = None,
-    ) -> ExecResult:
-        """`sh -c command` to its end, with `input` as its stdin: its exit and output."""
-        async with await self.exec(
-            sandbox_id,
-            "/bin/sh",
-            ["-c", command],
-            envs=envs,
-            cwd=cwd,
-            user=user,
-            stdin=input is not None,
-            timeout_seconds=timeout_seconds,
-            timeout_s=timeout_s,
-        ) as process:
-            if input is not None:
-                if input:
-                    await process.write_stdin(input)
-                await process.close_stdin()
-            return await process.wait()
-
-    async def put_file(
-        self,
-        sandbox_id: str,
-        path: str,
-        data: bytes | Path,
-        *,
-        user: str = "",
-        timeout_s: float | None = None,
-    ) -> gateway_pb2.PutFileResponse:
-        """Writes `data` (bytes, or a local file streamed from disk) to `path` in the sandbox;
-        parent directories are made, an existing file is replaced. Never sent twice."""
-        target = gateway_pb2.FileTarget(sandbox_id=sandbox_id, path=path, user=user)
-        try:
-            reply: gateway_pb2.PutFileResponse = await self._stub.PutFile(
-                upload_chunks(target, data),
-                metadata=self._metadata,
-                timeout=self._deadline(timeout_s),
-            )
-        except grpc.aio.AioRpcError as err:
-            raise await self._guest_error(err, sandbox_id) from err
-        return reply
-
-    async def get_file(
-        self, sandbox_id: str, path: str, *, user: str = "", timeout_s: float | None = None
-    ) -> bytes:
-        """The whole file (`file_chunks` streams one too big to hold)."""
-        return b"".join(
-            [c async for c in self.file_chunks(sandbox_id, path, user=user, timeout_s=timeout_s)]
-        )
-
-    async def file_chunks(
-        self, sandbox_id: str, path: str, *, user: str = "", timeout_s: float | None = None
-    ) -> AsyncIterator[bytes]:
-        """The file's bytes, chunk by chunk as they arrive."""
-        target = gateway_pb2.FileTarget(sandbox_id=sandbox_id, path=path, user=user)
-        call = self._stub.GetFile(
-            gateway_pb2.GetFileRequest(file=target),
-            metadata=self._metadata,
-            timeout=self._deadline(timeout_s),
-        )
-        try:
-            async for reply in call:
-                if reply.data:
-                    yield reply.data
-        except grpc.aio.AioRpcError as err:
-            raise await self._guest_error(err, sandbox_id) from err
-
-    def _deadline(self, timeout_s: float | None) -> float:
-        return self._timeout_s if timeout_s is None else timeout_s
-
-    async def _guest_error(self, err: grpc.aio.AioRpcError, sandbox_id: str) -> AenvError:
-        """A failed call into a sandbox: its NOT_FOUND may name a path, not the sandbox, so the
-        sandbox is asked for: SandboxDied when it was this client's and is gone."""
-        typed = rpc_error(err)
-        if not isinstance(typed, NotFound):
-            return typed
-        try:
-            await self.get_sandbox(sandbox_id)
-        except NotFound as gone:
-            return gone
-        return typed
-
-    async def _call(
-        self,
-        method: Callable[..., Awaitable[Reply]],
-        request: Any,
-        timeout_s: float | None,
-        *,
-        retry: bool = False,
-        sandbox_id: str = "",
-    ) -> Reply:
-        """`method(request)` within the deadline; sent again only when `retry` says it is safe.
-        A NOT_FOUND of `sandbox_id`, a sandbox this client made, is SandboxDied."""
-
-        async def attempt(remaining_s: float) -> Reply:
-            return await method(request, metadata=self._metadata, timeout=remaining_s)
-
-        timeout = self._deadline(timeout_s)
-        policy = self._retries if retry else RetryPolicy(attempts=1)
-        try:
-            return await with_retries(attempt, policy, timeout)
-        except grpc.aio.AioRpcError as err:
-            died = bool(sandbox_id) and sandbox_id in self._alive
-            typed = rpc_error(err, sandbox_died=died)
-            if died and err.code() == grpc.StatusCode.NOT_FOUND:
-                self._alive.discard(sandbox_id)
-            raise typed from err
 
 
 def _outcome(result: gateway_pb2.CreateResult) -> CreateOutcome:
