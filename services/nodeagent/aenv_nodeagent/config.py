@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv_common.config import CommonSettings
 from aenv_nodeagent.confinement.choice import CgroupMode
+from aenv_nodeagent.snapshots.push_worker import LOWEST_NICE
 from aenv_nodeagent.vmm.jail_choice import JailMode
 
 
@@ -86,6 +87,9 @@ class NodeAgentSettings(BaseSettings):
     snapstore_persist_paused: bool = True
     # Snapshot pushes running at once (each already overlaps hashing, compression and upload).
     snapstore_max_pushes: int = Field(default=2, ge=1)
+    # Their CPU priority (nice; snapshots/push_worker.py): nobody waits for a push, while
+    # creates and guests do wait for the CPU it takes (a fresh node pushes ~1 GB at start).
+    snapstore_push_nice: int = Field(default=LOWEST_NICE, ge=0, le=19)
     # Metrics history: envd's /metrics of every running sandbox every interval (E2B: 5 s), kept
     # in a ring of at most max_samples per sandbox (720 x 5 s = the last hour).
     metrics_interval_s: float = Field(default=5.0, gt=0)

@@ -297,7 +297,8 @@ class NodeAgent:
         if not s.snapstore_address:
             return None
         return SnapshotPersistence(s.snapstore_address, max_pushes=s.snapstore_max_pushes,
-                                   on_persisted=publisher.mark_persisted)
+                                   on_persisted=publisher.mark_persisted,
+                                   push_nice=s.snapstore_push_nice)
 
     def _metrics_sampler(self, sandboxes: SandboxService) -> MetricsSampler:
         s = self.settings

@@ -2,7 +2,8 @@
 
 After a snapshot's memory image is materialized (at once for a filesystem-only snapshot), its
 `snapshot.json`, `memory`, `device.state` and every frozen disk layer it stands on are pushed as
-one manifest, in the background and a few at a time: create_snapshot never waits for it. Chunks
+one manifest, in the background and a few at a time: create_snapshot never waits for it, and
+each runs in a child process at a low CPU priority (push_worker.py), yielding to creates. Chunks
 the store already has (earlier layers, unchanged memory) are not sent again. A failed push is
 retried with backoff and, past that, at the next node agent start; the local copy is never
 touched. A node that lacks a snapshot pulls it, points the pulled layers' qcow2 backing files at
@@ -24,15 +25,16 @@ from enum import StrEnum
 from pathlib import Path
 
 import grpc
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.errors import InvalidArgument, NotFound
-from aenv_common.snapshots import PushStats, pull_files, push_files, snapstore_stub
+from aenv_common.snapshots import PushStats, pull_files, snapstore_stub
 from aenv_common.snapshots._rpc import typed_rpc_errors
 from aenv_common.snapshots.codec import check_name
 from aenv_nodeagent.disks import rebase_overlay
 from aenv_nodeagent.memory.images import DEVICE_STATE, MEMORY
+from aenv_nodeagent.snapshots.push_worker import LOWEST_NICE, push_in_child
 from aenv_nodeagent.snapshots.store import (
     SNAPSHOT_META,
     LayerStore,
@@ -55,6 +57,11 @@ PUSH_ATTEMPTS = Counter(
     "aenv_node_snapshot_push_attempts",
     "Attempts to push a snapshot or template to snapstore, by outcome (failed ones are retried)",
     ["outcome"])
+# Zero once a fresh node's start-up pushes are done (bench/create_latency.py waits for it).
+PUSHES_PENDING = Gauge(
+    "aenv_node_snapshot_pushes_pending",
+    "Pushes to snapstore not done yet: queued, running or waiting to retry, and built-in "
+    "template captures still being checked against the store")
 
 
 def layer_file(layer_id: str) -> str:
@@ -82,8 +89,10 @@ class SnapshotPersistence:
     def __init__(
         self, address: str, *, max_pushes: int = 2,
         retry_delays_s: Sequence[float] = DEFAULT_RETRY_DELAYS_S,
-        on_persisted: OnPersisted | None = None,
+        on_persisted: OnPersisted | None = None, push_nice: int = LOWEST_NICE,
     ) -> None:
+        self._address = address
+        self._push_nice = push_nice
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = snapstore_stub(self._channel)
         self._slots = asyncio.Semaphore(max_pushes)
@@ -124,7 +133,9 @@ class SnapshotPersistence:
         self.status[manifest_id] = PushStatus()
         task = asyncio.ensure_future(self._push_retried(manifest_id, files, on_pushed, labels))
         self._pushes[manifest_id] = task
+        PUSHES_PENDING.inc()
         task.add_done_callback(lambda _: self._pushes.pop(manifest_id, None))
+        task.add_done_callback(lambda _: PUSHES_PENDING.dec())
 
     async def manifests(self) -> set[str]:
         """The ids of every manifest the store holds."""
@@ -171,7 +182,8 @@ class SnapshotPersistence:
         self, manifest_id: str, files: Mapping[str, Path], labels: Mapping[str, str]
     ) -> None:
         async with self._slots:
-            stats = await push_files(self._stub, manifest_id, "", files, labels=dict(labels))
+            stats = await push_in_child(self._address, manifest_id, files, labels,
+                                        self._push_nice)
         self.stats[manifest_id] = stats
 
     # --- delete --------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ A node asked for a template it does not know pulls the first, places the rootfs 
 one this host already holds is used as it is), then the second when its key matches, its disk
 layer re-pointed at the local rootfs. Without a matching snapshot the template is captured here
 from its inputs on first use, as on the node that built it. Pushes run in the background with
-the snapshot persistence's retries; chunks the store has are not sent again.
+the snapshot persistence's retries, at a low CPU priority (a fresh node's ~1 GB of start-up
+pushes must not slow its creates); chunks the store has are not sent again.
 
 The built-in templates (`base`, `code-interpreter-v1`) every node makes from its own artifacts:
 only their captures travel, as `template-<id>-<key>` with the digests of the rootfs and tools
@@ -40,7 +41,7 @@ from pathlib import Path
 from aenv_common.cluster import ClusterStore
 from aenv_common.errors import AenvError, Internal, NotFound
 from aenv_nodeagent.disks import flatten_onto, rebase_overlay
-from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.snapshots.persistence import PUSHES_PENDING, SnapshotPersistence
 from aenv_nodeagent.templates.bounds import mark_used
 from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
 from aenv_nodeagent.templates.guest_disks import GuestDisks, disk_digests, disk_paths
@@ -116,7 +117,9 @@ class TemplateDistribution:
     def _offer_soon(self, offer: Coroutine[None, None, str | None]) -> None:
         task = asyncio.ensure_future(offer)
         self._offers.add(task)
+        PUSHES_PENDING.inc()  # its pushes count from when they start: no gap between
         task.add_done_callback(self._offers.discard)
+        task.add_done_callback(lambda _: PUSHES_PENDING.dec())
 
     async def _offer_capture(
         self, inputs: TemplateInputs, snapshot: TemplateSnapshot,
