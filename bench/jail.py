@@ -9,6 +9,10 @@ The issue's bar: the jail costs under 10% (ratio of medians to `unjailed`).
 - fork: a parent created, then `fork(16)` until every child answered; BENCH_FORK_ROUNDS a side.
 - exec_to_qmp: QEMU's own start (exec through the jail step until its QMP socket answers), from
   the VMs' timings: where the jail's work lands.
+- throttled (cgroup side): the CFS quota's throttling of the VM cgroups during each fork of 16,
+  summed from their cpu.stat (periods, throttled periods, time throttled).
+BENCH_LOAD=N runs N busy loops (bench/_load.py) through the whole measurement: a loaded host,
+the same each run.
 Results: JSON on stdout and bench/results/jail.json.
 """
 
@@ -19,17 +23,18 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+from _load import busy_loops, load_from_env
 from _stats import emit, summary_ms
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
-from aenv_nodeagent.confinement import LimitSettings, choose
+from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
@@ -44,8 +49,9 @@ from aenv_nodeagent.vmm.uids import UidRange, VmUids
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "8"))
 FORK_ROUNDS = int(os.environ.get("BENCH_FORK_ROUNDS", "2"))
 FORK_CHILDREN = 16
-# BENCH_CGROUPS=0 leaves out the cgroup side (its fork of 16 is the slow one on cgroup v1 hosts).
+# BENCH_CGROUPS=0 leaves out the cgroup side.
 WITH_CGROUPS = os.environ.get("BENCH_CGROUPS", "1") != "0"
+LOAD = load_from_env()
 BENCH_UIDS = UidRange(1_100_007_000, 1024)  # apart from a node agent's and the tests' ranges
 
 
@@ -62,6 +68,8 @@ class Side:
     creates: list[float]
     forks: list[float]
     exec_to_qmp: list[float]
+    cgroups: VmCgroups | None = None
+    throttled: list[dict[str, int]] = field(default_factory=list)
 
     async def create_once(self) -> None:
         t0 = time.perf_counter()
@@ -75,9 +83,12 @@ class Side:
         parent = await self.sandboxes.create(spec())
         pid = parent.record.sandbox_id
         try:
+            before = cpu_stats(self.cgroups)
             t0 = time.perf_counter()
             results = await self.sandboxes.fork(pid, FORK_CHILDREN, timeout_s=3600)
             took = time.perf_counter() - t0
+            if self.cgroups is not None:
+                self.throttled.append(_delta(before, cpu_stats(self.cgroups)))
             children = [r.sandbox.sandbox_id for r in results if r.HasField("sandbox")]
             assert len(children) == FORK_CHILDREN, f"{self.name}: {len(children)} children"
             self.forks.append(took)
@@ -87,9 +98,42 @@ class Side:
             await self.sandboxes.kill(pid)
 
     def result(self) -> dict[str, object]:
-        return {"create_to_ready": summary_ms(self.creates),
-                "fork_16_to_all_ready": summary_ms(self.forks),
-                "exec_to_qmp": summary_ms(self.exec_to_qmp)}
+        found: dict[str, object] = {"create_to_ready": summary_ms(self.creates),
+                                    "fork_16_to_all_ready": summary_ms(self.forks),
+                                    "exec_to_qmp": summary_ms(self.exec_to_qmp)}
+        if self.cgroups is not None:
+            found["fork_16_throttled"] = self.throttled
+        return found
+
+
+_THROTTLE_KEYS = ("nr_periods", "nr_throttled", "throttled_time", "throttled_usec")
+
+
+def cpu_stats(cgroups: VmCgroups | None) -> dict[str, dict[str, int]]:
+    """Each VM cgroup's CFS counters (cpu.stat of the cpu hierarchy), by cgroup name."""
+    if cgroups is None:
+        return {}
+    found = {}
+    for hierarchy, slice_dir in zip(cgroups.hierarchies, cgroups.slices, strict=True):
+        if "cpu" not in hierarchy.controllers:
+            continue
+        for directory in (d for d in slice_dir.iterdir() if d.is_dir()):
+            try:
+                lines = (directory / "cpu.stat").read_text().splitlines()
+            except OSError:
+                continue  # its VM just ended
+            pairs = (line.split() for line in lines)
+            found[directory.name] = {k: int(v) for k, v in pairs if k in _THROTTLE_KEYS}
+    return found
+
+
+def _delta(before: dict[str, dict[str, int]],
+           after: dict[str, dict[str, int]]) -> dict[str, int]:
+    total = {"cgroups": len(after)}
+    for name, stats in after.items():
+        for key, value in stats.items():
+            total[key] = total.get(key, 0) + value - before.get(name, {}).get(key, 0)
+    return total
 
 
 def _rotated(sides: list[Side], round_: int) -> list[Side]:
@@ -121,21 +165,18 @@ async def run(state: Path, session: aiohttp.ClientSession) -> dict[str, object]:
         sandboxes = SandboxService(SandboxSettings(state / name, ready_timeout_s=300),
                                    SandboxRegistry(f"bench-{name}"), templates, network, envd,
                                    MemoryRecords(), QemuDriver(jail))
-        sides.append(Side(name, sandboxes, network, [], [], []))
+        sides.append(Side(name, sandboxes, network, [], [], [], jail.cgroups))
     try:
         for side in sides:  # warm-up: the template's files in the page cache, not timed
             await side.create_once()
             side.creates.clear()
             side.exec_to_qmp.clear()
-        for round_ in range(ROUNDS):
-            for side in _rotated(sides, round_):
-                await side.create_once()
-        for round_ in range(FORK_ROUNDS):
-            for side in _rotated(sides, round_):
-                await side.fork_once()
+        with busy_loops(LOAD):
+            await measure(sides)
         floor = sides[0]
         return {
             "rounds": ROUNDS, "fork_rounds": FORK_ROUNDS, "cgroups": cgroups is not None,
+            "busy_loops": LOAD, "host_cpus": os.cpu_count(),
             **{side.name: side.result() for side in sides},
             **{f"ratio_{side.name}": {"create_p50": _ratio(side.creates, floor.creates),
                                       "fork_16_p50": _ratio(side.forks, floor.forks)}
@@ -147,6 +188,16 @@ async def run(state: Path, session: aiohttp.ClientSession) -> dict[str, object]:
             await side.network.destroy_orphans(keep=set())
         if cgroups is not None:
             cgroups.close()
+
+
+async def measure(sides: list[Side]) -> None:
+    """The timed rounds, each rotating which side goes first."""
+    for round_ in range(ROUNDS):
+        for side in _rotated(sides, round_):
+            await side.create_once()
+    for round_ in range(FORK_ROUNDS):
+        for side in _rotated(sides, round_):
+            await side.fork_once()
 
 
 async def main() -> None:
