@@ -4,8 +4,12 @@ A push reads, hashes, compresses and uploads up to gigabytes (a fresh node's bui
 captures with their disks: ~1 GB). Run in the node agent's process, it held the default thread
 pool, the GIL and the event loop beside the create path and competed with QEMU at the same
 priority: creates during a fresh node's start-up pushes were 60% slower. In a child at nice
-`nice` (19: the kernel gives a nice-19 task ~1.5% of a busy CPU beside nice-0 ones) it uses only
-what creates and guests leave idle, and the agent's threads and loop are not touched.
+`nice` (19: the kernel gives a nice-19 task ~1.5% of a busy CPU beside nice-0 ones) it uses
+little more than what creates and guests leave idle, and the agent's threads and loop are not
+touched. (nice orders tasks within one CPU cgroup: on cgroup v1 the VMs' slice sits inside the
+agent's, as here; on v2 it is the agent's sibling, and the push yields to the agent's own threads
+only unless the agent's cgroup weighs little.) What arrives is checked and stored by snapstore
+at its own priority: it gets only as much to do as the niced push sends.
 
 No caller waits for these pushes (snapshots, paused sandboxes and templates are pushed in the
 background, SnapshotPersistence.push_soon); pulls, which restores wait for, stay in the agent at
@@ -46,7 +50,6 @@ class PushRequest:
     manifest_id: str
     files: dict[str, str]
     labels: dict[str, str]
-    nice: int
 
 
 async def push_in_child(
@@ -58,10 +61,11 @@ async def push_in_child(
     :raise PushFailed: the push failed (its error's text is the child's).
     """
     request = PushRequest(address, manifest_id, {k: str(v) for k, v in files.items()},
-                          dict(labels), nice)
+                          dict(labels))
+    # Niced from its exec on: its start (imports: ~0.5 s of CPU) and every thread it makes.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", __name__, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE)
+        "nice", "-n", str(nice), sys.executable, "-m", __name__,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(dataclasses.asdict(request)).encode() + b"\n")
@@ -93,8 +97,10 @@ def _stats(reply: bytes, code: int) -> PushStats:
 
 
 def _end_with_parent() -> None:
-    """Exits once stdin closes: the agent is done with it, or dead."""
-    sys.stdin.buffer.read()
+    """Exits once stdin closes: the agent is done with it, or dead. Reads the descriptor, not
+    sys.stdin: a daemon thread holding its lock would abort the interpreter's shutdown."""
+    while os.read(sys.stdin.fileno(), 4096):
+        pass
     os._exit(1)
 
 
@@ -107,8 +113,6 @@ async def _push(request: PushRequest) -> PushStats:
 
 def main() -> None:
     request = PushRequest(**json.loads(sys.stdin.buffer.readline()))
-    # First, before any thread (gRPC's, asyncio's pool): they inherit this thread's priority.
-    os.setpriority(os.PRIO_PROCESS, 0, request.nice)
     threading.Thread(target=_end_with_parent, daemon=True).start()
     common = CommonSettings()
     setup_logging("nodeagent", common.log_level, common.log_json)

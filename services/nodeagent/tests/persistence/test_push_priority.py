@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 from prometheus_client import REGISTRY
 
 from aenv_nodeagent.snapshots.persistence import PushState, SnapshotPersistence
@@ -73,7 +74,7 @@ def _push(persistence: SnapshotPersistence, manifest_id: str, path: Path) -> Non
 
 
 async def test_a_background_push_runs_at_the_lowest_priority_beside_an_untouched_agent(
-    snapstore: str, tmp_path: Path
+    snapstore: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     memory, small = tmp_path / "memory", tmp_path / "small"
     memory.write_bytes(os.urandom(SIZE))
@@ -108,6 +109,8 @@ async def test_a_background_push_runs_at_the_lowest_priority_beside_an_untouched
     assert persistence.stats["big"].sent_bytes == SIZE
     assert _pending() == pending_before
     assert _push_workers() == []
+    workers_said = capfd.readouterr().err  # the workers' stderr: each ended cleanly
+    assert "Traceback" not in workers_said and "Fatal Python error" not in workers_said
 
 
 async def test_a_push_cut_short_ends_its_worker_and_leaves_no_manifest(
