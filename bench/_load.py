@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 BUSY_LOOP = "while True: pass"
 
@@ -36,3 +37,13 @@ def busy_loops(count: int) -> Iterator[list[int]]:
             loop.kill()
         for loop in loops:
             loop.wait()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU time `pids` used so far (user + system): what the load got of the host."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks

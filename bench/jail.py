@@ -9,6 +9,8 @@ The issue's bar: the jail costs under 10% (ratio of medians to `unjailed`).
 - fork: a parent created, then `fork(16)` until every child answered; BENCH_FORK_ROUNDS a side.
 - exec_to_qmp: QEMU's own start (exec through the jail step until its QMP socket answers), from
   the VMs' timings: where the jail's work lands.
+- fork_16_load_cores_p50 (with BENCH_LOAD): the CPU the busy loops got during each fork of 16,
+  in cores: what the host's other work keeps beside the VMs.
 - throttled (cgroup side): the CFS quota's throttling of the VM cgroups during each fork of 16,
   summed from their cpu.stat (periods, throttled periods, time throttled).
 BENCH_LOAD=N runs N busy loops (bench/_load.py) through the whole measurement: a loaded host,
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-from _load import busy_loops, load_from_env
+from _load import busy_loops, cpu_seconds, load_from_env
 from _stats import emit, summary_ms
 
 from aenv.cluster.v1 import cluster_pb2
@@ -70,6 +72,8 @@ class Side:
     exec_to_qmp: list[float]
     cgroups: VmCgroups | None = None
     throttled: list[dict[str, int]] = field(default_factory=list)
+    load_pids: list[int] = field(default_factory=list)
+    load_cores: list[float] = field(default_factory=list)  # what the busy loops got per fork
 
     async def create_once(self) -> None:
         t0 = time.perf_counter()
@@ -83,10 +87,12 @@ class Side:
         parent = await self.sandboxes.create(spec())
         pid = parent.record.sandbox_id
         try:
-            before = cpu_stats(self.cgroups)
+            before, load_before = cpu_stats(self.cgroups), cpu_seconds(self.load_pids)
             t0 = time.perf_counter()
             results = await self.sandboxes.fork(pid, FORK_CHILDREN, timeout_s=3600)
             took = time.perf_counter() - t0
+            if self.load_pids:
+                self.load_cores.append((cpu_seconds(self.load_pids) - load_before) / took)
             if self.cgroups is not None:
                 self.throttled.append(_delta(before, cpu_stats(self.cgroups)))
             children = [r.sandbox.sandbox_id for r in results if r.HasField("sandbox")]
@@ -101,6 +107,8 @@ class Side:
         found: dict[str, object] = {"create_to_ready": summary_ms(self.creates),
                                     "fork_16_to_all_ready": summary_ms(self.forks),
                                     "exec_to_qmp": summary_ms(self.exec_to_qmp)}
+        if self.load_cores:
+            found["fork_16_load_cores_p50"] = round(statistics.median(self.load_cores), 3)
         if self.cgroups is not None:
             found["fork_16_throttled"] = self.throttled
         return found
@@ -171,7 +179,9 @@ async def run(state: Path, session: aiohttp.ClientSession) -> dict[str, object]:
             await side.create_once()
             side.creates.clear()
             side.exec_to_qmp.clear()
-        with busy_loops(LOAD):
+        with busy_loops(LOAD) as load_pids:
+            for side in sides:
+                side.load_pids = load_pids
             await measure(sides)
         floor = sides[0]
         return {
