@@ -43,8 +43,8 @@ QUEUE_WAIT_S = 4
 MAX_QUEUED = 3
 RETRY_AFTER_S = 2
 CREATE_TIMEOUT_S = 600.0
-# The hosts' VMs share their node's cgroup slice (cpu.shares of its host's CPUs): on a machine
-# loaded by other work they get little CPU, and a guest may take minutes to answer.
+# Three hosts' VMs share one machine's two CPUs, beside whatever else it runs: a guest may take
+# minutes to answer.
 GUEST_TIMEOUT_S = 300.0
 
 
