@@ -21,6 +21,7 @@ so a node agent that dies (even by SIGKILL) leaves no push behind to land a mani
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -65,7 +66,8 @@ async def push_in_child(
     # Niced from its exec on: its start (imports: ~0.5 s of CPU) and every thread it makes.
     proc = await asyncio.create_subprocess_exec(
         "nice", "-n", str(nice), sys.executable, "-m", __name__,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
+    _nice_autogroup(proc.pid, nice)
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(dataclasses.asdict(request)).encode() + b"\n")
@@ -81,6 +83,14 @@ async def push_in_child(
         if proc.stdin is not None:
             proc.stdin.close()
     return _stats(reply, code)
+
+
+def _nice_autogroup(pid: int, nice: int) -> None:
+    """Where the kernel groups a session's tasks in the root CPU cgroup (autogroups), nice orders
+    only tasks of one session, and the group weighs as one nice-0 task beside the VMs' cgroup:
+    the worker, a session of its own, has its group at `nice` too."""
+    with contextlib.suppress(OSError):  # no autogroups here: its own nice is enough
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
 
 
 def _stats(reply: bytes, code: int) -> PushStats:

@@ -89,6 +89,8 @@ async def test_a_background_push_runs_at_the_lowest_priority_beside_an_untouched
         _push(persistence, "big", memory)
         assert _pending() == pending_before + 1
         worker = await _worker_started()
+        autogroup = Path(f"/proc/{worker}/autogroup")  # where the kernel has autogroups
+        assert not autogroup.exists() or autogroup.read_text().split()[-1] == str(LOWEST_NICE)
         seen: dict[int, int] = {}
         pulled: dict[str, Path] = {}
         while persistence.status["big"].state is PushState.PUSHING:
