@@ -9,10 +9,6 @@ cgroup in each hierarchy (v1 lets processes sit in inner cgroups, so the VMs sta
 holds the agent); on v2 `/aenv` under the root (of what is mounted), because a v2 cgroup whose
 children use controllers may hold no process itself, and the agent's own cgroup holds the agent.
 
-The slice's CPU weight follows the number of VMs in it (limits.slice_cpu_files), rewritten as
-each VM cgroup is made, removed or adopted: the node's VMs together weigh what they would
-unconfined beside the host's other work.
-
 A cgroup is removed once its last process is gone. A frozen copy (vmm/frozen.py) is a fork of
 QEMU and may outlive it for a while: its cgroup is then left to `sweep`, which every later
 removal, the next start and the stop run.
@@ -84,13 +80,11 @@ class VmCgroups:
     """The node's slice in each hierarchy and the VM cgroups in it."""
 
     def __init__(self, hierarchies: tuple[Hierarchy, ...], slices: tuple[Path, ...],
-                 settings: LimitSettings, host_cpus: int) -> None:
+                 settings: LimitSettings) -> None:
         self.hierarchies = hierarchies
         self.slices = slices
         self._settings = settings
-        self._host_cpus = host_cpus
         self._live: set[str] = set()  # cgroups a VM of this agent holds (or is about to)
-        self._weighed: int | None = None  # the VM count the slice's CPU weight was written for
 
     @classmethod
     def open(cls, hierarchies: tuple[Hierarchy, ...], key: str, settings: LimitSettings,
@@ -106,12 +100,7 @@ class VmCgroups:
                 raise ConfinementUnavailable(
                     f"cgroup {base} is outside the hierarchy mounted at {hierarchy.mount.path}")
             slices.append(_make_slice(hierarchy, top / f"aenv-{key}"))
-        cgroups = cls(hierarchies, tuple(slices), settings, os.cpu_count() or 1)
-        try:
-            cgroups._weigh()
-        except OSError as err:
-            raise ConfinementUnavailable(
-                f"cannot weigh the node's cgroup: {err.strerror or err}") from err
+        cgroups = cls(hierarchies, tuple(slices), settings)
         swept = cgroups.sweep()  # an earlier run's, now empty
         log.info("VM cgroups ready", extra={"confinement": cgroups.describe(),
                                             "slices": [str(s) for s in slices],
@@ -138,7 +127,6 @@ class VmCgroups:
             for hierarchy, slice_dir in zip(self.hierarchies, self.slices, strict=True):
                 if not slice_dir.is_dir():  # removed under us (by hand, a cleanup): made again
                     _make_slice(hierarchy, slice_dir)
-                    self._weighed = None
                 directory = slice_dir / name
                 directory.mkdir()
                 made.append(directory)
@@ -146,12 +134,10 @@ class VmCgroups:
                     cgroupfs.write_files(directory, v2_files(limits, hierarchy.controllers))
                 for controller in sorted(hierarchy.controllers) if hierarchy.version == 1 else ():
                     cgroupfs.write_files(directory, v1_files(limits, controller))
-            self._weigh()
         except (OSError, ConfinementUnavailable) as err:
             for directory in made:
                 cgroupfs.remove_dir(directory)
             self._live.discard(name)
-            self._reweigh()
             raise Internal(f"cannot make the VM cgroup {name}: {err}") from err
         return VmCgroup(name, tuple(made))
 
@@ -159,7 +145,6 @@ class VmCgroups:
         """Remove the cgroup of a VM that ended; False when a process (a frozen copy) still
         holds it: the next sweep takes it."""
         self._live.discard(cgroup.name)
-        self._reweigh()
         gone = all([cgroupfs.remove_dir(directory) for directory in cgroup.dirs])
         if not gone:
             log.info("VM cgroup still in use, left to the sweep",
@@ -172,7 +157,6 @@ class VmCgroups:
         """A VM let go of without being stopped: its cgroup is no longer this agent's to keep
         (the sweep takes it once it is empty)."""
         self._live.discard(cgroup.name)
-        self._reweigh()
 
     def of_pid(self, pid: int) -> VmCgroup | None:
         """The cgroup of a running VMM of this node (one an earlier run started), if it has one;
@@ -188,7 +172,6 @@ class VmCgroups:
         if len({d.name for d in dirs}) != 1:
             return None
         self._live.add(dirs[0].name)
-        self._reweigh()
         return VmCgroup(dirs[0].name, tuple(dirs))
 
     def sweep(self) -> list[str]:
@@ -199,27 +182,6 @@ class VmCgroups:
                 if directory.name not in self._live and cgroupfs.remove_dir(directory):
                     removed.append(directory.name)
         return removed
-
-    def _weigh(self) -> None:
-        """Write the slice's CPU weight for the VMs it now holds (one small write, when their
-        number changed). :raise OSError: the cgroupfs refused."""
-        vms = len(self._live)
-        if vms == self._weighed:
-            return
-        for hierarchy, slice_dir in zip(self.hierarchies, self.slices, strict=True):
-            cgroupfs.write_files(slice_dir, slice_cpu_files(
-                hierarchy.version, hierarchy.controllers, self._host_cpus, vms))
-        self._weighed = vms
-
-    def _reweigh(self) -> None:
-        """`_weigh` where a failure must not stop what asked (a VM's removal, its adoption): the
-        weight is only too high or too low until the next change."""
-        try:
-            self._weigh()
-        except OSError as err:
-            self._weighed = None
-            log.warning("cannot reweigh the node's cgroup",
-                        extra={"vms": len(self._live), "error": err.strerror or str(err)})
 
     def close(self) -> None:
         """At the agent's stop, once its VMs are gone: the node's slices go too when empty."""
@@ -243,6 +205,8 @@ def _make_slice(hierarchy: Hierarchy, slice_dir: Path) -> Path:
             for depth in range(len(relative.parts) + 1):
                 cgroupfs.enable_v2_controllers(
                     hierarchy.mount.path.joinpath(*relative.parts[:depth]), hierarchy.controllers)
+        cgroupfs.write_files(slice_dir, slice_cpu_files(
+            hierarchy.version, hierarchy.controllers, os.cpu_count() or 1))
     except OSError as err:
         raise ConfinementUnavailable(
             f"cannot make the node's cgroup {slice_dir}: {err.strerror or err}") from err

@@ -66,21 +66,15 @@ _V1_SHARES, _V1_SHARES_MAX = 1024, 262_144
 _V2_WEIGHT, _V2_WEIGHT_MAX = 100, 10_000
 
 
-def slice_cpu_files(version: int, controllers: frozenset[str], host_cpus: int,
-                    vms: int = 0) -> dict[str, str]:
-    """The node's slice's CPU weight (cpu.weight on v2, cpu.shares on v1) while it holds `vms`
-    VMs: one task's share per VM, and never less than one per host CPU. Unconfined, each QEMU
-    competes as (at least) one task — with the scheduler's autogroups, on by default, as exactly
-    one, being a session of its own — so the slice weighs what its VMs would: at a fixed weight
-    the more VMs, the less each got beside the host's other work (a fork of 16 took 2.7x as long
-    beside 4 busy sessions on 2 CPUs). A guest gains nothing by it beyond its own quota. Capped
-    at the cgroupfs's maximum (256 VMs' worth on v1, 100 on v2)."""
+def slice_cpu_files(version: int, controllers: frozenset[str], host_cpus: int) -> dict[str, str]:
+    """The node's slice's CPU share: as much as one busy task per host CPU. At the default (one
+    task's share) every VM of the node together would get what one process beside them gets,
+    and a loaded host would starve them (a fork of 16 took 7x as long on a shared host)."""
     if "cpu" not in controllers:
         return {}
-    tasks = max(host_cpus, vms, 1)
     if version == 2:
-        return {"cpu.weight": str(min(_V2_WEIGHT_MAX, _V2_WEIGHT * tasks))}
-    return {"cpu.shares": str(min(_V1_SHARES_MAX, _V1_SHARES * tasks))}
+        return {"cpu.weight": str(min(_V2_WEIGHT_MAX, _V2_WEIGHT * host_cpus))}
+    return {"cpu.shares": str(min(_V1_SHARES_MAX, _V1_SHARES * host_cpus))}
 
 
 def v2_files(limits: VmLimits, controllers: frozenset[str]) -> dict[str, str]:

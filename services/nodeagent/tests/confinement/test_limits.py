@@ -9,7 +9,6 @@ from aenv_nodeagent.confinement.limits import (
     LimitSettings,
     VmShape,
     limits_for,
-    slice_cpu_files,
     v1_files,
     v2_files,
 )
@@ -66,23 +65,3 @@ def test_v1_files_per_hierarchy_period_before_quota() -> None:
     assert v1_files(limits, "memory") == {"memory.limit_in_bytes": str(256 * MIB)}
     assert v1_files(limits, "pids") == {"pids.max": "64"}
     assert v1_files(limits, "cpuacct") == {}
-
-
-V1_CPU = frozenset({"cpu"})
-
-
-@pytest.mark.parametrize(("host_cpus", "vms", "shares", "weight"), [
-    (2, 0, 2048, 200),  # an idle node still weighs one task per host CPU
-    (2, 2, 2048, 200),
-    (2, 17, 17 * 1024, 1700),  # a parent and its 16 fork children: 17 tasks, as unconfined
-    (4, 3, 4096, 400),
-    (2, 300, 262_144, 10_000),  # the cgroupfs's maxima
-])
-def test_the_slice_weighs_one_task_per_vm_and_never_less_than_per_host_cpu(
-        host_cpus: int, vms: int, shares: int, weight: int) -> None:
-    assert slice_cpu_files(1, V1_CPU, host_cpus, vms) == {"cpu.shares": str(shares)}
-    assert slice_cpu_files(2, ALL_V2, host_cpus, vms) == {"cpu.weight": str(weight)}
-
-
-def test_a_slice_without_the_cpu_controller_has_no_weight() -> None:
-    assert slice_cpu_files(1, frozenset({"memory"}), 2, 5) == {}

@@ -14,12 +14,17 @@ from pathlib import Path
 import pytest
 
 from aenv_common.errors import AenvError
-from aenv_nodeagent.confinement import LimitSettings, VmCgroup, VmCgroups
+from aenv_nodeagent.confinement import (
+    ConfinementUnavailable,
+    LimitSettings,
+    VmCgroup,
+    VmCgroups,
+    choose,
+)
 from aenv_nodeagent.confinement.cgroupfs import children, proc_cgroup
 from aenv_nodeagent.vmm import QemuVm, VmJail, VmSpec
 from aenv_nodeagent.vmm.confined import Confined
 
-from ..confinement.host import host_cgroups, open_host_cgroups
 from .conftest import process_exists
 
 pytestmark = pytest.mark.vm
@@ -28,11 +33,24 @@ MIB = 1 << 20
 SETTINGS = LimitSettings(memory_overhead_mib=192, pids_max=256)
 
 
+def _cgroups(state_dir: Path) -> VmCgroups:
+    try:
+        confinement = choose("required", state_dir, SETTINGS)
+    except ConfinementUnavailable as err:
+        pytest.skip(err.message)
+    assert confinement.cgroups is not None
+    return confinement.cgroups
+
+
 @pytest.fixture
 def cgroups(scratch: Path) -> Iterator[VmCgroups]:
     """The node's cgroups over `scratch` as its state dir; none is left when the test ends."""
-    with host_cgroups(scratch, SETTINGS) as cgroups:
+    cgroups = _cgroups(scratch)
+    try:
         yield cgroups
+    finally:
+        cgroups.close()
+        assert not any(s.exists() for s in cgroups.slices)
 
 
 def _limits(cgroup: VmCgroup) -> dict[str, str]:
@@ -92,8 +110,7 @@ async def test_an_adopted_vm_keeps_its_cgroup_and_it_goes_with_the_vm(
         cgroup = vm.cgroup
         assert cgroup is not None
         await vm.release()  # the agent dies
-        # The next run: its start sweeps leftovers, not this one.
-        restarted = open_host_cgroups(scratch, SETTINGS)
+        restarted = _cgroups(scratch)  # the next run: its start sweeps leftovers, not this one
         assert all(d.exists() for d in cgroup.dirs)
         adopted = await QemuVm.attach(scratch / "vm", jail=VmJail(restarted))
         assert adopted.cgroup == cgroup
