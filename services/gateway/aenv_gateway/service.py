@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import Conflict, InvalidArgument, NotFound
+from aenv.scheduler.v1 import scheduler_pb2
+from aenv_common.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_gateway.auth import current_caller
@@ -37,6 +38,11 @@ from aenv_gateway.paging import paginate
 from aenv_gateway.templates.catalog import Source
 
 log = logging.getLogger(__name__)
+
+# A node refuses a create as full when it filled up since the scheduler last saw it (creates that
+# raced): the create goes back to the scheduler, whose admission then answers for capacity.
+NODE_REFUSALS = 3
+REPLACE_AFTER_S = 0.5
 
 # E2B's refresh keeps a sandbox alive at least this long (its SandboxTimeoutDefault), and takes
 # a duration of at most this (its OpenAPI's maximum).
@@ -122,9 +128,7 @@ class SandboxService:
             lifecycle=request.lifecycle,
             traffic_access_token=new_secret() if request.network.private_traffic else "",
         )
-        placement = await self._scheduler.schedule(spec)
-        # Sent again with the same id if unanswered (creates.py): the sandbox id is its key.
-        record = await self._creates.create(placement.nodeagent_address, spec)
+        placement, record = await self._place_and_create(spec)
         owner = Owner(placement.node_id, placement.nodeagent_address, placement.proxy_address)
         self._directory.remember(record, owner)
         log.info(
@@ -136,6 +140,26 @@ class SandboxService:
             },
         )
         return record
+
+    async def _place_and_create(
+        self, spec: cluster_pb2.SandboxSpec
+    ) -> tuple[scheduler_pb2.Placement, cluster_pb2.SandboxRecord]:
+        """:raise ResourceExhausted: the scheduler refused (with its retry hint), or nodes
+        refused NODE_REFUSALS + 1 placements as full (retry hint: REPLACE_AFTER_S)."""
+        refusals = 0
+        while True:
+            placement = await self._scheduler.schedule(spec)
+            try:
+                # Sent again with the same id if unanswered (creates.py): the id is its key.
+                return placement, await self._creates.create(placement.nodeagent_address, spec)
+            except ResourceExhausted as refused:
+                if refused.retry_after_s is not None or refusals == NODE_REFUSALS:
+                    raise ResourceExhausted(
+                        refused.message, refused.retry_after_s or REPLACE_AFTER_S) from refused
+                refusals += 1
+                log.info("node full; placing the create again", extra={
+                    "sandbox_id": spec.sandbox_id, "node_id": placement.node_id})
+            await asyncio.sleep(REPLACE_AFTER_S)
 
     async def close(self) -> None:
         """Stops killing the sandboxes of abandoned creates (creates.py)."""

@@ -67,6 +67,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.specs: list[cluster_pb2.SandboxSpec] = []
         # Set: creates wait for it before they answer (concurrency tests).
         self.create_gate: asyncio.Event | None = None
+        # Errors the next creates raise, one each (a node that filled up under the scheduler).
+        self.create_failures: list[AenvError] = []
         self.resets: list[tuple[str, str]] = []
         self.resumes = 0
         self.reboots: list[bool] = []
@@ -99,6 +101,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.CreateSandboxResponse:
         spec = request.spec
         self.specs.append(spec)
+        if self.create_failures:
+            raise self.create_failures.pop(0)
         if self.create_gate is not None:
             await self.create_gate.wait()
         now = time.time()

@@ -18,6 +18,7 @@ from aenv_common.errors import ResourceExhausted, Unavailable
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.retry_info import retry_after_from
 from aenv_gateway.clients import ChannelPool, SchedulerClient
+from aenv_gateway.service import NODE_REFUSALS
 
 from .conftest import API_KEY, Stack
 from .fakes import FakeScheduler
@@ -49,6 +50,24 @@ async def test_full_queue_is_resource_exhausted_with_retry_info_on_grpc(stack: S
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert refused.value.details() == "no capacity within 30.0 s"
     assert retry_after_from(refused.value.trailing_metadata()) == 4.0
+
+
+async def test_a_node_full_under_the_scheduler_sends_the_create_back_to_it(stack: Stack) -> None:
+    """Creates that raced past the scheduler's view of a node are refused by the node: placed
+    again, the create succeeds once there is room; refused every time, it is a 429 that still
+    says when to retry."""
+    full = ResourceExhausted("node 'n1' cannot take the sandbox: 40 of 40 vCPUs are taken")
+    stack.nodeagent.create_failures[:] = [full, full]
+    before = stack.scheduler.calls
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        made = await http.post("/v2/sandboxes", headers=AUTH, json={"templateID": "base"})
+        assert made.status_code == 201, made.text
+        assert stack.scheduler.calls - before == 3  # placed, refused twice, placed again
+        stack.nodeagent.create_failures[:] = [full] * (NODE_REFUSALS + 1)
+        refused = await http.post("/v2/sandboxes", headers=AUTH, json={"templateID": "base"})
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
+    assert refused.json()["message"] == full.message
+    assert not stack.nodeagent.create_failures
 
 
 class StandbyScheduler(FakeScheduler):
