@@ -153,9 +153,10 @@ class SandboxService:
                 # Sent again with the same id if unanswered (creates.py): the id is its key.
                 return placement, await self._creates.create(placement.nodeagent_address, spec)
             except ResourceExhausted as refused:
-                if refused.retry_after_s is not None or refusals == NODE_REFUSALS:
-                    raise ResourceExhausted(
-                        refused.message, refused.retry_after_s or REPLACE_AFTER_S) from refused
+                if refused.retry_after_s is not None:
+                    raise  # the scheduler's own answer
+                if refusals == NODE_REFUSALS:
+                    raise ResourceExhausted(refused.message, REPLACE_AFTER_S) from refused
                 refusals += 1
                 log.info("node full; placing the create again", extra={
                     "sandbox_id": spec.sandbox_id, "node_id": placement.node_id})
