@@ -33,7 +33,7 @@ async def test_tags_point_at_ready_builds_only() -> None:
     await catalog.publish(build)
     assert await catalog.resolve("env:v1") == await catalog.resolve("env:latest") == "image-1"
     assert await catalog.resolve(f"{template.template_id}:v1") == "image-1"
-    with pytest.raises(NotFound, match="no tag 'v2'"):
+    with pytest.raises(NotFound, match=r"^tag 'v2' does not exist for template 'env'$"):
         await catalog.resolve("env:v2")
     again, second = await catalog.request_build(parse_name("env"), [], cluster_pb2.Resources())
     assert again.template_id == template.template_id and again.build_count == 2
@@ -45,3 +45,21 @@ async def test_tags_point_at_ready_builds_only() -> None:
         await catalog.remove_tags("env", ["stable"])
     assert await catalog.delete("env", building=lambda _: False)
     assert await catalog.resolve("env:v1") is None and not await catalog.delete("env", bool)
+
+
+async def test_a_tag_may_be_a_ready_build_id_of_the_template() -> None:
+    """`name:<build id>` creates that build, as E2B's tag lookup matches build ids too; while
+    the build runs (or for another template's build) the 404 says "does not exist", the words
+    clients such as Harbor wait on."""
+    catalog = TemplateCatalog(InMemoryTemplateRecords(), clock=lambda: 1000.0)
+    _, build = await catalog.request_build(parse_name("env:v1"), [], cluster_pb2.Resources())
+    _, other = await catalog.request_build(parse_name("other"), [], cluster_pb2.Resources())
+    with pytest.raises(NotFound, match=f"^tag '{build.build_id}' does not exist for template"):
+        await catalog.resolve(f"env:{build.build_id}")
+    for record, image in ((build, "image-1"), (other, "image-2")):
+        record.image_id, record.status = image, cluster_pb2.BUILD_STATUS_READY
+        await catalog.records.put_build(record)
+        await catalog.publish(record)
+    assert await catalog.resolve(f"env:{build.build_id}") == "image-1"
+    with pytest.raises(NotFound, match="does not exist for template 'env'"):
+        await catalog.resolve(f"env:{other.build_id}")

@@ -136,7 +136,8 @@ class TemplateCatalog:
         the catalog holds no such name. Read from the watched catalog: no round trip on a
         create.
 
-        :raise NotFound: the template exists but has no such tag, or no ready build yet.
+        :raise NotFound: the template exists but has no such tag (nor ready build of that id),
+            or no ready build yet.
         """
         wanted = split_name(text)
         template = next((t for t in self._records.watched_templates()
@@ -147,10 +148,24 @@ class TemplateCatalog:
         if image is None and (fresh := await self._records.get_template(template.template_id)):
             image = fresh.tag_images.get(wanted.tag)  # the watched copy may lag a new build
         if image is None:
+            image = await self._ready_build_image(template.template_id, wanted.tag)
+        if image is None:
+            # E2B's words: clients (Harbor) wait for a build still running on "does not exist".
+            missing = f"tag '{wanted.tag}' does not exist for template '{wanted.name}'"
             if wanted.tag == DEFAULT_TAG:
-                raise NotFound(f"template '{wanted.name}' has no ready build yet")
-            raise NotFound(f"template '{wanted.name}' has no tag '{wanted.tag}'")
+                missing += ": it has no ready build yet"
+            raise NotFound(missing)
         return Source(image, template.template_id)
+
+    async def _ready_build_image(self, template_id: str, tag: str) -> str | None:
+        """As E2B's tag lookup, a tag may also be one of the template's build ids: that build's
+        image once it is ready (None while it runs, failed, or is another template's)."""
+        build = await self._records.get_build(tag)
+        if build is None or build.template_id != template_id:
+            return None
+        if build.status != cluster_pb2.BUILD_STATUS_READY:
+            return None
+        return build.image_id or build.build_id
 
     async def publish(self, build: BuildRecord) -> None:
         """A build became ready: its tags now create it."""
