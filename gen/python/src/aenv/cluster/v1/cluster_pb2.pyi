@@ -56,20 +56,24 @@ class Resources(_message.Message):
     def __init__(self, vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., disk_mib: _Optional[int] = ...) -> None: ...
 
 class NetworkPolicy(_message.Message):
-    __slots__ = ("allow_internet_access", "allow_out", "deny_out", "dns_servers", "mask_request_host", "private_traffic")
+    __slots__ = ("allow_internet_access", "allow_out", "deny_out", "dns_servers", "mask_request_host", "private_traffic", "https_ports", "internet_access_explicit")
     ALLOW_INTERNET_ACCESS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_OUT_FIELD_NUMBER: _ClassVar[int]
     DENY_OUT_FIELD_NUMBER: _ClassVar[int]
     DNS_SERVERS_FIELD_NUMBER: _ClassVar[int]
     MASK_REQUEST_HOST_FIELD_NUMBER: _ClassVar[int]
     PRIVATE_TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    HTTPS_PORTS_FIELD_NUMBER: _ClassVar[int]
+    INTERNET_ACCESS_EXPLICIT_FIELD_NUMBER: _ClassVar[int]
     allow_internet_access: bool
     allow_out: _containers.RepeatedScalarFieldContainer[str]
     deny_out: _containers.RepeatedScalarFieldContainer[str]
     dns_servers: _containers.RepeatedScalarFieldContainer[str]
     mask_request_host: str
     private_traffic: bool
-    def __init__(self, allow_internet_access: _Optional[bool] = ..., allow_out: _Optional[_Iterable[str]] = ..., deny_out: _Optional[_Iterable[str]] = ..., dns_servers: _Optional[_Iterable[str]] = ..., mask_request_host: _Optional[str] = ..., private_traffic: _Optional[bool] = ...) -> None: ...
+    https_ports: _containers.RepeatedScalarFieldContainer[int]
+    internet_access_explicit: bool
+    def __init__(self, allow_internet_access: _Optional[bool] = ..., allow_out: _Optional[_Iterable[str]] = ..., deny_out: _Optional[_Iterable[str]] = ..., dns_servers: _Optional[_Iterable[str]] = ..., mask_request_host: _Optional[str] = ..., private_traffic: _Optional[bool] = ..., https_ports: _Optional[_Iterable[int]] = ..., internet_access_explicit: _Optional[bool] = ...) -> None: ...
 
 class Lifecycle(_message.Message):
     __slots__ = ("auto_pause", "auto_resume", "auto_pause_mode")
@@ -124,7 +128,7 @@ class SandboxSpec(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ...) -> None: ...
 
 class SandboxRecord(_message.Message):
-    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id")
+    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +162,7 @@ class SandboxRecord(_message.Message):
     PAUSED_IMAGE_FIELD_NUMBER: _ClassVar[int]
     BASE_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENVD_UNRESPONSIVE_AT_PAUSE_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     node_id: str
     template_id: str
@@ -177,7 +182,8 @@ class SandboxRecord(_message.Message):
     paused_image: str
     base_template_id: str
     catalog_template_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ...) -> None: ...
+    envd_unresponsive_at_pause: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
     __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement", "memory_budget_mib", "memory_used_mib", "host_memory_available_mib", "pressure")

@@ -232,12 +232,14 @@ class UpdateSandboxNetworkResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
 
 class PauseSandboxRequest(_message.Message):
-    __slots__ = ("sandbox_id", "keep_memory")
+    __slots__ = ("sandbox_id", "keep_memory", "require_healthy_guest")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     KEEP_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_HEALTHY_GUEST_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     keep_memory: bool
-    def __init__(self, sandbox_id: _Optional[str] = ..., keep_memory: _Optional[bool] = ...) -> None: ...
+    require_healthy_guest: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., keep_memory: _Optional[bool] = ..., require_healthy_guest: _Optional[bool] = ...) -> None: ...
 
 class PauseSandboxResponse(_message.Message):
     __slots__ = ("sandbox",)
