@@ -256,7 +256,7 @@ class SnapshotRecord(_message.Message):
     def __init__(self, snapshot_id: _Optional[str] = ..., node_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., has_memory: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., persisted: _Optional[bool] = ...) -> None: ...
 
 class CatalogTemplate(_message.Message):
-    __slots__ = ("template_id", "names", "tags", "resources", "created_at", "updated_at", "build_count", "latest_build_id", "tag_images")
+    __slots__ = ("template_id", "names", "tags", "resources", "created_at", "updated_at", "build_count", "latest_build_id", "tag_images", "snapshot", "snapshot_ids")
     class TagsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -280,6 +280,8 @@ class CatalogTemplate(_message.Message):
     BUILD_COUNT_FIELD_NUMBER: _ClassVar[int]
     LATEST_BUILD_ID_FIELD_NUMBER: _ClassVar[int]
     TAG_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_IDS_FIELD_NUMBER: _ClassVar[int]
     template_id: str
     names: _containers.RepeatedScalarFieldContainer[str]
     tags: _containers.ScalarMap[str, str]
@@ -289,7 +291,9 @@ class CatalogTemplate(_message.Message):
     build_count: int
     latest_build_id: str
     tag_images: _containers.ScalarMap[str, str]
-    def __init__(self, template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., tags: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., build_count: _Optional[int] = ..., latest_build_id: _Optional[str] = ..., tag_images: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    snapshot: bool
+    snapshot_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., tags: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., build_count: _Optional[int] = ..., latest_build_id: _Optional[str] = ..., tag_images: _Optional[_Mapping[str, str]] = ..., snapshot: _Optional[bool] = ..., snapshot_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CatalogClaim(_message.Message):
     __slots__ = ("holder_id",)
