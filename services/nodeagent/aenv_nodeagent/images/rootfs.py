@@ -1,7 +1,8 @@
 """An image source turned into the read-only qcow2 base disk a template boots from.
 
     pull     the source's config and layers, the blobs into the layer cache (sources.py)
-    unpack   the layers applied in order into a directory (unpack.py)
+    unpack   the layers applied in order into a directory (unpack.py), then the guest's
+             /etc/hosts, /etc/hostname and /etc/resolv.conf on top (guest_files.py)
     ext4     `mkfs.ext4 -d` of that directory, at the requested disk size
     qcow2    `qemu-img convert` of the raw ext4, made read-only
 
@@ -36,7 +37,8 @@ from aenv_nodeagent.phases import PhaseTimer
 
 from .blobs import BlobCache
 from .errors import RootfsTooLarge
-from .sources import ImageSource
+from .guest_files import add_guest_files
+from .sources import ImageSource, PulledImage
 from .unpack import UnpackStats, unpack_image
 
 MIB = 1 << 20
@@ -111,7 +113,7 @@ async def _build(
     with timer.phase("unpack"):
         tree.mkdir(mode=0o755)
         # A cancelled build waits for the thread, so cleanup never races its writes.
-        unpacked = await run_in_fresh_thread(partial(unpack_image, tree, image), "image-unpack")
+        unpacked = await run_in_fresh_thread(partial(_unpack, tree, image), "image-unpack")
     with timer.phase("ext4"):
         # What the layers wrote bounds what is left after their whiteouts: when that fits, the
         # tree need not be walked (tens of thousands of lstat calls on a large image).
@@ -135,6 +137,13 @@ async def _build(
     return BaseDisk(final, source.name, image.digest, image.config.raw, disk_mib,
                     -(-content // MIB),
                     unpacked, image.downloaded, image.cached, dict(timer.phases_ms))
+
+
+def _unpack(tree: Path, image: PulledImage) -> UnpackStats:
+    """The image's layers, then the files E2B's builder adds to every image (guest_files.py)."""
+    stats = unpack_image(tree, image)
+    add_guest_files(tree, stats, image.name)
+    return stats
 
 
 # A grown disk is a multiple of this.

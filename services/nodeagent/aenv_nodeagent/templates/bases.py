@@ -1,7 +1,8 @@
 """The base disks of templates built from OCI images: an image reference pulled (mirrors,
 insecure registries and credentials are the node's configuration; a build may add its own
-login) and made a read-only qcow2 (`images/`), kept at `<root>/<manifest digest>-<disk MiB>/`
-for as long as templates stand on it, so a second build of the same image and size reuses it.
+login) and made a read-only qcow2 (`images/`), kept at
+`<root>/<manifest digest>-<disk MiB>-<guest files version>/` for as long as templates stand on
+it, so a second build of the same image and size reuses it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from aenv_nodeagent.images import (
     parse_reference,
 )
 from aenv_nodeagent.images.auth import Login
+from aenv_nodeagent.images.guest_files import GUEST_FILES_VERSION
 from aenv_nodeagent.images.sources import LayerDone
 from aenv_nodeagent.templates.bounds import mark_used
 
@@ -74,7 +76,9 @@ class ImageBases:
     def _keep(self, built: BaseDisk, work: Path) -> BaseDisk:
         """Move the new disk to its digest's place, unless an earlier build put one there: a
         template may stand on that one already (its overlays name its path)."""
-        home = self._root / f"{built.digest.replace(':', '-')}-{built.disk_mib}"
+        # The guest files' version too: a disk made before they changed is not reused.
+        home = self._root / (f"{built.digest.replace(':', '-')}-{built.disk_mib}"
+                             f"-{GUEST_FILES_VERSION}")
         if not (home / built.path.name).exists():
             shutil.rmtree(home, ignore_errors=True)
             os.rename(work, home)

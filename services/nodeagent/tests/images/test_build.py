@@ -72,7 +72,8 @@ async def test_layout_to_base_disk(tmp_path: Path) -> None:
     assert info["format"] == "qcow2" and info["virtual-size"] == 64 << 20
 
     fs = Ext4(disk.path, tmp_path)
-    assert fs.names("/etc") == ["os-release"]
+    # The image's files, and what E2B's builder adds to every image (guest_files.py).
+    assert fs.names("/etc") == ["hostname", "hosts", "os-release", "resolv.conf"]
     assert fs.cat("/etc/os-release") == b"ID=top\n"
     assert fs.names("/var/cache") == ["new"]
     assert fs.inode_number("/bin/sh") == fs.inode_number("/bin/busybox") == fs.inode_number(
@@ -91,6 +92,32 @@ async def test_layout_to_base_disk(tmp_path: Path) -> None:
     assert fs.symlink("/lib") == "usr/lib" and fs.cat("/usr/lib/libx.so") == b"lib"
     root = fs.stat("/")
     assert root is not None and (root.uid, root.gid) == (0, 0)
+
+
+async def test_the_guest_files_replace_the_images_inside_the_root(tmp_path: Path) -> None:
+    """`localhost` resolves in every image's guest: /etc/hosts, /etc/hostname and
+    /etc/resolv.conf are written as E2B's builder writes them, replacing the image's own (a
+    symlinked resolv.conf too), and an absolute symlink for /etc stays inside the root."""
+    layout = tmp_path / "layout"
+    write_layout(layout, [make_layer([
+        Entry("real", "dir", mode=0o755), Entry("etc", "symlink", link="/real/etc"),
+        Entry("real/etc", "dir", mode=0o755), Entry("real/etc/hosts", data=b"10.0.0.1 x\n"),
+        Entry("real/etc/resolv.conf", "symlink", link="../run/stub-resolv.conf"),
+    ], "gzip")])
+    disk = await build_base_disk(OciLayoutSource(layout), BlobCache(tmp_path / "c"),
+                                 tmp_path / "out", 64)
+    fs = Ext4(disk.path, tmp_path)
+    assert fs.symlink("/etc") == "/real/etc"
+    assert fs.names("/real/etc") == ["hostname", "hosts", "resolv.conf"]
+    hosts = fs.cat("/real/etc/hosts").decode()
+    assert "127.0.0.1\tlocalhost\n" in hosts and "10.0.0.1" not in hosts
+    assert "127.0.1.1\taenv\n" in hosts
+    assert fs.cat("/real/etc/hostname") == b"aenv\n"
+    assert fs.cat("/real/etc/resolv.conf") == b"nameserver 8.8.8.8\n"
+    for name in ("hosts", "hostname", "resolv.conf"):
+        found = fs.stat(f"/real/etc/{name}")
+        assert found is not None and found.type == "regular"
+        assert (found.uid, found.gid, found.mode) == (0, 0, 0o644)
 
 
 async def test_too_large_for_the_disk_leaves_nothing(tmp_path: Path) -> None:
