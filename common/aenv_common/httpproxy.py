@@ -8,7 +8,10 @@ iterator, which closes the upstream connection, so the upstream sees the disconn
 The other way round, a body the upstream breaks off (or that `cut` ends) is not ended cleanly:
 the client's connection is dropped, so the client sees a broken stream, as E2B's proxies make it
 see one when a sandbox dies mid-request. The SDKs then probe the sandbox's health and report it
-killed; a clean end would pass for a complete download, or a Connect stream that just stopped.
+killed; a clean end would pass for a complete download. A Connect server stream broken off
+between two envelopes is the exception, as on E2B: it ends with an end-of-stream envelope
+carrying `unavailable` and the caller's message (connect_end.py), which the SDKs read as a status
+and answer with the same probe.
 
 Connection failures become typed errors (`UpstreamRefused`, `UpstreamUnavailable`) that the caller
 turns into its own 502 body (the gateway and node proxy word them per the E2B contract).
@@ -29,6 +32,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from yarl import URL
 
+from aenv_common.connect_end import EnvelopeTracker, end_stream_envelope, is_connect_stream
 from aenv_common.errors import AenvError
 
 log = logging.getLogger(__name__)
@@ -186,8 +190,10 @@ class StreamingProxy:
         request: Request,
         upstream_base: str,
         extra_headers: Mapping[str, str] | None = None,
+        stream_end_message: str | None = None,
     ) -> Response:
         """Sends the request upstream and returns a response that streams the upstream's body.
+        A Connect stream the upstream breaks off ends with `stream_end_message` when given.
 
         Raises `UpstreamRefused`/`UpstreamUnavailable` before any byte is sent to the client."""
         url = upstream_url(
@@ -207,7 +213,14 @@ class StreamingProxy:
             )
         except aiohttp.ClientError as err:
             raise _to_typed_error(err, url) from err
-        response = StreamingResponse(self._relay_body(upstream), status_code=upstream.status)
+        end_message = (
+            stream_end_message
+            if is_connect_stream(upstream.status, upstream.headers.get("content-type", ""))
+            else None
+        )
+        response = StreamingResponse(
+            self._relay_body(upstream, end_message), status_code=upstream.status
+        )
         # Set raw headers directly: keeps repeated headers (Set-Cookie) and adds none of our own.
         response.raw_headers = [
             (k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -249,15 +262,24 @@ class StreamingProxy:
             await websocket.accept(subprotocol=upstream.protocol)
             await _pump_websocket(websocket, upstream)
 
-    async def _relay_body(self, upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async def _relay_body(
+        self, upstream: aiohttp.ClientResponse, end_message: str | None
+    ) -> AsyncIterator[bytes]:
+        """`end_message`: set for a Connect stream, which a break between envelopes ends with
+        an end-of-stream error instead of breaking off (the module's docstring)."""
         self._relaying.add(upstream)
+        envelopes = EnvelopeTracker() if end_message is not None else None
         try:
             async for chunk in upstream.content.iter_any():
+                if envelopes is not None:
+                    envelopes.advance(chunk)
                 yield chunk
         except aiohttp.ClientError as err:
-            # Status and headers are already sent: the client can only be shown the break.
             log.info("upstream stream broke", extra={"url": str(upstream.url), "error": str(err)})
-            raise StreamBroken(str(err)) from err
+            if end_message is None or envelopes is None or not envelopes.at_boundary:
+                # Status and headers are already sent: the client can only be shown the break.
+                raise StreamBroken(str(err)) from err
+            yield end_stream_envelope("unavailable", end_message)
         finally:
             self._relaying.discard(upstream)
             # On client disconnect the iterator is cancelled/closed here: closing (not releasing)

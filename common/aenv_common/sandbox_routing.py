@@ -48,6 +48,12 @@ def target_from_headers(headers: Mapping[str, str]) -> SandboxTarget | None:
     return SandboxTarget(sandbox_id, parse_port(headers.get(SANDBOX_PORT_HEADER)))
 
 
+def stream_ended(sandbox_id: str) -> str:
+    """What a Connect stream broken off by its sandbox's end says, in E2B's proxy's words (the
+    SDKs read its `unavailable` as "probe the sandbox")."""
+    return f"the connection to sandbox {sandbox_id} ended before the stream completed"
+
+
 def bad_gateway(sandbox_id: str, message: str) -> JSONResponse:
     return JSONResponse({"sandboxId": sandbox_id, "message": message, "code": 502}, 502)
 

@@ -23,6 +23,7 @@ from aenv_common.sandbox_routing import (
     SandboxTarget,
     bad_gateway,
     sandbox_not_found,
+    stream_ended,
 )
 from aenv_gateway.directory import Located
 
@@ -90,7 +91,8 @@ class DataPlane:
             await drain_body(request)
             return refusal or sandbox_not_found(target.sandbox_id)
         try:
-            return await self._proxy.forward(request, _base(located), target.headers())
+            return await self._proxy.forward(request, _base(located), target.headers(),
+                                             stream_ended(target.sandbox_id))
         except AenvError as err:
             log.warning(
                 "node proxy unreachable",

@@ -6,8 +6,9 @@ ports are reachable at its netns address through the DNAT rules of its slot.
 Each VM's upstream connections live in a pool of their own that is closed when the VM stops
 serving (kill, expiry, pause, reset, a VM that exited on its own): a guest that is gone sends no
 RST, so a request on one of its kept-alive connections would otherwise wait forever. The streams
-in flight on it are broken off, so the gateway and the client see them end at once and probe the
-sandbox, which then answers "not found".
+in flight on it are broken off (a Connect stream between two envelopes ends with E2B's
+`unavailable` end-of-stream instead), so the gateway and the client see them end at once and
+probe the sandbox, which then answers "not found".
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from aenv_common.sandbox_routing import (
     bad_gateway,
     port_not_open,
     sandbox_not_found,
+    stream_ended,
     target_from_headers,
 )
 from aenv_nodeagent.sandbox.model import Sandbox
@@ -149,7 +151,8 @@ def build_proxy_app(manager: ServingSandboxes, connections: SandboxConnections) 
         if up.base is None or up.proxy is None:
             return sandbox_not_found(up.sandbox_id)
         try:
-            return await up.proxy.forward(request, up.base, up.extra_headers)
+            return await up.proxy.forward(request, up.base, up.extra_headers,
+                                          stream_ended(up.sandbox_id))
         except UpstreamRefused:
             return port_not_open(up.sandbox_id)
         except UpstreamUnavailable as err:
