@@ -1,5 +1,9 @@
 """GET/POST /files: streamed downloads (the body: files_download.py) and uploads (spec §3.6.2,
-§3.6.3)."""
+§3.6.3).
+
+As upstream envd, both act as envd (root) whoever the caller is: the VM is the boundary (the
+default `user` may sudo anyway). An upload gives the caller its file and the parents it had to
+make; parents that existed are left as they are. An unknown user is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .as_user import as_user
 from .entry_info import XATTR_UNSUPPORTED, metadata_problem, read_metadata, write_metadata
 from .errors import EnvdError, invalid_argument
 from .files_download import DISK_CHUNK, download
@@ -76,7 +79,7 @@ class FilesEndpoint:
                 request.query_params.get("path", ""), user, self._state.default_workdir
             )
             try:
-                fd = as_user(user, os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as exc:
                 raise os_error_to_envd(exc, path) from exc
             if stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -194,8 +197,8 @@ class FileUpload:
 
     @classmethod
     def open(cls, path: str, user: User) -> FileUpload:
-        """Opens `path` for writing as `user` would (as_user.py), its missing parents made."""
-        return cls(path, as_user(user, _open_for_upload, path, user))
+        """Opens `path` for writing, its missing parents made: all of them `user`'s."""
+        return cls(path, _open_for_upload(path, user))
 
     async def write(self, data: bytes | memoryview) -> None:
         self.pending.append(data)
@@ -240,7 +243,7 @@ def _open_for_upload(path: str, user: User) -> int:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         raise _upload_error(exc, path) from exc
-    chown_to(path, user)
+    chown_to(fd, user)  # a file that existed becomes the caller's too, as upstream
     return fd
 
 

@@ -1,4 +1,10 @@
-"""filesystem.Filesystem RPCs (spec §3.5)."""
+"""filesystem.Filesystem RPCs (spec §3.5).
+
+As upstream envd, every call acts as envd (root) whoever the caller is: the VM is the boundary
+(the default `user` may sudo anyway). The caller names the user whose home relative paths start
+from and who gets what is created: make_dir's and move's missing parents (existing ones are
+left as they are); an unknown user is refused.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +19,13 @@ from collections.abc import AsyncIterator, Iterator
 
 from envd.filesystem import filesystem_pb2 as pb
 
-from .as_user import as_user
 from .connect import RpcContext, RpcMethod, ServerStream, Unary
 from .entry_info import entry_info
 from .errors import EnvdError, invalid_argument, not_found
 from .inotify import DirectoryWatcher, FsEvent
 from .mounts import is_network_mount
 from .state import SandboxState
-from .users import User, chown_to, make_dirs_owned, os_error_to_envd, resolve_path
+from .users import User, make_dirs_owned, os_error_to_envd, resolve_path
 from .users import username_from_authorization as _username
 
 MAX_POLLED_EVENTS = 10_000
@@ -136,29 +141,28 @@ class FilesystemService:
 
     async def stat(self, request: pb.StatRequest, ctx: RpcContext) -> pb.StatResponse:
         user = self._caller(ctx)
-        return pb.StatResponse(entry=as_user(user, stat_entry, self._path(request.path, user)))
+        return pb.StatResponse(entry=stat_entry(self._path(request.path, user)))
 
     async def make_dir(self, request: pb.MakeDirRequest, ctx: RpcContext) -> pb.MakeDirResponse:
         user = self._caller(ctx)
-        entry = as_user(user, _make_dir, self._path(request.path, user), user)
-        return pb.MakeDirResponse(entry=entry)
+        return pb.MakeDirResponse(entry=_make_dir(self._path(request.path, user), user))
 
     async def move(self, request: pb.MoveRequest, ctx: RpcContext) -> pb.MoveResponse:
         user = self._caller(ctx)
         source = self._path(request.source, user)
         destination = self._path(request.destination, user)
-        return pb.MoveResponse(entry=as_user(user, _move, source, destination, user))
+        return pb.MoveResponse(entry=_move(source, destination, user))
 
     async def list_dir(self, request: pb.ListDirRequest, ctx: RpcContext) -> pb.ListDirResponse:
         user = self._caller(ctx)
         path = self._path(request.path, user)
         try:
-            target = as_user(user, os.stat, path)
+            target = os.stat(path)
         except OSError as exc:
             raise os_error_to_envd(exc, path) from exc
         if not stat.S_ISDIR(target.st_mode):
             raise invalid_argument(f"path '{path}' is not a directory")
-        entries = await asyncio.to_thread(as_user, user, list_entries, path, max(request.depth, 1))
+        entries = await asyncio.to_thread(list_entries, path, max(request.depth, 1))
         return pb.ListDirResponse(entries=entries)
 
     async def remove(self, request: pb.RemoveRequest, ctx: RpcContext) -> pb.RemoveResponse:
@@ -166,9 +170,9 @@ class FilesystemService:
         path = self._path(request.path, user)
         try:
             if os.path.isdir(path) and not os.path.islink(path):
-                await asyncio.to_thread(as_user, user, shutil.rmtree, path)
+                await asyncio.to_thread(shutil.rmtree, path)
             else:
-                as_user(user, os.unlink, path)
+                os.unlink(path)
         except FileNotFoundError:
             pass  # rm -rf semantics, like upstream
         except OSError as exc:
@@ -180,14 +184,14 @@ class FilesystemService:
     ) -> DirectoryWatcher:
         root = self._path(path, user)
         try:
-            target = as_user(user, os.stat, root)
+            target = os.stat(root)
         except OSError as exc:
             raise os_error_to_envd(exc, root) from exc
         if not stat.S_ISDIR(target.st_mode):
             raise invalid_argument(f"path '{root}' is not a directory")
         if not allow_network_mounts and is_network_mount(root):
             raise invalid_argument(f"path '{root}' is on a network mount")
-        return DirectoryWatcher(root, recursive, user)
+        return DirectoryWatcher(root, recursive)
 
     async def watch_dir(
         self, request: pb.WatchDirRequest, ctx: RpcContext
@@ -271,4 +275,4 @@ def _move(source: str, destination: str, user: User) -> pb.EntryInfo:
     return stat_entry(destination)
 
 
-__all__ = ["FilesystemService", "chown_to", "list_entries", "stat_entry"]
+__all__ = ["FilesystemService", "list_entries", "stat_entry"]

@@ -3,10 +3,8 @@
 Event mapping follows fsnotify, which upstream envd uses: create/moved-to -> CREATE, modify ->
 WRITE, delete -> REMOVE, moved-from -> RENAME, attrib -> CHMOD.
 
-Every lookup a watcher makes, the first walk and each later one into a directory created while it
-watches, is made as the user who asked for the watch (as_user.py): the kernel refuses that user a
-watch on, or a listing of, a directory it may not read, so a watch never reports the names inside
-a folder its user cannot open.
+Watches are made as envd (root) whoever asks, as upstream envd makes them: the VM is the boundary,
+and the default `user` may sudo anyway.
 """
 
 from __future__ import annotations
@@ -18,10 +16,9 @@ import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from .as_user import as_user
 from .errors import EnvdError
 from .fdio import wait_fd
-from .users import User, os_error_to_envd
+from .users import os_error_to_envd
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +71,14 @@ def _load_libc() -> ctypes.CDLL:
 
 
 class DirectoryWatcher:
-    """inotify watches on `root` (and its subdirectories when recursive), made as `user`.
+    """inotify watches on `root` (and its subdirectories when recursive).
 
-    :raise EnvdError: `root` cannot be watched (not found, not a directory, not the user's to read).
+    :raise EnvdError: `root` cannot be watched (not found, not a directory).
     """
 
-    def __init__(self, root: str, recursive: bool, user: User) -> None:
+    def __init__(self, root: str, recursive: bool) -> None:
         self.root = root.rstrip("/") or "/"
         self.recursive = recursive
-        self._user = user
         self._libc = _load_libc()
         fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
@@ -91,7 +87,7 @@ class DirectoryWatcher:
         self._fd = fd
         self._dirs: dict[int, str] = {}
         self._pending = b""
-        as_user(user, self._add_tree, self.root)
+        self._add_tree(self.root)
 
     def _add_watch(self, directory: str) -> None:
         wd = self._libc.inotify_add_watch(self._fd, os.fsencode(directory), WATCH_MASK)
@@ -156,8 +152,8 @@ class DirectoryWatcher:
         relative = os.path.relpath(path, self.root)
         events = [FsEvent(relative, path, kind) for kind in event_kinds(mask)]
         if self.recursive and mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
-            as_user(self._user, self._add_tree, path)
-            events.extend(as_user(self._user, self._already_inside, path))
+            self._add_tree(path)
+            events.extend(self._already_inside(path))
         return events
 
     def _already_inside(self, directory: str) -> list[FsEvent]:

@@ -94,10 +94,14 @@ def owner_names(uid: int, gid: int) -> tuple[str, str]:
     return owner, group
 
 
-def chown_to(path: str, user: User) -> None:
-    """Gives an entry envd (root) created to the calling user; no-op when not permitted."""
+def chown_to(entry: str | int, user: User) -> None:
+    """Gives an entry (a path, not followed if a symlink, or an open fd) to the calling user;
+    no-op when not permitted (envd not root: a test)."""
     try:
-        os.chown(path, user.uid, user.gid, follow_symlinks=False)
+        if isinstance(entry, int):
+            os.fchown(entry, user.uid, user.gid)
+        else:
+            os.chown(entry, user.uid, user.gid, follow_symlinks=False)
     except PermissionError:
         pass
 

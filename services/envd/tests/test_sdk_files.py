@@ -48,8 +48,8 @@ async def asbx(sdk_env: EnvdProcess) -> AsyncIterator[AsyncSandbox]:
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    """A folder the caller (nobody) may write: envd acts with the caller's permissions, and
-    pytest's tmp_path lies under a folder only root may enter."""
+    """A folder of the test's own, which nobody (the SDK's caller here) may also write when
+    envd does not run as root."""
     path = Path(tempfile.mkdtemp(prefix="envd-sdk-files-", dir="/tmp"))
     path.chmod(0o777)
     try:
