@@ -16,9 +16,12 @@ from aenv_gateway.http_errors import Endpoint, json_errors
 from aenv_gateway.routes.sandboxes import authenticated
 from aenv_gateway.schemas import parse_json_object
 from aenv_gateway.snapshots import SnapshotService
+from aenv_gateway.templates import tag_views
 from aenv_gateway.templates.builds import TemplateBuilds
 from aenv_gateway.templates.catalog import TemplateCatalog
 from aenv_gateway.templates.cleanup import TemplateCleanup
+from aenv_gateway.templates.names import split_name
+from aenv_gateway.templates.public import NOT_YOUR_ALIAS, PublicTemplates, present_builtin
 from aenv_gateway.templates.uploads import ContextUploads
 from aenv_gateway.templates.wire import (
     parse_build_request,
@@ -70,6 +73,7 @@ class TemplateRoutes:
         cleanup: TemplateCleanup,
     ) -> None:
         self._catalog = catalog
+        self._public = PublicTemplates(catalog)
         self._builds = builds
         self._uploads = uploads
         self._cleanup = cleanup
@@ -110,25 +114,56 @@ class TemplateRoutes:
         return JSONResponse(present_status(page.record, entries))
 
     async def alias(self, request: Request) -> Response:
+        """E2B's: 403 for a template another team owns (the built-in ones), 404 for a tag
+        (`name:tag`) the template lacks."""
         alias = request.path_params["alias"]
-        template = await self._catalog.find(alias)
-        if template is None or alias not in template.names:
+        wanted = split_name(alias)
+        template = await self._catalog.find(wanted.name)
+        if template is None or wanted.name not in template.names:
+            await self._public.refuse_builtin(wanted.name, NOT_YOUR_ALIAS)
             raise NotFound(f"template alias '{alias}' not found")
+        if ":" in alias and wanted.tag not in template.tags:
+            raise NotFound(f"tag '{wanted.tag}' does not exist for template '{wanted.name}'")
         return JSONResponse({"templateID": template.template_id, "public": False})
 
     async def assign_tags(self, request: Request) -> Response:
         target, tags = parse_tags_request(parse_json_object(await request.body()), "target")
+        await self._public.refuse_builtin(target)
         build_id, assigned = await self._catalog.assign_tags(target, tags)
         return JSONResponse({"tags": assigned, "buildID": build_id}, status_code=201)
 
     async def remove_tags(self, request: Request) -> Response:
         name, tags = parse_tags_request(parse_json_object(await request.body()), "name")
+        await self._public.refuse_builtin(name)
         await self._catalog.remove_tags(name, tags)
         return Response(status_code=204)
 
     async def list_tags(self, request: Request) -> Response:
-        tags = await self._catalog.tags(request.path_params["template_id"])
+        tags = await self._public.tags(request.path_params["template_id"])
         return JSONResponse([present_tag(t) for t in tags])
+
+    async def tag_count(self, request: Request) -> Response:
+        assignments = await self._public.assignments(request.path_params["template_id"])
+        return JSONResponse(tag_views.count(assignments))
+
+    async def tag_exists(self, request: Request) -> Response:
+        assignments = await self._public.assignments(request.path_params["template_id"])
+        return JSONResponse(tag_views.exists(assignments, request.query_params))
+
+    async def tag_groups(self, request: Request) -> Response:
+        assignments = await self._public.assignments(request.path_params["template_id"])
+        return JSONResponse(tag_views.groups(assignments, request.query_params))
+
+    async def tag_assignments(self, request: Request) -> Response:
+        p = request.path_params
+        assignments = await self._public.assignments(p["template_id"])
+        return JSONResponse(tag_views.assignments_of(assignments, p["tag"],
+                                                     request.query_params))
+
+    async def default_templates(self, request: Request) -> Response:
+        """The built-in templates (E2B's `/default-templates`: its public defaults)."""
+        return JSONResponse([present_builtin(r, self._envd_version)
+                             for r in await self._public.builtins()])
 
     async def list_templates(self, request: Request) -> Response:
         shown = []
@@ -138,6 +173,9 @@ class TemplateRoutes:
         return JSONResponse(shown)
 
     async def get_template(self, request: Request) -> Response:
+        builtin = await self._public.builtin(request.path_params["template_id"])
+        if builtin is not None:
+            return JSONResponse({**present_builtin(builtin, self._envd_version), "builds": []})
         template = await self._catalog.require(request.path_params["template_id"])
         builds = await self._catalog.builds_of(template.template_id)
         shown = present_template(template, await self._catalog.latest_build(template),
@@ -148,6 +186,7 @@ class TemplateRoutes:
     async def delete(self, request: Request) -> Response:
         """A template of the catalog, else a snapshot (E2B deletes both here)."""
         name = raw_template_id(request)
+        await self._public.refuse_builtin(name)
         removed = await self._catalog.delete(name, self._builds.building)
         if removed is None:
             await self._snapshots.delete(name)
@@ -172,6 +211,12 @@ class TemplateRoutes:
             route("/v2/templates/{template_id}/builds/{build_id}", self.start_build, "POST"),
             route("/templates/{template_id}/builds/{build_id}/status", self.build_status, "GET"),
             route("/templates/{template_id}/tags", self.list_tags, "GET"),
+            route("/templates/{template_id}/tags/count", self.tag_count, "GET"),
+            route("/templates/{template_id}/tags/exists", self.tag_exists, "GET"),
+            route("/templates/{template_id}/tags/groups", self.tag_groups, "GET"),
+            route("/templates/{template_id}/tags/{tag}/assignments", self.tag_assignments,
+                  "GET"),
+            route("/default-templates", self.default_templates, "GET"),
             route("/templates/{template_id}", self.get_template, "GET"),
             # `:anypath` so a decoded `/` inside a snapshot's id still matches; the handler reads
             # the raw path.

@@ -63,6 +63,11 @@ class TemplateRecords(Protocol):
         (cleanup.py)."""
         ...
 
+    async def builtins(self) -> list[cluster_pb2.TemplateRecord]:
+        """The templates every node makes itself (`base`, `code-interpreter-v1`): the node-side
+        records published under their own name (a build's record has no alias)."""
+        ...
+
     async def get_claim(self, kind: str, key: str) -> Claim | None: ...
 
     async def claim(
@@ -130,6 +135,9 @@ class EtcdTemplateRecords:
         await self._store.put_record(RETIRED_TEMPLATES, template_id, mark)
         await self._store.delete_template(template_id)
 
+    async def builtins(self) -> list[cluster_pb2.TemplateRecord]:
+        return [r for r in await self._store.list_templates() if r.template_id in r.aliases]
+
     async def get_claim(self, kind: str, key: str) -> Claim | None:
         found = await self._store.get_versioned(kind, key, cluster_pb2.CatalogClaim)
         return None if found is None else Claim(found.record.holder_id, found.mod_revision)
@@ -155,6 +163,7 @@ class InMemoryTemplateRecords:
         self.builds: dict[str, BuildRecord] = {}
         self.claims: dict[tuple[str, str], Claim] = {}
         self.dropped_node_templates: list[str] = []
+        self.builtin_templates: list[cluster_pb2.TemplateRecord] = []
         self._revisions = itertools.count(1)
 
     def watched_templates(self) -> list[CatalogTemplate]:
@@ -196,6 +205,9 @@ class InMemoryTemplateRecords:
 
     async def drop_node_template(self, template_id: str) -> None:
         self.dropped_node_templates.append(template_id)
+
+    async def builtins(self) -> list[cluster_pb2.TemplateRecord]:
+        return list(self.builtin_templates)
 
     async def get_claim(self, kind: str, key: str) -> Claim | None:
         return self.claims.get((kind, key))
