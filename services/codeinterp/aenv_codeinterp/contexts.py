@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -22,16 +23,20 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from .bash import BashKernel
 from .envs import EnvSource
-from .errors import InterpreterError, LanguageUnavailable, UnknownContext
+from .errors import BadRequest, InterpreterError, LanguageUnavailable, UnknownContext
 from .jupyter import JupyterKernel
 from .kernel import Kernel, OutputQueue
 from .node import NODE, NodeKernel
+from .typescript import ESBUILD, TypeScriptKernel
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CWD = "/home/user"
 DEFAULT_LANGUAGES = ("python", "javascript", "bash")
-ALIASES = {"js": "javascript", "py": "python", "python3": "python", "sh": "bash"}
+# The SDK's names (`Literal["python", "javascript", "typescript", "r", "java", "bash"]`) and
+# their short forms.
+ALIASES = {"js": "javascript", "ts": "typescript", "py": "python", "python3": "python",
+           "sh": "bash"}
 SANDBOX_ID = "E2B_SANDBOX_ID"
 
 
@@ -41,10 +46,13 @@ def normalize_language(language: str | None) -> str:
 
 
 def available_languages() -> list[str]:
-    """What this sandbox can run: Python always; JavaScript with Node.js; R with IRkernel."""
+    """What this sandbox can run: Python always; JavaScript with Node.js, TypeScript with it
+    and esbuild; R with IRkernel."""
     found = ["python", "bash"]
     if shutil.which(NODE):
         found.append("javascript")
+        if shutil.which(ESBUILD):
+            found.append("typescript")
     if "ir" in KernelSpecManager().find_kernel_specs():
         found.append("r")
     return found
@@ -62,6 +70,8 @@ def new_kernel(language: str, cwd: str, *, warm: bool = False) -> Kernel:
         return JupyterKernel("r", "ir", cwd)
     if language == "javascript":
         return NodeKernel(cwd)
+    if language == "typescript":
+        return TypeScriptKernel(cwd)
     return BashKernel(cwd)
 
 
@@ -136,10 +146,11 @@ class Contexts:
     async def create(self, language: str | None, cwd: str | None, *, warm: bool = False
                      ) -> Context:
         """:raise LanguageUnavailable: no kernel for it. :raise KernelFailed: it did not start."""
-        name = normalize_language(language)
-        kernel = new_kernel(name, cwd or self._cwd, warm=warm)
+        name, cwd = normalize_language(language), cwd or self._cwd
+        kernel = new_kernel(name, cwd, warm=warm)
+        _make_cwd(cwd)
         await kernel.start()
-        context = Context(str(uuid.uuid4()), name, cwd or self._cwd, kernel)
+        context = Context(str(uuid.uuid4()), name, cwd, kernel)
         self._contexts[context.id] = context
         return context
 
@@ -173,6 +184,18 @@ class Contexts:
         for context in list(self._contexts.values()):
             await context.kernel.stop()
         self._contexts.clear()
+
+
+def _make_cwd(cwd: str) -> None:
+    """A context's cwd is made when missing (E2B's kernels keep theirs then, while the context
+    names the one asked for); the server runs as root, as E2B's, so any path can be.
+
+    :raise BadRequest: it cannot be made (a file is in the way).
+    """
+    try:
+        os.makedirs(cwd, exist_ok=True)
+    except OSError as err:
+        raise BadRequest(f"the context's cwd {cwd!r} cannot be made: {err.strerror}") from None
 
 
 def parse_env_vars(raw: Any) -> dict[str, str]:

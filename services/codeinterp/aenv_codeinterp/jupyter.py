@@ -52,8 +52,33 @@ def __aenv_setup():
     if "e2b/data" not in display.active_types:
         display.active_types = [*display.active_types, "e2b/data"]
 
+def __aenv_images():
+    # As E2B's kernels: a PIL image saved to a named file or shown is also a result (PNG),
+    # shown inline rather than by an external viewer a sandbox has no screen for.
+    try:
+        from PIL import Image, ImageShow
+    except ImportError:
+        return
+    from IPython.display import display
+
+    saving = Image.Image.save
+
+    def save(image, fp, format=None, **params):
+        if isinstance(fp, str):
+            display(image)
+        return saving(image, fp, format, **params)
+
+    class Inline(ImageShow.Viewer):
+        def show(self, image, **options):
+            display(image)
+            return 1
+
+    Image.Image.save = save
+    ImageShow.register(Inline(), -1)  # first: no other viewer is tried
+
 __aenv_setup()
-del __aenv_setup
+__aenv_images()
+del __aenv_setup, __aenv_images
 """
 # The default context's warm-up: what agents import first costs nothing in a sandbox.
 PYTHON_WARM = "import numpy, pandas, matplotlib.pyplot"

@@ -68,7 +68,7 @@ def test_requests_the_server_cannot_run_are_refused_with_their_reason(server: Se
     assert both.status_code == 400
     assert httpx.post(f"{server.url}/execute", content=b"{", timeout=10).status_code == 400
     assert server.post("/execute", code=1).status_code == 400
-    assert server.post("/contexts", language="typescript").status_code == 400
+    assert server.post("/contexts", language="deno").status_code == 400
 
 
 def test_javascript_awaits_imports_and_throws(server: Server) -> None:
@@ -155,3 +155,15 @@ def test_a_quiet_cell_streams_keepalives(server: Server) -> None:
                       json={"code": "import time; time.sleep(6); 'woke'"}, timeout=30) as response:
         kinds = [line.split('"type": "')[1].split('"')[0] for line in response.iter_lines()]
     assert "keepalive" in kinds and kinds[-1] == "end_of_execution"
+
+
+def test_a_contexts_missing_cwd_is_made_and_one_that_cannot_be_is_refused(
+    server: Server
+) -> None:
+    missing = server.cwd / "made" / "here"
+    made = server.post("/contexts", cwd=str(missing)).json()
+    assert made["cwd"] == str(missing)
+    assert server.run("import os; os.getcwd()", context_id=made["id"]).text == str(missing)
+    (server.cwd / "a-file").write_text("")
+    refused = server.post("/contexts", cwd=str(server.cwd / "a-file" / "below"))
+    assert refused.status_code == 400 and "a-file" in refused.text
