@@ -14,6 +14,7 @@ packages=(
   dnsmasq-base                        # wildcard DNS of the E2B_DOMAIN test (no system service)
   nodejs                              # buf and the e2b JS SDK (npm comes with it)
   gcc libc6-dev                       # the write-logging library preloaded into QEMU
+  esbuild                             # the code interpreter's TypeScript, in its own tests
 )
 missing=()
 for p in "${packages[@]}"; do
