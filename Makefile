@@ -24,6 +24,7 @@ setup-host:
 
 setup-python: setup-host
 	bash scripts/setup-python.sh
+	bash scripts/setup-harbor.sh
 
 setup-node: setup-host
 	bash scripts/setup-node.sh

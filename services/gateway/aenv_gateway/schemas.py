@@ -356,7 +356,3 @@ class Presenter:
             body["alias"] = record.alias
         return body
 
-
-def present_snapshot(record: cluster_pb2.SnapshotRecord) -> dict[str, Any]:
-    """SnapshotInfo (spec §2.2)."""
-    return {"snapshotID": record.snapshot_id, "names": list(record.names)}

@@ -54,6 +54,7 @@ from aenv_gateway.templates.builds import TemplateBuilds
 from aenv_gateway.templates.catalog import TemplateCatalog
 from aenv_gateway.templates.cleanup import TemplateCleanup
 from aenv_gateway.templates.records import TemplateRecords
+from aenv_gateway.templates.snapshot_catalog import SnapshotCatalog
 from aenv_gateway.templates.uploads import ContextUploads
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ async def start_gateway(
     scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s,
                                 settings.scheduler_failover_s)
     catalog = TemplateCatalog(template_records)
+    snapshot_names = SnapshotCatalog(catalog)
     builds = TemplateBuilds(catalog, scheduler, nodeagents)
     service = SandboxService(
         directory,
@@ -146,11 +148,11 @@ async def start_gateway(
         max_timeout_s=settings.max_timeout_s,
         idempotent=IdempotentCreates(
             key_claims or InMemoryKeyClaims(settings.idempotency_ttl_s)),
-        templates=catalog.source,
+        templates=snapshot_names.source,
         creates=NodeCreates(nodeagents, CreateRetryPolicy(
             settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
     )
-    snapshots = SnapshotService(service, directory, nodeagents)
+    snapshots = SnapshotService(service, directory, nodeagents, snapshot_names)
     # The stored keys (in memory without etcd: tests, a gateway on its own).
     key_records = api_keys if api_keys is not None else InMemoryApiKeyRecords()
     stored_keys = KeyIndex(key_records)
@@ -163,7 +165,6 @@ async def start_gateway(
     metrics = SandboxMetrics(service, directory, nodeagents)
     sandbox_routes = SandboxRoutes(
         service,
-        snapshots,
         Presenter(settings.domain, settings.fallback_envd_version),
         settings.default_timeout_s,
         SandboxLogs(service, nodeagents),

@@ -210,7 +210,8 @@ async def test_snapshot_and_fork(stack: Stack) -> None:
         sid = (await http.post("/v2/sandboxes", headers=AUTH, json={"templateID": "base"})
                ).json()["sandboxID"]
         snap = await http.post(f"/sandboxes/{sid}/snapshots", headers=AUTH, json={"name": "n1"})
-        assert snap.status_code == 201 and snap.json() == {"snapshotID": "snap-1", "names": ["n1"]}
+        assert snap.status_code == 201
+        assert snap.json() == {"snapshotID": "aenv/n1:default", "names": ["aenv/n1"]}
         forked = await http.post(f"/sandboxes/{sid}/fork", headers=AUTH, json={"count": 3})
         assert forked.status_code == 201
         body = forked.json()

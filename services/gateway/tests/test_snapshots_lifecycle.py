@@ -37,43 +37,53 @@ def _snapshot_record(stack: Stack, snapshot_id: str, **fields: object) -> None:
 async def test_snapshots_listed_filtered_paginated_and_deleted(stack: Stack) -> None:
     async with await _client(stack) as http:
         a, b = await _sandbox(http), await _sandbox(http)
-        for sid, name in ((a, "one"), (a, ""), (b, "two")):
-            r = await http.post(f"/sandboxes/{sid}/snapshots", headers=AUTH, json={"name": name})
+        for sid, body in ((a, {"name": "one"}), (a, {}), (b, {"name": "two"})):
+            r = await http.post(f"/sandboxes/{sid}/snapshots", headers=AUTH, json=body)
             assert r.status_code == 201
         everything = (await http.get("/snapshots", headers=AUTH)).json()
-        assert {s["snapshotID"] for s in everything} == {"snap-1", "snap-2", "snap-3"}
-        assert {"snapshotID": "snap-2", "names": ["snap-2"]} in everything  # unnamed: its id
+        assert {s["snapshotID"] for s in everything} == {
+            "aenv/one:default", "snap-2:default", "aenv/two:default"}
+        assert {"snapshotID": "snap-2:default", "names": []} in everything  # unnamed: its id
+        assert {"snapshotID": "aenv/two:default", "names": ["aenv/two"]} in everything
         of_a = (await http.get(f"/snapshots?sandboxID={a}", headers=AUTH)).json()
-        assert sorted(s["snapshotID"] for s in of_a) == ["snap-1", "snap-2"]
-        named = (await http.get("/snapshots?name=two", headers=AUTH)).json()
-        assert named == [{"snapshotID": "snap-3", "names": ["two"]}]
+        assert sorted(s["snapshotID"] for s in of_a) == ["aenv/one:default", "snap-2:default"]
+        for name in ("two", "aenv/two", "two:default", "TWO"):
+            named = (await http.get(f"/snapshots?name={name}", headers=AUTH)).json()
+            assert named == [{"snapshotID": "aenv/two:default", "names": ["aenv/two"]}], name
+        for name in ("two:v9", "nothing", "snap-2:v1"):
+            assert (await http.get(f"/snapshots?name={name}", headers=AUTH)).json() == []
+        by_id = (await http.get("/snapshots?name=snap-2", headers=AUTH)).json()
+        assert by_id == [{"snapshotID": "snap-2:default", "names": []}]
 
         first = await http.get("/snapshots?limit=2", headers=AUTH)
         token = first.headers["X-Next-Token"]
         rest = await http.get(f"/snapshots?limit=2&nextToken={token}", headers=AUTH)
         assert "X-Next-Token" not in rest.headers
         paged = [s["snapshotID"] for s in first.json() + rest.json()]
-        assert sorted(paged) == ["snap-1", "snap-2", "snap-3"] and len(set(paged)) == 3
+        assert len(paged) == 3 and set(paged) == {s["snapshotID"] for s in everything}
 
         bad = await http.get("/snapshots?limit=0", headers=AUTH)
         assert bad.status_code == 400 and bad.json()["code"] == 400
         bad_token = await http.get("/snapshots?nextToken=%%%", headers=AUTH)
         assert bad_token.status_code == 400
 
-        assert (await http.delete("/templates/snap-1", headers=AUTH)).status_code == 204
-        again = await http.delete("/templates/snap-1", headers=AUTH)
+        assert (await http.delete("/templates/snap-2%3Adefault", headers=AUTH)).status_code == 204
+        again = await http.delete("/templates/snap-2%3Adefault", headers=AUTH)
         assert again.status_code == 404 and again.json() == {
-            "code": 404, "message": 'snapshot "snap-1" not found'}
+            "code": 404, "message": "template 'snap-2:default' not found"}
         listed = (await http.get("/snapshots", headers=AUTH)).json()
-        assert "snap-1" not in {s["snapshotID"] for s in listed}
+        assert {s["snapshotID"] for s in listed} == {"aenv/one:default", "aenv/two:default"}
 
 
 async def test_delete_decodes_the_raw_segment_and_reaches_the_holder(stack: Stack) -> None:
-    _snapshot_record(stack, "team/snap:v1", names=["team/snap:v1"])
     async with await _client(stack) as http:
-        r = await http.delete("/templates/team%2Fsnap%3Av1", headers=AUTH)
+        sid = await _sandbox(http)
+        made = await http.post(f"/sandboxes/{sid}/snapshots", headers=AUTH,
+                               json={"name": "aenv/task:v1"})
+        assert made.json() == {"snapshotID": "aenv/task:v1", "names": ["aenv/task"]}
+        r = await http.delete("/templates/aenv%2Ftask%3Av1", headers=AUTH)
         assert r.status_code == 204
-        assert "team/snap:v1" not in stack.view.snapshot_records
+        assert stack.view.snapshot_records == {}
 
 
 async def test_delete_of_snapshot_on_a_vanished_node_is_503(stack: Stack) -> None:
@@ -192,7 +202,8 @@ async def test_filesystem_only_modes_reach_the_node_agent(stack: Stack) -> None:
         snap = await http.post(f"/sandboxes/{sid}/snapshots", headers=AUTH,
                                json={"memory": False})
         assert snap.status_code == 201
-        assert not stack.view.snapshot_records[snap.json()["snapshotID"]].has_memory
+        assert snap.json() == {"snapshotID": "snap-1:default", "names": []}
+        assert not stack.view.snapshot_records["snap-1"].has_memory
         paused = await http.post(f"/sandboxes/{sid}/pause", headers=AUTH, json={"memory": False})
         assert paused.status_code == 204
         detail = (await http.get(f"/sandboxes/{sid}", headers=AUTH)).json()

@@ -37,10 +37,8 @@ from aenv_gateway.schemas import (
     parse_refresh,
     parse_timeout,
     present_metric,
-    present_snapshot,
 )
 from aenv_gateway.service import SandboxService
-from aenv_gateway.snapshots import SnapshotService
 
 
 def authenticated(auth: ApiKeyAuth, endpoint: Endpoint) -> Endpoint:
@@ -55,7 +53,6 @@ class SandboxRoutes:
     def __init__(
         self,
         service: SandboxService,
-        snapshots: SnapshotService,
         presenter: Presenter,
         default_timeout_s: int,
         logs: SandboxLogs,
@@ -63,7 +60,6 @@ class SandboxRoutes:
     ) -> None:
         self._service = service
         self._batch = BatchCreates(service)
-        self._snapshots = snapshots
         self._logs = logs
         self._metrics = metrics
         self._present = presenter
@@ -155,15 +151,6 @@ class SandboxRoutes:
         await self._service.pause(request.path_params["sandbox_id"], parse_memory(body))
         return Response(status_code=204)
 
-    async def create_snapshot(self, request: Request) -> Response:
-        body = parse_json_object(await request.body())
-        name = body.get("name")
-        if name is not None and not isinstance(name, str):
-            raise InvalidArgument("name must be a string")
-        record = await self._snapshots.create(
-            request.path_params["sandbox_id"], name or "", parse_memory(body))
-        return JSONResponse(present_snapshot(record), status_code=201)
-
     async def reset(self, request: Request) -> Response:
         """Native extension: rewind in place (same id, token, address) to a snapshot."""
         snapshot_id = parse_json_object(await request.body()).get("snapshotID")
@@ -222,7 +209,6 @@ class SandboxRoutes:
             route(f"{sid}/connect", self.connect_v1, "POST"),
             route(f"{sid}/resume", self.resume, "POST"),
             route(f"{sid}/pause", self.pause, "POST"),
-            route(f"{sid}/snapshots", self.create_snapshot, "POST"),
             route(f"{sid}/fork", self.fork, "POST"),
             route(f"{sid}/reset", self.reset, "POST"),
             route(f"{sid}/network", self.update_network, "PUT"),

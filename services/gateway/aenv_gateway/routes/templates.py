@@ -184,14 +184,16 @@ class TemplateRoutes:
         return JSONResponse(shown)
 
     async def delete(self, request: Request) -> Response:
-        """A template of the catalog, else a snapshot (E2B deletes both here)."""
+        """A snapshot template or snapshot, else a template of the catalog (E2B deletes both
+        here): snapshots first, so a snapshot template never goes without its snapshots."""
         name = raw_template_id(request)
         await self._public.refuse_builtin(name)
+        if await self._snapshots.delete_named(name):
+            return Response(status_code=204)
         removed = await self._catalog.delete(name, self._builds.building)
         if removed is None:
-            await self._snapshots.delete(name)
-        else:
-            await self._cleanup.after_delete(removed)
+            raise NotFound(f"template '{name}' not found")
+        await self._cleanup.after_delete(removed)
         return Response(status_code=204)
 
     def routes(self, auth: ApiKeyAuth) -> list[Route]:

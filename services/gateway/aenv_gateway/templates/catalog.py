@@ -53,6 +53,12 @@ def now_timestamp(clock: Callable[[], float]) -> Timestamp:
     return stamp
 
 
+def name_taken(name: str, holder: CatalogTemplate) -> Conflict:
+    """A name asked of the other kind: templates and snapshots share one set of names."""
+    kind = "snapshot" if holder.snapshot else "template"
+    return Conflict(f"name '{name}' is already used by a {kind}")
+
+
 class TemplateCatalog:
     def __init__(self, records: TemplateRecords, clock: Callable[[], float] = time.time) -> None:
         self._records = records
@@ -90,21 +96,34 @@ class TemplateCatalog:
 
         return await self._records.update_template(template.template_id, count), build
 
-    async def _named(self, name: str) -> CatalogTemplate:
+    async def _named(self, name: str, snapshot: bool = False) -> CatalogTemplate:
         """The template called `name`, made when there is none: made with its name's claim in
         one write, so gateways asking at once agree on one. A claim whose template is gone
-        (deleted meanwhile) is taken over at the revision read."""
+        (deleted meanwhile) is taken over at the revision read.
+
+        :raise Conflict: the name is a snapshot template's and a built one is asked for, or
+            the other way round (templates and snapshots share one set of names).
+        """
         for _ in range(CLAIM_ATTEMPTS):
             held = await self._records.get_claim(NAMES, name)
             if held is not None and (found := await self._records.get_template(held.holder_id)):
+                if found.snapshot != snapshot:
+                    raise name_taken(name, found)
                 return found
             stamp = now_timestamp(self._clock)
             fresh = CatalogTemplate(template_id=new_template_id(), names=[name],
-                                    created_at=stamp, updated_at=stamp)
+                                    created_at=stamp, updated_at=stamp, snapshot=snapshot)
             if await self._records.claim(NAMES, name, fresh.template_id,
                                          held.revision if held else 0, fresh):
                 return fresh
         raise Conflict(f"template '{name}' kept changing; try again")
+
+    async def snapshot_template(self, name: str) -> CatalogTemplate:
+        """The snapshot template called `name`, made when there is none (snapshot_catalog.py).
+
+        :raise Conflict: the name is a built template's.
+        """
+        return await self._named(name, snapshot=True)
 
     async def require(self, id_or_name: str) -> CatalogTemplate:
         """:raise NotFound: no template has this id or name."""
@@ -230,7 +249,8 @@ class TemplateCatalog:
         return found
 
     async def list_templates(self) -> list[CatalogTemplate]:
-        templates = await self._records.list_templates()
+        """Built templates: snapshot templates are listed as snapshots (`GET /snapshots`)."""
+        templates = [t for t in await self._records.list_templates() if not t.snapshot]
         return sorted(templates, key=lambda t: t.created_at.ToNanoseconds())
 
     async def latest_build(self, template: CatalogTemplate) -> BuildRecord | None:
