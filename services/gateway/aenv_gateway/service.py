@@ -369,9 +369,12 @@ class SandboxService:
         return Located(connected.record, located.owner)
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
-        """Rewinds a running sandbox in place to a snapshot held by its node."""
+        """Rewinds a running sandbox in place to a snapshot held by its node: by its id, or as
+        E2B names it (`snap-…:default`, `aenv/name:tag`)."""
         if not snapshot_id:
             raise InvalidArgument("snapshotID is required")
+        named = await self._templates(snapshot_id)
+        snapshot_id = named.image if named is not None else snapshot_id
         located = self.running(sandbox_id)
         record = await self._nodeagents.reset(
             located.owner.nodeagent_address, sandbox_id, snapshot_id

@@ -163,3 +163,16 @@ async def test_a_snapshot_deleted_by_id_leaves_its_template(stack: Stack) -> Non
         assert isinstance(stack.templates, InMemoryTemplateRecords)
         assert (NAMES, "kept") not in stack.templates.claims
         assert (await _snapshot(http, sid, "kept")).status_code == 201
+
+
+async def test_reset_takes_e2b_snapshot_ids(stack: Stack) -> None:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        sid = (await _sandbox(http)).json()["sandboxID"]
+        unnamed = (await _snapshot(http, sid, None)).json()["snapshotID"]
+        named = (await _snapshot(http, sid, "rewind:v1")).json()["snapshotID"]
+        assert (unnamed, named) == ("snap-1:default", "aenv/rewind:v1")
+        for given in (unnamed, named, "snap-1"):
+            reset = await http.post(f"/sandboxes/{sid}/reset", headers=AUTH,
+                                    json={"snapshotID": given})
+            assert reset.status_code == 200, reset.text
+        assert stack.nodeagent.resets == [(sid, "snap-1"), (sid, "snap-2"), (sid, "snap-1")]
