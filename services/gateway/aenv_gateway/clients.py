@@ -268,6 +268,15 @@ class NodeAgentClients:
         )
         return list(response.results)
 
+    async def resolve_image(
+        self, address: str, request: nodeagent_pb2.ResolveImageRequest
+    ) -> str:
+        """The digest the image reference names now, as that node's registry access sees it."""
+        stub = self._stub(address)
+        response: nodeagent_pb2.ResolveImageResponse = await call(
+            lambda: stub.ResolveImage(request, timeout=self._deadline))
+        return response.digest
+
     async def build_template(
         self, address: str, request: nodeagent_pb2.BuildTemplateRequest
     ) -> AsyncIterator[nodeagent_pb2.BuildTemplateResponse]:

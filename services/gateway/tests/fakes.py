@@ -4,6 +4,7 @@ with sandbox records kept in an InMemoryClusterView (standing in for the etcd mi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator
 
@@ -61,6 +62,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         # What the scheduler places by: a finished build adds its template, as etcd would.
         self.templates = templates
         self.builds: list[nodeagent_pb2.BuildTemplateRequest] = []
+        # What each image reference resolves to (absent: a digest of the reference itself).
+        self.image_digests: dict[str, str] = {}
         self.build_started = asyncio.Event()
         # Set: builds wait for it before they finish (concurrency tests).
         self.build_gate: asyncio.Event | None = None
@@ -95,6 +98,13 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             await self.build_gate.wait()
         self.templates.add(request.template_id)
         yield build_result(request)
+
+    async def ResolveImage(
+        self, request: nodeagent_pb2.ResolveImageRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ResolveImageResponse:
+        digest = self.image_digests.get(request.reference) or (
+            "sha256:" + hashlib.sha256(request.reference.encode()).hexdigest())
+        return nodeagent_pb2.ResolveImageResponse(digest=digest)
 
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -18,6 +18,7 @@ from e2b.api.client.api.tags import (
     get_templates_template_id_tags_tag_assignments,
 )
 from e2b.api.client.api.templates import get_default_templates
+from e2b.api.client.models import Error
 from e2b.api.client.models import GetTemplatesTemplateIDTagsGroupsSort as Sort
 from e2b.api.client_async import get_api_client
 from e2b.connection_config import ConnectionConfig
@@ -49,6 +50,15 @@ def _client() -> Any:
     return get_api_client(ConnectionConfig())
 
 
+T = TypeVar("T")
+
+
+def _ok(parsed: T | Error | None) -> T:
+    """The SDK's parsed 200 answer (not its Error)."""
+    assert parsed is not None and not isinstance(parsed, Error), parsed
+    return parsed
+
+
 async def test_the_builtin_templates_are_e2bs_public_defaults(tstack: Stack) -> None:
     _publish_base(tstack)
     assert await AsyncTemplate.exists("base") is True
@@ -56,8 +66,8 @@ async def test_the_builtin_templates_are_e2bs_public_defaults(tstack: Stack) -> 
     tags = await AsyncTemplate.get_tags("base")
     assert [t.tag for t in tags] == ["default"] and tags[0].build_id
     defaults = await get_default_templates.asyncio_detailed(client=_client())
-    assert defaults.status_code == 200 and defaults.parsed is not None
-    [base] = defaults.parsed
+    assert defaults.status_code == 200
+    [base] = _ok(defaults.parsed)
     assert (base.template_id, base.names, base.public, base.is_default) == (
         "base", ["base"], True, True)
     assert (base.cpu_count, base.memory_mb, base.build_status.value) == (2, 512, "ready")
@@ -82,39 +92,40 @@ async def test_the_tag_views_answer_as_e2bs(tstack: Stack) -> None:
     second = await AsyncTemplate.build(
         AsyncTemplate().from_image("alpine:3").run_cmd("echo v2"), "views", tags=["v2"])
     client, name = _client(), first.template_id
-    count = await get_templates_template_id_tags_count.asyncio(name, client=client)
-    assert count is not None and count.total == 3  # default, v1, v2
+    count = _ok(await get_templates_template_id_tags_count.asyncio(name, client=client))
+    assert count.total == 3  # default, v1, v2
 
     async def exists(tag: str) -> bool:
-        found = await get_templates_template_id_tags_exists.asyncio(name, client=client, tag=tag)
-        assert found is not None and found.normalized_tag == tag
+        found = _ok(await get_templates_template_id_tags_exists.asyncio(
+            name, client=client, tag=tag))
+        assert found.normalized_tag == tag
         return bool(found.exists)
 
     assert await exists("v1") and not await exists("nope")
-    page = await get_templates_template_id_tags_groups.asyncio(
-        name, client=client, sort=Sort.NAME_ASC, tags_limit=2)
-    assert page is not None and [g.tag for g in page.tags] == ["default", "v1"]
+    page = _ok(await get_templates_template_id_tags_groups.asyncio(
+        name, client=client, sort=Sort.NAME_ASC, tags_limit=2))
+    assert [g.tag for g in page.tags] == ["default", "v1"]
     assert [str(a.build_id) for a in page.tags[1].assignments] == [first.build_id]
     assert isinstance(page.next_cursor, str)
-    rest = await get_templates_template_id_tags_groups.asyncio(
-        name, client=client, sort=Sort.NAME_ASC, tags_limit=2, tags_cursor=page.next_cursor)
-    assert rest is not None and [g.tag for g in rest.tags] == ["v2"]
+    rest = _ok(await get_templates_template_id_tags_groups.asyncio(
+        name, client=client, sort=Sort.NAME_ASC, tags_limit=2, tags_cursor=page.next_cursor))
+    assert [g.tag for g in rest.tags] == ["v2"]
     assert rest.next_cursor is None and not rest.tags[0].has_more
-    newest = await get_templates_template_id_tags_groups.asyncio(
-        name, client=client, search="V")
-    assert newest is not None and {g.tag for g in newest.tags} == {"v1", "v2"}
+    newest = _ok(await get_templates_template_id_tags_groups.asyncio(
+        name, client=client, search="V"))
+    assert {g.tag for g in newest.tags} == {"v1", "v2"}
     assert newest.tags[0].tag == "v2"  # latest first, E2B's default order
     mismatch = await get_templates_template_id_tags_groups.asyncio_detailed(
         name, client=client, sort=Sort.LATEST_ASC, tags_cursor=page.next_cursor)
     assert mismatch.status_code == 400 and b"different sort" in mismatch.content
-    assigned = await get_templates_template_id_tags_tag_assignments.asyncio(
-        name, "v2", client=client)
-    assert assigned is not None and assigned.next_cursor is None
+    assigned = _ok(await get_templates_template_id_tags_tag_assignments.asyncio(
+        name, "v2", client=client))
+    assert assigned.next_cursor is None
     assert [str(a.build_id) for a in assigned.data] == [second.build_id]
     assert assigned.data[0].build_finished_at is not None
-    unknown = await get_templates_template_id_tags_tag_assignments.asyncio(
-        name, "gone", client=client)
-    assert unknown is not None and unknown.data == []
+    unknown = _ok(await get_templates_template_id_tags_tag_assignments.asyncio(
+        name, "gone", client=client))
+    assert unknown.data == []
     async with httpx.AsyncClient(base_url=tstack.url, headers=AUTH) as http:
         base = f"/templates/{name}/tags"
         for path, params in ((f"{base}/exists", {}), (f"{base}/groups", {"sort": "size"}),
@@ -157,3 +168,22 @@ async def test_a_background_build_reports_building_then_ready(tstack: Stack) -> 
         await asyncio.sleep(0.1)
     assert status.status.value == "ready"
     assert await AsyncTemplate.exists("e2b-test:v1")
+
+
+async def test_a_tag_pushed_again_is_built_anew_an_unchanged_one_is_reused(
+    tstack: Stack,
+) -> None:
+    template = AsyncTemplate().from_image("registry.test/app:1").run_cmd("echo on it")
+    node = tstack.nodeagent
+    node.image_digests["registry.test/app:1"] = "sha256:" + "1" * 64
+    first = await AsyncTemplate.build(template, "retagged")
+    lines: list[str] = []
+    await AsyncTemplate.build(template, "retagged",
+                              on_build_logs=lambda entry: lines.append(entry.message))
+    assert len(node.builds) == 1  # the tag still names the same image: the build is reused
+    assert any(f"registry.test/app:1 is sha256:{'1' * 64}" in m for m in lines)
+    node.image_digests["registry.test/app:1"] = "sha256:" + "2" * 64  # pushed again
+    second = await AsyncTemplate.build(template, "retagged")
+    assert len(node.builds) == 2 and second.build_id != first.build_id
+    tags = {t.tag: t.build_id for t in await AsyncTemplate.get_tags("retagged")}
+    assert tags == {"default": second.build_id}

@@ -55,6 +55,12 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         yield nodeagent_pb2.BuildTemplateResponse(result=nodeagent_pb2.BuildTemplateResult(
             template=built.record, phases_ms=built.phases_ms))
 
+    async def ResolveImage(
+        self, request: nodeagent_pb2.ResolveImageRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ResolveImageResponse:
+        return nodeagent_pb2.ResolveImageResponse(
+            digest=await self._builds.resolve_image(request.reference, _login(request.registry)))
+
     async def CreateSandbox(
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSandboxResponse:
@@ -203,11 +209,10 @@ def build_request(request: nodeagent_pb2.BuildTemplateRequest) -> BuildRequest:
                   for step in request.steps],
         "startCmd": request.start_cmd, "readyCmd": request.ready_cmd,
     })
-    creds = request.registry
     return BuildRequest(
         request.template_id, request.build_id, recipe,
         from_image=request.from_image or None, from_template=request.from_template or None,
-        login=Login(creds.username, creds.password) if creds.username else None,
+        login=_login(request.registry),
         vcpus=request.resources.vcpus, memory_mib=request.resources.memory_mib,
         disk_mib=request.resources.disk_mib, force=request.force,
         min_free_disk_mib=(request.min_free_disk_mib
@@ -235,3 +240,7 @@ def _log_line(message: str, step: str) -> nodeagent_pb2.BuildLogLine:
     now = Timestamp()
     now.GetCurrentTime()
     return nodeagent_pb2.BuildLogLine(time=now, level="info", message=message, step=step)
+
+
+def _login(creds: nodeagent_pb2.RegistryCredentials) -> Login | None:
+    return Login(creds.username, creds.password) if creds.username else None

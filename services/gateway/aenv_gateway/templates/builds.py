@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv.scheduler.v1.scheduler_pb2 import Placement
 from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_common.ids import new_sandbox_id
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
@@ -90,7 +91,6 @@ class TemplateBuilds:
         parent = None
         if start.from_template:
             parent = await self._catalog.resolve(start.from_template) or start.from_template
-        build.inputs_digest = start.digest(build, parent)
         build.status = BUILDING
         build.updated_at.CopyFrom(now_timestamp(self._clock))
         await self._records.put_build(build)
@@ -137,7 +137,8 @@ class TemplateBuilds:
         journal = BuildJournal(build, self._records.put_build, self._clock)
         heartbeat = asyncio.ensure_future(journal.keep_alive())
         try:
-            await self._make(journal, start, parent)
+            placement = await self._resolve_inputs(journal, start, parent)
+            await self._make(journal, start, parent, placement)
             # Tags first: an SDK seeing "ready" creates from the tag at once.
             await self._catalog.publish(journal.record)
             journal.record.status = READY
@@ -157,7 +158,34 @@ class TemplateBuilds:
         finally:
             heartbeat.cancel()
 
-    async def _make(self, journal: BuildJournal, start: BuildStart, parent: str | None) -> None:
+    async def _resolve_inputs(
+        self, journal: BuildJournal, start: BuildStart, parent: str | None
+    ) -> Placement | None:
+        """The build's inputs digest. An image's reference is resolved to its digest by the
+        node that would build it (the registries are the nodes' to reach): a tag pushed again
+        is then other inputs. Returns that node's placement (None: nothing placed yet)."""
+        build, placement, image_digest = journal.record, None, None
+        if start.from_image:
+            placement = await self._place(journal, parent)
+            image_digest = await self._nodeagents.resolve_image(
+                placement.nodeagent_address, start.resolve_request())
+            journal.add(f"{start.from_image} is {image_digest}", BASE_STEP)
+        build.inputs_digest = start.digest(build, parent, image_digest)
+        return placement
+
+    async def _place(self, journal: BuildJournal, parent: str | None) -> Placement:
+        build = journal.record
+        journal.add("waiting for a node", BASE_STEP)
+        placement = await self._scheduler.schedule(cluster_pb2.SandboxSpec(
+            sandbox_id=new_sandbox_id(), template_id=parent or PLACE_IMAGE_BUILDS_AS,
+            resources=build.resources))
+        build.node_id = placement.node_id
+        return placement
+
+    async def _make(
+        self, journal: BuildJournal, start: BuildStart, parent: str | None,
+        placement: Placement | None,
+    ) -> None:
         """Reuses or follows the build that holds the inputs' claim, else claims it and builds."""
         own = journal.record
         for _ in range(CLAIM_ATTEMPTS):
@@ -177,7 +205,7 @@ class TemplateBuilds:
                 break
         else:
             raise Conflict("builds of the same inputs kept starting; try again")
-        await self._on_a_node(journal, start, parent)
+        await self._on_a_node(journal, start, parent, placement)
 
     async def _claim(self, own: BuildRecord, held: Claim | None) -> bool:
         """Takes the inputs' claim over from nobody, a failed, interrupted or deleted build."""
@@ -200,14 +228,12 @@ class TemplateBuilds:
             await asyncio.sleep(FOLLOW_POLL_S)
 
     async def _on_a_node(
-        self, journal: BuildJournal, start: BuildStart, parent: str | None
+        self, journal: BuildJournal, start: BuildStart, parent: str | None,
+        placement: Placement | None,
     ) -> None:
         build = journal.record
-        journal.add("waiting for a node", BASE_STEP)
-        placement = await self._scheduler.schedule(cluster_pb2.SandboxSpec(
-            sandbox_id=new_sandbox_id(), template_id=parent or PLACE_IMAGE_BUILDS_AS,
-            resources=build.resources))
-        build.node_id = placement.node_id
+        if placement is None:
+            placement = await self._place(journal, parent)
         journal.add(f"building on node {placement.node_id}", BASE_STEP)
         request = start.node_request(build.build_id, build.build_id, parent, build)
         async for event in self._nodeagents.build_template(placement.nodeagent_address, request):

@@ -82,15 +82,25 @@ class BuildStart:
     force: bool
     login: tuple[str, str] | None = field(default=None, repr=False)
 
-    def digest(self, build: BuildRecord, parent: str | None) -> str:
-        """What shapes the template (never the registry's credentials)."""
+    def digest(
+        self, build: BuildRecord, parent: str | None, image_digest: str | None = None,
+    ) -> str:
+        """What shapes the template (never the registry's credentials): with the image, the
+        digest its reference names now, so a tag pushed again is built anew."""
         r = build.resources
         free = build.min_free_disk_mib if build.HasField("min_free_disk_mib") else None
-        plain = {"image": self.from_image, "parent": parent,
+        image = [self.from_image, image_digest] if image_digest else self.from_image
+        plain = {"image": image, "parent": parent,
                  "steps": [[s.type, list(s.args), s.files_hash] for s in self.steps],
                  "start": self.start_cmd, "ready": self.ready_cmd,
                  "size": [r.vcpus, r.memory_mib, r.disk_mib, free]}
         return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
+
+    def resolve_request(self) -> nodeagent_pb2.ResolveImageRequest:
+        request = nodeagent_pb2.ResolveImageRequest(reference=self.from_image or "")
+        if self.login is not None:
+            request.registry.username, request.registry.password = self.login
+        return request
 
     def node_request(
         self, template_id: str, build_id: str, parent: str | None, build: BuildRecord,

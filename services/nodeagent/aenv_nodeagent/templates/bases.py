@@ -28,6 +28,8 @@ from aenv_nodeagent.images import (
 )
 from aenv_nodeagent.images.auth import Login
 from aenv_nodeagent.images.guest_files import GUEST_FILES_VERSION
+from aenv_nodeagent.images.reference import ImageReference
+from aenv_nodeagent.images.registry import RegistryClient
 from aenv_nodeagent.images.sources import LayerDone
 from aenv_nodeagent.templates.bounds import mark_used
 
@@ -55,10 +57,8 @@ class ImageBases:
             architecture, a corrupt layer, a disk too small, ...).
         """
         ref = parse_reference(reference)
-        credentials = self._credentials
-        if login is not None:
-            credentials = Credentials({**credentials.by_host, ref.registry: login})
-        source = RegistrySource(ref, self._hosts, credentials, self._session, on_layer)
+        source = RegistrySource(ref, self._hosts, self._with(ref, login), self._session,
+                                on_layer)
         async with self._locks.setdefault((str(ref), size), asyncio.Lock()):
             self._root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(prefix=".base-", dir=self._root))
@@ -67,6 +67,23 @@ class ImageBases:
                 return self._keep(built, work)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
+
+    async def resolve(self, reference: str, login: Login | None = None) -> str:
+        """The digest the reference names at its registry now (a tag asked each time).
+
+        :raise AenvError: one of `images.errors` (unknown image, refused credentials, ...).
+        """
+        ref = parse_reference(reference)
+        if ref.digest:
+            return ref.digest
+        client = RegistryClient(self._session, self._hosts, self._with(ref, login))
+        _, _, digest = await client.manifest(ref, ref.reference)
+        return digest
+
+    def _with(self, ref: ImageReference, login: Login | None) -> Credentials:
+        if login is None:
+            return self._credentials
+        return Credentials({**self._credentials.by_host, ref.registry: login})
 
     def drop_unless_used(self, disk: Path, in_use: set[Path]) -> None:
         """Removes a base disk no registered template stands on (its build failed)."""

@@ -129,6 +129,10 @@ class TemplateBuilds:
                                           **{f"{k}_ms": round(v) for k, v in phases.items()}})
         return Built(snapshot, record, phases)
 
+    async def resolve_image(self, reference: str, login: Login | None = None) -> str:
+        """What a build from `reference` would pull now (bases.py)."""
+        return await self._bases.resolve(reference, login)
+
     async def _inputs(
         self, request: BuildRequest, build_log: Log
     ) -> tuple[TemplateInputs, dict[str, float]]:

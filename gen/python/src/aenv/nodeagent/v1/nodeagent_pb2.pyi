@@ -24,6 +24,20 @@ LOG_LEVEL_INFO: LogLevel
 LOG_LEVEL_WARN: LogLevel
 LOG_LEVEL_ERROR: LogLevel
 
+class ResolveImageRequest(_message.Message):
+    __slots__ = ("reference", "registry")
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    REGISTRY_FIELD_NUMBER: _ClassVar[int]
+    reference: str
+    registry: RegistryCredentials
+    def __init__(self, reference: _Optional[str] = ..., registry: _Optional[_Union[RegistryCredentials, _Mapping]] = ...) -> None: ...
+
+class ResolveImageResponse(_message.Message):
+    __slots__ = ("digest",)
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    def __init__(self, digest: _Optional[str] = ...) -> None: ...
+
 class TemplateStep(_message.Message):
     __slots__ = ("type", "args", "files_hash")
     TYPE_FIELD_NUMBER: _ClassVar[int]

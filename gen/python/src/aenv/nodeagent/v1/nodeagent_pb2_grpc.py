@@ -129,6 +129,11 @@ class NodeAgentServiceStub:
                 request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateRequest.SerializeToString,
                 response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateResponse.FromString,
                 _registered_method=True)
+        self.ResolveImage = channel.unary_unary(
+                '/aenv.nodeagent.v1.NodeAgentService/ResolveImage',
+                request_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResolveImageRequest.SerializeToString,
+                response_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResolveImageResponse.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServiceServicer:
@@ -268,6 +273,14 @@ class NodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResolveImage(self, request, context):
+        """The digest an image reference names at its registry now: a tag resolved, a digest as it
+        is. A build from an image is cached by it, so a tag pushed again builds anew.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -365,6 +378,11 @@ def add_NodeAgentServiceServicer_to_server(servicer, server):
                     servicer.BuildTemplate,
                     request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateRequest.FromString,
                     response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateResponse.SerializeToString,
+            ),
+            'ResolveImage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveImage,
+                    request_deserializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResolveImageRequest.FromString,
+                    response_serializer=aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResolveImageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -880,6 +898,33 @@ class NodeAgentService:
             '/aenv.nodeagent.v1.NodeAgentService/BuildTemplate',
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateRequest.SerializeToString,
             aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.BuildTemplateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveImage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.nodeagent.v1.NodeAgentService/ResolveImage',
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResolveImageRequest.SerializeToString,
+            aenv_dot_nodeagent_dot_v1_dot_nodeagent__pb2.ResolveImageResponse.FromString,
             options,
             channel_credentials,
             insecure,
