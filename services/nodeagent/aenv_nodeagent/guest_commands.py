@@ -162,4 +162,7 @@ def _raise_end_error(message: bytes, command: str) -> None:
         return
     if error.get("code") == "deadline_exceeded":
         raise DeadlineExceeded(f"`{command}` did not finish in time")
-    raise Internal(f"envd failed `{command}`: {error.get('message', error.get('code'))}")
+    # E2B's builder's words (its SDK's template suite matches them): the Connect code, then
+    # envd's message.
+    raise Internal(f"failed to run command '{command}': command failed: "
+                   f"{error.get('code', 'unknown')}: {error.get('message', '')}")

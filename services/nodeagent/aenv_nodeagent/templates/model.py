@@ -55,7 +55,9 @@ class TemplateSnapshot:
     artifacts_digest: str
     envd_version: str
     boot_seconds: float
-    # What the recipe's USER, WORKDIR and ENV steps left: every sandbox's envd /init gets them.
+    # What the recipe's USER and WORKDIR steps left: every sandbox's envd /init gets them. Its
+    # ENV steps hold during the build only (E2B's `set_envs`); env_vars stays empty (kept for
+    # the metadata of captures made before).
     default_user: str = "user"
     default_workdir: str = "/home/user"
     env_vars: dict[str, str] = field(default_factory=dict)

@@ -3,10 +3,11 @@ command and its ready check — all through the guest's envd, so the image needs
 shell of ours beyond the tools disk's busybox, and any libc.
 
     runner = StepRunner(commands, host, contexts, log)
-    defaults = await runner.run(recipe)      # the user, workdir and env the sandboxes inherit
+    defaults = await runner.run(recipe)      # the user and workdir the sandboxes inherit
 
-Each step sees what the ones before it left: ENV adds to the environment of later RUNs (and of
-every sandbox), WORKDIR is created and becomes their cwd, USER their user. A failing step ends the
+Each step sees what the ones before it left: ENV adds to the environment of later RUNs and of the
+start and ready commands (not of sandboxes' commands: E2B's `set_envs` is for the build only),
+WORKDIR is created and becomes their cwd, USER their user. A failing step ends the
 build with `BuildStepFailed`, whose message names the step and quotes its output's last line.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+import re
 import shlex
 import shutil
 import tempfile
@@ -264,20 +266,36 @@ class StepRunner:
                 f"{name}: exited with code {result.exit_code}" + (f": {tail}" if tail else ""))
 
 
+_GLOB = re.compile(r"[*?[{]")
+
+
+def static_source(src: str) -> str:
+    """What of a COPY source is no glob, as E2B's builder takes it: the SDK tarred only the
+    matches, so a glob's folder (`folder` of `folder/*.txt`; the context itself, `.`, of
+    `*.txt`) holds them, and its contents are what is copied."""
+    meta = _GLOB.search(src)
+    if meta is None:
+        return src.rstrip("/") or "."
+    cut = src.rfind("/", 0, meta.start())
+    return src[:cut].rstrip("/") or "." if cut > 0 else "."
+
+
 def _copy_script(staged: str, gzipped: bool, src: str, target: str, owner: str, mode: str) -> str:
     """Unpacks the SDK's tarball (entries are paths relative to the build context) into a
     scratch directory, gives `src` its owner and mode there, then puts it at `target` as
     Docker's COPY does: a directory's contents into `target`; a file into `target` when that
-    ends in / or is a directory, else as `target`."""
+    ends in / or is a directory, else as `target`. Symlinks are copied as they are (E2B's),
+    also ones pointing nowhere in the guest: they get the owner, never their targets."""
     bb, q = BUSYBOX, shlex.quote
     scratch = f"{staged}.d"
-    entry = q(posixpath.join(scratch, src.rstrip("/")))
+    entry = q(posixpath.normpath(posixpath.join(scratch, static_source(src))))
     into = "true" if target.endswith("/") else f"[ -d {q(target)} ]"
     lines = [
         f"{bb} rm -rf {q(scratch)} && {bb} mkdir -p {q(scratch)}",
         f"{bb} tar -x{'z' if gzipped else ''}f {q(staged)} -C {q(scratch)}",
-        f"[ -e {entry} ] || {{ echo 'no such file in the uploaded context: {src}' >&2; exit 1; }}",
-        f"{bb} chown -R {q(owner)}: {entry}",
+        f"{{ [ -e {entry} ] || [ -L {entry} ]; }} || "
+        f"{{ echo {q(f'no such file in the uploaded context: {src}')} >&2; exit 1; }}",
+        f"{bb} chown -hR {q(owner)}: {entry}",
         *([f"{bb} chmod -R {q(mode)} {entry}"] if mode else []),
         f"{bb} mkdir -p {q(posixpath.dirname(target.rstrip('/')) or '/')}",
         f"if [ -d {entry} ]; then {bb} mkdir -p {q(target)} && {bb} cp -a {entry}/. {q(target)}; "

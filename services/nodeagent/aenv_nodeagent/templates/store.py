@@ -229,8 +229,10 @@ class TemplateStore(TemplateCatalog):
                     self._ready_timeout_s).run(
                         inputs.recipe, checkpoint=checkpoint,
                         resume=(cached[0], cached[1].defaults) if cached else None)
+            # The recipe's ENV (and the image's) held for its steps, start and ready commands
+            # only: as E2B's, a sandbox's later commands get the user and workdir, not them.
             envd_version = await self._envd.init(
-                slot.ns_ip, env_vars=defaults.env_vars, access_token="",
+                slot.ns_ip, env_vars={}, access_token="",
                 default_user=defaults.user, default_workdir=defaults.workdir)
             await vm.capture(work / STATE_FILE)
         finally:
@@ -253,7 +255,6 @@ class TemplateStore(TemplateCatalog):
             boot_seconds=boot_seconds,
             default_user=defaults.user,
             default_workdir=defaults.workdir,
-            env_vars=defaults.env_vars,
         )
 
 

@@ -103,7 +103,7 @@ async def test_copy_uploads_the_context_and_unpacks_it_as_root(tmp_path: Path) -
     assert guest.uploads == [(tmp_path / "ab12", "/tmp/.aenv-copy-ab12")]
     copy = guest.ran[-1]
     assert copy.user == "root"
-    for piece in ("tar -xzf /tmp/.aenv-copy-ab12", "chown -R user: /tmp/.aenv-copy-ab12.d/site",
+    for piece in ("tar -xzf /tmp/.aenv-copy-ab12", "chown -hR user: /tmp/.aenv-copy-ab12.d/site",
                   "chmod -R 0755", "/srv/www/"):
         assert piece in copy.command
 

@@ -1,7 +1,8 @@
 """A template from a recipe, for real: its steps run in a booted VM of the rootfs through envd,
 its start command's process is captured running, and a sandbox created from it has its app
-answering at once, as the user, in the directory and with the environment the recipe left. A
-failing step fails the create with the step's name, leaving nothing behind."""
+answering at once, as the user and in the directory the recipe left; its ENV held for the build
+(steps, start command) only, as E2B's `set_envs`. A failing step fails the create with the
+step's name, leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -70,9 +71,10 @@ async def test_a_recipes_sandboxes_start_with_its_app_running() -> None:
         # The start command was captured running: its port answers at once, no waiting.
         assert (await run("curl -sf --max-time 5 http://127.0.0.1:8000/index.html")
                 ).encode() == PAGE
-        # Without a user, the recipe's defaults: its USER, WORKDIR and ENV (plus the sandbox's).
+        # Without a user, the recipe's defaults: its USER and WORKDIR; of the env, the
+        # sandbox's own only (the recipe's ENV held for its build: `greeting` below).
         assert await run('id -un; pwd; echo "$GREETING|$OWN"') == (
-            "runner\n/home/runner/app\nhello world|sandbox's\n")
+            "runner\n/home/runner/app\n|sandbox's\n")
         assert await run("cat whoami where greeting /etc/built-by-recipe") == (
             "runner\n/home/runner/app\nhello world\nbuilt\n")
         assert await run("stat -c '%U %a' www www/index.html") == "runner 755\nrunner 755\n"
@@ -113,12 +115,15 @@ async def test_a_rebuild_runs_only_the_steps_after_its_unchanged_ones() -> None:
         made = await built("layered-a", [*first, _step("RUN", "echo two > /srv-two", "root")])
         assert "step 1: RUN echo one > /srv-one root" in made
         changed = await built("layered-b", [
-            *first, _step("RUN", "echo three > /srv-three && cat /srv-one > /copied", "root")])
+            *first, _step("RUN", "echo three > /srv-three && cat /srv-one > /copied && "
+                          "echo $X >> /copied", "root")])
         assert "steps 1-2 unchanged: their layers are reused" in changed
         assert not any(line.startswith(("step 1:", "step 2:")) for line in changed)
 
-        for template_id, expected in (("layered-b", "one\nthree\none\n1\nno two\n"),
-                                      ("layered-a", "one\n1\ntwo\n")):
+        # The resumed build still had the ENV of the layers it reused (/copied); sandboxes do
+        # not ($X is empty).
+        for template_id, expected in (("layered-b", "one\nthree\none\n1\n\nno two\n"),
+                                      ("layered-a", "one\n\ntwo\n")):
             s = spec(template_id=template_id)
             sandbox = await node.sandboxes.create(s)
             script = ("cat /srv-one; cat /srv-three /copied 2>/dev/null; echo $X; "
