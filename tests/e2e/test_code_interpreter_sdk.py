@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -261,3 +262,85 @@ def test_smolagents_e2b_executor_runs_code_and_final_answers(sandboxes: list[str
         assert final.is_final_answer and final.output == 42
     finally:
         executor.cleanup()
+
+
+# The official suite's image cell (e2b-code-interpreter `tests/images/test_images.py`), indented
+# as there: IPython strips the common indentation.
+PIL_IMAGE = """
+    import numpy
+    from PIL import Image
+
+    imarray = numpy.random.rand(16,16,3) * 255
+    image = Image.fromarray(imarray.astype('uint8')).convert('RGBA')
+
+"""
+
+
+def test_kernels_run_as_root_with_home_user_as_their_default_cwd(sandboxes: list[str]) -> None:
+    """As E2B's template runs them (`sudo .../start-up.sh`): a context may live in /root; the
+    defaults' cwd is /home/user (the official `test_cwd_*` and `test_contexts`)."""
+    sandbox = _create(sandboxes)
+    default = sandbox.run_code("from pathlib import Path; print(Path.cwd())")
+    assert "".join(default.logs.stdout).strip() == "/home/user"
+    assert sandbox.run_code("process.cwd()", language="js").text == "/home/user"
+    assert sandbox.run_code("whoami", language="bash").logs.stdout == ["root\n"]
+
+    root = sandbox.create_code_context(cwd="/root")
+    assert (root.language, root.cwd) == ("python", "/root")
+    assert sandbox.run_code("import os; os.getcwd(), os.getuid()", context=root
+                            ).text == "('/root', 0)"
+    made = sandbox.create_code_context(language="python", cwd="/home/user/test")
+    last = sandbox.list_code_contexts()[-1]
+    assert (last.id, last.language, last.cwd) == (made.id, "python", "/home/user/test")
+    assert sandbox.run_code("import os; os.getcwd()", context=made).text == "/home/user/test"
+
+
+def test_pil_images_saved_shown_or_last_are_png_results(sandboxes: list[str]) -> None:
+    sandbox = _create(sandboxes)
+    for last, printed in (("image.save('test.png')\nprint('Image saved.')", ["Image saved.\n"]),
+                          ("image.show()\nprint('Image shown.')", ["Image shown.\n"]),
+                          ("image", [])):
+        execution = sandbox.run_code(PIL_IMAGE + textwrap.indent(last, "    "))
+        assert execution.error is None and execution.logs.stdout == printed
+        image = execution.results[0].png
+        assert image and base64.b64decode(image).startswith(PNG_MAGIC)
+    saved = sandbox.files.read("/home/user/test.png", format="bytes")
+    assert bytes(saved).startswith(PNG_MAGIC)  # displayed and written
+
+
+def test_typescript_cells_run_on_node_with_their_types_stripped(sandboxes: list[str]) -> None:
+    sandbox = _create(sandboxes)
+    assert sandbox.run_code("process.cwd()", language="ts").text == "/home/user"
+    typed = sandbox.run_code(
+        "interface Pair { a: number }\nconst base: Pair = { a: 40 }\n"
+        "const more = await Promise.resolve<number>(2)\nconsole.log(`sum ${base.a + more}`)\n"
+        "base.a + more", language="typescript")
+    assert typed.error is None and typed.logs.stdout == ["sum 42\n"] and typed.text == "42"
+    broken = sandbox.run_code("const x: = 1", language="ts")
+    assert broken.error is not None and broken.error.name == "TypeScriptCompilerError"
+    assert 'Unexpected "="' in broken.error.value
+    context = sandbox.create_code_context(language="ts")
+    assert context.language == "typescript"
+    unseen = sandbox.run_code("base", context=context)
+    assert unseen.error is not None and unseen.error.name == "ReferenceError"
+
+
+def test_r_cells_print_return_and_see_the_sandboxs_variables(sandboxes: list[str]) -> None:
+    """The official `test_r_kernel`, `test_cwd_r` and `env_vars/test_r.py`."""
+    sandbox = _create(sandboxes, envs={"TEST_ENV_VAR": "supertest"})
+    # The first R cell starts the R kernel: tens of seconds under TCG.
+    hello = sandbox.run_code('print("Hello, World!")', language="r", timeout=300,
+                             request_timeout=300)
+    assert hello.error is None and hello.logs.stdout == ['[1] "Hello, World!"\n']
+    assert sandbox.run_code("getwd()", language="r").results[0].text.strip() == (
+        '[1] "/home/user"')
+    probe = "Sys.getenv('TEST_ENV_VAR')"
+    assert sandbox.run_code(probe, language="r").results[0].text.strip() == '[1] "supertest"'
+    overwritten = sandbox.run_code(probe, language="r", envs={"TEST_ENV_VAR": "overwrite"})
+    assert overwritten.results[0].text.strip() == '[1] "overwrite"'
+    once = sandbox.run_code("Sys.getenv('FOO')", language="r", envs={"FOO": "bar"})
+    assert once.results[0].text.strip() == '[1] "bar"'
+    after = sandbox.run_code("Sys.getenv('FOO', unset = 'default')", language="r")
+    assert after.results[0].text.strip() == '[1] "default"'
+    failed = sandbox.run_code('stop("bad input")', language="r")
+    assert failed.error is not None and "bad input" in failed.error.value

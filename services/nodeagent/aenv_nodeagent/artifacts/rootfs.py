@@ -40,11 +40,15 @@ _DPKG_OPTIONS = (
     "path-include=/usr/share/doc/*/copyright",
 )
 IMAGE_SIZE = "2G"  # sparse: only written blocks use host disk
-# E2B's code-interpreter template (Jupyter, numpy, pandas, matplotlib), from Debian's packages;
-# its server (services/codeinterp, on the tools disk) runs on this Python with these.
+# E2B's code-interpreter template (Jupyter, numpy, pandas, matplotlib, Pillow; R's IRkernel;
+# TypeScript), from Debian's packages; its server (services/codeinterp, on the tools disk) runs
+# on this Python with these. R is r-base-core, not r-base: r-base's recommended packages (MASS,
+# Matrix, survival, ...) would add ~67 MiB. esbuild turns TypeScript cells into JavaScript for
+# Node.js, as SWC does on E2B.
 CODE_INTERPRETER_PACKAGES = (
     *BASE_PACKAGES, "python3-ipykernel", "python3-jupyter-client", "python3-numpy",
-    "python3-pandas", "python3-matplotlib", "python3-starlette", "python3-uvicorn",
+    "python3-pandas", "python3-matplotlib", "python3-pil", "python3-starlette",
+    "python3-uvicorn", "esbuild", "r-base-core", "r-cran-irkernel",
 )
 USER_NAME = "user"
 USER_UID = 1000

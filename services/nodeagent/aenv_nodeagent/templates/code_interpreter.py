@@ -27,8 +27,11 @@ VCPUS = 2  # as E2B's default sandbox; the kernels start side by side
 DISK_MIB = 3072  # its rootfs's size (artifacts/rootfs.py)
 
 RECIPE = Recipe(
-    start_cmd=f"PYTHONPATH={CODE_INTERPRETER_DIR} exec python3 -m {CODE_INTERPRETER_SERVER}"
-              f" --port {SERVER_PORT}",
+    # As root, as E2B's template starts its server (`sudo .../start-up.sh`), so its kernels run
+    # as root with root's environment (HOME=/root) and any cwd works; their default cwd stays
+    # /home/user. sudo resets the environment as E2B's does; PYTHONPATH is passed through it.
+    start_cmd=f"exec sudo -H PYTHONPATH={CODE_INTERPRETER_DIR} python3 -m"
+              f" {CODE_INTERPRETER_SERVER} --port {SERVER_PORT}",
     # One probe process that waits, not one per try: under TCG each command through envd costs
     # the guest more CPU than the kernels starting beside it.
     ready_cmd=f"until curl -sf http://127.0.0.1:{SERVER_PORT}/health; do sleep 3; done",
