@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+echo "$(cat /etc/greeting) $APP_MODE" > /app/answer.txt
