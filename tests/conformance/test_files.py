@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 from e2b import CommandExitException, FileType, Sandbox
-from e2b.exceptions import FileNotFoundException, SandboxException
+from e2b.exceptions import FileNotFoundException
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
@@ -95,21 +95,43 @@ def test_ownership_and_permissions_follow_user(sbx: Sandbox, workdir: str) -> No
     sbx.files.make_dir(f"{workdir}/rootdir", user="root")
     root_dir = sbx.files.get_info(f"{workdir}/rootdir")
     assert root_dir.owner == "root" and root_dir.permissions == "drwxr-xr-x"
-    # ...and the guest's own permission checks apply to the user's processes.
+    # The guest's own permission checks apply to the user's processes...
     with pytest.raises(CommandExitException):
         sbx.commands.run(f"touch {workdir}/rootdir/x")
-    # The files API acts with the caller's permissions too (issue 18; upstream envd writes as
-    # root and hands the file over): no write into root's folder, no read of root's files,
-    # not through a symlink the user planted either.
-    with pytest.raises(SandboxException, match="permission denied"):
-        sbx.files.write(f"{workdir}/rootdir/x", "u")
-    with pytest.raises(SandboxException, match="permission denied"):
-        sbx.files.read("/etc/shadow")
-    sbx.commands.run(f"ln -s /etc/shadow {workdir}/shadow")
-    with pytest.raises(SandboxException, match="permission denied"):
-        sbx.files.read(f"{workdir}/shadow")
-    assert sbx.files.read("/root/roots.txt", user="root") == "r"
     sbx.commands.run("rm -f /root/roots.txt", user="root")
+
+
+def test_the_files_api_writes_anywhere_and_gives_it_to_the_caller(sbx: Sandbox) -> None:
+    """...but not to the files API, which acts as E2B's envd does: as root whoever asks (the VM
+    is the boundary), giving the caller the file and the folders it made (Harbor's first upload,
+    the JS SDK suite's write into a new folder under /)."""
+    top = f"/e2b-files-{uuid.uuid4().hex[:8]}"
+    try:
+        info = sbx.files.write(f"{top}/solution/solve.sh", "#!/bin/sh\necho ok\n")
+        assert info.path == f"{top}/solution/solve.sh"
+        for path in (top, f"{top}/solution", f"{top}/solution/solve.sh"):
+            entry = sbx.files.get_info(path)
+            assert (entry.owner, entry.group) == ("user", "user"), path
+        assert sbx.files.get_info(f"{top}/solution").permissions == "drwxr-xr-x"
+        assert sbx.files.get_info(f"{top}/solution/solve.sh").permissions == "-rw-r--r--"
+        assert sbx.files.get_info("/").owner == "root"  # parents that existed are left alone
+        assert sbx.commands.run(f"sh {top}/solution/solve.sh").stdout == "ok\n"
+        # Into root's folders too, and reading root's files.
+        sbx.files.write("/root/from-user.txt", "u")
+        assert sbx.commands.run("stat -c %U:%G /root/from-user.txt /root",
+                                user="root").stdout == "user:user\nroot:root\n"
+        assert sbx.files.read("/etc/shadow").startswith("root:")
+        sbx.commands.run(f"ln -s /etc/shadow {top}/shadow")
+        assert sbx.files.read(f"{top}/shadow").startswith("root:")
+        assert sbx.files.make_dir(f"{top}/made/deep") is True
+        assert sbx.files.get_info(f"{top}/made").owner == "user"
+        assert "from-user.txt" in {e.name for e in sbx.files.list("/root")}
+        sbx.files.rename("/root/from-user.txt", f"{top}/moved/from-user.txt")
+        assert sbx.files.get_info(f"{top}/moved").owner == "user"
+    finally:
+        sbx.files.remove(top)
+        sbx.files.remove("/root/from-user.txt")
+    assert not sbx.files.exists(top)
 
 
 def test_sync_watch_dir_reports_events(sbx: Sandbox, workdir: str) -> None:

@@ -1,7 +1,8 @@
 """A sandbox's streams in flight end when it ends (e2b-compat parity), through the whole platform.
 
-E2B cuts a sandbox's connections when it is killed, expires, is paused or its VM dies; the SDK
-sees its stream drop, probes `/health`, is answered "not found" and raises
+E2B cuts a sandbox's connections when it is killed, expires, is paused or its VM dies: its proxy
+ends a Connect stream with an `unavailable` end-of-stream (between two envelopes; any other body
+is broken off), the SDK probes `/health`, is answered "not found" and raises
 SandboxNotRunningException ("... killed or reached its end of life while the request was in
 flight"). Here the same holds for every kind of stream the SDK opens (a command's output, a
 connected command, a PTY, a directory watch, a download and an upload) and for a guest app's HTTP
@@ -115,11 +116,42 @@ def test_a_background_command_s_wait(
     assert IN_FLIGHT in str(error)
     assert_reported_gone(fresh_sbx)
     if ending == "crash":
-        # Reported lost: neither listed nor found, and nothing of it is left running.
+        # Reported lost: neither listed nor found, and nothing of it is left running. The
+        # streams end before the node removes the sandbox (their cut comes first), so the
+        # record is marked lost a moment after the SDK raised.
+        deadline = time.monotonic() + 10
         with pytest.raises(SandboxNotFoundException):
-            Sandbox.get_info(fresh_sbx.sandbox_id)
+            while time.monotonic() < deadline:
+                Sandbox.get_info(fresh_sbx.sandbox_id)
+                time.sleep(0.1)
         assert fresh_sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
         assert fresh_sbx.kill() is False
+
+
+def test_kill_sandbox_while_command_is_running(fresh_sbx: Sandbox) -> None:
+    """The official suite's test (sync): the kill comes before `wait` reads the stream, which
+    then ends with the proxy's `unavailable` end-of-stream (not a broken body), and the SDK's
+    probe makes it "killed or reached its end of life"."""
+    cmd = fresh_sbx.commands.run("sleep 60", background=True)
+    fresh_sbx.kill()
+    with pytest.raises(SandboxNotRunningException) as raised:
+        cmd.wait()
+    assert "sandbox was killed or reached its end of life" in str(raised.value)
+    assert f"the connection to sandbox {fresh_sbx.sandbox_id} ended before the stream" in str(
+        raised.value)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_kill_sandbox_while_command_is_running_async(e2b_vars: dict[str, str]) -> None:
+    sbx = await AsyncSandbox.create(timeout=300)
+    try:
+        cmd = await sbx.commands.run("sleep 60", background=True)
+        await sbx.kill()
+        with pytest.raises(SandboxNotRunningException) as raised:
+            await cmd.wait()
+        assert "sandbox was killed or reached its end of life" in str(raised.value)
+    finally:
+        await sbx.kill()
 
 
 def test_a_command_s_wait_when_the_sandbox_expires(

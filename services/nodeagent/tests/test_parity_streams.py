@@ -4,8 +4,9 @@ The official SDK (async) talks to the node's real proxy app, which forwards to a
 on the host (on a loopback address of its own, at envd's port) and to a guest app; a fake control
 plane's kill does what the node agent's kill does to traffic: the sandbox stops serving and its
 connections are cut. Every stream in flight must then end within a second with the SDK's error:
-the SDK sees the connection drop, probes /health, gets "not found" and raises
-SandboxNotRunningException ("killed or reached its end of life while the request was in flight").
+the SDK reads the proxy's `unavailable` end-of-stream (a Connect stream) or sees the connection
+drop (any other body), probes /health, gets "not found" and raises SandboxNotRunningException
+("killed or reached its end of life while the request was in flight").
 """
 
 from __future__ import annotations

@@ -107,6 +107,32 @@ describe('sandbox', () => {
     }
   })
 
+  test('files: the default user writes into a new folder under / and owns what was made', async () => {
+    // As E2B's envd: written as root whoever asks, the file and the folders made given to the
+    // caller, the folders that existed left alone (the official suite's write into /, Harbor).
+    const top = `/js-files-${Date.now()}`
+    try {
+      const info = await sbx.files.write(`${top}/solution/solve.sh`, 'echo ok\n')
+      assert.equal(info.path, `${top}/solution/solve.sh`)
+      for (const path of [top, `${top}/solution`, `${top}/solution/solve.sh`]) {
+        const entry = await sbx.files.getInfo(path)
+        assert.deepEqual([entry.owner, entry.group], ['user', 'user'], path)
+      }
+      assert.equal((await sbx.files.getInfo(`${top}/solution/solve.sh`)).permissions, '-rw-r--r--')
+      assert.equal((await sbx.files.getInfo('/')).owner, 'root')
+      assert.equal((await sbx.commands.run(`sh ${top}/solution/solve.sh`)).stdout, 'ok\n')
+      await sbx.files.write('/root/js-from-user.txt', 'u')
+      const owners = await sbx.commands.run('stat -c %U /root/js-from-user.txt /root', { user: 'root' })
+      assert.equal(owners.stdout, 'user\nroot\n')
+      assert.equal(await sbx.files.makeDir(`${top}/made/deep`), true)
+      assert.equal((await sbx.files.getInfo(`${top}/made`)).owner, 'user')
+    } finally {
+      await sbx.files.remove(top)
+      await sbx.files.remove('/root/js-from-user.txt')
+    }
+    assert.equal(await sbx.files.exists(top), false)
+  })
+
   test('getHost names the port under the configured domain', () => {
     const host = sbx.getHost(8080)
     assert.ok(host.startsWith(`8080-${sbx.sandboxId}.`), host)
