@@ -15,6 +15,8 @@ class AenvError(Exception):
 
     http_status: int = 500
     grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    # E2B's machine-readable `error_code` of the HTTP body, for the few errors SDKs branch on.
+    error_code: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -67,6 +69,14 @@ class ResourceExhausted(_Retriable):
 
     http_status = 429
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def at_capacity(detail: str, retry_after_s: float) -> ResourceExhausted:
+    """No room for a sandbox now, in E2B's words for a full team: the SDKs retry it after
+    `retry_after_s`, and clients such as Harbor wait for room when a 429 says so."""
+    return ResourceExhausted(
+        f"reached the maximum number of concurrent sandboxes the cluster can run now: {detail}; "
+        "retry later", retry_after_s)
 
 
 class Unavailable(_Retriable):

@@ -200,9 +200,12 @@ class NodeAgentClients:
         return response.sandbox
 
     async def pause(
-        self, address: str, sandbox_id: str, keep_memory: bool = True
+        self, address: str, sandbox_id: str, keep_memory: bool = True, *,
+        require_healthy_guest: bool = False,
     ) -> cluster_pb2.SandboxRecord:
-        request = nodeagent_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, keep_memory=keep_memory)
+        request = nodeagent_pb2.PauseSandboxRequest(
+            sandbox_id=sandbox_id, keep_memory=keep_memory,
+            require_healthy_guest=require_healthy_guest)
         stub = self._stub(address)
         response: nodeagent_pb2.PauseSandboxResponse = await call(
             lambda: stub.PauseSandbox(request, timeout=self._create_deadline)

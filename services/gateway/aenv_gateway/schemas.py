@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -19,11 +19,13 @@ from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.batch import batch_size
 from aenv_gateway.idempotency import checked_key
+from aenv_gateway.json_fields import json_field as json_field
+from aenv_gateway.json_fields import json_strings as json_strings
 from aenv_gateway.listing import PAUSED, RUNNING, VISIBLE_STATES, ListQuery
+from aenv_gateway.network_schema import parse_network, present_internet_access, present_network
 from aenv_gateway.service import REFRESH_MAX_S, CreateRequest
 from aenv_gateway.snapshots import SnapshotQuery
 
-T = TypeVar("T")
 MAX_PAGE = 100
 # Times the node agent takes (unix seconds or ms) are int64.
 MAX_INT64 = 2**63 - 1
@@ -44,26 +46,6 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def json_field(
-    body: Mapping[str, Any], name: str, kind: type[T], required: bool = False
-) -> T | None:
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise InvalidArgument(f"{name} is required")
-        return None
-    # bool is an int in Python, but not on the wire.
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InvalidArgument(f"{name} must be of type {_type_name(kind)}")
-    return value
-
-
-def _type_name(kind: type[Any]) -> str:
-    return {str: "string", int: "integer", bool: "boolean", dict: "object", list: "array"}.get(
-        kind, kind.__name__
-    )
-
-
 def _string_map(body: Mapping[str, Any], name: str) -> dict[str, str]:
     value = json_field(body, name, dict) or {}
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
@@ -71,29 +53,35 @@ def _string_map(body: Mapping[str, Any], name: str) -> dict[str, str]:
     return dict(value)
 
 
-def json_strings(body: Mapping[str, Any], name: str) -> list[str]:
-    value = json_field(body, name, list) or []
-    if not all(isinstance(v, str) for v in value):
-        raise InvalidArgument(f"{name} must be an array of strings")
-    return list(value)
-
-
 def parse_new_sandbox(
     body: Mapping[str, Any], default_timeout_s: int, idempotency_key: str | None
 ) -> CreateRequest:
-    """NewSandboxV2, and v1 NewSandbox (whose `secure` is accepted: we always secure envd)."""
+    """NewSandboxV2, and v1 NewSandbox (whose `secure` is accepted: we always secure envd). An
+    absent timeout is the route's default; a given one is checked (0 is refused, as E2B's)."""
     json_field(body, "secure", bool)
-    if json_field(body, "volumeMounts", list):
-        raise InvalidArgument("volumeMounts: this platform has no volumes to mount")
+    _refuse_unserved(body)
+    timeout = json_field(body, "timeout", int)
     return CreateRequest(
         template_id=json_field(body, "templateID", str, required=True) or "",
-        timeout_s=json_field(body, "timeout", int) or default_timeout_s,
+        timeout_s=default_timeout_s if timeout is None else timeout,
         env_vars=_string_map(body, "envVars"),
         metadata=_string_map(body, "metadata"),
-        network=_network_policy(body),
+        network=parse_network(body),
         lifecycle=_lifecycle(body),
         idempotency_key=checked_key(idempotency_key),
     )
+
+
+def _refuse_unserved(body: Mapping[str, Any]) -> None:
+    """Services this platform does not run: a sandbox asking for them is refused, never made
+    without them (the SDKs send none of these keys unless asked)."""
+    if json_field(body, "volumeMounts", list):
+        raise InvalidArgument("volumeMounts: this platform has no volumes to mount")
+    if body.get("mcp"):
+        raise InvalidArgument("mcp: this platform runs no MCP gateway in sandboxes")
+    iam = json_field(body, "iam", dict) or {}
+    if json_field(iam, "tokens", dict):
+        raise InvalidArgument("iam.tokens: this platform issues no workload identity tokens")
 
 
 def parse_batch(body: Mapping[str, Any], default_timeout_s: int) -> list[CreateRequest]:
@@ -122,49 +110,16 @@ def _over(shared: Mapping[str, Any], item: Mapping[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _network_policy(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
-    network = json_field(body, "network", dict) or {}
-    policy = _egress_policy(json_field(body, "allow_internet_access", bool), network)
-    policy.private_traffic = json_field(network, "allowPublicTraffic", bool) is False
-    policy.mask_request_host = json_field(network, "maskRequestHost", str) or ""
-    return policy
-
-
-def parse_network_update(body: Mapping[str, Any]) -> cluster_pb2.NetworkPolicy:
-    """SandboxNetworkUpdateConfig: a full replacement, omitted fields are cleared."""
-    return _egress_policy(json_field(body, "allow_internet_access", bool), body)
-
-
-def _egress_policy(
-    allow_internet: bool | None, network: Mapping[str, Any]
-) -> cluster_pb2.NetworkPolicy:
-    _refuse_unenforceable(network)
-    policy = cluster_pb2.NetworkPolicy(
-        allow_internet_access=allow_internet is not False,
-        allow_out=json_strings(network, "allowOut"),
-        deny_out=json_strings(network, "denyOut"),
-        dns_servers=json_strings(network, "dnsServers"),
-    )
-    if allow_internet is False and "0.0.0.0/0" not in policy.deny_out:
-        policy.deny_out.append("0.0.0.0/0")
-    return policy
-
-
-def _refuse_unenforceable(network: Mapping[str, Any]) -> None:
-    """The SDKs send these keys empty; a sandbox asking for them must not silently go without:
-    its traffic would bypass the proxy or the header rules it relies on."""
-    if json_field(network, "egressProxy", dict):
-        raise InvalidArgument("network.egressProxy is not supported on this platform")
-    if json_field(network, "rules", dict):
-        raise InvalidArgument("network.rules (header transforms) are not supported here")
-
-
 def _lifecycle(body: Mapping[str, Any]) -> cluster_pb2.Lifecycle:
     auto_resume = json_field(body, "autoResume", dict) or {}
+    resumes = bool(json_field(auto_resume, "enabled", bool))
     keep_memory = json_field(body, "autoPauseMemory", bool) is not False
+    if resumes and not keep_memory:
+        # Traffic would have to cold-boot it, which E2B never does on its own either.
+        raise InvalidArgument("autoPauseMemory: false cannot be combined with autoResume")
     return cluster_pb2.Lifecycle(
         auto_pause=bool(json_field(body, "autoPause", bool)),
-        auto_resume=bool(json_field(auto_resume, "enabled", bool)),
+        auto_resume=resumes,
         auto_pause_mode=(cluster_pb2.PAUSE_MODE_UNSPECIFIED if keep_memory
                          else cluster_pb2.PAUSE_MODE_FILESYSTEM),
     )
@@ -282,18 +237,6 @@ def present_metric(metric: nodeagent_pb2.SandboxMetric) -> dict[str, Any]:
     }
 
 
-def _present_network(network: cluster_pb2.NetworkPolicy) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "allowPublicTraffic": not network.private_traffic,
-        "allowOut": list(network.allow_out),
-        "denyOut": list(network.deny_out),
-        "dnsServers": list(network.dns_servers),
-    }
-    if network.mask_request_host:
-        body["maskRequestHost"] = network.mask_request_host
-    return body
-
-
 class Presenter:
     """Builds response bodies from records."""
 
@@ -315,9 +258,9 @@ class Presenter:
     def detail(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:
         body = self.listed(record)
         body.update(
-            allowInternetAccess=record.network.allow_internet_access,
+            allowInternetAccess=present_internet_access(record.network),
             domain=self._domain,
-            network=_present_network(record.network),
+            network=present_network(record.network),
             lifecycle={
                 "autoResume": record.lifecycle.auto_resume,
                 "onTimeout": "pause" if record.lifecycle.auto_pause else "kill",
@@ -341,6 +284,9 @@ class Presenter:
             state=_STATE_NAMES.get(record.state, "running"),
             metadata=dict(record.metadata),
         )
+        if record.state == PAUSED and record.envd_unresponsive_at_pause:
+            # Omitted otherwise, as E2B's: only a paused sandbox's snapshot can carry it.
+            body["envdUnresponsiveAtPause"] = True
         return body
 
     def _identity(self, record: cluster_pb2.SandboxRecord) -> dict[str, Any]:

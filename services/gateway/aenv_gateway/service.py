@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv.scheduler.v1 import scheduler_pb2
-from aenv_common.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
+from aenv_common.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    at_capacity,
+)
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_gateway.auth import current_caller
@@ -35,6 +41,7 @@ from aenv_gateway.listing import (
     order_key,
 )
 from aenv_gateway.paging import paginate
+from aenv_gateway.resumes import Connected, Resumes
 from aenv_gateway.templates.catalog import Source
 
 log = logging.getLogger(__name__)
@@ -67,13 +74,6 @@ class CreateRequest:
     idempotency_key: str | None = None
 
 
-@dataclass(frozen=True)
-class Connected:
-    record: cluster_pb2.SandboxRecord
-    # True when the sandbox was paused and has been resumed (HTTP 201 instead of 200).
-    resumed: bool
-
-
 class SandboxService:
     def __init__(
         self,
@@ -95,7 +95,7 @@ class SandboxService:
         self._clock = clock
         self._idempotent = idempotent
         self._waking: dict[str, asyncio.Future[Located]] = {}
-        self._resuming: dict[str, asyncio.Future[cluster_pb2.SandboxRecord]] = {}
+        self._resumes = Resumes(directory, nodeagents, self.set_timeout, clock)
         self._handover = Handover(directory, scheduler, nodeagents)
 
     async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
@@ -156,7 +156,7 @@ class SandboxService:
                 if refused.retry_after_s is not None:
                     raise  # the scheduler's own answer
                 if refusals == NODE_REFUSALS:
-                    raise ResourceExhausted(refused.message, REPLACE_AFTER_S) from refused
+                    raise at_capacity(refused.message, REPLACE_AFTER_S) from refused
                 refusals += 1
                 log.info("node full; placing the create again", extra={
                     "sandbox_id": spec.sandbox_id, "node_id": placement.node_id})
@@ -273,14 +273,15 @@ class SandboxService:
     async def connect(
         self, sandbox_id: str, timeout_s: int | None, *, reboot: bool = False
     ) -> Connected:
-        """Makes the sandbox usable: running ones only get their TTL raised (never lowered),
-        paused ones are resumed (`reboot`: cold-booted from their disk, memory dropped)."""
+        """Makes the sandbox usable: a running one lives at least `timeout_s` from now (E2B's
+        keep-alive: never shortened; None: untouched), a paused one is resumed (`reboot`:
+        cold-booted from its disk, memory dropped)."""
         if timeout_s is not None:
             self.check_timeout(timeout_s)
         located = await self._locate(sandbox_id)
         state = located.record.state
         if state == PAUSED:
-            return await self._resume(located, timeout_s, reboot)
+            return await self._resumes.resume(located, timeout_s, reboot)
         if state != RUNNING:
             raise NotFound(f'sandbox "{sandbox_id}" not found')
         record = located.record
@@ -289,50 +290,36 @@ class SandboxService:
         return Connected(record, resumed=False)
 
     async def resume(
-        self, sandbox_id: str, timeout_s: int | None, *, reboot: bool = False
+        self, sandbox_id: str, timeout_s: int | None, *, reboot: bool = False,
+        auto_pause: bool | None = None,
     ) -> Connected:
-        """Legacy `/resume`: only for paused sandboxes."""
+        """Legacy `/resume`: only for paused sandboxes. Its `autoPause` may only restate the
+        sandbox's lifecycle: a resume here keeps it."""
+        if timeout_s is not None:
+            self.check_timeout(timeout_s)
         located = await self._locate(sandbox_id)
         if located.record.state != PAUSED:
             raise Conflict(f'sandbox "{sandbox_id}" is not paused')
-        return await self._resume(located, timeout_s, reboot)
+        if auto_pause is not None and auto_pause != located.record.lifecycle.auto_pause:
+            raise InvalidArgument("autoPause: a resume keeps the sandbox's lifecycle here; "
+                                  "it cannot change on_timeout")
+        return await self._resumes.resume(located, timeout_s, reboot)
 
-    async def _resume(
-        self, located: Located, timeout_s: int | None, reboot: bool = False
-    ) -> Connected:
-        """One resume per sandbox at a time: concurrent callers wait for the one in flight (and
-        then get the longer time to live they asked for, if any)."""
-        sandbox_id = located.record.sandbox_id
-        pending = self._resuming.get(sandbox_id)
-        if pending is None:
-            pending = asyncio.ensure_future(self._resume_once(located, timeout_s, reboot))
-            self._resuming[sandbox_id] = pending
-            pending.add_done_callback(lambda _: self._resuming.pop(sandbox_id, None))
-            return Connected(await asyncio.shield(pending), resumed=True)
-        record = await asyncio.shield(pending)
-        if timeout_s is not None and self._clock() + timeout_s > record.end_at.seconds:
-            record = await self.set_timeout(sandbox_id, timeout_s)
-        return Connected(record, resumed=True)
-
-    async def _resume_once(
-        self, located: Located, timeout_s: int | None, reboot: bool
+    async def pause(
+        self, sandbox_id: str, keep_memory: bool = True, *, require_healthy_guest: bool = False
     ) -> cluster_pb2.SandboxRecord:
-        record = await self._nodeagents.resume(
-            located.owner.nodeagent_address, located.record.sandbox_id, timeout_s or 0, reboot
-        )
-        self._directory.remember(record, located.owner)
-        return record
-
-    async def pause(self, sandbox_id: str, keep_memory: bool = True) -> cluster_pb2.SandboxRecord:
         """Conflict when already paused (the SDK's pause() then returns False). Without memory
-        only the filesystem is kept and the resume cold-boots."""
+        only the filesystem is kept and the resume cold-boots. A guest agent that does not
+        answer is refused (Unavailable) with `require_healthy_guest` or without memory; else the
+        memory pause is marked envd_unresponsive_at_pause (node agent, sandbox/pause.py)."""
         if self._handover.stored_orphan(sandbox_id) is not None:
             raise Conflict(f'sandbox "{sandbox_id}" is already paused')
         located = self._directory.locate(sandbox_id)
         if located.record.state == PAUSED:
             raise Conflict(f'sandbox "{sandbox_id}" is already paused')
         record = await self._nodeagents.pause(
-            located.owner.nodeagent_address, sandbox_id, keep_memory)
+            located.owner.nodeagent_address, sandbox_id, keep_memory,
+            require_healthy_guest=require_healthy_guest)
         self._directory.remember(record, located.owner)
         return record
 
@@ -358,7 +345,7 @@ class SandboxService:
     async def _resume_for_traffic(self, sandbox_id: str) -> Located:
         located = await self._locate(sandbox_id)
         try:
-            connected = await self._resume(located, None)
+            connected = await self._resumes.resume(located, None)
         except Conflict:
             # Resumed meanwhile through another gateway: forward if it runs now.
             address = located.owner.nodeagent_address

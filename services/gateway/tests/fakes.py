@@ -14,7 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_common.errors import AenvError, Conflict, NotFound, Unavailable
 from aenv_common.testing.builds import build_result, build_steps
 from aenv_gateway.directory import InMemoryClusterView
 
@@ -75,6 +75,9 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.resets: list[tuple[str, str]] = []
         self.resumes = 0
         self.reboots: list[bool] = []
+        self.pauses: list[nodeagent_pb2.PauseSandboxRequest] = []
+        # Sandboxes whose guest agent does not answer (a pause refuses or marks them).
+        self.wedged: set[str] = set()
         self.metric_requests: list[nodeagent_pb2.GetSandboxMetricsRequest] = []
         self.latest_requests: list[list[str]] = []
         self.takeovers: list[tuple[str, bool]] = []
@@ -224,7 +227,12 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.PauseSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.PauseSandboxResponse:
         record = self._record(request.sandbox_id)
+        self.pauses.append(request)
+        wedged = request.sandbox_id in self.wedged
+        if wedged and (request.require_healthy_guest or not request.keep_memory):
+            raise Unavailable("the guest agent did not answer; the sandbox keeps running")
         record.state = cluster_pb2.SANDBOX_STATE_PAUSED
+        record.envd_unresponsive_at_pause = wedged
         record.pause_mode = (cluster_pb2.PAUSE_MODE_UNSPECIFIED if request.keep_memory
                              else cluster_pb2.PAUSE_MODE_FILESYSTEM)
         return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
@@ -239,6 +247,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.reboots.append(request.reboot)
         await asyncio.sleep(0.2)  # concurrent data-plane requests must share this one resume
         record.state = cluster_pb2.SANDBOX_STATE_RUNNING
+        record.envd_unresponsive_at_pause = False
+        record.end_at.CopyFrom(_timestamp(time.time() + (request.timeout_seconds or 300)))
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=record)
 
     async def TakeOverSandbox(

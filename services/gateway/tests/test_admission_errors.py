@@ -35,7 +35,10 @@ async def test_full_queue_is_429_with_retry_after(stack: Stack) -> None:
     assert busy.status_code == 429
     assert busy.headers["Retry-After"] == "3"  # whole seconds, rounded up
     assert busy.json() == {"code": 429, "message": "scheduler queue is full"}
+    # Room may come: the SDK's retry honours a present Should-Retry header alone.
+    assert busy.headers["Should-Retry"] == "true"
     assert huge.status_code == 429 and "Retry-After" not in huge.headers
+    assert huge.headers["Should-Retry"] == "false"
 
 
 async def test_full_queue_is_resource_exhausted_with_retry_info_on_grpc(stack: Stack) -> None:
@@ -66,7 +69,8 @@ async def test_a_node_full_under_the_scheduler_sends_the_create_back_to_it(stack
         stack.nodeagent.create_failures[:] = [full] * (NODE_REFUSALS + 1)
         refused = await http.post("/v2/sandboxes", headers=AUTH, json={"templateID": "base"})
     assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
-    assert refused.json()["message"] == full.message
+    message = refused.json()["message"]
+    assert "maximum number of concurrent sandboxes" in message and full.message in message
     assert not stack.nodeagent.create_failures
 
 

@@ -45,9 +45,7 @@ class AdmissionQueue(Generic[Req, Res]):
             if placed is not None:
                 return placed
         if len(self._waiting) >= self._max_queued:
-            raise errors.ResourceExhausted(
-                "scheduler queue is full; retry later", self._retry_after_s
-            )
+            raise errors.at_capacity("the admission queue is full", self._retry_after_s)
         future: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
         entry = (request, future)
         self._waiting.append(entry)
@@ -56,8 +54,8 @@ class AdmissionQueue(Generic[Req, Res]):
         try:
             return await asyncio.wait_for(asyncio.shield(future), wait_seconds)
         except TimeoutError:
-            raise errors.ResourceExhausted(
-                f"no capacity for this sandbox within {wait_seconds:.1f} s", self._retry_after_s
+            raise errors.at_capacity(
+                f"no room for this sandbox within {wait_seconds:.1f} s", self._retry_after_s
             ) from None
         finally:
             self._forget(entry)

@@ -23,6 +23,7 @@ from aenv_gateway.logs import (
     present_entry,
     present_line,
 )
+from aenv_gateway.network_schema import parse_network_update
 from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import (
     MAX_INT64,
@@ -32,7 +33,6 @@ from aenv_gateway.schemas import (
     parse_json_object,
     parse_list_query,
     parse_memory,
-    parse_network_update,
     parse_new_sandbox,
     parse_refresh,
     parse_timeout,
@@ -65,10 +65,16 @@ class SandboxRoutes:
         self._present = presenter
         self._default_timeout = default_timeout_s
 
-    async def create(self, request: Request) -> Response:
+    async def create_v2(self, request: Request) -> Response:
+        return await self._create(request, self._default_timeout)
+
+    async def create_v1(self, request: Request) -> Response:
+        return await self._create(request, LEGACY_TIMEOUT_S)
+
+    async def _create(self, request: Request, default_timeout_s: int) -> Response:
         body = parse_json_object(await request.body())
         create = parse_new_sandbox(
-            body, self._default_timeout, request.headers.get("idempotency-key")
+            body, default_timeout_s, request.headers.get("idempotency-key")
         )
         record = await self._service.create(create)
         return JSONResponse(self._present.sandbox(record), status_code=201)
@@ -132,23 +138,32 @@ class SandboxRoutes:
         return await self._connect(request, timeout_required=True)
 
     async def _connect(self, request: Request, timeout_required: bool) -> Response:
+        """As E2B's: a running sandbox lives at least `timeout` (default: create's) from now,
+        never shortened; a paused one is resumed for `timeout` from now."""
         body = parse_json_object(await request.body())
         timeout = parse_timeout(body, required=timeout_required)
         connected = await self._service.connect(
-            request.path_params["sandbox_id"], timeout, reboot=not parse_memory(body))
+            request.path_params["sandbox_id"],
+            self._default_timeout if timeout is None else timeout,
+            reboot=not parse_memory(body))
         status = 201 if connected.resumed else 200
         return JSONResponse(self._present.sandbox(connected.record), status_code=status)
 
     async def resume(self, request: Request) -> Response:
+        """Deprecated ResumedSandbox: `timeout` defaults to E2B's 15 s; `autoPause` may only
+        restate the sandbox's lifecycle (a resume here does not change it)."""
         body = parse_json_object(await request.body())
         timeout = parse_timeout(body, required=False)
         connected = await self._service.resume(
-            request.path_params["sandbox_id"], timeout, reboot=not parse_memory(body))
+            request.path_params["sandbox_id"], LEGACY_TIMEOUT_S if timeout is None else timeout,
+            reboot=not parse_memory(body), auto_pause=json_field(body, "autoPause", bool))
         return JSONResponse(self._present.sandbox(connected.record), status_code=201)
 
     async def pause(self, request: Request) -> Response:
         body = parse_json_object(await request.body())
-        await self._service.pause(request.path_params["sandbox_id"], parse_memory(body))
+        await self._service.pause(
+            request.path_params["sandbox_id"], parse_memory(body),
+            require_healthy_guest=json_field(body, "requireHealthyGuest", bool) is True)
         return Response(status_code=204)
 
     async def reset(self, request: Request) -> Response:
@@ -196,8 +211,8 @@ class SandboxRoutes:
 
         sid = "/sandboxes/{sandbox_id}"
         return [
-            route("/v2/sandboxes", self.create, "POST"),
-            route("/sandboxes", self.create, "POST"),
+            route("/v2/sandboxes", self.create_v2, "POST"),
+            route("/sandboxes", self.create_v1, "POST"),
             route("/v2/sandboxes", self.list_v2, "GET"),
             route("/sandboxes", self.list_legacy, "GET"),
             route("/sandboxes/metrics", self.batch_metrics, "GET"),
@@ -219,6 +234,8 @@ class SandboxRoutes:
         ]
 
 
+# E2B's SandboxTimeoutDefault: the deprecated v1 create's and /resume's timeout when none is given.
+LEGACY_TIMEOUT_S = 15
 # Upstream's limit on `sandbox_ids` of the batch metrics route.
 MAX_METRICS_SANDBOXES = 100
 
