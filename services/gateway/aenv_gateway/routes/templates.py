@@ -3,6 +3,7 @@ parse, call the catalog, builds and uploads, present."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import unquote
 
 from starlette.convertors import Convertor, register_url_convertor
@@ -13,17 +14,21 @@ from starlette.routing import Route
 from aenv_common.errors import InvalidArgument, NotFound
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.http_errors import Endpoint, json_errors
+from aenv_gateway.paging import paginate
 from aenv_gateway.routes.sandboxes import authenticated
 from aenv_gateway.schemas import parse_json_object
 from aenv_gateway.snapshots import SnapshotService
 from aenv_gateway.templates import tag_views
-from aenv_gateway.templates.builds import TemplateBuilds
+from aenv_gateway.templates.build_logs import build_logs
+from aenv_gateway.templates.builds import MAX_LOG_ENTRIES, TemplateBuilds
 from aenv_gateway.templates.catalog import TemplateCatalog
 from aenv_gateway.templates.cleanup import TemplateCleanup
 from aenv_gateway.templates.names import split_name
 from aenv_gateway.templates.public import NOT_YOUR_ALIAS, PublicTemplates, present_builtin
+from aenv_gateway.templates.records import CatalogTemplate
 from aenv_gateway.templates.uploads import ContextUploads
 from aenv_gateway.templates.wire import (
+    NO_TEAMS,
     parse_build_request,
     parse_build_start,
     parse_tags_request,
@@ -36,6 +41,8 @@ from aenv_gateway.templates.wire import (
 
 # The status route answers at most this many log entries per call (as E2B's).
 MAX_LOG_PAGE = 100
+# Template and build listings answer at most this many per page (E2B's default and most).
+MAX_PAGE = 100
 
 
 class AnyPathConvertor(Convertor[str]):
@@ -166,22 +173,59 @@ class TemplateRoutes:
                              for r in await self._public.builtins()])
 
     async def list_templates(self, request: Request) -> Response:
-        shown = []
-        for template in await self._catalog.list_templates():
-            latest = await self._catalog.latest_build(template)
-            shown.append(present_template(template, latest, self._envd_version))
-        return JSONResponse(shown)
+        _no_team(request)
+        return JSONResponse(await self._shown(await self._catalog.list_templates()))
+
+    async def list_templates_v2(self, request: Request) -> Response:
+        """`GET /v2/templates`: the same, a page at a time (`limit`, `nextToken`; the next
+        page's token in `X-Next-Token`, as E2B's v2 listings)."""
+        _no_team(request)
+        page, token = paginate(
+            await self._catalog.list_templates(),
+            lambda t: (t.created_at.ToNanoseconds(), t.template_id), newest_first=False,
+            limit=_page_limit(request), cursor=request.query_params.get("nextToken") or None)
+        return _paged(await self._shown(page), token)
+
+    async def _shown(self, templates: list[CatalogTemplate]) -> list[dict[str, Any]]:
+        return [present_template(t, await self._catalog.latest_build(t), self._envd_version)
+                for t in templates]
 
     async def get_template(self, request: Request) -> Response:
+        """TemplateWithBuilds: its builds newest first, a page at a time (`limit`,
+        `nextToken`)."""
         builtin = await self._public.builtin(request.path_params["template_id"])
         if builtin is not None:
             return JSONResponse({**present_builtin(builtin, self._envd_version), "builds": []})
         template = await self._catalog.require(request.path_params["template_id"])
-        builds = await self._catalog.builds_of(template.template_id)
+        builds, token = paginate(
+            await self._catalog.builds_of(template.template_id),
+            lambda b: (b.created_at.ToNanoseconds(), b.build_id), newest_first=True,
+            limit=_page_limit(request), cursor=request.query_params.get("nextToken") or None)
         shown = present_template(template, await self._catalog.latest_build(template),
                                  self._envd_version)
-        shown["builds"] = [present_build(b, self._envd_version) for b in reversed(builds)]
-        return JSONResponse(shown)
+        shown["builds"] = [present_build(b, self._envd_version) for b in builds]
+        return _paged(shown, token)
+
+    async def update_template(self, request: Request) -> Response:
+        """`PATCH /templates/{id}` (v1: no body back) and `/v2/templates/{id}` (its names):
+        TemplateUpdateRequest's one field, `public`, has no meaning here and is refused."""
+        body = parse_json_object(await request.body())
+        if "public" in body:
+            raise InvalidArgument(
+                "public: templates are not shared across teams here (every API key of the "
+                "cluster sees every template), so there is nothing to publish or hide")
+        if body:
+            raise InvalidArgument(f"unknown field {sorted(body)[0]!r}")
+        await self._public.refuse_builtin(request.path_params["template_id"])
+        template = await self._catalog.require(request.path_params["template_id"])
+        if request.url.path.startswith("/v2/"):
+            return JSONResponse({"names": list(template.names)})
+        return Response(status_code=200)
+
+    async def build_logs(self, request: Request) -> Response:
+        p = request.path_params
+        page = await self._builds.status(p["template_id"], p["build_id"], 0, MAX_LOG_ENTRIES)
+        return JSONResponse(build_logs(page.record.logs, request.query_params))
 
     async def delete(self, request: Request) -> Response:
         """A snapshot template or snapshot, else a template of the catalog (E2B deletes both
@@ -203,6 +247,10 @@ class TemplateRoutes:
         return [
             route("/v3/templates", self.request_build, "POST"),
             route("/templates", self.list_templates, "GET"),
+            route("/v2/templates", self.list_templates_v2, "GET"),
+            route("/templates/{template_id}", self.update_template, "PATCH"),
+            route("/v2/templates/{template_id}", self.update_template, "PATCH"),
+            route("/templates/{template_id}/builds/{build_id}/logs", self.build_logs, "GET"),
             route("/templates/tags", self.assign_tags, "POST"),
             route("/templates/tags", self.remove_tags, "DELETE"),
             route("/templates/aliases/{alias}", self.alias, "GET"),
@@ -224,6 +272,23 @@ class TemplateRoutes:
             # the raw path.
             route("/templates/{template_id:anypath}", self.delete, "DELETE"),
         ]
+
+
+def _no_team(request: Request) -> None:
+    if request.query_params.get("teamID"):
+        raise InvalidArgument(NO_TEAMS)
+
+
+def _page_limit(request: Request) -> int:
+    return max(1, min(_non_negative(request.query_params.get("limit"), "limit", MAX_PAGE),
+                      MAX_PAGE))
+
+
+def _paged(shown: Any, token: str | None) -> Response:
+    response = JSONResponse(shown)
+    if token is not None:
+        response.headers["X-Next-Token"] = token
+    return response
 
 
 def _non_negative(value: str | None, name: str, default: int) -> int:

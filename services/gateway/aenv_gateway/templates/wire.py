@@ -31,6 +31,11 @@ _STATUS = {
 }
 
 
+# E2B's `teamID` (of a request or a listing): aenv has no teams to pick from.
+NO_TEAMS = ("teamID: this platform has no teams; every API key sees every template, leave "
+            "teamID out")
+
+
 @dataclass(frozen=True)
 class BuildAsk:
     name: TemplateName
@@ -41,7 +46,9 @@ class BuildAsk:
 
 def parse_build_request(body: Mapping[str, Any]) -> BuildAsk:
     """TemplateBuildRequestV3: `name` (or the older `alias`), `tags`, `cpuCount`, `memoryMB`,
-    `minFreeDiskMb`."""
+    `minFreeDiskMb`; `teamID` is refused (NO_TEAMS)."""
+    if json_field(body, "teamID", str):
+        raise InvalidArgument(NO_TEAMS)
     name, alias = json_field(body, "name", str), json_field(body, "alias", str)
     if alias is not None:  # the older field, still checked when a name overrides it
         parse_name(alias)
