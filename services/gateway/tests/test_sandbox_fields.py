@@ -9,9 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
+from e2b import AsyncSandbox
 from e2b.api import handle_api_exception
 from e2b.api.client.models.sandbox_detail import SandboxDetail
-from e2b.exceptions import GuestUnresponsiveException
+from e2b.exceptions import GuestUnresponsiveException, RateLimitException
+
+from aenv_common.errors import ResourceExhausted
+from aenv_gateway.service import NODE_REFUSALS
 
 from .conftest import API_KEY, Stack
 
@@ -147,3 +151,20 @@ async def test_a_wedged_guest_is_refused_when_asked_else_paused_marked(stack: St
         rebooted = await http.post(f"/v2/sandboxes/{sid}/connect", headers=AUTH,
                                    json={"memory": False})
         assert rebooted.status_code == 201 and stack.nodeagent.reboots == [True]
+
+
+async def test_the_sdk_retries_a_full_cluster_and_says_what_harbor_waits_for(
+    e2b_env: Stack
+) -> None:
+    """A create no node has room for now is E2B's 429 for a full team: the SDK's own retry
+    sends it again after Retry-After (Should-Retry: true), and what it finally raises carries
+    the words Harbor's E2B environment waits for room on ("maximum number of concurrent")."""
+    full = ResourceExhausted("node 'n1' cannot take the sandbox: 40 of 40 vCPUs are taken")
+    e2b_env.nodeagent.create_failures[:] = [full] * (NODE_REFUSALS + 1)
+    sbx = await AsyncSandbox.create("base", timeout=60)  # retried once, 1 s later
+    assert sbx.sandbox_id and not e2b_env.nodeagent.create_failures
+    assert len(e2b_env.nodeagent.specs) == NODE_REFUSALS + 2
+    e2b_env.nodeagent.create_failures[:] = [full] * (NODE_REFUSALS + 1)
+    with pytest.raises(RateLimitException) as refused:
+        await AsyncSandbox.create("base", timeout=60, retries=0)
+    assert "maximum number of concurrent" in str(refused.value)

@@ -47,6 +47,16 @@ class EnvdClient:
             f"envd did not become healthy within {timeout_s:.0f}s ({last_error})"
         )
 
+    async def answers(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> bool:
+        """Whether envd answers `GET /health` within `timeout_s` (one probe: a pause asks it)."""
+        try:
+            probe = self._session.get(
+                f"http://{host}:{port}/health", timeout=aiohttp.ClientTimeout(total=timeout_s))
+            async with probe as resp:
+                return resp.status < 300
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
     async def init(
         self,
         host: str,

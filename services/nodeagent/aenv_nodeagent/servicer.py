@@ -136,7 +136,8 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.PauseSandboxResponse:
         mode = (cluster_pb2.PAUSE_MODE_UNSPECIFIED if request.keep_memory
                 else cluster_pb2.PAUSE_MODE_FILESYSTEM)
-        record = await self._sandboxes.pause(request.sandbox_id, mode)
+        record = await self._sandboxes.pause(
+            request.sandbox_id, mode, require_healthy_guest=request.require_healthy_guest)
         return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
 
     async def ResumeSandbox(

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.errors import AenvError, Conflict
+from aenv_common.errors import AenvError, Conflict, Unavailable
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.memory.capture import CaptureLedger
 from aenv_nodeagent.memory.images import (
@@ -54,6 +54,10 @@ from aenv_nodeagent.sandbox.vms import keep_running
 
 log = logging.getLogger(__name__)
 
+# How long a pause waits for the guest agent's /health before it calls the guest wedged (a
+# busy TCG guest still answers within a second).
+GUEST_PROBE_S = 5.0
+
 
 class Pauses:
     """Pause, resume and kill of paused sandboxes."""
@@ -82,12 +86,17 @@ class Pauses:
         self._ready_timeout_s = ready_timeout_s
 
     async def pause(
-        self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL
+        self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL, *,
+        require_healthy_guest: bool = False,
     ) -> cluster_pb2.SandboxRecord:
         """Stop the guest keeping memory and disk, or (filesystem mode) only its flushed disk.
+        As E2B's, a memory pause of a guest whose agent does not answer is taken anyway and
+        marked envd_unresponsive_at_pause (it then resumes only by a cold boot), unless
+        `require_healthy_guest`.
 
         :raise NotFound: no such running sandbox.
         :raise Conflict: already paused, or busy.
+        :raise Unavailable: the guest agent does not answer and the pause needs it; it runs on.
         :raise AenvError: the capture or the record's publication failed; the sandbox runs on.
         """
         if self._registry.paused(sandbox_id) is not None:
@@ -97,9 +106,15 @@ class Pauses:
         with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
                 "sandbox.pause", sandbox_id=sandbox_id) as timer:
             delta: PendingDelta | None = None  # to write before the VM quits
+            wedged = False
             if mode == FILESYSTEM:
                 await timer.timed("sync", self.sync(sandbox))
             else:
+                wedged = not await timer.timed("guest_probe", self._envd.answers(
+                    sandbox.host, GUEST_PROBE_S))
+                if wedged and require_healthy_guest:
+                    raise Unavailable("the guest agent did not answer: pause refused, the "
+                                      "sandbox keeps running")
                 try:
                     delta = await self._capture(sandbox, timer)
                 except BaseException:
@@ -109,6 +124,7 @@ class Pauses:
             record.CopyFrom(sandbox.record)
             record.state = cluster_pb2.SANDBOX_STATE_PAUSED
             record.pause_mode = mode
+            record.envd_unresponsive_at_pause = wedged
             try:  # before the point of no return: if etcd refuses, the sandbox runs on
                 await timer.timed("publish", self._records.put_sandbox(record))
             except BaseException:
@@ -129,7 +145,8 @@ class Pauses:
             self._registry.add_paused(paused)
             await timer.timed("detach", self._detach(sandbox_id))
             self._handover.store_soon(paused)
-        log.info("sandbox paused", extra={"sandbox_id": sandbox_id, **timer.fields()})
+        log.info("sandbox paused", extra={
+            "sandbox_id": sandbox_id, "guest_unresponsive": wedged, **timer.fields()})
         return record
 
     async def resume(self, sandbox_id: str, timeout_s: int = 0, *, reboot: bool = False) -> Sandbox:
@@ -144,6 +161,9 @@ class Pauses:
         if paused is None:
             self._registry.get(sandbox_id)  # NotFound for unknown ids
             raise Conflict(f"sandbox \"{sandbox_id}\" is not paused")
+        if paused.record.envd_unresponsive_at_pause and not reboot:
+            raise Conflict(f"sandbox \"{sandbox_id}\" was paused while its guest agent did not "
+                           "answer: it resumes only by a cold boot")
         with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
                 "sandbox.resume", sandbox_id=sandbox_id) as timer:
             await timer.timed("previous_quit", self._quits.done(sandbox_id))

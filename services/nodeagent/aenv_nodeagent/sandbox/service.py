@@ -168,9 +168,11 @@ class SandboxService:
         await self._kills.kill(sandbox_id)
 
     async def pause(
-        self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL
+        self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL, *,
+        require_healthy_guest: bool = False,
     ) -> cluster_pb2.SandboxRecord:
-        return await self._pauses.pause(sandbox_id, mode)
+        return await self._pauses.pause(
+            sandbox_id, mode, require_healthy_guest=require_healthy_guest)
 
     async def resume(self, sandbox_id: str, timeout_s: int = 0, *, reboot: bool = False) -> Sandbox:
         return await self._pauses.resume(sandbox_id, timeout_s, reboot=reboot)

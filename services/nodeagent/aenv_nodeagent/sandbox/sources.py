@@ -92,6 +92,7 @@ class RestoreSources:
         record.state = cluster_pb2.SANDBOX_STATE_RUNNING
         record.pause_mode = FULL
         record.paused_image = ""
+        record.envd_unresponsive_at_pause = False
         record.end_at.CopyFrom(end_at(timeout_s))
         return RestorePlan(
             record=record, directory=paused.directory, chain=paused.chain.resumed(),

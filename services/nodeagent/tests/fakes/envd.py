@@ -34,6 +34,7 @@ class FakeEnvd:
         self.fail_on: dict[str, BaseException] = {}
         self._gates: dict[str, asyncio.Event] = {}
         self._held: dict[str, asyncio.Event] = {}
+        self.answering = True  # False: a wedged agent, its /health unanswered
         self.tokens: dict[str, str] = {}  # by host: the access token its last /init gave
         self.env_vars: dict[str, dict[str, str]] = {}  # by host: the variables it gave
         self.figures: dict[str, float] = {
@@ -56,6 +57,10 @@ class FakeEnvd:
     async def wait_healthy(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> float:
         await self._call(EnvdCall("wait_healthy", host))
         return 0.0
+
+    async def answers(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> bool:
+        await self._call(EnvdCall("answers", host))
+        return self.answering
 
     async def init(
         self,
@@ -101,6 +106,8 @@ class _Envd(Protocol):
     """EnvdClient's surface, which mypy checks both classes against below."""
 
     async def wait_healthy(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> float: ...
+
+    async def answers(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> bool: ...
 
     async def init(
         self, host: str, *, env_vars: Mapping[str, str], access_token: str,
