@@ -1,7 +1,8 @@
 """This node's data-plane proxy: gateway → here → the sandbox's netns → the guest port.
 
 Requests carry `E2b-Sandbox-Id` / `E2b-Sandbox-Port` (the gateway keeps them); the sandbox's guest
-ports are reachable at its netns address through the DNAT rules of its slot.
+ports are reachable at its netns address through the DNAT rules of its slot, over TLS for the ports
+its create listed in `network.httpsPorts`.
 
 Each VM's upstream connections live in a pool of their own that is closed when the VM stops
 serving (kill, expiry, pause, reset, a VM that exited on its own): a guest that is gone sends no
@@ -83,7 +84,9 @@ class SandboxConnections:
                 task = asyncio.get_running_loop().create_task(pool.close(sandbox_id))
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            # ssl=False: a guest port listed in network.https_ports is dialled over TLS without
+            # verifying its certificate (self-signed ones work), as E2B's proxy does.
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=False))
             pool = _Pool(sandbox.vm, session, StreamingProxy(session))
             self._pools[sandbox_id] = pool
         return pool.proxy
@@ -121,6 +124,12 @@ def app_port_headers(
     return {"Host": mask.replace("${PORT}", str(port))} if mask else {}
 
 
+def guest_url(record: cluster_pb2.SandboxRecord, host: str, port: int) -> str:
+    """A guest port's base URL: HTTPS for the ports its create listed in httpsPorts."""
+    scheme = "https" if port in record.network.https_ports else "http"
+    return f"{scheme}://{host}:{port}"
+
+
 class ServingSandboxes(Protocol):
     def serving(self, sandbox_id: str) -> Sandbox | None: ...
 
@@ -133,7 +142,7 @@ def build_proxy_app(manager: ServingSandboxes, connections: SandboxConnections) 
         sandbox = manager.serving(target.sandbox_id)
         if sandbox is None:
             return Upstream(target.sandbox_id, None, {})
-        return Upstream(target.sandbox_id, f"http://{sandbox.host}:{target.port}",
+        return Upstream(target.sandbox_id, guest_url(sandbox.record, sandbox.host, target.port),
                         app_port_headers(sandbox.record, target.port, headers),
                         connections.proxy(sandbox))
 
