@@ -234,6 +234,7 @@ class SandboxService:
         updated.CopyFrom(network)
         updated.private_traffic = sandbox.record.network.private_traffic
         updated.mask_request_host = sandbox.record.network.mask_request_host
+        updated.https_ports[:] = sandbox.record.network.https_ports
         await self._network.update_policy(sandbox.slot, egress_policy(updated))
         sandbox.record.network.CopyFrom(updated)
         await self._records.put_sandbox(sandbox.record)

@@ -35,13 +35,14 @@ async def test_a_timeout_out_of_range_is_refused(wing: Wing) -> None:
 
 async def test_a_new_egress_policy_keeps_how_ports_are_reached(wing: Wing) -> None:
     sandbox = await wing.create(network=cluster_pb2.NetworkPolicy(
-        private_traffic=True, mask_request_host="app:${PORT}"))
+        private_traffic=True, mask_request_host="app:${PORT}", https_ports=[8443]))
     record = await wing.service.update_network(sandbox.sandbox_id, cluster_pb2.NetworkPolicy(
         allow_internet_access=False, deny_out=["10.9.0.0/16"]))
 
     policy = wing.network.policies[sandbox.slot.netns]
     assert (policy.allow_internet, policy.deny_out) == (False, ["10.9.0.0/16"])
     assert record.network.private_traffic and record.network.mask_request_host == "app:${PORT}"
+    assert list(record.network.https_ports) == [8443]
     assert wing.records.records[sandbox.sandbox_id].network == record.network
 
 
