@@ -16,14 +16,12 @@ from e2b.api.client.api.templates import (
 )
 from e2b.api.client.models import LogLevel, LogsDirection, TemplateUpdateRequest
 
-from . import test_template_sdk
-from .conftest import API_KEY, Stack
-from .test_template_tags_sdk import _client, _ok
+from . import test_template_tags_sdk as tags_sdk
+from .conftest import Stack
+from .test_template_tags_sdk import AUTH, _client, _ok
 
-snapstore_address = test_template_sdk.snapstore_address
-tstack = test_template_sdk.tstack
+snapstore_address, tstack = tags_sdk.snapstore_address, tags_sdk.tstack  # its fixtures
 pytestmark = pytest.mark.sdk
-AUTH = {"X-API-Key": API_KEY}
 
 
 async def test_listings_come_a_page_at_a_time(tstack: Stack) -> None:
