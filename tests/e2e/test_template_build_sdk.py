@@ -1,8 +1,10 @@
 """E2B template code, unchanged, against the whole platform: `AsyncTemplate.build` of an image
-pushed to a real registry (Debian's docker-registry on loopback) with a COPY of a local context,
-a RUN, ENV and a start command with its ready check; sandboxes of the alias start with the app
-already answering; a template built on it (`from_template`); a failing step reported with its
-step and the previous version kept; the catalog and builds kept in the real etcd."""
+pushed to a real registry (Debian's docker-registry on loopback) with a COPY of a local context
+(also a glob with symlinks, as E2B's own suite copies), a RUN, ENV and a start command with its
+ready check; sandboxes of the alias start with the app already answering, the ENV gone as E2B's
+`set_envs` is for the build only; a template built on it (`from_template`); a failing step
+reported with its step and the previous version kept; a tag pushed again built anew; the
+built-in templates as E2B's public ones; the catalog and builds kept in the real etcd."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
 from aenv_common.snapshots import snapstore_stub
-from aenv_common.testing.oci_layouts import busybox_layout, marker_layout
+from aenv_common.testing.oci_layouts import busybox_layout, marker_layout, sh
 from aenv_common.testing.registry import Registry, bcrypt_hash, docker_registry, push
 
 from ..conftest import shared_cache_dir
@@ -50,6 +52,13 @@ def _context(tmp_path: Path) -> Path:
     context = tmp_path / "context"
     (context / "www").mkdir(parents=True)
     (context / "www" / "index.html").write_text("from the context\n")
+    # As E2B's template suite: a folder with relative, absolute and dangling symlinks.
+    folder = context / "folder"
+    folder.mkdir()
+    (folder / "test.txt").write_text("This is a test file.")
+    (folder / "symlink.txt").symlink_to("test.txt")
+    (folder / "symlink2.txt").symlink_to(folder / "test.txt")
+    (folder / "symlink3.txt").symlink_to("12345test.txt")
     return context
 
 
@@ -57,13 +66,17 @@ async def test_existing_template_code_builds_and_runs_unchanged(
     platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
 ) -> None:
     _, reference = image
+    context = _context(tmp_path)
     template = (
-        AsyncTemplate(file_context_path=_context(tmp_path))
+        AsyncTemplate(file_context_path=context)
         .from_image(reference)
         .copy("www", "/www")
+        .copy("folder/*", "folder", force_upload=True)
+        .run_cmd("busybox cat folder/symlink.txt")
         .run_cmd("echo built > /www/built.txt", user="root")
         .set_envs({"GREETING": "hello"})
-        .set_start_cmd("busybox httpd -f -p 8000 -h /www", APP)
+        .set_start_cmd('echo "$GREETING" > started.txt && busybox httpd -f -p 8000 -h /www',
+                       APP)
     )
     lines: list[LogEntry] = []
     info = await AsyncTemplate.build(template, "e2e-web", memory_mb=512,
@@ -76,7 +89,16 @@ async def test_existing_template_code_builds_and_runs_unchanged(
         # The start command's server was captured running: it answers at once.
         assert (await sandbox.commands.run(APP)).stdout == "from the context\n"
         assert (await sandbox.commands.run("busybox cat /www/built.txt")).stdout == "built\n"
-        assert (await sandbox.commands.run("echo $GREETING")).stdout == "hello\n"
+        # set_envs held for the build (its start command saw it), not for later commands.
+        assert (await sandbox.commands.run("busybox cat started.txt")).stdout == "hello\n"
+        assert (await sandbox.commands.run('echo "[$GREETING]"')).stdout == "[]\n"
+        # The glob's matches, the symlinks as they were.
+        links = await sandbox.commands.run(
+            "busybox cat folder/symlink.txt; echo; busybox ls folder; cd folder && "
+            "for link in symlink.txt symlink2.txt symlink3.txt; do busybox readlink $link; done")
+        assert links.stdout == (
+            "This is a test file.\nsymlink.txt\nsymlink2.txt\nsymlink3.txt\ntest.txt\n"
+            f"test.txt\n{context / 'folder' / 'test.txt'}\n12345test.txt\n")
         assert (await sandbox.commands.run("busybox whoami")).stdout == "user\n"
         # As E2B answers: the template's id (not its build's), the name it was created by.
         got = await sandbox.get_info()
@@ -109,6 +131,67 @@ async def test_existing_template_code_builds_and_runs_unchanged(
 
     tags = {t.tag: t.build_id for t in await AsyncTemplate.get_tags("e2e-web")}
     assert tags == {"default": info.build_id}
+
+
+async def test_a_command_as_a_user_the_image_lacks_fails_in_e2bs_words(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str],
+) -> None:
+    """E2B's template suite: `run_cmd("whoami", user="root123")`."""
+    _, reference = image
+    template = AsyncTemplate().from_image(reference).skip_cache().run_cmd(
+        "whoami", user="root123")
+    with pytest.raises(BuildException) as failed:
+        await AsyncTemplate.build(template, "e2e-nouser", memory_mb=512)
+    assert ("failed to run command 'whoami': command failed: unauthenticated: invalid "
+            "username: 'root123'") in str(failed.value)
+
+
+async def test_a_tag_pushed_again_is_built_anew(
+    platform: Platform, sdk_env: None, image: tuple[Registry, str], tmp_path: Path,
+) -> None:
+    registry, _ = image
+    reference = f"{registry.host}/e2e/retag:1"
+    template = AsyncTemplate().from_image(reference)
+
+    async def build() -> list[str]:
+        lines: list[LogEntry] = []
+        await AsyncTemplate.build(template, "e2e-retag", memory_mb=512,
+                                  on_build_logs=lines.append)
+        return [entry.message for entry in lines]
+
+    await push(f"oci:{busybox_layout(tmp_path / 'one')}:1", registry, "e2e/retag:1")
+    first = await build()
+    again = await build()
+    assert any("reusing the template of build" in m for m in again)  # unchanged: cached
+    second = busybox_layout(tmp_path / "two")
+    sh("umoci", "unpack", "--image", f"{second}:1", tmp_path / "two-bundle")
+    (tmp_path / "two-bundle" / "rootfs" / "etc" / "release").write_text("two\n")
+    sh("umoci", "repack", "--image", f"{second}:1", tmp_path / "two-bundle")
+    await push(f"oci:{second}:1", registry, "e2e/retag:1")
+    pushed = await build()
+    assert not any("reusing the template" in m for m in pushed)
+    assert any(m.startswith("base disk of") for m in pushed)  # pulled and built anew
+    digests = [next(m for m in lines if m.startswith(f"{reference} is sha256:"))
+               for lines in (first, again, pushed)]
+    assert digests[0] == digests[1] != digests[2]
+    sandbox = await AsyncSandbox.create("e2e-retag", timeout=120)
+    try:  # the new content
+        assert (await sandbox.commands.run("busybox cat /etc/release")).stdout == "two\n"
+    finally:
+        await sandbox.kill()
+
+
+async def test_the_builtin_templates_are_e2bs_public_ones(
+    platform: Platform, sdk_env: None,
+) -> None:
+    assert await AsyncTemplate.exists("base")
+    assert [t.tag for t in await AsyncTemplate.get_tags("base")] == ["default"]
+    headers = {"X-API-Key": os.environ["E2B_API_KEY"]}
+    async with httpx.AsyncClient(base_url=os.environ["E2B_API_URL"], headers=headers) as http:
+        defaults = (await http.get("/default-templates")).json()
+        assert "base" in [t["templateID"] for t in defaults]
+        assert all(t["public"] and t["isDefault"] for t in defaults)
+        assert (await http.delete("/templates/base")).status_code == 403
 
 
 async def test_an_unknown_image_fails_the_build_with_its_reason(
@@ -183,17 +266,18 @@ async def test_a_dockerfile_builds_through_the_sdk(
     _, reference = image
     context = _context(tmp_path)
     (context / "Dockerfile").write_text(
-        f"FROM {reference}\nENV STAGE=docker\nWORKDIR /srv\nCOPY www ./www\n"
-        "RUN echo ran > /srv/ran.txt\n")
+        f"FROM {reference}\nENV STAGE=docker\nARG FLAVOUR=plain\nWORKDIR /srv\n"
+        "COPY www ./www\nRUN echo ran $STAGE $FLAVOUR > /srv/ran.txt\n")
     template = AsyncTemplate(file_context_path=context).from_dockerfile(
         str(context / "Dockerfile"))
     await AsyncTemplate.build(template, "e2e-dockerfile", memory_mb=512)
     sandbox = await AsyncSandbox.create("e2e-dockerfile", timeout=300)
     try:
-        # WORKDIR stays the sandboxes' directory; the files COPY and RUN left are there.
+        # WORKDIR stays the sandboxes' directory; the files COPY and RUN left are there; ENV
+        # and ARG held for the RUN only.
         done = await sandbox.commands.run(
-            "busybox pwd; busybox cat www/index.html ran.txt; echo $STAGE")
-        assert done.stdout == "/srv\nfrom the context\nran\ndocker\n"
+            'busybox pwd; busybox cat www/index.html ran.txt; echo "[$STAGE$FLAVOUR]"')
+        assert done.stdout == "/srv\nfrom the context\nran docker plain\n[]\n"
     finally:
         await sandbox.kill()
 
