@@ -1,7 +1,8 @@
 """A template from an OCI image with no Python, no libc and no account database — busybox-static
 alone — for real: the image becomes a base disk, envd runs in it from the tools disk, the recipe
-makes E2B's `user`, and a sandbox of it serves its start command's app at once, with the image's
-own environment."""
+makes E2B's `user`, and a sandbox of it serves its start command's app at once. The image's own
+environment held for the build (its steps found busybox by its PATH), as E2B's builder keeps an
+image's Env: sandboxes' commands get envd's."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..lifecycle.guest import sh
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
 
 DISK_MIB = 256
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def _step(kind: str, *args: str) -> dict[str, object]:
@@ -55,8 +57,9 @@ async def test_a_busybox_image_becomes_a_template_whose_app_answers_at_once(
             return await sh(node.session, sandbox.host, s.envd_access_token, script, user=user)
 
         assert await run("wget -q -O- http://127.0.0.1:8000/index.html") == "from busybox\n"
-        # E2B's `user` was made for it; the image's own PATH is every process's.
+        # E2B's `user` was made for it; the image's PATH (/bin) was the build's, envd's (which
+        # holds /bin too) is the sandbox's.
         assert await run('id -un; echo "$PATH"; ls /etc/os-release 2>&1 || true') == (
-            "user\n/bin\nls: /etc/os-release: No such file or directory\n")
+            f"user\n{GUEST_PATH}\nls: /etc/os-release: No such file or directory\n")
         assert await run("id -un", user="root") == "root\n"
         await node.sandboxes.kill(s.sandbox_id)
