@@ -64,6 +64,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.builds: list[nodeagent_pb2.BuildTemplateRequest] = []
         # What each image reference resolves to (absent: a digest of the reference itself).
         self.image_digests: dict[str, str] = {}
+        self.resolved: list[str] = []  # the references ResolveImage was asked for
         self.build_started = asyncio.Event()
         # Set: builds wait for it before they finish (concurrency tests).
         self.build_gate: asyncio.Event | None = None
@@ -105,6 +106,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def ResolveImage(
         self, request: nodeagent_pb2.ResolveImageRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResolveImageResponse:
+        self.resolved.append(request.reference)
         digest = self.image_digests.get(request.reference) or (
             "sha256:" + hashlib.sha256(request.reference.encode()).hexdigest())
         return nodeagent_pb2.ResolveImageResponse(digest=digest)

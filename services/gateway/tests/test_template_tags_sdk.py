@@ -187,3 +187,7 @@ async def test_a_tag_pushed_again_is_built_anew_an_unchanged_one_is_reused(
     assert len(node.builds) == 2 and second.build_id != first.build_id
     tags = {t.tag: t.build_id for t in await AsyncTemplate.get_tags("retagged")}
     assert tags == {"default": second.build_id}
+    assert node.resolved == ["registry.test/app:1"] * 3
+    pinned = AsyncTemplate().from_image(f"registry.test/app@sha256:{'2' * 64}")
+    await AsyncTemplate.build(pinned, "pinned")
+    assert len(node.resolved) == 3  # a digest is what it names: nothing to ask a node

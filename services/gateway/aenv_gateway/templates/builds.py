@@ -165,7 +165,9 @@ class TemplateBuilds:
         node that would build it (the registries are the nodes' to reach): a tag pushed again
         is then other inputs. Returns that node's placement (None: nothing placed yet)."""
         build, placement, image_digest = journal.record, None, None
-        if start.from_image:
+        if start.from_image and "@" in start.from_image:
+            image_digest = start.from_image.rsplit("@", 1)[1]  # pinned: nothing to resolve
+        elif start.from_image:
             placement = await self._place(journal, parent)
             image_digest = await self._nodeagents.resolve_image(
                 placement.nodeagent_address, start.resolve_request())
