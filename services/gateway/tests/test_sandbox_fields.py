@@ -12,6 +12,7 @@ import pytest
 from e2b import AsyncSandbox
 from e2b.api import handle_api_exception
 from e2b.api.client.models.sandbox_detail import SandboxDetail
+from e2b.api.client.types import Unset
 from e2b.exceptions import GuestUnresponsiveException, RateLimitException
 
 from aenv_common.errors import ResourceExhausted
@@ -79,8 +80,8 @@ async def test_https_ports_and_explicit_internet_access_are_kept_and_reported(
         details = {sid: (await http.get(f"/sandboxes/{sid}", headers=AUTH)).json()
                    for sid in (https, closed, opened)}
     assert list(stack.nodeagent.specs[0].network.https_ports) == [443, 8443]
-    parsed = SandboxDetail.from_dict(details[https])
-    assert parsed.network.https_ports == [443, 8443]
+    network = SandboxDetail.from_dict(details[https]).network
+    assert not isinstance(network, Unset) and network.https_ports == [443, 8443]
     # E2B: null when the create did not say, else what it said.
     assert [details[s]["allowInternetAccess"] for s in (https, closed, opened)] == [
         None, False, True]
