@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, NotFound, Unavailable
@@ -35,6 +36,7 @@ from aenv_gateway.templates.snapshot_names import (
 )
 
 log = logging.getLogger(__name__)
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,10 @@ class SnapshotQuery:
 
 
 @dataclass(frozen=True)
-class SnapshotPage:
-    items: list[cluster_pb2.SnapshotRecord]
+class SnapshotPage(Generic[Item]):
+    """Snapshot records (the native API) or E2B's SnapshotInfo (the REST API)."""
+
+    items: list[Item]
     next_cursor: str | None
 
 
@@ -58,12 +62,6 @@ class Listed:
     key: OrderKey
     info: SnapshotInfo
     sandbox_id: str
-
-
-@dataclass(frozen=True)
-class InfoPage:
-    items: list[SnapshotInfo]
-    next_cursor: str | None
 
 
 class SnapshotService:
@@ -117,7 +115,7 @@ class SnapshotService:
                  extra={"sandbox_id": sandbox_id, "snapshot_id": record.snapshot_id})
         return record
 
-    def list(self, query: SnapshotQuery) -> SnapshotPage:
+    def list(self, query: SnapshotQuery) -> SnapshotPage[cluster_pb2.SnapshotRecord]:
         """Newest first, filtered by source sandbox and name."""
         matching = [r for r in self._directory.snapshots() if _matches(r, query)]
         items, next_cursor = paginate(
@@ -125,7 +123,7 @@ class SnapshotService:
         )
         return SnapshotPage(items, next_cursor)
 
-    def list_named(self, query: SnapshotQuery) -> InfoPage:
+    def list_named(self, query: SnapshotQuery) -> SnapshotPage[SnapshotInfo]:
         """E2B's list, newest first: snapshot templates and unnamed snapshots."""
         wanted = parse_snapshot_name(query.name) if query.name is not None else None
         everything = _listed(self._names.templates(), self._directory.snapshots(), wanted)
@@ -133,7 +131,7 @@ class SnapshotService:
                   if not query.sandbox_id or e.sandbox_id == query.sandbox_id]
         page, next_cursor = paginate(listed, lambda e: e.key, newest_first=True,
                                      limit=query.limit, cursor=query.cursor)
-        return InfoPage([e.info for e in page], next_cursor)
+        return SnapshotPage([e.info for e in page], next_cursor)
 
     async def delete_named(self, text: str) -> bool:
         """E2B's delete (`DELETE /templates/{id}`): a snapshot template with every snapshot it
