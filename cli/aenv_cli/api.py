@@ -24,6 +24,7 @@ from aenv_common.errors import (
     Unauthenticated,
     Unavailable,
 )
+from aenv_common.limits import DEFAULT_TIMEOUT_S
 
 HTTP_TIMEOUT_S = 60.0
 # Pause, resume, fork, reset and snapshots wait for the VM: slow under TCG.
@@ -64,9 +65,8 @@ class SandboxApi:
                metadata: Mapping[str, str] | None = None,
                envs: Mapping[str, str] | None = None) -> Json:
         body: Json = {"templateID": template, "metadata": dict(metadata or {}),
-                      "envVars": dict(envs or {})}
-        if timeout_s is not None:
-            body["timeout"] = timeout_s
+                      "envVars": dict(envs or {}),
+                      "timeout": DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s}
         return self._json("POST", "/sandboxes", body, timeout=SLOW_TIMEOUT_S)
 
     def sandboxes(self, *, states: list[str] | None = None, template: str | None = None,
