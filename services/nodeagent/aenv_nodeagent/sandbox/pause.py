@@ -54,9 +54,10 @@ from aenv_nodeagent.sandbox.vms import keep_running
 
 log = logging.getLogger(__name__)
 
-# How long a pause waits for the guest agent's /health before it calls the guest wedged (a
-# busy TCG guest still answers within a second).
-GUEST_PROBE_S = 5.0
+# How long a pause waits for the guest agent's /health before it calls the guest wedged. A
+# healthy TCG guest answers within a second, but a false "wedged" costs the sandbox its memory at
+# resume, so the margin covers 2 cores crowded by a fork of 16 busy VMs.
+GUEST_PROBE_S = 10.0
 
 
 class Pauses:
