@@ -287,8 +287,8 @@ def test_kernels_run_as_root_with_home_user_as_their_default_cwd(sandboxes: list
 
     root = sandbox.create_code_context(cwd="/root")
     assert (root.language, root.cwd) == ("python", "/root")
-    assert sandbox.run_code("import os; os.getcwd(), os.getuid()", context=root
-                            ).text == "('/root', 0)"
+    assert sandbox.run_code("import os; os.getcwd(), os.getuid(), os.environ['HOME']",
+                            context=root).text == "('/root', 0, '/root')"
     made = sandbox.create_code_context(language="python", cwd="/home/user/test")
     last = sandbox.list_code_contexts()[-1]
     assert (last.id, last.language, last.cwd) == (made.id, "python", "/home/user/test")
