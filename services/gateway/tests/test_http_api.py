@@ -234,6 +234,7 @@ async def test_openapi_lists_every_route(stack: Stack) -> None:
     for route in routes:
         path = (route.path.replace("{sandbox_id}", "{sandboxID}")
                 .replace("{template_id:anypath}", "{templateID}")
+                .replace("{template_id:template_id}", "{templateID}")
                 .replace("{template_id}", "{templateID}").replace("{build_id}", "{buildID}")
                 .replace("{key_id}", "{keyID}"))
         for method in route.methods or ():

@@ -61,6 +61,22 @@ class AnyPathConvertor(Convertor[str]):
 register_url_convertor("anypath", AnyPathConvertor())
 
 
+class TemplateIdConvertor(Convertor[str]):
+    """One segment, never `tags`: `/templates/tags` is the tags resource, so a method it lacks
+    is 405 there rather than a change of a template called `tags`."""
+
+    regex = "(?!tags$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("template_id", TemplateIdConvertor())
+
+
 def raw_template_id(request: Request) -> str:
     """The id is one percent-encoded path segment that may itself contain `/` and `:`
     (`team/snap:v1` -> `/templates/team%2Fsnap%3Av1`): decode it from the raw path."""
@@ -248,7 +264,7 @@ class TemplateRoutes:
             route("/v3/templates", self.request_build, "POST"),
             route("/templates", self.list_templates, "GET"),
             route("/v2/templates", self.list_templates_v2, "GET"),
-            route("/templates/{template_id}", self.update_template, "PATCH"),
+            route("/templates/{template_id:template_id}", self.update_template, "PATCH"),
             route("/v2/templates/{template_id}", self.update_template, "PATCH"),
             route("/templates/{template_id}/builds/{build_id}/logs", self.build_logs, "GET"),
             route("/templates/tags", self.assign_tags, "POST"),
