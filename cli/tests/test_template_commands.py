@@ -31,7 +31,7 @@ from aenv_cli.state import save_ports
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.snapshots import snapstore_stub
 from aenv_common.snapshots.contexts import pull_context
-from aenv_common.testing.builds import build_result, build_steps
+from aenv_common.testing.builds import build_result, build_steps, image_digest
 from aenv_common.testing.ports import free_port
 from aenv_gateway.config import GatewaySettings
 from aenv_gateway.directory import InMemoryClusterView
@@ -72,6 +72,11 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         async for line in build_steps(request, self._keep_context):
             yield line
         yield build_result(request)
+
+    async def ResolveImage(
+        self, request: nodeagent_pb2.ResolveImageRequest, context: grpc.aio.ServicerContext
+    ) -> nodeagent_pb2.ResolveImageResponse:
+        return nodeagent_pb2.ResolveImageResponse(digest=image_digest(request.reference))
 
     async def _keep_context(self, step: nodeagent_pb2.TemplateStep) -> None:
         if step.type == "COPY":

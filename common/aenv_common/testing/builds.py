@@ -4,6 +4,7 @@ number, a RUN of `false` failing the build as a failed step does, then the resul
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -13,6 +14,12 @@ from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
 
 OnStep = Callable[[nodeagent_pb2.TemplateStep], Awaitable[None]]
+
+
+def image_digest(reference: str) -> str:
+    """The digest a fake registry resolves `reference` to: fixed per reference, as an image
+    never pushed again."""
+    return "sha256:" + hashlib.sha256(reference.encode()).hexdigest()
 
 
 def build_line(message: str, step: str) -> nodeagent_pb2.BuildTemplateResponse:

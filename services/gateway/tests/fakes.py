@@ -4,7 +4,6 @@ with sandbox records kept in an InMemoryClusterView (standing in for the etcd mi
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import AsyncIterator
 
@@ -15,7 +14,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.errors import AenvError, Conflict, NotFound, Unavailable
-from aenv_common.testing.builds import build_result, build_steps
+from aenv_common.testing.builds import build_result, build_steps, image_digest
 from aenv_gateway.directory import InMemoryClusterView
 
 NODE_ID = "node1"
@@ -107,8 +106,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.ResolveImageRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResolveImageResponse:
         self.resolved.append(request.reference)
-        digest = self.image_digests.get(request.reference) or (
-            "sha256:" + hashlib.sha256(request.reference.encode()).hexdigest())
+        digest = self.image_digests.get(request.reference) or image_digest(request.reference)
         return nodeagent_pb2.ResolveImageResponse(digest=digest)
 
     async def CreateSandbox(
