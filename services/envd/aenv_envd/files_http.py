@@ -79,7 +79,7 @@ class FilesEndpoint:
                 request.query_params.get("path", ""), user, self._state.default_workdir
             )
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = _open_streamable(path, os.O_RDONLY)
             except OSError as exc:
                 raise os_error_to_envd(exc, path) from exc
             if stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -240,11 +240,35 @@ def _open_for_upload(path: str, user: User) -> int:
         raise invalid_argument(f"path '{path}' is a directory")
     try:
         make_dirs_owned(os.path.dirname(path), user)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        fd = _open_streamable(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise _not_streamable(path) from exc
         raise _upload_error(exc, path) from exc
     chown_to(fd, user)  # a file that existed becomes the caller's too, as upstream
     return fd
+
+
+def _open_streamable(path: str, flags: int) -> int:
+    """Opens `path` without waiting: envd acts as root for anyone, and a blocking open of a FIFO
+    would stall its whole event loop (every request of the sandbox) until some peer appeared.
+    A FIFO or socket has no content to stream, so it is refused; anything else is opened for
+    blocking I/O as usual.
+
+    :raise EnvdError: `path` is a FIFO or a socket (invalid_argument).
+    :raise OSError: the open failed.
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        os.close(fd)
+        raise _not_streamable(path)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _not_streamable(path: str) -> EnvdError:
+    return invalid_argument(f"path '{path}' is a named pipe or socket, not a file")
 
 
 def _writev_fully(fd: int, pieces: list[bytes | memoryview]) -> None:

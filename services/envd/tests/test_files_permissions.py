@@ -175,3 +175,16 @@ def test_an_unknown_user_is_refused(client: TestClient, tree: Path) -> None:
     assert _write(client, tree / "x", "no-such-user") == 401
     assert _rpc(client, "MakeDir", {"path": str(tree / "d")}, "no-such-user") == 401
     assert not (tree / "x").exists() and not (tree / "d").exists()
+
+
+def test_a_named_pipe_is_refused_without_stalling_envd(client: TestClient, tree: Path) -> None:
+    """A blocking open of a FIFO would wait for a peer with envd's whole loop (the client here
+    would hang): it is refused at once, for reading and writing, and envd answers on."""
+    fifo = tree / "home" / "pipe"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    status, body = _read(client, fifo, "nobody")
+    assert status == 400 and b"named pipe" in body
+    assert _write(client, fifo, "nobody") == 400
+    assert time.monotonic() - started < 5
+    assert _read(client, tree / "secret", "nobody") == (200, SECRET)
