@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
 
 DOWN_NODE = "e2e-node"  # the platform's own node agent (tests/conftest.py)
-LEASE_TTL_S = 10.0  # the node agent's heartbeat_ttl_s
+LEASE_TTL_S = 20.0  # the node agent's heartbeat_ttl_s
 SWEEP_S = 10.0  # the scheduler's lost-node sweep runs every 5 s
 
 

@@ -79,7 +79,9 @@ class NodeAgentSettings(BaseSettings):
     warm_pool_slots: int = 4
     warm_pool_overlays: int = 2
     warm_pool_vms: int = 2
-    heartbeat_ttl_s: int = 10
+    # The node record's lease. Long enough to outlast the seconds 2 cores crowded by a fork of
+    # 16 busy VMs can hold a keepalive (11 s seen): a lapse marks every sandbox lost.
+    heartbeat_ttl_s: int = 20
     # Snapstore gRPC address (host:port): snapshots are persisted there and restored from there
     # on nodes that lack them. Empty: persistence off.
     snapstore_address: str = ""
