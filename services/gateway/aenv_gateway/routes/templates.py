@@ -45,33 +45,31 @@ MAX_LOG_PAGE = 100
 MAX_PAGE = 100
 
 
-class AnyPathConvertor(Convertor[str]):
+class _TextConvertor(Convertor[str]):
+    """A path parameter taken as it is; subclasses say which text matches."""
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+class AnyPathConvertor(_TextConvertor):
     """starlette's `path`, line breaks included: an id holding one is not found (404), not a
     method the route lacks (405)."""
 
     regex = "(?s:.*)"
 
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
 
 register_url_convertor("anypath", AnyPathConvertor())
 
 
-class TemplateIdConvertor(Convertor[str]):
+class TemplateIdConvertor(_TextConvertor):
     """One segment, never `tags`: `/templates/tags` is the tags resource, so a method it lacks
     is 405 there rather than a change of a template called `tags`."""
 
     regex = "(?!tags$)[^/]+"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
 
 
 register_url_convertor("template_id", TemplateIdConvertor())
