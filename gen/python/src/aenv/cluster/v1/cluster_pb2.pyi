@@ -56,7 +56,7 @@ class Resources(_message.Message):
     def __init__(self, vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., disk_mib: _Optional[int] = ...) -> None: ...
 
 class NetworkPolicy(_message.Message):
-    __slots__ = ("allow_internet_access", "allow_out", "deny_out", "dns_servers", "mask_request_host", "private_traffic", "https_ports", "internet_access_explicit")
+    __slots__ = ("allow_internet_access", "allow_out", "deny_out", "dns_servers", "mask_request_host", "private_traffic", "https_ports", "internet_access_explicit", "rules", "egress_proxy")
     ALLOW_INTERNET_ACCESS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_OUT_FIELD_NUMBER: _ClassVar[int]
     DENY_OUT_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,8 @@ class NetworkPolicy(_message.Message):
     PRIVATE_TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     HTTPS_PORTS_FIELD_NUMBER: _ClassVar[int]
     INTERNET_ACCESS_EXPLICIT_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_PROXY_FIELD_NUMBER: _ClassVar[int]
     allow_internet_access: bool
     allow_out: _containers.RepeatedScalarFieldContainer[str]
     deny_out: _containers.RepeatedScalarFieldContainer[str]
@@ -73,7 +75,57 @@ class NetworkPolicy(_message.Message):
     private_traffic: bool
     https_ports: _containers.RepeatedScalarFieldContainer[int]
     internet_access_explicit: bool
-    def __init__(self, allow_internet_access: _Optional[bool] = ..., allow_out: _Optional[_Iterable[str]] = ..., deny_out: _Optional[_Iterable[str]] = ..., dns_servers: _Optional[_Iterable[str]] = ..., mask_request_host: _Optional[str] = ..., private_traffic: _Optional[bool] = ..., https_ports: _Optional[_Iterable[int]] = ..., internet_access_explicit: _Optional[bool] = ...) -> None: ...
+    rules: _containers.RepeatedCompositeFieldContainer[NetworkRule]
+    egress_proxy: EgressProxy
+    def __init__(self, allow_internet_access: _Optional[bool] = ..., allow_out: _Optional[_Iterable[str]] = ..., deny_out: _Optional[_Iterable[str]] = ..., dns_servers: _Optional[_Iterable[str]] = ..., mask_request_host: _Optional[str] = ..., private_traffic: _Optional[bool] = ..., https_ports: _Optional[_Iterable[int]] = ..., internet_access_explicit: _Optional[bool] = ..., rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., egress_proxy: _Optional[_Union[EgressProxy, _Mapping]] = ...) -> None: ...
+
+class NetworkRule(_message.Message):
+    __slots__ = ("host", "transforms")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    TRANSFORMS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    transforms: _containers.RepeatedCompositeFieldContainer[HeaderTransform]
+    def __init__(self, host: _Optional[str] = ..., transforms: _Optional[_Iterable[_Union[HeaderTransform, _Mapping]]] = ...) -> None: ...
+
+class HeaderTransform(_message.Message):
+    __slots__ = ("set_headers", "add_headers", "remove_headers")
+    class SetHeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AddHeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SET_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    ADD_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    set_headers: _containers.ScalarMap[str, str]
+    add_headers: _containers.ScalarMap[str, str]
+    remove_headers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, set_headers: _Optional[_Mapping[str, str]] = ..., add_headers: _Optional[_Mapping[str, str]] = ..., remove_headers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EgressProxy(_message.Message):
+    __slots__ = ("address", "username", "sealed_password", "tls", "tls_server_name", "tls_ca_cert")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    SEALED_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    TLS_SERVER_NAME_FIELD_NUMBER: _ClassVar[int]
+    TLS_CA_CERT_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    username: str
+    sealed_password: bytes
+    tls: bool
+    tls_server_name: str
+    tls_ca_cert: str
+    def __init__(self, address: _Optional[str] = ..., username: _Optional[str] = ..., sealed_password: _Optional[bytes] = ..., tls: _Optional[bool] = ..., tls_server_name: _Optional[str] = ..., tls_ca_cert: _Optional[str] = ...) -> None: ...
 
 class Lifecycle(_message.Message):
     __slots__ = ("auto_pause", "auto_resume", "auto_pause_mode")
@@ -86,7 +138,7 @@ class Lifecycle(_message.Message):
     def __init__(self, auto_pause: _Optional[bool] = ..., auto_resume: _Optional[bool] = ..., auto_pause_mode: _Optional[_Union[PauseMode, str]] = ...) -> None: ...
 
 class SandboxSpec(_message.Message):
-    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias", "catalog_template_id")
+    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias", "catalog_template_id", "owner_key_id")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +165,7 @@ class SandboxSpec(_message.Message):
     TRAFFIC_ACCESS_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ALIAS_FIELD_NUMBER: _ClassVar[int]
     CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     template_id: str
     resources: Resources
@@ -125,10 +178,11 @@ class SandboxSpec(_message.Message):
     traffic_access_token: str
     alias: str
     catalog_template_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ...) -> None: ...
+    owner_key_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ...) -> None: ...
 
 class SandboxRecord(_message.Message):
-    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause")
+    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause", "owner_key_id")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +217,7 @@ class SandboxRecord(_message.Message):
     BASE_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     ENVD_UNRESPONSIVE_AT_PAUSE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     node_id: str
     template_id: str
@@ -183,7 +238,8 @@ class SandboxRecord(_message.Message):
     base_template_id: str
     catalog_template_id: str
     envd_unresponsive_at_pause: bool
-    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ...) -> None: ...
+    owner_key_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ..., owner_key_id: _Optional[str] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
     __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement", "memory_budget_mib", "memory_used_mib", "host_memory_available_mib", "pressure")
@@ -360,3 +416,30 @@ class ApiKeyRecord(_message.Message):
     sha256: str
     created_at: _timestamp_pb2.Timestamp
     def __init__(self, key_id: _Optional[str] = ..., name: _Optional[str] = ..., sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SecretRecord(_message.Message):
+    __slots__ = ("secret_id", "name", "owner_key_id", "current_version", "metadata", "created_at", "updated_at", "sealed_value")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SECRET_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SEALED_VALUE_FIELD_NUMBER: _ClassVar[int]
+    secret_id: str
+    name: str
+    owner_key_id: str
+    current_version: int
+    metadata: _containers.ScalarMap[str, str]
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    sealed_value: bytes
+    def __init__(self, secret_id: _Optional[str] = ..., name: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., current_version: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sealed_value: _Optional[bytes] = ...) -> None: ...
