@@ -1,0 +1,1 @@
+"""The node's egress process: filtering by name, header rules, dialers (architecture.md, Egress)."""
