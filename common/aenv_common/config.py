@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,6 +37,15 @@ class CommonSettings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    # The platform secrets key (aenv_common/secrets/sealing.py): one per cluster, the same file
+    # on every gateway and node. Unset: `<home>/secrets.key`.
+    secrets_key_file: Path = Field(default=None, validate_default=False)  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _default_secrets_key_file(self) -> CommonSettings:
+        if self.secrets_key_file is None:
+            self.secrets_key_file = self.home / "secrets.key"
+        return self
 
     def etcd_endpoint_list(self) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []

@@ -3,6 +3,8 @@
 Everything lives under one configurable prefix (default `/aenv/v1`) so several installs or test
 runs can share one etcd: `<prefix>/nodes/<id>`, `<prefix>/sandboxes/<id>`,
 `<prefix>/templates/<id>`, `<prefix>/snapshots/<id>` and `<prefix>/scheduler/leader`.
+Secrets are kept per API key: `<prefix>/secrets/<owner key id>/<secret id>`, and their names,
+unique per key, claimed under `<prefix>/secret-names/<owner key id>/<digest of the name>`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ SNAPSHOTS = "snapshots"
 # build using one): nodes drop their copies. Positive evidence, unlike a missing record, which a
 # node sharing its folders with another cluster's would also see.
 RETIRED_TEMPLATES = "retired-templates"
+# A watch of `collection(SECRETS)` sees every key's secrets; `RecordCache` ids are then
+# "<owner>/<secret id>".
+SECRETS = "secrets"
+SECRET_NAMES = "secret-names"
 
 
 def _check_id(kind: str, record_id: str) -> str:
@@ -56,6 +62,18 @@ class EtcdKeys:
 
     def snapshot(self, snapshot_id: str) -> bytes:
         return self.record(SNAPSHOTS, snapshot_id)
+
+    def secret(self, owner_key_id: str, secret_id: str) -> bytes:
+        return self.owner_secrets(owner_key_id) + _check_id(SECRETS, secret_id).encode()
+
+    def owner_secrets(self, owner_key_id: str) -> bytes:
+        """The prefix of one API key's secrets, with its trailing slash."""
+        return self.record(SECRETS, owner_key_id) + b"/"
+
+    def secret_name(self, owner_key_id: str, name_digest: str) -> bytes:
+        """The claim of a secret name (by digest: a name may hold any character, '/' too)."""
+        return (self.record(SECRET_NAMES, owner_key_id) + b"/"
+                + _check_id(SECRET_NAMES, name_digest).encode())
 
     @property
     def scheduler_leader(self) -> bytes:
