@@ -12,6 +12,7 @@ packages=(
   docker-registry skopeo umoci        # OCI templates and the test registry
   nginx-light wrk                     # data-plane benchmark floor
   dnsmasq-base                        # wildcard DNS of the E2B_DOMAIN test (no system service)
+  microsocks stunnel4                 # the egress tests' SOCKS5 proxy and its TLS front (no system service)
   nodejs                              # buf and the e2b JS SDK (npm comes with it)
   gcc libc6-dev                       # the write-logging library preloaded into QEMU
   esbuild                             # the code interpreter's TypeScript, in its own tests
