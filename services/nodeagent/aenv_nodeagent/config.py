@@ -152,6 +152,23 @@ class NodeAgentSettings(BaseSettings):
     vmm_jail: JailMode = "auto"
     vmm_uid_first: int = Field(default=1_000_000_000, ge=1)
     vmm_uid_count: int = Field(default=65536, ge=16)
+    # Egress by name (egress/, architecture.md "Egress"): one process per node filters guest
+    # connections by name, applies header rules and dials. It runs as egress_uid (default: the
+    # uid just below the VMM range, which must be as free on the host) with no capabilities.
+    egress_uid: int | None = Field(default=None, ge=1)
+    # Where the platform resolver forwards allowed names (host:port or address; port 53 if
+    # none) unless a sandbox names its own dnsServers. Empty: the host's /etc/resolv.conf.
+    egress_dns_upstreams: list[str] = Field(default_factory=list)
+    # Extra CA certificates (PEM) trusted for upstream TLS besides the system store, where the
+    # egress path originates TLS itself (hosts with header rules).
+    egress_upstream_ca_file: Path | None = None
+    # On each slot's gateway address: redirected guest TCP, and its DNS (UDP and TCP).
+    egress_proxy_port: int = Field(default=15001, gt=0, lt=65536)
+    egress_dns_port: int = Field(default=15053, gt=0, lt=65536)
+    # Per sandbox, guest connections the egress process holds at once (the rest are reset).
+    egress_max_connections: int = Field(default=1024, ge=1)
+    # A proxied connection with no byte either way this long is closed.
+    egress_idle_timeout_s: float = Field(default=600.0, gt=0)
 
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or self.common.home / "cache"
@@ -165,8 +182,24 @@ class NodeAgentSettings(BaseSettings):
     def resolved_state_dir(self) -> Path:
         return self.state_dir or self.common.home / "nodeagent"
 
+    def resolved_egress_uid(self) -> int:
+        return self.egress_uid or self.vmm_uid_first - 1
+
+    def resolved_egress_dns_upstreams(self) -> list[str]:
+        return self.egress_dns_upstreams or host_nameservers()
+
     def nodeagent_address(self) -> str:
         return self.advertise_address or self.listen
 
     def proxy_address(self) -> str:
         return self.advertise_proxy_address or self.proxy_listen
+
+
+def host_nameservers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
+    """The nameservers of the host's resolver configuration (none if it cannot be read)."""
+    try:
+        lines = resolv_conf.read_text().splitlines()
+    except OSError:
+        return []
+    return [words[1] for words in (line.split() for line in lines)
+            if len(words) >= 2 and words[0] == "nameserver"]
