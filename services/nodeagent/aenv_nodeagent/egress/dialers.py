@@ -219,8 +219,8 @@ def connect_request(host: str | IPAddress, port: int) -> bytes:
     elif isinstance(address, ipaddress.IPv6Address):
         target = bytes([_ATYP_IPV6]) + address.packed
     else:
-        name = str(host).rstrip(".").encode("idna")
-        if not 0 < len(name) <= 255:
+        name = str(host).rstrip(".").encode("ascii", "replace")  # names are LDH (punycode)
+        if not 0 < len(name) <= 255 or b"?" in name:
             raise Unavailable(f"destination name {str(host)!r} cannot be sent to a SOCKS5 proxy")
         target = bytes([_ATYP_NAME, len(name)]) + name
     return head + target + struct.pack("!H", port)
@@ -282,7 +282,8 @@ async def _connect(
                     ssl_handshake_timeout=timeout_s if ctx else None)
         except ssl.SSLError as exc:
             # A certificate that does not verify is not retried on another address.
-            raise Unavailable(f"tls to {_hostport(address, port)} failed: {exc.reason}") from exc
+            reason = getattr(exc, "verify_message", None) or exc.reason
+            raise Unavailable(f"tls to {_hostport(address, port)} failed: {reason}") from exc
         except TimeoutError:
             last = DeadlineExceeded(f"connect to {_hostport(address, port)} timed out")
         except OSError as exc:
