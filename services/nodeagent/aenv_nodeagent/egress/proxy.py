@@ -1,0 +1,250 @@
+"""One slot's TCP egress: every guest connection nft redirected to the slot's proxy listener.
+
+Per accepted connection: the address the guest dialled (SO_ORIGINAL_DST), dropped at once if it
+is in a blocked range or one of the node's own; then the first bytes the guest sends, peeked
+within bounds (16 KiB, ~250 ms: a protocol where the server speaks first yields no name), for a
+TLS SNI or HTTP Host (sniff.py); then ``decide`` with the slot's policy, asking the platform
+resolver's record whether the address is one it gave for that name — or, for a name the guest
+did not look up through it (/etc/hosts), a fresh resolution. Denied: reset (RST, SO_LINGER 0).
+Allowed with header rules for the host: handed to ``intercept``. Otherwise the same address and
+port are dialled through the sandbox's dialer (direct or its SOCKS5 proxy) and the bytes spliced
+both ways with backpressure, half-close and an idle timeout.
+
+Each decision is logged at debug with the netns, address, name and reason — never payload or
+header values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from aenv_common.egress import EgressRules, NameClass, decide, rules_for
+from aenv_common.egress.rules import NetworkRule
+
+from .dialers import Blocked, Dialer
+from .resolved import IPAddress, ResolvedNames
+from .sniff import sniff
+from .transforms import SecretLookup
+
+log = logging.getLogger(__name__)
+
+SO_ORIGINAL_DST = 80
+IP6T_SO_ORIGINAL_DST = 80
+PEEK_BYTES = 16 * 1024
+CHUNK = 64 * 1024
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+Resolve = Callable[[str, Sequence[str]], Awaitable[list[IPAddress]]]
+Intercept = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, str, int,
+                      Sequence[NetworkRule], Callable[[], Awaitable[Streams]], SecretLookup],
+                     Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    max_connections: int = 1024
+    idle_timeout_s: float = 600.0
+    peek_timeout_s: float = 0.25
+    peek_bytes: int = PEEK_BYTES
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a slot's new connections are judged by and sent through; replaced on update."""
+
+    rules: EgressRules
+    dialer: Dialer
+    dns_servers: Sequence[str]  # where a fresh resolution of a name goes
+
+
+@dataclass(frozen=True)
+class NodeParts:
+    """What every slot's proxy shares in one egress process."""
+
+    blocked: Blocked
+    resolve: Resolve
+    intercept: Intercept
+    limits: ProxyLimits
+
+
+class SlotProxy:
+    def __init__(self, netns: str, route: Route, resolved: ResolvedNames,
+                 secrets: SecretLookup, parts: NodeParts) -> None:
+        self.netns = netns
+        self.route = route
+        self._resolved = resolved
+        self._secrets = secrets
+        self._parts = parts
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
+
+    async def start(self, listener: socket.socket) -> None:
+        listener.setblocking(False)
+        self._server = await asyncio.start_server(self._accepted, sock=listener,
+                                                  limit=CHUNK)
+
+    async def stop(self) -> None:
+        """Stop accepting and end every connection of the slot."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+
+    async def _accepted(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= self._parts.limits.max_connections:
+            log.warning("egress connection cap reached", extra={"netns": self.netns})
+            reset(writer)
+            return
+        self._connections.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, TimeoutError, OSError) as err:
+            log.debug("egress connection ended", extra={"netns": self.netns,
+                                                        "error": type(err).__name__})
+        finally:
+            self._connections.discard(task)
+            if not writer.is_closing():
+                writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address, port = original_destination(writer.get_extra_info("socket"))
+        if self._parts.blocked(address):
+            self._log(address, port, None, "blocked range", allowed=False)
+            reset(writer)
+            return
+        first, name = await self._peek(reader)
+        route = self.route
+        decision = decide(route.rules, address, name,
+                          await self._address_is_names(route, address, name))
+        self._log(address, port, name, decision.reason, decision.allowed)
+        if not decision.allowed:
+            reset(writer)
+            return
+        host = name or str(address)
+        matching = rules_for(route.rules, host)
+
+        async def dial() -> Streams:
+            return await route.dialer.open(address, port)
+
+        if matching:
+            await self._parts.intercept(reader, writer, first, host, port, matching, dial,
+                                        self._secrets)
+            return
+        upstream_reader, upstream_writer = await dial()
+        try:
+            upstream_writer.write(first)
+            await splice(reader, writer, upstream_reader, upstream_writer,
+                         self._parts.limits.idle_timeout_s)
+        finally:
+            upstream_writer.close()
+
+    async def _peek(self, reader: asyncio.StreamReader) -> tuple[bytes, str | None]:
+        """The guest's first bytes (bounded) and the name they carry, if any."""
+        limits = self._parts.limits
+        data = b""
+        deadline = time.monotonic() + limits.peek_timeout_s
+        while len(data) < limits.peek_bytes:
+            sniffed = sniff(data)
+            if sniffed.complete:
+                return data, sniffed.name
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                chunk = await asyncio.wait_for(reader.read(limits.peek_bytes - len(data)),
+                                               remaining)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data, None
+
+    async def _address_is_names(self, route: Route, address: IPAddress,
+                                name: str | None) -> bool:
+        if name is None:
+            return self._resolved.is_resolved_any_allowed(address)
+        if self._resolved.is_resolved_for(name, address):
+            return True
+        if route.rules.classify_name(name) is not NameClass.ALLOWED:
+            return False
+        # A name the guest did not ask our resolver for (/etc/hosts, a cached answer): it may
+        # still go to the address if a fresh resolution gives it.
+        fresh = await self._parts.resolve(name, route.dns_servers)
+        return address in fresh
+
+    def _log(self, address: IPAddress, port: int, name: str | None, reason: str,
+             allowed: bool) -> None:
+        log.debug("egress decision", extra={"netns": self.netns, "address": str(address),
+                                            "port": port, "host": name, "allowed": allowed,
+                                            "reason": reason})
+
+
+def original_destination(sock: socket.socket) -> tuple[IPAddress, int]:
+    """Where the guest connected before nft redirected it here."""
+    if sock.family == socket.AF_INET6:
+        raw = sock.getsockopt(socket.IPPROTO_IPV6, IP6T_SO_ORIGINAL_DST, 28)
+        port = struct.unpack_from("!H", raw, 2)[0]
+        return ipaddress.IPv6Address(raw[8:24]), port
+    raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    port = struct.unpack_from("!H", raw, 2)[0]
+    return ipaddress.IPv4Address(raw[4:8]), port
+
+
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close with RST: the guest sees its connection refused, not a clean end."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def splice(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
+                 upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter,
+                 idle_timeout_s: float) -> None:
+    """Copy both ways until both directions ended (each end's EOF is passed on as a
+    half-close) or nothing moved for ``idle_timeout_s``."""
+    last = [time.monotonic()]
+
+    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while chunk := await source.read(CHUNK):
+            sink.write(chunk)
+            await sink.drain()  # backpressure: read no more than the other side takes
+            last[0] = time.monotonic()
+        if sink.can_write_eof():
+            with contextlib.suppress(OSError):
+                sink.write_eof()
+
+    pumps = [asyncio.ensure_future(pump(client_reader, upstream_writer)),
+             asyncio.ensure_future(pump(upstream_reader, client_writer))]
+    pending: set[asyncio.Future[None]] = set(pumps)
+    try:
+        while pending:
+            idle_left = last[0] + idle_timeout_s - time.monotonic()
+            if idle_left <= 0:
+                return
+            done, pending = await asyncio.wait(pending, timeout=idle_left,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            if any(p.exception() for p in done):
+                return  # one side broke: the other is cut too
+    finally:
+        for p in pumps:
+            p.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
