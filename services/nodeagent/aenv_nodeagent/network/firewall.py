@@ -94,17 +94,15 @@ def render_policy_update(policy: EgressPolicy, blocked_extra: Iterable[str]) -> 
 
 
 def render_egress_rules(policy: EgressPolicy, blocked_extra: Iterable[str]) -> list[str]:
-    """Rules for guest-originated new connections: blocked ranges first (no allow entry can
-    reopen them), then the internet switch, then deny (wins), then the allow list."""
-    blocked = [*parse_cidrs(list(ALWAYS_BLOCKED)), *parse_cidrs(list(blocked_extra))]
-    rules = _match_rules(blocked, "drop")
-    if not policy.allow_internet:
+    """Rules for guest-originated new connections, the address half of ``decide``: blocked
+    ranges first (no allow entry can reopen them), then allow (wins over deny, as E2B's), then
+    deny, then what neither lists: dropped when the policy denies all (IPv6 too: a guest has
+    none), else accepted."""
+    blocked = [*parse_cidrs(ALWAYS_BLOCKED), *parse_cidrs(blocked_extra)]
+    rules = [*_match_rules(blocked, "drop"), *_match_rules(list(policy.rules.allow_nets), "accept")]
+    if policy.rules.denies_unlisted:
         return [*rules, "drop"]
-    rules += _match_rules(parse_cidrs(policy.deny_out), "drop")
-    allowed = parse_cidrs(policy.allow_out)
-    if not allowed:
-        return [*rules, "accept"]
-    return [*rules, *_match_rules(allowed, "accept"), "drop"]
+    return [*rules, *_match_rules(list(policy.rules.deny_nets), "drop"), "accept"]
 
 
 def _match_rules(networks: list[IPNetwork], verdict: str) -> list[str]:

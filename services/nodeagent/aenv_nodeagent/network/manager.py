@@ -119,7 +119,7 @@ class NetworkManager:
         self._applied[slot.netns] = policy
         log.info(
             "egress policy updated",
-            extra={"netns": slot.netns, "allow_internet": policy.allow_internet},
+            extra={"netns": slot.netns, "needs_proxy": policy.needs_proxy},
         )
 
     async def existing_slots(self) -> list[NetSlot]:

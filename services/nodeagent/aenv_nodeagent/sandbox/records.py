@@ -47,13 +47,14 @@ def end_at(timeout_s: int) -> Timestamp:
     return timestamp(time.time() + (timeout_s or DEFAULT_TIMEOUT_S))
 
 
-def egress_policy(net: cluster_pb2.NetworkPolicy) -> EgressPolicy:
-    return EgressPolicy(
-        allow_internet=net.allow_internet_access,
-        allow_out=list(net.allow_out),
-        deny_out=list(net.deny_out),
-        dns_servers=list(net.dns_servers),
-    )
+def egress_policy(net: cluster_pb2.NetworkPolicy, owner_key_id: str) -> EgressPolicy:
+    """What a sandbox's slot enforces (a copy: later edits of the record do not leak into it).
+
+    :raise InvalidArgument: the policy holds an entry no node may enforce.
+    """
+    network = cluster_pb2.NetworkPolicy()
+    network.CopyFrom(net)
+    return EgressPolicy(network, owner_key_id)
 
 
 def validate_spec(spec: cluster_pb2.SandboxSpec) -> None:
@@ -105,4 +106,5 @@ def new_record(
         env_vars=dict(spec.env_vars),
         traffic_access_token=spec.traffic_access_token,
         base_template_id=template.template_id,
+        owner_key_id=spec.owner_key_id,
     )

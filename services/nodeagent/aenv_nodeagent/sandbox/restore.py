@@ -130,7 +130,7 @@ class Restorer:
         undo.push(pooled.vm.shutdown)
         pooled.directory.rename(plan.directory)
         await timer.timed("pooled_vm", self._pool.adopt_policy(
-            pooled.slot, egress_policy(plan.record.network)))
+            pooled.slot, egress_policy(plan.record.network, plan.record.owner_key_id)))
         return pooled.slot, pooled.vm
 
     async def _launch_pooled(
@@ -148,8 +148,8 @@ class Restorer:
             undo.push(lambda: shutil.rmtree(plan.directory, ignore_errors=True))
         kept, slot_task = plan.slot, None
         if kept is None:
-            slot_task = asyncio.ensure_future(
-                timer.timed("network", self._new_slot(egress_policy(plan.record.network))))
+            policy = egress_policy(plan.record.network, plan.record.owner_key_id)
+            slot_task = asyncio.ensure_future(timer.timed("network", self._new_slot(policy)))
         try:
             if plan.backing is not None:
                 await timer.timed("overlay", self._overlay(plan, plan.backing))

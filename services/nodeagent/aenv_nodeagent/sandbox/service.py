@@ -228,16 +228,31 @@ class SandboxService:
     async def update_network(
         self, sandbox_id: str, network: cluster_pb2.NetworkPolicy
     ) -> cluster_pb2.SandboxRecord:
-        """New egress rules for a running sandbox; how its ports are reached stays."""
+        """New egress rules for a running sandbox; how its ports are reached stays. All or
+        nothing: the policy is validated whole before the slot changes, and a record that cannot
+        be stored puts the old rules back, so the old policy stays applied and recorded.
+
+        :raise InvalidArgument: an entry of the new policy. :raise NotFound: no such sandbox.
+        """
         sandbox = self.registry.get(sandbox_id)
+        current = sandbox.record.network
         updated = cluster_pb2.NetworkPolicy()
         updated.CopyFrom(network)
-        updated.private_traffic = sandbox.record.network.private_traffic
-        updated.mask_request_host = sandbox.record.network.mask_request_host
-        updated.https_ports[:] = sandbox.record.network.https_ports
-        await self._network.update_policy(sandbox.slot, egress_policy(updated))
+        updated.private_traffic = current.private_traffic
+        updated.mask_request_host = current.mask_request_host
+        updated.https_ports[:] = current.https_ports
+        owner = sandbox.record.owner_key_id
+        policy, previous = egress_policy(updated, owner), egress_policy(current, owner)
+        await self._network.update_policy(sandbox.slot, policy)
+        record = cluster_pb2.SandboxRecord()
+        record.CopyFrom(sandbox.record)
+        record.network.CopyFrom(updated)
+        try:
+            await self._records.put_sandbox(record)
+        except BaseException:
+            await self._network.update_policy(sandbox.slot, previous)
+            raise
         sandbox.record.network.CopyFrom(updated)
-        await self._records.put_sandbox(sandbox.record)
         return sandbox.record
 
     async def kill_expired(self, now: float | None = None) -> list[str]:

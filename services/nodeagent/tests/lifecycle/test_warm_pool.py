@@ -18,6 +18,7 @@ from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
 
+from ..policies import egress
 from .conftest import netns_with, node_parts, spec, until
 from .guest import sh
 
@@ -64,7 +65,7 @@ async def test_pool_fills_hands_out_refills_and_drains(
         assert backing_of(work / "second.qcow2") == str(base)
         assert pool.sizes()["overlays"] == 1
         plain = await pool.take_slot(EgressPolicy())
-        strict = await pool.take_slot(EgressPolicy(allow_internet=True, deny_out=["1.1.1.1/32"]))
+        strict = await pool.take_slot(egress(allow_internet=True, deny_out=["1.1.1.1/32"]))
         assert plain.netns != strict.netns
         # Both came from the pool, which rebuilds its two in the background.
         await until(lambda: pool.sizes() == {"slots": 2, "overlays": 2, "vms": 0}, "the refill")

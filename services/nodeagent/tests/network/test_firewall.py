@@ -13,6 +13,8 @@ from aenv_nodeagent.network.firewall import (
 )
 from aenv_nodeagent.network.slots import slot_for
 
+from ..policies import egress
+
 SLOT = slot_for(NetworkConfig(), 5)
 PRIVATE4 = "ip daddr { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, "
 PRIVATE4 += "172.16.0.0/12, 192.168.0.0/16, 224.0.0.0/3 } drop"
@@ -27,12 +29,12 @@ def test_ruleset_forwards_every_tcp_port_of_the_ns_address_to_the_guest() -> Non
 
 
 def test_guest_may_open_nothing_towards_the_netns_itself() -> None:
-    text = render_ruleset(SLOT, EgressPolicy(allow_internet=True), [])
+    text = render_ruleset(SLOT, egress(allow_internet=True), [])
     assert 'iifname "tap0" ct state established,related accept\n    iifname "tap0" drop' in text
 
 
 def test_only_what_the_guest_sends_as_itself_enters_from_its_tap() -> None:
-    text = render_ruleset(SLOT, EgressPolicy(allow_internet=True), [])
+    text = render_ruleset(SLOT, egress(allow_internet=True), [])
     netdev = text[text.index("table netdev aenv {") :]
     assert netdev.splitlines()[1:7] == [
         "  chain guest {",
@@ -45,51 +47,55 @@ def test_only_what_the_guest_sends_as_itself_enters_from_its_tap() -> None:
     ]
 
 
-def test_no_internet_drops_everything_after_the_blocked_ranges() -> None:
-    rules = render_egress_rules(EgressPolicy(allow_internet=False, allow_out=["1.1.1.1"]), [])
+def test_no_internet_drops_everything_but_the_allow_list_after_the_blocked_ranges() -> None:
+    rules = render_egress_rules(egress(allow_internet=False, allow_out=["1.1.1.1"]), [])
     assert rules[0] == PRIVATE4
     assert rules[1].startswith("ip6 daddr { ::/127, ::ffff:0:0/96, 64:ff9b::/96, fc00::/7")
-    assert rules[2:] == ["drop"]
+    assert rules[2:] == ["ip daddr { 1.1.1.1/32 } accept", "drop"]
+    assert render_egress_rules(EgressPolicy(), [])[2:] == ["drop"]  # a slot with no sandbox
 
 
 def test_internet_without_lists_accepts_public_addresses() -> None:
-    rules = render_egress_rules(EgressPolicy(allow_internet=True), [])
+    rules = render_egress_rules(egress(allow_internet=True), [])
     assert rules[0] == PRIVATE4
     assert rules[2:] == ["accept"]
 
 
-def test_deny_wins_over_allow_and_allow_list_closes_the_rest() -> None:
-    policy = EgressPolicy(True, allow_out=["8.8.0.0/16", "2001:db8::/32"], deny_out=["8.8.8.8"])
+def test_allow_wins_over_deny_and_the_unlisted_are_accepted() -> None:
+    """E2B's precedence, as ``aenv_common.egress.decide`` has it for addresses."""
+    policy = egress(True, allow_out=["8.8.8.8", "2001:db8::/32"], deny_out=["8.8.0.0/16"])
     assert render_egress_rules(policy, [])[2:] == [
-        "ip daddr { 8.8.8.8/32 } drop",
-        "ip daddr { 8.8.0.0/16 } accept",
+        "ip daddr { 8.8.8.8/32 } accept",
         "ip6 daddr { 2001:db8::/32 } accept",
-        "drop",
+        "ip daddr { 8.8.0.0/16 } drop",
+        "accept",
     ]
+    deny_all = egress(True, allow_out=["8.8.8.8"], deny_out=["0.0.0.0/0"])
+    assert render_egress_rules(deny_all, [])[2:] == ["ip daddr { 8.8.8.8/32 } accept", "drop"]
 
 
 def test_blocked_extra_addresses_are_merged_into_the_always_blocked_set() -> None:
-    rules = render_egress_rules(EgressPolicy(True), ["10.211.0.0/16", "192.0.2.2", "2001:db8::1"])
+    rules = render_egress_rules(egress(True), ["10.211.0.0/16", "192.0.2.2", "2001:db8::1"])
     assert "192.0.2.2/32, 192.168.0.0/16" in rules[0]
     assert "10.211.0.0/16" not in rules[0]  # inside 10.0.0.0/8: an interval set rejects overlaps
     assert "2001:db8::1/128" in rules[1]
 
 
 def test_policy_update_replaces_only_the_egress_chain() -> None:
-    text = render_policy_update(EgressPolicy(True), [])
+    text = render_policy_update(egress(True), [])
     assert text.startswith("flush chain inet aenv egress\ntable inet aenv {\n  chain egress {\n")
     assert "hook" not in text
 
 
-def test_dns_servers_must_be_at_most_ten_ipv4_addresses() -> None:
+def test_a_policy_no_node_may_enforce_is_invalid_argument() -> None:
     with pytest.raises(InvalidArgument, match="2001:db8::1"):
-        EgressPolicy(True, dns_servers=["2001:db8::1"])
+        egress(True, dns_servers=["2001:db8::1"])
     with pytest.raises(InvalidArgument, match="at most 10"):
-        EgressPolicy(True, dns_servers=[f"192.0.2.{i}" for i in range(11)])
+        egress(True, dns_servers=[f"192.0.2.{i}" for i in range(11)])
+    with pytest.raises(InvalidArgument, match=r"'300\.1\.1\.1' is not a valid IP address"):
+        egress(True, allow_out=["300.1.1.1"])
 
 
-def test_bad_cidr_is_invalid_argument() -> None:
-    with pytest.raises(InvalidArgument, match=r"bad CIDR.*300\.1\.1\.1"):
-        EgressPolicy(True, allow_out=["300.1.1.1"])
-    with pytest.raises(InvalidArgument, match=r"'api\.example\.com': domain names are not supp"):
-        EgressPolicy(True, allow_out=["api.example.com"])
+def test_names_make_a_policy_need_the_egress_process() -> None:
+    assert not egress(True, allow_out=["1.1.1.1"], deny_out=["0.0.0.0/0"]).needs_proxy
+    assert egress(True, allow_out=["api.example.com"]).needs_proxy

@@ -12,7 +12,6 @@ from pyroute2 import IPRoute
 from aenv_common.errors import Conflict, Internal, ResourceExhausted
 from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import (
-    EgressPolicy,
     NetSlot,
     NetworkConfig,
     NetworkManager,
@@ -23,6 +22,7 @@ from aenv_nodeagent.network.namespaces import list_netns, run_in_fresh_thread
 from aenv_nodeagent.network.nft import run_nft
 from aenv_nodeagent.network.slots import GATEWAY_IP, TAP_MAC, TAP_NAME
 
+from ..policies import egress
 from .helpers import (
     INTERNET_SERVER_IP,
     attach_fake_guest,
@@ -34,7 +34,7 @@ from .helpers import (
 
 pytestmark = pytest.mark.netns
 
-NO_INTERNET = EgressPolicy(allow_internet=False)
+NO_INTERNET = egress(allow_internet=False)
 
 
 def kernel_objects(prefix: str) -> list[str]:
@@ -161,7 +161,7 @@ async def test_guest_cannot_reach_host_netns_or_private_ranges(
 ) -> None:
     host_port, stop_host = await serve_payload(None, slot.host_ip, "host")
     ns_port, stop_ns = await serve_payload(slot.netns, "0.0.0.0", "netns")
-    await manager.update_policy(slot, EgressPolicy(allow_internet=True, allow_out=["0.0.0.0/0"]))
+    await manager.update_policy(slot, egress(allow_internet=True, allow_out=["0.0.0.0/0"]))
     try:
         # controls: both listeners answer from where they are meant to
         assert await try_connect(None, slot.host_ip, host_port) == "host"
@@ -184,12 +184,15 @@ async def test_egress_policy_is_enforced_and_replaced(
         assert await try_connect(internet, INTERNET_SERVER_IP, port) == "public"  # control
         assert await try_connect(guest, INTERNET_SERVER_IP, port) == "timeout"  # no internet
         cases = [
-            (EgressPolicy(True), "public"),
-            (EgressPolicy(True, deny_out=["198.18.0.0/30"]), "timeout"),
-            (EgressPolicy(True, allow_out=["203.0.113.0/24"]), "timeout"),
-            (EgressPolicy(True, allow_out=["198.18.0.2/32"]), "public"),
-            (EgressPolicy(True, allow_out=["198.18.0.0/16"], deny_out=["198.18.0.2"]), "timeout"),
-            (EgressPolicy(False, allow_out=["198.18.0.2/32"]), "timeout"),
+            # E2B's precedence: allow wins over deny, allowOut alone restricts nothing.
+            (egress(True), "public"),
+            (egress(True, deny_out=["198.18.0.0/30"]), "timeout"),
+            (egress(True, allow_out=["203.0.113.0/24"]), "public"),
+            (egress(True, allow_out=["203.0.113.0/24"], deny_out=["0.0.0.0/0"]), "timeout"),
+            (egress(True, allow_out=["198.18.0.2/32"], deny_out=["198.18.0.0/16"]), "public"),
+            (egress(True, allow_out=["198.18.0.3"], deny_out=["198.18.0.0/16"]), "timeout"),
+            (egress(False, allow_out=["198.18.0.2/32"]), "public"),
+            (egress(False), "timeout"),
         ]
         for policy, expected in cases:
             await manager.update_policy(slot, policy)

@@ -40,7 +40,8 @@ async def test_a_new_egress_policy_keeps_how_ports_are_reached(wing: Wing) -> No
         allow_internet_access=False, deny_out=["10.9.0.0/16"]))
 
     policy = wing.network.policies[sandbox.slot.netns]
-    assert (policy.allow_internet, policy.deny_out) == (False, ["10.9.0.0/16"])
+    assert policy.network.deny_out == ["10.9.0.0/16"]
+    assert policy.rules.denies_unlisted
     assert record.network.private_traffic and record.network.mask_request_host == "app:${PORT}"
     assert list(record.network.https_ports) == [8443]
     assert wing.records.records[sandbox.sandbox_id].network == record.network
