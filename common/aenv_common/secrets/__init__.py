@@ -2,6 +2,11 @@
 (rules.py), the records in etcd for the gateway (store.py) and the opened values a node fills
 placeholders from (values.py). docs/architecture.md, "Secrets"."""
 
+from aenv_common.secrets.records import (
+    EtcdSecretRecords,
+    InMemorySecretRecords,
+    SecretRecords,
+)
 from aenv_common.secrets.sealing import (
     SealBroken,
     SecretsKey,
@@ -14,7 +19,10 @@ from aenv_common.secrets.store import SecretStore
 from aenv_common.secrets.values import SecretValues
 
 __all__ = [
+    "EtcdSecretRecords",
+    "InMemorySecretRecords",
     "SealBroken",
+    "SecretRecords",
     "SecretStore",
     "SecretValues",
     "SecretsKey",

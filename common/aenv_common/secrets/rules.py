@@ -4,13 +4,16 @@ A name is what `Secret.fill(name)` interpolates into `${e2b.secrets.<name>}`, so
 `{`, `}` or control character (the SDK's own `_validate_secret_name` rule); it is lower-cased
 before storage and every lookup (E2B returns names in that canonical form), may not start with
 `sec_` (the prefix of secret ids, so a path segment is an id or a name, never both) and is at
-most MAX_NAME_CHARS long. Metadata has E2B's documented bounds; a value at most MAX_VALUE_BYTES.
+most MAX_NAME_CHARS long. aenv also refuses `/`, `?`, `#` and `%`: the SDK puts the name into
+the URL path as it is (`/secrets/<name>`), where these would end the segment or be decoded.
+Metadata has E2B's documented bounds; a value at most MAX_VALUE_BYTES.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from aenv_common.errors import InvalidArgument
 
@@ -23,6 +26,7 @@ MAX_METADATA_VALUE_BYTES = 1024
 MAX_METADATA_BYTES = 8192
 
 _FORBIDDEN = re.compile(r"[{}\x00-\x1f\x7f-\x9f]")
+_UNADDRESSABLE = re.compile(r"[/?#%]")
 
 
 def canonical_name(name: str) -> str:
@@ -38,6 +42,10 @@ def canonical_name(name: str) -> str:
         raise InvalidArgument(
             f"secret name {name!r} cannot contain '{{', '}}' or control characters: it is "
             "interpolated into the '${e2b.secrets.<name>}' placeholder")
+    if _UNADDRESSABLE.search(name):
+        raise InvalidArgument(
+            f"secret name {name!r} cannot contain '/', '?', '#' or '%': it is sent in the "
+            "URL path of /secrets/{secretID}")
     canonical = name.lower()
     if canonical.startswith(ID_PREFIX):
         raise InvalidArgument(
@@ -58,9 +66,11 @@ def check_value(value: str) -> bytes:
     return data
 
 
-def check_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
-    """:raise InvalidArgument: past E2B's bounds (32 entries, keys 128 bytes, values 1024
-    bytes, 8192 bytes in all)."""
+def check_metadata(metadata: Mapping[Any, Any]) -> dict[str, str]:
+    """:raise InvalidArgument: not strings to strings, or past E2B's bounds (32 entries, keys
+    128 bytes, values 1024 bytes, 8192 bytes in all)."""
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise InvalidArgument("metadata must map strings to strings")
     if len(metadata) > MAX_METADATA_ENTRIES:
         raise InvalidArgument(f"metadata has at most {MAX_METADATA_ENTRIES} entries")
     total = 0

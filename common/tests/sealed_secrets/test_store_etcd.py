@@ -11,7 +11,13 @@ from aenv.cluster.v1.cluster_pb2 import SecretRecord
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import AlreadyExists, InvalidArgument, NotFound
-from aenv_common.secrets import SecretsKey, SecretStore, SecretValues
+from aenv_common.secrets import (
+    EtcdSecretRecords,
+    InMemorySecretRecords,
+    SecretsKey,
+    SecretStore,
+    SecretValues,
+)
 from aenv_common.secrets.store import open_value
 
 pytestmark = pytest.mark.etcd
@@ -35,8 +41,17 @@ def key() -> SecretsKey:
 
 
 @pytest.fixture
-def secrets(store: ClusterStore, key: SecretsKey) -> SecretStore:
-    return SecretStore(store, key)
+def etcd_secrets(store: ClusterStore, key: SecretsKey) -> SecretStore:
+    return SecretStore(EtcdSecretRecords(store), key)
+
+
+@pytest.fixture(params=["etcd", "memory"])
+def secrets(request: pytest.FixtureRequest, etcd_secrets: SecretStore,
+            key: SecretsKey) -> SecretStore:
+    """The store over each backend: both must keep the same promises."""
+    if request.param == "etcd":
+        return etcd_secrets
+    return SecretStore(InMemorySecretRecords(), key)
 
 
 async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -115,6 +130,8 @@ async def test_malformed_input_is_refused_and_unknown_refs_are_not_found(
         await secrets.create("k1", "big", "x" * (64 * 1024 + 1), {})
     with pytest.raises(InvalidArgument, match="at most 32 entries"):
         await secrets.create("k1", "meta", VALUE, {str(i): "v" for i in range(33)})
+    with pytest.raises(InvalidArgument, match="URL path"):
+        await secrets.create("k1", "a/b", VALUE, {})
     for ref in ("nope", "sec_nope", "a/b", "sec_a/b", "x{"):
         with pytest.raises(NotFound):
             await secrets.get("k1", ref)
@@ -122,8 +139,9 @@ async def test_malformed_input_is_refused_and_unknown_refs_are_not_found(
 
 
 async def test_values_follow_creates_updates_and_destroys(
-    secrets: SecretStore, store: ClusterStore, key: SecretsKey
+    etcd_secrets: SecretStore, store: ClusterStore, key: SecretsKey
 ) -> None:
+    secrets = etcd_secrets
     before = await secrets.create("k1", "early", VALUE, {})
     values = SecretValues(store, key)
     await values.start()
@@ -143,9 +161,9 @@ async def test_values_follow_creates_updates_and_destroys(
 
 
 async def test_values_drop_records_sealed_with_another_key(
-    secrets: SecretStore, store: ClusterStore, caplog: pytest.LogCaptureFixture
+    etcd_secrets: SecretStore, store: ClusterStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await secrets.create("k1", "foreign", VALUE, {})
+    await etcd_secrets.create("k1", "foreign", VALUE, {})
     values = SecretValues(store, SecretsKey.generate())
     await values.start()
     try:

@@ -6,6 +6,7 @@ import asyncio
 import signal
 
 from aenv_common.logging import setup_logging
+from aenv_common.secrets import EtcdSecretRecords, SecretStore, create_key_file
 from aenv_common.telemetry import setup_telemetry
 from aenv_gateway.auth import load_or_create_api_key
 from aenv_gateway.config import GatewaySettings
@@ -30,6 +31,9 @@ async def _serve(settings: GatewaySettings) -> None:
     from aenv_gateway.templates.records import EtcdTemplateRecords
 
     api_key = load_or_create_api_key(settings.resolved_api_key_file())
+    # Made here too when the launcher did not (a gateway started on its own); a cluster's nodes
+    # must then be given the same file (AENV_SECRETS_KEY_FILE).
+    secrets_key = create_key_file(settings.common.secrets_key_file)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -41,7 +45,8 @@ async def _serve(settings: GatewaySettings) -> None:
         key_claims = EtcdKeyClaims(view.store, settings.idempotency_ttl_s,
                                    settings.idempotency_claim_ttl_s)
         try:
-            gateway = await start_gateway(settings, view, records, api_key, api_keys, key_claims)
+            gateway = await start_gateway(settings, view, records, api_key, api_keys, key_claims,
+                                          SecretStore(EtcdSecretRecords(view.store), secrets_key))
             try:
                 await stop.wait()
             finally:

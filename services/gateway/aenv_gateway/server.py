@@ -23,6 +23,7 @@ from aenv_common.errors import InvalidArgument
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import EmbeddedServer, start_http_server
 from aenv_common.httpproxy import StreamingProxy
+from aenv_common.secrets import InMemorySecretRecords, SecretsKey, SecretStore
 from aenv_common.snapshots import snapstore_stub
 from aenv_gateway.api_keys import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex
 from aenv_gateway.app import GatewayApp, control_routes, instrumented
@@ -43,10 +44,12 @@ from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.revocation import OpenRequests, RevocableRequests
 from aenv_gateway.routes.keys import KeyRoutes
 from aenv_gateway.routes.sandboxes import SandboxRoutes
+from aenv_gateway.routes.secrets import SecretRoutes
 from aenv_gateway.routes.snapshots import SnapshotRoutes
 from aenv_gateway.routes.templates import TemplateRoutes
 from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import Presenter
+from aenv_gateway.secrets import GatewaySecrets
 from aenv_gateway.service import SandboxService
 from aenv_gateway.signed_urls import SignedFileRouter
 from aenv_gateway.snapshots import SnapshotService
@@ -74,6 +77,8 @@ class RunningGateway:
     app: ASGIApp
     # The stored API keys (their SHA-256 digests).
     api_keys: ApiKeyRecords
+    # The Secret API's operations (the network checks ask it for unknown placeholders).
+    secrets: GatewaySecrets
     _edges: list[tuple[EmbeddedServer, asyncio.Task[None]]]
     _grpc: grpc.aio.Server
     _session: aiohttp.ClientSession
@@ -122,10 +127,11 @@ def _check_certificate(certificate: TlsCertificate) -> None:
 async def start_gateway(
     settings: GatewaySettings, view: ClusterView, template_records: TemplateRecords,
     api_key: str, api_keys: ApiKeyRecords | None = None, key_claims: KeyClaims | None = None,
+    secret_store: SecretStore | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down. `api_keys` and `key_claims` (idempotency keys) are kept in memory when not given
-    (tests, a gateway on its own).
+    (tests, a gateway on its own), as are secrets without `secret_store`.
 
     :raise InvalidArgument: the TLS certificate or key cannot be loaded.
     :raise Unavailable: a listen address is taken.
@@ -138,6 +144,8 @@ async def start_gateway(
                                   settings.build_deadline_s)
     scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s,
                                 settings.scheduler_failover_s)
+    secrets = GatewaySecrets(
+        secret_store or SecretStore(InMemorySecretRecords(), SecretsKey.generate()))
     catalog = TemplateCatalog(template_records)
     snapshot_names = SnapshotCatalog(catalog)
     builds = TemplateBuilds(catalog, scheduler, nodeagents)
@@ -176,7 +184,7 @@ async def start_gateway(
                                      snapshots, settings.fallback_envd_version,
                                      TemplateCleanup(template_records, snapstore))
     routes = [*control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth),
-              *KeyRoutes(auth, key_records).routes()]
+              *KeyRoutes(auth, key_records).routes(), *SecretRoutes(auth, secrets).routes()]
     edge = GatewayApp(
         routes,
         DataPlane(service.wake, StreamingProxy(session)),
@@ -210,7 +218,7 @@ async def start_gateway(
     )
     SANDBOX_STATES.attach(directory.records)
     return RunningGateway(
-        http_port, https_port, grpc_port, service, directory, routes, app, key_records,
+        http_port, https_port, grpc_port, service, directory, routes, app, key_records, secrets,
         [(server, task) for server, task, _ in edges], grpc_server, session, pool, builds,
     )
 

@@ -127,6 +127,8 @@ class SandboxService:
             network=request.network,
             lifecycle=request.lifecycle,
             traffic_access_token=new_secret() if request.network.private_traffic else "",
+            # Whose secrets fill its network rules' placeholders (docs/architecture.md, Secrets).
+            owner_key_id=current_caller(),
         )
         placement, record = await self._place_and_create(spec)
         owner = Owner(placement.node_id, placement.nodeagent_address, placement.proxy_address)
