@@ -1,0 +1,86 @@
+"""Egress by name end to end: the test internet (internet.py) and a platform of the package's own
+whose node agent resolves through the test internet's dnsmasq and trusts its CA upstream, so
+guests reach the test hosts by name through the node's egress process."""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+from e2b import CommandExitException, Sandbox
+
+from aenv_cli.platform import Platform
+
+from ...conftest import lone_platform_env, running_platform
+from .internet import Internet, running_internet
+
+# What the guest's curl trusts: its system bundle (with the cluster's egress CA, for hosts with
+# header rules) plus the test CA (hosts without rules show the guest their own certificates, as
+# a real origin would).
+GUEST_CA = "/tmp/test-internet-bundle.pem"
+CURL_TIMEOUT_S = 20
+
+
+@pytest.fixture(scope="package")
+def internet() -> Iterator[Internet]:
+    with running_internet() as net:
+        yield net
+
+
+@pytest_asyncio.fixture(scope="package", loop_scope="session")
+async def egress_platform(
+    tmp_path_factory: pytest.TempPathFactory, internet: Internet
+) -> AsyncIterator[Platform]:
+    prefix = "aeg" + "".join(secrets.choice("abcdefghij") for _ in range(3)) + "x"
+    env = lone_platform_env(prefix) | {"AENV_NODEAGENT_WARM_POOL_VMS": "0"} | internet.node_env()
+    async with running_platform(tmp_path_factory.mktemp("egress-home"), env, prefix) as plat:
+        yield plat
+
+
+@pytest.fixture(scope="package")
+def egress_sdk(egress_platform: Platform) -> Iterator[Platform]:
+    """The SDK's endpoints and key in the environment, for the whole package."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in egress_platform.e2b_env().items():
+            patch.setenv(name, value)
+        patch.delenv("E2B_DEBUG", raising=False)
+        yield egress_platform
+
+
+@dataclass(frozen=True)
+class Fetch:
+    code: int  # HTTP status; 0: no answer (refused, reset, unresolved, timed out)
+    body: str
+
+
+def guest_sh(sandbox: Sandbox, script: str, timeout_s: float = 120) -> tuple[int, str]:
+    """(exit code, stdout) of a root shell script in the guest."""
+    try:
+        done = sandbox.commands.run(script, user="root", timeout=timeout_s,
+                                    request_timeout=timeout_s + 30)
+    except CommandExitException as failed:
+        return failed.exit_code, failed.stdout
+    return done.exit_code, done.stdout
+
+
+def fetch(sandbox: Sandbox, url: str, *curl_args: str) -> Fetch:
+    """curl in the guest; the guest trusts the test CA besides its system store."""
+    marker = "\n--aenv-status--"
+    args = " ".join(shlex.quote(a) for a in curl_args)
+    write_out = shlex.quote(marker + "%{http_code}")
+    _, out = guest_sh(sandbox, (
+        f"curl -sS -m {CURL_TIMEOUT_S} --cacert {GUEST_CA} -w {write_out} "
+        f"{args} {shlex.quote(url)} 2>/dev/null; true"))
+    body, _, code = out.rpartition(marker)
+    return Fetch(int(code or 0), body)
+
+
+def trust_test_ca(sandbox: Sandbox, internet: Internet) -> None:
+    sandbox.files.write("/tmp/test-internet-ca.pem", internet.ca_pem, user="root")
+    code, _ = guest_sh(sandbox, "cat /etc/ssl/certs/ca-certificates.crt "
+                                f"/tmp/test-internet-ca.pem > {GUEST_CA}")
+    assert code == 0
