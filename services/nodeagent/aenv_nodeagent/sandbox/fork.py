@@ -140,6 +140,8 @@ def _child_spec(
         network=parent.network, lifecycle=parent.lifecycle, resources=parent.resources,
         # A child is a sandbox of its own: private app ports get a token of their own too.
         traffic_access_token=new_secret() if parent.network.private_traffic else "",
+        # Its rules are the parent's, whose placeholders name the parent owner's secrets.
+        owner_key_id=parent.owner_key_id,
     )
 
 
