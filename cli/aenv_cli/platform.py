@@ -37,11 +37,14 @@ from aenv_cli.services import (
 )
 from aenv_cli.state import save_ports
 from aenv_common.errors import Unavailable
+from aenv_common.secrets import create_key_file
 
 log = logging.getLogger(__name__)
 
 PROBE_INTERVAL_S = 0.1
 API_KEY_WAIT_S = 10.0
+# The platform secrets key (aenv_common/secrets/sealing.py), shared by the gateway and the node.
+SECRETS_KEY_FILE = "secrets.key"
 
 
 class PlatformStartError(Unavailable):
@@ -78,6 +81,8 @@ class Platform:
         )
         if edge is not None:
             self._env.update(edge.gateway_environment(self.home))
+        # Named to every service, so a gateway and a node agent never seal with different keys.
+        self._env.setdefault("AENV_SECRETS_KEY_FILE", str(self.home / SECRETS_KEY_FILE))
         self._lock = HomeLock(self.home)
         self._children: list[ChildProcess] = []
         self._api_key: str | None = None
@@ -128,6 +133,7 @@ class Platform:
         self._lock.acquire()
         try:
             save_ports(self.home, self.ports)
+            create_key_file(Path(self._env["AENV_SECRETS_KEY_FILE"]))
             if self.edge is not None:
                 self.edge.prepare(self.home)
             for spec in self.services:
