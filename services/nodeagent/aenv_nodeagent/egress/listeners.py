@@ -15,20 +15,11 @@ import socket
 from dataclasses import dataclass
 from functools import partial
 
+from aenv_nodeagent.network.firewall import EgressPorts
 from aenv_nodeagent.network.namespaces import enter_netns, run_in_fresh_thread
 from aenv_nodeagent.network.slots import GATEWAY_IP
 
-PROXY_PORT = 15001
-DNS_PORT = 15053
 _BACKLOG = 1024
-
-
-@dataclass(frozen=True)
-class EgressPorts:
-    """Where, on the slot's gateway address, redirected traffic lands."""
-
-    proxy: int = PROXY_PORT
-    dns: int = DNS_PORT
 
 
 @dataclass

@@ -28,9 +28,10 @@ from ipaddress import ip_address
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
+from aenv_nodeagent.network.firewall import EgressPorts
 
 from .control import Channel, ChannelClosed, Configure, Message, netns_of, policy_field
-from .listeners import EgressPorts, open_listeners
+from .listeners import open_listeners
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,10 @@ class EgressSupervisor:
     def pid(self) -> int | None:
         """The running egress process (for measuring it: bench/egress.py reads its RSS)."""
         return self._process.pid if self._process and self._process.returncode is None else None
+
+    @property
+    def ports(self) -> EgressPorts:
+        return self._settings.ports
 
     def attached(self) -> set[str]:
         return set(self._slots)

@@ -1,7 +1,9 @@
 """NetworkManager: allocates slot indices and builds, re-policies, finds and removes slots.
 
 Slots are independent of any sandbox: ``create_slot`` can run ahead of time (a warm pool) and
-``update_policy`` applied when the slot is handed to a sandbox.
+``update_policy`` applied when the slot is handed to a sandbox. A policy that needs the node's
+egress process (names, header rules, an egress proxy) attaches the slot to it around the nft
+transaction (slot_egress.py); destroying the slot detaches it.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import os
 import time
 from functools import partial
 
-from aenv_common.errors import AenvError, Internal, ResourceExhausted
+from pyroute2 import IPRoute
 
-from . import firewall, slotops
+from aenv_common.errors import AenvError, Internal, ResourceExhausted, Unavailable
+
+from . import firewall, netlink, slotops
 from .namespaces import (
     list_netns,
     netns_exists,
@@ -23,6 +27,7 @@ from .namespaces import (
     run_in_fresh_thread,
 )
 from .policy import EgressPolicy
+from .slot_egress import ResolvedMemory, SlotEgress, Switch, plan
 from .slots import (
     NetSlot,
     NetworkConfig,
@@ -36,8 +41,12 @@ log = logging.getLogger(__name__)
 
 
 class NetworkManager:
-    def __init__(self, config: NetworkConfig) -> None:
+    def __init__(self, config: NetworkConfig, egress: SlotEgress | None = None,
+                 resolved: ResolvedMemory | None = None) -> None:
         self._config = config
+        self._egress = egress  # None: this node enforces IP-only policies alone
+        self._resolved = resolved
+        self._ports = egress.ports if egress is not None else firewall.EgressPorts()
         self._in_use: set[int] = set()  # indices this process holds or is building
         self._building: set[int] = set()
         # Policy last applied per netns: re-applying an equal one is skipped, because an nft
@@ -70,6 +79,13 @@ class NetworkManager:
             raise
         finally:
             self._building.discard(slot.index)
+        if policy.needs_proxy:
+            try:
+                await self._need_egress().attach(slot.netns, policy.owner_key_id,
+                                                 policy.network)
+            except BaseException:
+                await self._discard(slot)
+                raise
         self._applied[slot.netns] = policy
         log.info(
             "network slot created",
@@ -79,6 +95,10 @@ class NetworkManager:
 
     async def destroy_slot(self, slot: NetSlot) -> None:
         """Remove the slot's nft table, tap, veth and netns; safe to repeat."""
+        if self._egress is not None:  # its listeners would keep the netns alive
+            await self._egress.detach(slot.netns)
+        if self._resolved is not None:
+            self._resolved.forget(slot.netns)
         try:
             removed = await run_in_fresh_thread(
                 partial(slotops.teardown_slot, slot), name=f"netns-teardown-{slot.netns}"
@@ -104,23 +124,58 @@ class NetworkManager:
             await asyncio.gather(*self._releases)
 
     async def update_policy(self, slot: NetSlot, policy: EgressPolicy) -> None:
-        """Replace the slot's egress rules in one nft transaction (no-op if unchanged)."""
-        if self._applied.get(slot.netns) == policy:
+        """Replace the slot's egress rules in one nft transaction (no-op if unchanged), attaching
+        it to, updating or detaching it from the egress process around that transaction; on
+        failure the old rules and attachment stay."""
+        old = self._applied.get(slot.netns)
+        if old == policy:
             return
+        switch = plan(old, policy)
+        if switch.attach:
+            await self._need_egress().attach(slot.netns, policy.owner_key_id, policy.network)
+        try:
+            await self._apply_policy(slot, policy, switch)
+        except BaseException:
+            if switch.attach and (old is None or not old.needs_proxy):
+                await self._need_egress().detach(slot.netns)
+            raise
+        self._applied[slot.netns] = policy
+        if self._egress is not None and switch.update:
+            await self._egress.update(slot.netns, policy.network)
+        if self._egress is not None and switch.detach:
+            await self._egress.detach(slot.netns)
+        if self._resolved is not None and (switch.flush_resolved or switch.detach):
+            self._resolved.forget(slot.netns)
+        log.info(
+            "egress policy updated",
+            extra={"netns": slot.netns, "needs_proxy": policy.needs_proxy},
+        )
+
+    async def restore_policy(self, slot: NetSlot, policy: EgressPolicy) -> None:
+        """Enforce ``policy`` on a slot an earlier run of the agent left (an adopted sandbox's):
+        its rules are rewritten whole and, when it needs the egress process, it is attached to
+        this run's, whose listeners replace those that died with the last one."""
+        self._applied.pop(slot.netns, None)
+        await self.update_policy(slot, policy)
+
+    async def _apply_policy(self, slot: NetSlot, policy: EgressPolicy, switch: Switch) -> None:
         try:
             await run_in_fresh_thread(
-                partial(slotops.apply_in_slot, slot, partial(self._policy_update, policy)),
+                partial(slotops.apply_in_slot, slot,
+                        partial(self._policy_update, policy, slot if switch.rewrite else None,
+                                switch.flush_resolved)),
                 name=f"netns-policy-{slot.netns}",
             )
         except AenvError:
             raise
         except Exception as exc:
             raise Internal(f"updating egress policy of {slot.netns} failed: {exc}") from exc
-        self._applied[slot.netns] = policy
-        log.info(
-            "egress policy updated",
-            extra={"netns": slot.netns, "needs_proxy": policy.needs_proxy},
-        )
+
+    def _need_egress(self) -> SlotEgress:
+        if self._egress is None:
+            raise Unavailable("this node runs no egress process: policies naming hosts, with "
+                              "header rules or an egress proxy cannot be enforced here")
+        return self._egress
 
     async def existing_slots(self) -> list[NetSlot]:
         """Slots of this prefix present in the kernel (after a restart); they count as in use."""
@@ -184,14 +239,16 @@ class NetworkManager:
             log.exception("destroying a network slot failed", extra={"netns": slot.netns})
 
     def _ruleset(self, slot: NetSlot, policy: EgressPolicy, host_addresses: list[str]) -> str:
-        return firewall.render_ruleset(slot, policy, self._blocked_extra(host_addresses))
+        return firewall.render_ruleset(slot, policy, self._blocked_extra(host_addresses),
+                                       self._ports)
 
-    def _policy_update(self, policy: EgressPolicy, host_addresses: list[str]) -> str:
-        return firewall.render_policy_update(policy, self._blocked_extra(host_addresses))
+    def _policy_update(self, policy: EgressPolicy, slot: NetSlot | None, flush: bool,
+                       host_addresses: list[str]) -> str:
+        return firewall.render_policy_update(policy, self._blocked_extra(host_addresses), slot,
+                                             self._ports, flush)
 
     def _blocked_extra(self, host_addresses: list[str]) -> list[str]:
-        # The root netns's own addresses and every other slot, besides the always-blocked ranges.
-        return [self._config.pool_cidr, *host_addresses]
+        return blocked_extra(self._config, host_addresses)
 
     def _netns_indices(self) -> list[int]:
         prefix = self._config.prefix
@@ -207,6 +264,21 @@ class NetworkManager:
             if index is not None and index < self._config.capacity
             if not netns_exists(netns_name(prefix, index))
         )
+
+
+def blocked_extra(config: NetworkConfig, host_addresses: list[str]) -> list[str]:
+    """What guests may never reach besides the always-blocked ranges: the root netns's own
+    addresses and every slot of the pool."""
+    return [config.pool_cidr, *host_addresses]
+
+
+async def host_blocked_extra(config: NetworkConfig) -> list[str]:
+    """``blocked_extra`` with this host's addresses now (for the egress process, which dials
+    from the root netns)."""
+    def read() -> list[str]:
+        with IPRoute() as root:
+            return blocked_extra(config, netlink.local_addresses(root))
+    return await asyncio.to_thread(read)
 
 
 def _ms_since(started: float) -> float:
