@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .trust import TrustPaths
 
 _ENV_PREFIX = "AENV_ENVD_"
 
@@ -32,6 +34,9 @@ class EnvdConfig:
     # when it changed, instead of before every request. Empty: not written (the guest's init
     # sets it; a host running envd for tests has no such reader).
     init_marker: str = ""
+    # Where /init installs the cluster's egress CA (trust.py); envd run on a host by tests
+    # points them elsewhere, never at the host's own trust.
+    trust_paths: TrustPaths = field(default_factory=TrustPaths)
 
 
 def load_config(argv: list[str] | None = None) -> EnvdConfig:
@@ -61,8 +66,18 @@ def load_config(argv: list[str] | None = None) -> EnvdConfig:
         "--init-marker",
         default=os.environ.get(_ENV_PREFIX + "INIT_MARKER", defaults.init_marker),
     )
+    parser.add_argument(
+        "--egress-ca-file",
+        default=os.environ.get(_ENV_PREFIX + "EGRESS_CA_FILE", defaults.trust_paths.ca_file),
+    )
+    parser.add_argument(
+        "--system-ca-bundle",
+        default=os.environ.get(_ENV_PREFIX + "SYSTEM_CA_BUNDLE",
+                               defaults.trust_paths.system_bundle),
+    )
     args = parser.parse_args(argv)
     return EnvdConfig(
+        trust_paths=TrustPaths(ca_file=args.egress_ca_file, system_bundle=args.system_ca_bundle),
         init_marker=args.init_marker,
         host=args.host,
         port=args.port,

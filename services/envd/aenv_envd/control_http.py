@@ -21,6 +21,7 @@ from .errors import invalid_argument
 from .files_http import http_error
 from .state import SandboxState
 from .system import MetricsReader, parse_rfc3339, reseed_rng, set_clock
+from .trust import check_pem, install_ca
 from .version import ENVD_VERSION
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,10 @@ class ControlEndpoints:
         # sandbox's own variables.
         if isinstance(env_vars, dict):
             state.env_vars = state.env_vars | {str(k): str(v) for k, v in env_vars.items()}
+        ca = body.get("egressCaCert")
+        if isinstance(ca, str) and ca:
+            # Defaults only: the sandbox's own variables of these names win.
+            state.env_vars = self._trust_egress_ca(check_pem(ca)) | state.env_vars
         if "accessToken" in body:
             token = body["accessToken"]
             state.access_token = str(token) if token else None
@@ -89,6 +94,13 @@ class ControlEndpoints:
             "init applied",
             extra={"env_vars": len(state.env_vars), "token": state.access_token is not None},
         )
+
+    def _trust_egress_ca(self, pem: str) -> dict[str, str]:
+        try:
+            return install_ca(pem, self._config.trust_paths)
+        except OSError as exc:
+            log.warning("init could not install the egress CA", extra={"errno": exc.errno})
+            return {}
 
 
 def _replace_marker(path: str) -> None:

@@ -20,11 +20,15 @@ ENVD_PORT = 49983
 
 class EnvdClient:
     def __init__(
-        self, session: aiohttp.ClientSession, tracer_provider: TracerProvider | None = None
+        self, session: aiohttp.ClientSession, tracer_provider: TracerProvider | None = None,
+        *, egress_ca_pem: str | None = None,
     ) -> None:
         self._session = session
         # Where envd's spans are recorded (None: this process's tracer provider).
         self._tracer_provider = tracer_provider
+        # The cluster's egress CA (egress/certs.py), installed into every guest's trust at
+        # /init: the certificates of hosts with header rules are issued by it.
+        self._egress_ca_pem = egress_ca_pem
 
     async def wait_healthy(self, host: str, timeout_s: float, port: int = ENVD_PORT) -> float:
         """Polls `GET /health` until envd answers; returns the seconds it took."""
@@ -73,7 +77,7 @@ class EnvdClient:
         guest's clock is behind by the paused time) and fresh entropy (a restored guest's RNG state
         is a clone of the snapshot's). The env vars add to those the guest has (a template's
         ENV steps); the default user and workdir, when given, replace its own (a template
-        captured them). Returns envd's version."""
+        captured them); the guest trusts the cluster's egress CA. Returns envd's version."""
         body = {
             "envVars": dict(env_vars),
             "accessToken": access_token,
@@ -84,6 +88,8 @@ class EnvdClient:
             body["defaultUser"] = default_user
         if default_workdir:
             body["defaultWorkdir"] = default_workdir
+        if self._egress_ca_pem:
+            body["egressCaCert"] = self._egress_ca_pem
         url = f"http://{host}:{port}/init"
         # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
         async with self._session.post(
