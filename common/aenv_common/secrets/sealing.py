@@ -77,11 +77,12 @@ def open_sealed(key: SecretsKey, sealed: bytes, aad: bytes) -> bytes:
 def load_key(path: Path) -> SecretsKey:
     """Reads the key file.
 
-    :raise InvalidArgument: it is missing, not exactly 32 bytes, or readable by others than
-        its owner (a key anyone on the host can read protects nothing).
+    :raise InvalidArgument: it is missing, not exactly 32 bytes, or open to every user of the
+        host or writable by its group (a key anyone can read protects nothing; a Kubernetes
+        Secret volume may make it group-readable, for the pod's fsGroup, and a symlink).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise InvalidArgument(f"secrets key file {path} does not exist") from None
     except OSError as err:
@@ -89,9 +90,9 @@ def load_key(path: Path) -> SecretsKey:
     with os.fdopen(fd, "rb") as fh:
         mode = os.fstat(fh.fileno()).st_mode
         material = fh.read(KEY_BYTES + 1)
-    if mode & 0o077:
+    if mode & 0o027:
         raise InvalidArgument(
-            f"secrets key file {path} has mode {mode & 0o777:o}; it must be 0600 or stricter")
+            f"secrets key file {path} has mode {mode & 0o777:o}; it must be 0600 or 0640 at most")
     if len(material) != KEY_BYTES:
         raise InvalidArgument(f"secrets key file {path} must hold exactly {KEY_BYTES} bytes")
     return SecretsKey(material)

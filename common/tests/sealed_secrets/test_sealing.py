@@ -106,6 +106,18 @@ def test_load_key_refuses_missing_short_and_open_files(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="exactly 32 bytes"):
         load_key(path)
     path.write_bytes(os.urandom(32))
-    path.chmod(0o644)
-    with pytest.raises(InvalidArgument, match="0600"):
-        load_key(path)
+    for open_mode in (0o644, 0o660):
+        path.chmod(open_mode)
+        with pytest.raises(InvalidArgument, match="0600"):
+            load_key(path)
+
+
+def test_load_key_takes_a_kubernetes_secret_volume(tmp_path: Path) -> None:
+    # A Secret volume's file is a symlink into `..data/`, group-readable under an fsGroup.
+    data = tmp_path / "..data"
+    data.mkdir()
+    (data / "secrets.key").write_bytes(os.urandom(32))
+    (data / "secrets.key").chmod(0o440)
+    (tmp_path / "secrets.key").symlink_to(Path("..data") / "secrets.key")
+    key = load_key(tmp_path / "secrets.key")
+    assert open_sealed(key, seal(key, b"v", AAD), AAD) == b"v"

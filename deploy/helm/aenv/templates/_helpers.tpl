@@ -60,6 +60,10 @@ the replicas in turn (a Service's one address would pin it to whichever pod it r
 {{ .Values.gateway.apiKey.existingSecret | default (printf "%s-api-key" (include "aenv.fullname" .)) }}
 {{- end -}}
 
+{{- define "aenv.secretsKeySecret" -}}
+{{ .Values.secretsKey.existingSecret | default (printf "%s-secrets-key" (include "aenv.fullname" .)) }}
+{{- end -}}
+
 {{- define "aenv.s3Secret" -}}
 {{ .Values.snapstore.s3.existingSecret | default (printf "%s-snapstore-s3" (include "aenv.fullname" .)) }}
 {{- end -}}
