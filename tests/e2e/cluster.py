@@ -190,6 +190,8 @@ async def running_cluster(
     bridge = f"{tag}br"
     ports = PlatformPorts.free()
     base = service_environment(home, ports, os.environ)
+    # One secrets key for the cluster, as a deployment mounts it: every host seals and opens alike.
+    base.setdefault("AENV_SECRETS_KEY_FILE", str(home / "secrets.key"))
     cluster = Cluster(
         home, bridge_ip, ports.etcd_client, ports.gateway_http, ports.gateway_grpc, []
     )
