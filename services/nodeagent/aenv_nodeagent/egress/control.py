@@ -62,6 +62,7 @@ class Channel:
         self._pending: dict[int, asyncio.Future[Message]] = {}
         self._send_lock = asyncio.Lock()
         self._serving: set[asyncio.Task[None]] = set()
+        self._waiters: set[tuple[int, Callable[[int], bool], asyncio.Future[None]]] = set()
         self._closed = False
 
     @property
@@ -87,7 +88,7 @@ class Channel:
             error = answer.get("error") or {}
             code = grpc.StatusCode.__members__.get(str(error.get("code")), grpc.StatusCode.INTERNAL)
             raise from_status(code, str(error.get("message", "egress request failed")))
-        return answer
+        return {k: v for k, v in answer.items() if k not in ("id", "ok")}
 
     async def run(self) -> None:
         """Read and dispatch messages until the peer closes the channel."""
@@ -158,7 +159,7 @@ class Channel:
                         self._sock.send(data)
                     break
                 except (BlockingIOError, InterruptedError):
-                    await _ready(loop.add_writer, loop.remove_writer, self._sock)
+                    await self._ready(loop.add_writer, loop.remove_writer)
                 except OSError as exc:
                     raise ChannelClosed(f"the egress control channel broke: {exc}") from exc
             if sent < len(data):
@@ -174,7 +175,10 @@ class Channel:
                 data, fds, flags, _ = socket.recv_fds(
                     self._sock, _READ_SIZE, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
             except (BlockingIOError, InterruptedError):
-                await _ready(loop.add_reader, loop.remove_reader, self._sock)
+                try:
+                    await self._ready(loop.add_reader, loop.remove_reader)
+                except ChannelClosed:
+                    return b"", []
                 continue
             except OSError:
                 return b"", []
@@ -183,31 +187,42 @@ class Channel:
                 raise Internal("egress control message carried too many descriptors")
             return data, fds
 
+    async def _ready(self, add: Callable[..., None], remove: Callable[[int], bool]) -> None:
+        """Wait until the socket is readable or writable (``add``: the loop's registration)."""
+        if self._closed:
+            raise ChannelClosed("the egress control channel is closed")
+        fd = self._sock.fileno()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        add(fd, wake)
+        waiter = (fd, remove, future)
+        self._waiters.add(waiter)
+        try:
+            await future
+        finally:
+            if waiter in self._waiters:
+                self._waiters.discard(waiter)
+                remove(fd)
+
     def _close(self, queued: deque[int]) -> None:
         if not self._closed:
             self._closed = True
+            # Unregistered while the descriptor is still ours (its number is reused once closed).
+            for fd, remove, future in list(self._waiters):
+                remove(fd)
+                if not future.done():
+                    future.set_exception(ChannelClosed("the egress control channel is closed"))
+            self._waiters.clear()
             with contextlib.suppress(OSError):
                 self._sock.close()
         close_fds(queued)
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(ChannelClosed("the egress process is gone"))
-
-
-async def _ready(
-    add: Callable[..., None], remove: Callable[[int], bool], sock: socket.socket
-) -> None:
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def wake() -> None:
-        if not future.done():
-            future.set_result(None)
-
-    add(sock.fileno(), wake)
-    try:
-        await future
-    finally:
-        remove(sock.fileno())
+        for reply in self._pending.values():
+            if not reply.done():
+                reply.set_exception(ChannelClosed("the egress process is gone"))
 
 
 def close_fds(fds: Sequence[int] | deque[int]) -> None:

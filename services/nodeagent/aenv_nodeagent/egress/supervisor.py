@@ -1,9 +1,10 @@
 """The node agent's side of the egress process: it starts it, talks to it, restarts it.
 
-The agent stays the privileged party. It spawns ``python -m aenv_nodeagent.egress`` as an
-unprivileged uid (no capabilities: a setuid away from root clears them; no_new_privs and
-PR_SET_PDEATHSIG are set by the child itself before it reads anything), with one end of a
-socketpair as its control channel (egress/control.py), then sends ``configure``.
+The agent stays the privileged party. It spawns ``python -m aenv_nodeagent.egress``, which
+becomes the unprivileged ``egress_uid`` before it reads anything from the channel (it drops
+itself, once its modules are loaded: the interpreter may live where that uid cannot read, e.g.
+under /root; leaving root clears every capability), arms PR_SET_PDEATHSIG and sets no_new_privs.
+One end of a socketpair is its control channel (egress/control.py); ``configure`` comes first.
 
 It keeps the desired state — which slot netns are attached, with which owner and policy — so a
 child that dies is replaced (back-off 0.2 s doubling to 10 s, reset after a minute alive) and
@@ -155,9 +156,8 @@ class EgressSupervisor:
         try:
             uid = self._uid()
             self._process = await asyncio.create_subprocess_exec(
-                *self._command(child.fileno()), pass_fds=(child.fileno(),),
-                stdin=asyncio.subprocess.DEVNULL, user=uid, group=uid,
-                extra_groups=None if uid is None else [], cwd="/", env=_child_env(uid))
+                *self._command(child.fileno(), uid), pass_fds=(child.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL, cwd="/", env=_child_env(uid))
         except BaseException:
             parent.close()
             raise
@@ -178,9 +178,10 @@ class EgressSupervisor:
         log.info("egress process started", extra={"pid": self._process.pid,
                                                    "slots": len(self._slots)})
 
-    def _command(self, fd: int) -> list[str]:
+    def _command(self, fd: int, uid: int | None) -> list[str]:
         base = list(self._settings.command) or [sys.executable, "-m", EGRESS_MODULE]
-        return [*base, "--control-fd", str(fd), "--parent-pid", str(os.getpid())]
+        drop = ["--uid", str(uid)] if uid is not None else []
+        return [*base, "--control-fd", str(fd), "--parent-pid", str(os.getpid()), *drop]
 
     def _uid(self) -> int | None:
         """The child's uid; None (the agent's own) when there is none or the agent is not root."""

@@ -6,7 +6,9 @@ be written when the agent died has it written first, from its QEMU (memory/pause
 was running is re-adopted when its QEMU still runs in its slot, answers QMP, is not stopped half-
 way through an operation, and the cluster still has its record on this node: QMP is reconnected
 and its netns slot taken back (the lifecycle then reads its disk chain from QEMU), its cgroup
-found again. Everything else is cleaned up: other QEMUs killed (template captures the agent died
+found again, and its egress policy enforced again: rewritten into its slot and, when it names hosts,
+has header rules or a proxy, attached to this run's egress process (the last one died with the
+last agent). Everything else is cleaned up: other QEMUs killed (template captures the agent died
 in too, restart/builds.py), their slots, cgroups and directories removed, and the records of
 sandboxes that did not survive marked lost, so clients get a clear answer and nothing leaks.
 Paused sandboxes that the cluster now records on another node (taken over while this one was
@@ -28,7 +30,7 @@ from aenv_nodeagent.memory.paused import finish_pending
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.restart.builds import end_abandoned_builds
 from aenv_nodeagent.sandbox.model import PAUSED_MARKER
-from aenv_nodeagent.sandbox.records import SandboxRecords
+from aenv_nodeagent.sandbox.records import SandboxRecords, egress_policy
 from aenv_nodeagent.vmm import QemuVm, VmJail
 from aenv_nodeagent.vmm.argv import VmFiles
 from aenv_nodeagent.vmm.process import qemu_owning
@@ -120,6 +122,19 @@ async def adopt(
     return Adopted(record, directory, slot, vm)
 
 
+async def restore_egress(adopted: list[Adopted], network: NetworkManager) -> None:
+    """Each adopted sandbox's recorded policy, enforced again (a failure is logged: the slot
+    keeps the rules the last run left, which redirect to no listener, so nothing leaks)."""
+    for found in adopted:
+        record = found.record
+        try:
+            await network.restore_policy(
+                found.slot, egress_policy(record.network, record.owner_key_id))
+        except AenvError as err:
+            log.error("egress policy of an adopted sandbox not restored",
+                      extra={"sandbox_id": record.sandbox_id, "error": err.message})
+
+
 def _not_adopted(record: cluster_pb2.SandboxRecord, err: AenvError) -> None:
     log.warning("running VM not re-adopted", extra={"sandbox_id": record.sandbox_id,
                                                     "error": err.message})
@@ -138,6 +153,7 @@ async def recover(
     sandboxes_dir = state_dir / "sandboxes"
     adopted = [found for rec in ours if rec.state in _ADOPTABLE
                if (found := await adopt(sandboxes_dir / rec.sandbox_id, rec, network, jail))]
+    await restore_egress(adopted, network)
     kept = frozenset(a.record.sandbox_id for a in adopted)
     await asyncio.to_thread(finish_paused_memory, sandboxes_dir)
     killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))
