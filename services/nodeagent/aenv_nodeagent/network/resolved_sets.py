@@ -32,15 +32,11 @@ from aenv_common.egress import IPAddress, is_blocked
 from aenv_common.errors import AenvError, Internal, NotFound
 
 from . import slotops
-from .firewall import FAMILY, TABLE
+from .firewall import FAMILY, RESOLVED4, RESOLVED6, TABLE
 from .namespaces import run_in_fresh_thread
 from .slots import NetSlot, NetworkConfig, index_from_netns, slot_for
 
 log = logging.getLogger(__name__)
-
-SET_V4 = "resolved4"
-SET_V6 = "resolved6"
-
 
 def render_additions(timeouts: dict[IPAddress, int], host_addresses: Iterable[str] = ()) -> str:
     """One nft transaction that (re)sets each address's element with its timeout in seconds.
@@ -49,7 +45,7 @@ def render_additions(timeouts: dict[IPAddress, int], host_addresses: Iterable[st
     own = {ipaddress.ip_address(a) for a in host_addresses}
     kept = {a: t for a, t in timeouts.items() if a not in own and not is_blocked(a)}
     lines = []
-    for name, version in ((SET_V4, 4), (SET_V6, 6)):
+    for name, version in ((RESOLVED4, 4), (RESOLVED6, 6)):
         family = sorted((a, t) for a, t in kept.items() if a.version == version)
         if not family:
             continue
