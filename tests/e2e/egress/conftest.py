@@ -8,10 +8,11 @@ import secrets
 import shlex
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import pytest
 import pytest_asyncio
-from e2b import CommandExitException, Sandbox
+from e2b import CommandExitException, Sandbox, SandboxNetworkOpts, SandboxNetworkUpdate
 
 from aenv_cli.platform import Platform
 
@@ -55,6 +56,11 @@ def egress_sdk(egress_platform: Platform) -> Iterator[Platform]:
 class Fetch:
     code: int  # HTTP status; 0: no answer (refused, reset, unresolved, timed out)
     body: str
+
+
+def create(network: SandboxNetworkUpdate) -> Sandbox:
+    """A sandbox with this egress policy (create takes the same fields update_network does)."""
+    return Sandbox.create(timeout=900, network=cast(SandboxNetworkOpts, network))
 
 
 def guest_sh(sandbox: Sandbox, script: str, timeout_s: float = 120) -> tuple[int, str]:

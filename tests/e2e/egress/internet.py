@@ -14,7 +14,9 @@ those two prefixes into the veth (claimed by `ip route add`, which fails if anot
 them). The netns has no other route out. Inside:
 
 - dnsmasq on 198.18.<n>.53: allowed/other/denied hosts, `*.wild`, a name with two addresses (one
-  in each prefix), the SOCKS5 proxy's name; anything else NXDOMAIN, nothing forwarded.
+  in each prefix), the SOCKS5 proxy's name; anything else NXDOMAIN, nothing forwarded. A second
+  one on 198.18.<n>.54 (`alt_dns`) answers the allowed name with the other host's address, so
+  a sandbox's own `dnsServers` are seen to be used.
 - `servers.py`: HTTP :80 and HTTPS :443 on every host address (certificates of the test's CA,
   by SNI), answering and recording every request.
 - Debian's microsocks on 198.18.<n>.80:1080 (user/password) and stunnel4 in front of it on :1443.
@@ -64,6 +66,7 @@ READY_S = 30.0
 class Internet:
     netns: str
     dns: str
+    alt_dns: str
     ca_file: Path  # world-readable: the egress process runs unprivileged
     ca: EgressCA
     addresses: dict[str, list[str]]  # name -> what dnsmasq answers
@@ -72,6 +75,8 @@ class Internet:
     socks_tls_address: str  # stunnel in front of it
     socks_password: str = field(repr=False)
     workdir: Path = Path()
+    root_if: str = ""  # the root netns's end of the link
+    prefixes: tuple[str, ...] = ()  # what the root netns routes into this internet
 
     @property
     def ca_pem(self) -> str:
@@ -96,6 +101,34 @@ class Internet:
         return "".join(
             (self.workdir / name).read_text(errors="replace")
             for name in ("microsocks.log", "stunnel.log") if (self.workdir / name).exists())
+
+
+    @contextlib.contextmanager
+    def direct_route(self, slot_netns: str, host_veth: str) -> Iterator[None]:
+        """A guest path to this internet that skips the egress process, for comparison (the
+        benchmark's "unfiltered" side): the platform gives an IP-only policy's traffic no NAT
+        out of its slot (every guest has the same address), so this adds one, test-only: a
+        masquerade in the slot netns toward this internet's prefixes, forwarding on just the
+        two root-netns links involved, and a root forward filter that lets those links reach
+        only each other (nothing can be forwarded off the machine)."""
+        table = f"aeinet{self.netns.rsplit('-', 1)[1]}"
+        daddrs = "{ " + ", ".join(self.prefixes) + " }"
+        with contextlib.ExitStack() as stack:
+            _nft(slot_netns, f"add table ip {table}\n"
+                 f"add chain ip {table} out {{ type nat hook postrouting priority srcnat; }}\n"
+                 f'add rule ip {table} out oifname "veth0" ip daddr {daddrs} masquerade\n')
+            stack.callback(_quiet_nft, slot_netns, f"delete table ip {table}\n")
+            _nft(None, f"add table inet {table}\n"
+                 f"add chain inet {table} fwd {{ type filter hook forward priority filter; }}\n"
+                 f'add rule inet {table} fwd iifname "{host_veth}" oifname != "{self.root_if}" '
+                 "drop\n"
+                 f'add rule inet {table} fwd iifname "{self.root_if}" oifname != "{host_veth}" '
+                 "drop\n")
+            stack.callback(_quiet_nft, None, f"delete table inet {table}\n")
+            for link in (host_veth, self.root_if):
+                _sysctl(f"net/ipv4/conf/{link}/forwarding", "1")
+                stack.callback(_sysctl, f"net/ipv4/conf/{link}/forwarding", "0", True)
+            yield
 
 
 def headers_of(request: dict[str, Any], name: str) -> list[str]:
@@ -127,8 +160,8 @@ def running_internet() -> Iterator[Internet]:
         hosts = {ALLOWED: [f"{bench}.10"], OTHER: [f"{bench}.11"], DENIED: [f"{bench}.12"],
                  WILD: [f"{bench}.13"], TWO: [f"{bench}.14", _plus(doc, 14)],
                  SOCKS: [f"{bench}.80"]}
-        unnamed, dns = _plus(doc, 5), f"{bench}.53"
-        for address in {a for found in hosts.values() for a in found} | {unnamed, dns}:
+        unnamed, dns, alt_dns = _plus(doc, 5), f"{bench}.53", f"{bench}.54"
+        for address in {a for found in hosts.values() for a in found} | {unnamed, dns, alt_dns}:
             _ip("-n", netns, "addr", "add", f"{address}/32", "dev", "lo")
         etc = Path("/etc/netns") / netns  # `ip netns exec` binds it over /etc (microsocks' DNS)
         etc.mkdir(parents=True)
@@ -140,8 +173,9 @@ def running_internet() -> Iterator[Internet]:
         ca_file.chmod(0o644)
         password = secrets.token_urlsafe(12)
         net = Internet(
-            netns, dns, ca_file, ca, hosts, unnamed, f"{bench}.80:{SOCKS_PORT}",
-            f"{bench}.80:{SOCKS_TLS_PORT}", password, workdir)
+            netns, dns, alt_dns, ca_file, ca, hosts, unnamed, f"{bench}.80:{SOCKS_PORT}",
+            f"{bench}.80:{SOCKS_TLS_PORT}", password, workdir, root_if,
+            (f"{bench}.0/24", f"{doc}/28"))
         _start_dnsmasq(stack, net)
         _start_servers(stack, net)
         _start_socks(stack, net)
@@ -163,12 +197,19 @@ def _claim_prefixes(via: str) -> int:
 def _start_dnsmasq(stack: contextlib.ExitStack, net: Internet) -> None:
     records = [f"--host-record={name},{address}"
                for name, found in net.addresses.items() if name != WILD for address in found]
-    _spawn(stack, net, "dnsmasq", [
+    _dnsmasq(stack, net, "dnsmasq", net.dns,
+             [*records, f"--address=/{WILD}/{net.addresses[WILD][0]}"])
+    _dnsmasq(stack, net, "dnsmasq-alt", net.alt_dns,
+             [f"--host-record={ALLOWED},{net.addresses[OTHER][0]}"])
+    _wait(lambda: _resolves(net.dns, ALLOWED) and _resolves(net.alt_dns, ALLOWED), "dnsmasq")
+
+
+def _dnsmasq(stack: contextlib.ExitStack, net: Internet, name: str, listen: str,
+             records: list[str]) -> None:
+    _spawn(stack, net, name, [
         "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-        "--no-poll", "--bind-interfaces", f"--listen-address={net.dns}", "--pid-file=",
-        "--log-facility=-", "--local-ttl=300", *records,
-        f"--address=/{WILD}/{net.addresses[WILD][0]}"])
-    _wait(lambda: _resolves(net.dns, ALLOWED), "dnsmasq")
+        "--no-poll", "--bind-interfaces", f"--listen-address={listen}", "--pid-file=",
+        "--log-facility=-", "--log-queries", "--local-ttl=300", *records])
 
 
 def _start_servers(stack: contextlib.ExitStack, net: Internet) -> None:
@@ -249,6 +290,25 @@ def _plus(base: str, offset: int) -> str:
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def _nft(netns: str | None, script: str) -> None:
+    prefix = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
+    subprocess.run([*prefix, "nft", "-f", "-"], input=script.encode(), check=True,
+                   capture_output=True)
+
+
+def _quiet_nft(netns: str | None, script: str) -> None:
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _nft(netns, script)
+
+
+def _sysctl(key: str, value: str, gone_ok: bool = False) -> None:
+    try:
+        Path("/proc/sys", key).write_text(value)
+    except FileNotFoundError:  # the link went with its slot
+        if not gone_ok:
+            raise
 
 
 def _quiet(*argv: str) -> int:

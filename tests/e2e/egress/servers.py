@@ -6,7 +6,8 @@ per request in the log file, so a test asserts on exactly the headers that reach
 
     GET /echo          -> {"host", "path", "server", "scheme", "headers": [[name, value], ...]}
     GET /bytes/<n>     -> n bytes (the benchmark's download)
-    anything else      -> the same as /echo
+    anything else      -> "ok" (recorded, not echoed: a filled secret must not come back to the
+                          guest in a body)
 
 The config (JSON): {"addresses": [...], "names": [...], "ca_cert": path, "ca_key": path,
 "log": path}. Ready when "ready" is printed on stdout.
@@ -53,7 +54,9 @@ def _app(log: Path) -> web.Application:
             out.write(json.dumps(seen) + "\n")
         if request.path.startswith("/bytes/"):
             return await _download(request, int(request.path.removeprefix("/bytes/")))
-        return web.json_response(seen)
+        if request.path == "/echo":
+            return web.json_response(seen)
+        return web.Response(text="ok\n")
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", record)
