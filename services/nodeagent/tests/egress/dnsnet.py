@@ -74,8 +74,9 @@ def _prefix() -> str:
     return "p4" + "".join(random.choices(string.ascii_lowercase, k=4))
 
 
-def _make_upstream_netns(netns: str, root_link: str, subnet: str) -> list[str]:
-    """A netns linked to the root one; returns its two addresses (root side gets the first)."""
+def make_upstream_netns(netns: str, root_link: str, subnet: str) -> list[str]:
+    """A netns on a veth (``root_link``) from the root netns, which gets the /29's first
+    address; returns the two addresses inside. Run in a fresh thread (it enters the netns)."""
     hosts = [str(h) for h in ipaddress.IPv4Network(subnet).hosts()]
     with IPRoute() as root:
         create_and_enter_netns(netns)
@@ -97,7 +98,11 @@ def _make_upstream_netns(netns: str, root_link: str, subnet: str) -> list[str]:
     return hosts[1:3]
 
 
-async def _dnsmasq(netns: str, address: str, records: list[str]) -> asyncio.subprocess.Process:
+async def start_dnsmasq(
+    netns: str, address: str, records: list[str],
+) -> asyncio.subprocess.Process:
+    """Debian's dnsmasq on ``address``:53 in ``netns``, answering only ``records`` (its options:
+    --host-record, --cname, ...); returns once it answers. The caller terminates it."""
     process = await asyncio.create_subprocess_exec(
         "ip", "netns", "exec", netns, "/usr/sbin/dnsmasq", "--keep-in-foreground",
         "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces",
@@ -173,10 +178,10 @@ async def dns_net() -> AsyncIterator[DnsNet]:
     manager = NetworkManager(config)
     try:
         node_upstream, own_server = await run_in_fresh_thread(
-            lambda: _make_upstream_netns(upstream_ns, f"{prefix}u0", free_subnet(29)),
+            lambda: make_upstream_netns(upstream_ns, f"{prefix}u0", free_subnet(29)),
             name="test-upstream-netns")
-        processes.append(await _dnsmasq(upstream_ns, node_upstream, UPSTREAM_RECORDS))
-        processes.append(await _dnsmasq(upstream_ns, own_server, OWN_SERVER_RECORDS))
+        processes.append(await start_dnsmasq(upstream_ns, node_upstream, UPSTREAM_RECORDS))
+        processes.append(await start_dnsmasq(upstream_ns, own_server, OWN_SERVER_RECORDS))
         slot = await manager.create_slot(egress())
         await run_in_fresh_thread(partial(ensure_resolved_sets, slot.netns), name="test-sets")
         yield DnsNet(node_upstream, own_server, slot, config)
