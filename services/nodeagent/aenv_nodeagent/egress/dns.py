@@ -68,8 +68,11 @@ _LENGTH = struct.Struct("!H")
 
 
 def servers_for(rules: EgressRules, node_upstreams: Sequence[str]) -> list[str]:
-    """The sandbox's own DNS servers when it names any, else the node's upstreams."""
-    return [str(server) for server in rules.dns_servers] or list(node_upstreams)
+    """The sandbox's own DNS servers when it names any, else the node's upstreams. A sandbox's
+    server in an always-blocked range is never asked (the platform would be sending the guest's
+    packets into private space for it); the node's own upstreams are configuration, trusted."""
+    own = [str(server) for server in rules.dns_servers if not is_blocked(server)]
+    return own or list(node_upstreams)
 
 
 async def resolve(name: str, dns_servers: Sequence[str]) -> list[IPAddress]:

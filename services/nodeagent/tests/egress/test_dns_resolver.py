@@ -12,7 +12,7 @@ import pytest
 
 from aenv_common.egress import EgressRules
 from aenv_nodeagent.egress import dns_upstream
-from aenv_nodeagent.egress.dns import QUERY_BURST, SlotResolver, resolve
+from aenv_nodeagent.egress.dns import QUERY_BURST, SlotResolver, resolve, servers_for
 from aenv_nodeagent.egress.resolved import IPAddress, ResolvedNames
 
 from .dnsfakes import Script, query, rules, scripted_upstream
@@ -166,3 +166,10 @@ async def test_resolve_follows_the_chain_for_a_and_aaaa() -> None:
 
 async def _no_report(netns: str, addresses: list[IPAddress], ttl: float) -> None:
     raise AssertionError("nothing should be reported")
+
+
+def test_a_sandboxs_dns_servers_in_private_space_are_never_asked() -> None:
+    node = ["192.0.2.53"]
+    assert servers_for(rules(dns_servers=["203.0.113.53", "10.0.0.2"]), node) == ["203.0.113.53"]
+    assert servers_for(rules(dns_servers=["169.254.169.254", "127.0.0.53"]), node) == node
+    assert servers_for(rules(), node) == node
