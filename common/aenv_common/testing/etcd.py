@@ -1,8 +1,9 @@
 """A real etcd for tests and benchmarks: Debian's `etcd` binary on free loopback ports.
 
 Registered as a pytest plugin by the repository's root conftest.py, so any test can ask for
-`etcd_server` (one per session) or `etcd_settings` (CommonSettings with a prefix unique to the
-test, so tests never see each other's keys).
+`etcd_server` (one per session), `etcd_settings` (CommonSettings with a prefix unique to the
+test, so tests never see each other's keys) or `cluster_store` (a ClusterStore on that prefix,
+emptied and closed after the test).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from aenv_common.cluster.store import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.testing.ports import free_port
 
@@ -133,3 +135,13 @@ def etcd_server() -> Iterator[EtcdServer]:
 @pytest.fixture
 def etcd_settings(etcd_server: EtcdServer) -> CommonSettings:
     return etcd_server.settings(prefix=f"/aenv-test/{uuid.uuid4().hex}/v1")
+
+
+@pytest.fixture
+async def cluster_store(etcd_settings: CommonSettings) -> AsyncIterator[ClusterStore]:
+    store = await ClusterStore.connect(etcd_settings)
+    try:
+        yield store
+    finally:
+        await store.client.delete_prefix(etcd_settings.etcd_prefix.encode() + b"/")
+        await store.close()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
 from aenv.cluster.v1.cluster_pb2 import SecretRecord
 from aenv_common.cluster import ClusterStore
-from aenv_common.config import CommonSettings
 from aenv_common.errors import AlreadyExists, InvalidArgument, NotFound
 from aenv_common.secrets import (
     EtcdSecretRecords,
@@ -26,13 +25,8 @@ VALUE = "sk-live-4f1c2e"
 
 
 @pytest.fixture
-async def store(etcd_settings: CommonSettings) -> AsyncIterator[ClusterStore]:
-    store = await ClusterStore.connect(etcd_settings)
-    try:
-        yield store
-    finally:
-        await store.client.delete_prefix(etcd_settings.etcd_prefix.encode() + b"/")
-        await store.close()
+def store(cluster_store: ClusterStore) -> ClusterStore:
+    return cluster_store
 
 
 @pytest.fixture
