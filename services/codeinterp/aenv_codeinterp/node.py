@@ -22,6 +22,11 @@ from .streams import MarkedStreams
 log = logging.getLogger(__name__)
 
 NODE = "node"
+# Node's own CA list is fixed at start, and the default contexts start in the template, before
+# any sandbox's /init. With OpenSSL's store instead (the system bundle, or SSL_CERT_FILE as
+# the context's catch-up sets it, read at the first TLS connection) a warm context trusts the
+# cluster's egress CA that /init installs (docs/architecture.md, Egress: header rules and TLS).
+NODE_FLAGS = ("--use-openssl-ca",)
 STOP_TIMEOUT_S = 5.0
 # A cell SIGINT cannot end (a busy loop inside an async cell) is given this long, then its
 # process is started anew: the context loses its state rather than hang.
@@ -48,7 +53,7 @@ class NodeKernel:
         try:
             with resources.as_file(script) as path:
                 self._process = await asyncio.create_subprocess_exec(
-                    NODE, str(path), str(theirs.fileno()), cwd=self._cwd,
+                    NODE, *NODE_FLAGS, str(path), str(theirs.fileno()), cwd=self._cwd,
                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE, pass_fds=(theirs.fileno(),))
         except OSError as err:
