@@ -34,11 +34,14 @@ from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.capacity.host import MIB
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import Confinement, LimitSettings, choose
+from aenv_nodeagent.egress.startup import start_egress
+from aenv_nodeagent.egress.supervisor import EgressSupervisor
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.images import BlobCache, RegistryHosts, load_credentials
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.network.resolved_sets import ResolvedSets
 from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
@@ -147,6 +150,7 @@ class NodeAgent:
         self.grpc_port = 0
         self.confinement: Confinement | None = None
         self.capacity: NodeCapacity | None = None
+        self.egress: EgressSupervisor | None = None  # its pid: what bench/egress.py measures
         self._stack = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
@@ -158,8 +162,12 @@ class NodeAgent:
         stack.push_async_callback(session.close)
         connections = SandboxConnections()
         stack.push_async_callback(connections.close)
-        envd = EnvdClient(session)
-        network = NetworkManager(NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr))
+        net_config = NetworkConfig(prefix=s.net_prefix, pool_cidr=s.net_pool_cidr)
+        resolved = ResolvedSets(net_config)
+        self.egress = egress = await start_egress(s, store, net_config, resolved.add)
+        stack.push_async_callback(egress.stop)  # after the sandboxes: their slots detach first
+        envd = EnvdClient(session, egress_ca_pem=egress.ca_cert_pem)
+        network = NetworkManager(net_config, egress=egress, resolved=resolved)
         stack.push_async_callback(network.settled)
         driver = QemuDriver(self._jail(), s.vmm_start_timeout_s)
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,

@@ -32,7 +32,7 @@ from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_nodeagent.network.firewall import EgressPorts
 
 from .control import Channel, ChannelClosed, Configure, Message, netns_of, policy_field
-from .listeners import open_listeners
+from .listeners import SlotListeners, open_listeners
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ STOP_GRACE_S = 3.0
 # Gets a slot's netns, the addresses the resolver answered and their TTL; adds them to the
 # slot's nft sets (network/resolved_sets.py).
 ResolvedSink = Callable[[str, list[str], float], Awaitable[None]]
+# Makes a slot's listeners (listeners.open_listeners; tests bind elsewhere).
+Listen = Callable[[str, EgressPorts], Awaitable[SlotListeners]]
 
 
 @dataclass
@@ -62,8 +64,9 @@ class SupervisorSettings:
 
 class EgressSupervisor:
     def __init__(self, settings: SupervisorSettings, configure: Configure,
-                 on_resolved: ResolvedSink) -> None:
+                 on_resolved: ResolvedSink, listen: Listen = open_listeners) -> None:
         self._settings = settings
+        self._listen = listen
         self._configure = configure
         self._on_resolved = on_resolved
         self._slots: dict[str, _Attachment] = {}
@@ -78,6 +81,11 @@ class EgressSupervisor:
     def pid(self) -> int | None:
         """The running egress process (for measuring it: bench/egress.py reads its RSS)."""
         return self._process.pid if self._process and self._process.returncode is None else None
+
+    @property
+    def ca_cert_pem(self) -> str:
+        """The cluster egress CA every guest trusts (envd installs it at /init)."""
+        return self._configure.ca_cert_pem
 
     @property
     def ports(self) -> EgressPorts:
@@ -126,13 +134,14 @@ class EgressSupervisor:
                 await self._request("detach", {"netns": netns})
 
     async def stats(self) -> Message:
-        """The egress process's own figures (slots, connections)."""
-        if self._channel is None:
-            raise ChannelClosed("the egress process is not running")
-        return await self._channel.request("stats")
+        """The egress process's own figures (slots, connections, its RSS)."""
+        async with self._lock:  # never a child half-way through its re-attaches
+            if self._channel is None:
+                raise ChannelClosed("the egress process is not running")
+            return await self._channel.request("stats")
 
     async def _attach(self, netns: str, attachment: _Attachment) -> None:
-        listeners = await open_listeners(netns, self._settings.ports)
+        listeners = await self._listen(netns, self._settings.ports)
         try:
             await self._request("attach", {"netns": netns, "owner_key_id": attachment.owner_key_id,
                                            "policy": policy_field(attachment.policy)},
