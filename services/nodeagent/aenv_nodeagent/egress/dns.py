@@ -6,14 +6,14 @@ the listening sockets there and passes them to the egress process, which serves 
 own (unprivileged, root-netns) side. The guest's own resolver choice therefore changes nothing.
 
 Per query (``dns_messages`` holds the decisions and message building, ``dns_upstream`` the
-exchange with upstream servers):
+exchange with upstream servers, ``dns_report`` what the agent is told):
 - denied names answer NXDOMAIN, unlisted ones REFUSED when the policy denies unlisted traffic;
 - the rest is asked of the sandbox's ``dnsServers``, else the node's configured upstreams;
 - A/AAAA answers of the question's CNAME chain are recorded in the slot's ``ResolvedNames``
   (which the TCP proxy asks before letting a name through) and, for names the policy allows by
   name, reported to the agent, which puts the public ones in the slot's nft ``resolved`` sets so
   UDP to them passes too. The guest gets its answer only after that report, so its first packet
-  never races the set.
+  never races the set, and never with a TTL longer than the set holds the address.
 
 Each slot has its own limits: a token bucket of queries per second, a cap on queries in flight
 and on TCP connections. What exceeds them is dropped (the guest's stub retries).
@@ -27,7 +27,7 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, cast
 
 import dns.flags
@@ -50,20 +50,17 @@ from .dns_messages import (
     reply_wire,
     udp_limit,
 )
+from .dns_report import Reporter, ReportResolved
 from .dns_upstream import UpstreamFailed, exchange, upstream_query
 from .resolved import MAX_TTL_S, IPAddress, ResolvedNames
 
 log = logging.getLogger(__name__)
-
-# (netns, public addresses, ttl_s): the egress process's `resolved` message to the agent.
-ReportResolved = Callable[[str, list[IPAddress], float], Awaitable[None]]
 
 QUERIES_PER_SECOND = 100.0
 QUERY_BURST = 200
 MAX_IN_FLIGHT = 64
 MAX_TCP_CONNECTIONS = 16
 TCP_IDLE_S = 10.0
-REPORT_TIMEOUT_S = 2.0
 _LENGTH = struct.Struct("!H")
 
 
@@ -122,7 +119,7 @@ class SlotResolver:
         self.netns = netns
         self._resolved = resolved
         self._upstreams = list(node_upstreams)
-        self._report = report
+        self._reporter = Reporter(netns, report)
         self._bucket = TokenBucket(QUERIES_PER_SECOND, QUERY_BURST)
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight = 0
@@ -133,6 +130,7 @@ class SlotResolver:
 
     def update(self, rules: EgressRules) -> None:
         self._rules = rules
+        self._reporter.reset()  # the agent may have emptied the sets
         self._resolved.set_allowed(lambda name: rules.classify_name(name) is NameClass.ALLOWED)
 
     async def start(self, udp_sock: socket.socket, tcp_sock: socket.socket) -> None:
@@ -202,18 +200,8 @@ class SlotResolver:
         if addresses:
             ttl = self._resolved.record(name, addresses, ttl)
             if self._rules.classify_name(name) is NameClass.ALLOWED:
-                await self._report_public(addresses, ttl)
+                ttl = await self._reporter.vouch(addresses, ttl)
         return guest_reply(query, upstream, chain, ttl if chain else MAX_TTL_S)
-
-    async def _report_public(self, addresses: list[IPAddress], ttl: float) -> None:
-        public = [address for address in addresses if not is_blocked(address)]
-        if not public:
-            return
-        try:
-            await asyncio.wait_for(self._report(self.netns, public, ttl), REPORT_TIMEOUT_S)
-        except Exception as exc:  # the TCP path still works from ResolvedNames alone
-            log.warning("reporting resolved addresses failed",
-                        extra={"netns": self.netns, "error": repr(exc)})
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

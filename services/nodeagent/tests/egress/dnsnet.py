@@ -178,7 +178,9 @@ async def dns_net() -> AsyncIterator[DnsNet]:
     manager = NetworkManager(config)
     try:
         node_upstream, own_server = await run_in_fresh_thread(
-            lambda: make_upstream_netns(upstream_ns, f"{prefix}u0", free_subnet(29)),
+            # TEST-NET-2: public to the policy, so a sandbox may name it in dnsServers
+            lambda: make_upstream_netns(upstream_ns, f"{prefix}u0",
+                                        free_subnet(29, within="198.51.100.0/24")),
             name="test-upstream-netns")
         processes.append(await start_dnsmasq(upstream_ns, node_upstream, UPSTREAM_RECORDS))
         processes.append(await start_dnsmasq(upstream_ns, own_server, OWN_SERVER_RECORDS))
