@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import ssl
-from collections.abc import AsyncIterator
 
 import pytest
 from cryptography import x509
@@ -15,7 +14,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aenv_common import errors
 from aenv_common.cluster import ClusterStore
-from aenv_common.config import CommonSettings
 from aenv_common.secrets.sealing import SecretsKey
 from aenv_nodeagent.egress.certs import (
     CA_COMMON_NAME,
@@ -100,20 +98,11 @@ def test_the_ca_key_stays_out_of_its_repr_and_must_match_its_certificate() -> No
         EgressCA.from_pem(ca.cert_pem, EgressCA.generate().key_pem())
 
 
-@pytest.fixture
-async def store(etcd_settings: CommonSettings) -> AsyncIterator[ClusterStore]:
-    store = await ClusterStore.connect(etcd_settings)
-    try:
-        yield store
-    finally:
-        await store.client.delete(egress_ca_key(store.keys))
-        await store.close()
-
-
 @pytest.mark.etcd
 async def test_racing_nodes_agree_on_one_cluster_ca_with_a_sealed_key(
-    store: ClusterStore,
+    cluster_store: ClusterStore,
 ) -> None:
+    store = cluster_store
     key = SecretsKey.generate()
     racing = await asyncio.gather(
         *[load_or_create_cluster_ca(store.client, store.keys, key) for _ in range(4)])

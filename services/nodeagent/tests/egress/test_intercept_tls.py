@@ -5,6 +5,7 @@ with a CA of its own on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import logging
@@ -58,8 +59,9 @@ class GuestConnection(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
 
 
-async def _start_world(tmp_path: Path, *, trust_origin: bool, tls: bool = True,
-                       ) -> tuple[World, list[asyncio.Server]]:
+@contextlib.asynccontextmanager
+async def _running_world(tmp_path: Path, *, trust_origin: bool,
+                         tls: bool = True) -> AsyncIterator[World]:
     origin_ca = EgressCA.generate()  # the origin's own CA, unknown to the system store
     origin = await EchoUpstream(tls=server_context(origin_ca.mint(HOST)) if tls else None).start()
     ca_file = tmp_path / "origin-ca.pem"
@@ -73,21 +75,19 @@ async def _start_world(tmp_path: Path, *, trust_origin: bool, tls: bool = True,
             reader, writer, first, HOST, 443, RULES,
             lambda: asyncio.open_connection("127.0.0.1", origin.port), world.secrets.get)
 
-    relay = await asyncio.start_server(proxied, "127.0.0.1", 0)
-    world.port = relay.sockets[0].getsockname()[1]
-    return world, [relay]
+    try:
+        relay = await asyncio.start_server(proxied, "127.0.0.1", 0)
+        world.port = relay.sockets[0].getsockname()[1]
+        async with relay:
+            yield world
+    finally:
+        await origin.stop()
 
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    started, servers = await _start_world(tmp_path, trust_origin=True)
-    try:
+    async with _running_world(tmp_path, trust_origin=True) as started:
         yield started
-    finally:
-        for server in servers:
-            server.close()
-            await server.wait_closed()
-        await started.origin.stop()
 
 
 @pytest.fixture
@@ -211,30 +211,24 @@ async def test_connect_is_refused(world: World) -> None:
 
 
 async def test_an_origin_that_fails_verification_is_a_502(tmp_path: Path) -> None:
-    world, servers = await _start_world(tmp_path, trust_origin=False)
-    conn = world.guest()
-    try:
-        status, body = await asyncio.to_thread(_get, conn, "/", {})
-    finally:
-        conn.close()
-        for server in servers:
-            server.close()
-        await world.origin.stop()
+    async with _running_world(tmp_path, trust_origin=False) as world:
+        conn = world.guest()
+        try:
+            status, body = await asyncio.to_thread(_get, conn, "/", {})
+        finally:
+            conn.close()
     assert status == 502
     assert "certificate" in json.loads(body)["message"]
     assert world.origin.seen == []
 
 
 async def test_plain_http_gets_the_rules_without_tls(tmp_path: Path, no_leak: None) -> None:
-    world, servers = await _start_world(tmp_path, trust_origin=True, tls=False)
-    conn = http.client.HTTPConnection("127.0.0.1", world.port, timeout=30)
-    try:
-        status, _ = await asyncio.to_thread(_get, conn, "/plain", {"Host": HOST})
-    finally:
-        conn.close()
-        for server in servers:
-            server.close()
-        await world.origin.stop()
+    async with _running_world(tmp_path, trust_origin=True, tls=False) as world:
+        conn = http.client.HTTPConnection("127.0.0.1", world.port, timeout=30)
+        try:
+            status, _ = await asyncio.to_thread(_get, conn, "/plain", {"Host": HOST})
+        finally:
+            conn.close()
     assert status == 200
     assert world.origin.seen[0].header("authorization") == [f"Bearer {SECRET}"]
 
