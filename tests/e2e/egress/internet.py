@@ -96,11 +96,11 @@ class Internet:
             return []
         return [json.loads(line) for line in log.read_text().splitlines() if line]
 
-    def socks_log(self) -> str:
-        """What microsocks and stunnel logged (the connections they made)."""
-        return "".join(
-            (self.workdir / name).read_text(errors="replace")
-            for name in ("microsocks.log", "stunnel.log") if (self.workdir / name).exists())
+    def log(self, server: str) -> str:
+        """What one server process (`microsocks`, `stunnel`, `dnsmasq`, `dnsmasq-alt`,
+        `servers`) logged so far: the proxy's lines name each connection it made."""
+        path = self.workdir / f"{server}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
 
     @contextlib.contextmanager

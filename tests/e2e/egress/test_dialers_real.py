@@ -38,7 +38,7 @@ def proxy(internet: Internet, tls: ProxyTls | None = None, password: str = "") -
 async def test_socks5_with_credentials_connects_by_name(internet: Internet) -> None:
     seen = await get_echo(await proxy(internet).open(TWO, 80), TWO)
     assert seen["server"] in internet.addresses[TWO]
-    assert f"connected to {TWO}:80" in internet.socks_log()
+    assert f"connected to {TWO}:80" in internet.log("microsocks")
 
 
 async def test_socks5_connects_by_address(internet: Internet) -> None:
@@ -59,7 +59,7 @@ async def test_tls_to_the_proxy_then_tls_to_the_origin(internet: Internet) -> No
     await writer.start_tls(origin, server_hostname=ALLOWED)
     seen = await get_echo((reader, writer), ALLOWED)
     assert seen["scheme"] == "https" and seen["server"] == internet.addresses[ALLOWED][0]
-    assert "accepted connection" in internet.socks_log()
+    assert "accepted connection" in internet.log("stunnel")
 
 
 async def test_tls_to_the_proxy_fails_closed_on_the_system_store(internet: Internet) -> None:
