@@ -71,13 +71,16 @@ def load_config(argv: list[str] | None = None) -> EnvdConfig:
         default=os.environ.get(_ENV_PREFIX + "EGRESS_CA_FILE", defaults.trust_paths.ca_file),
     )
     parser.add_argument(
-        "--system-ca-bundle",
-        default=os.environ.get(_ENV_PREFIX + "SYSTEM_CA_BUNDLE",
-                               defaults.trust_paths.system_bundle),
+        "--system-ca-bundle", action="append",
+        help="a system CA bundle /init may add the egress CA to (repeatable; the first found)",
     )
     args = parser.parse_args(argv)
+    bundles = args.system_ca_bundle or [
+        p for p in os.environ.get(_ENV_PREFIX + "SYSTEM_CA_BUNDLES", "").split(":") if p]
+    trust = TrustPaths(args.egress_ca_file,
+                       tuple(bundles) if bundles else defaults.trust_paths.system_bundles)
     return EnvdConfig(
-        trust_paths=TrustPaths(ca_file=args.egress_ca_file, system_bundle=args.system_ca_bundle),
+        trust_paths=trust,
         init_marker=args.init_marker,
         host=args.host,
         port=args.port,

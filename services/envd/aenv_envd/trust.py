@@ -7,13 +7,16 @@ untouched. For the guest's clients to accept those certificates, envd installs t
 
 - `/usr/local/share/ca-certificates/aenv-egress.crt`, where Debian's `update-ca-certificates`
   picks it up again if the guest rebuilds its bundle (an `apt install` of ca-certificates);
-- the system bundle `/etc/ssl/certs/ca-certificates.crt` (OpenSSL, curl, wget, git), once,
-  between marker lines: a later /init with another CA (a template captured in another cluster)
-  replaces the block instead of adding a second one;
+- the system bundle (OpenSSL, curl, wget, git): the first of Debian's, Alpine's
+  `/etc/ssl/certs/ca-certificates.crt`, Fedora's `/etc/pki/tls/certs/ca-bundle.crt` or SUSE's
+  `/etc/ssl/ca-bundle.pem` the image has, once, between marker lines: a later /init with another
+  CA (a template captured in another cluster) replaces the block instead of adding a second one;
 - default variables for processes envd starts, unless the sandbox's own set them:
   `SSL_CERT_FILE` and `REQUESTS_CA_BUNDLE` (Python's ssl, httpx, requests, pip) name the bundle,
   `NODE_EXTRA_CA_CERTS` (Node.js) the CA file. They are part of /envs, so the code interpreter's
-  kernels get them too.
+  kernels get them too. An image without a system bundle gets `NODE_EXTRA_CA_CERTS` only:
+  pointing the others at the CA alone would take away the public CAs their clients bring
+  (certifi's) for every other host.
 
 Repeating an /init with the same CA changes nothing on disk.
 """
@@ -34,7 +37,9 @@ _PEM = re.compile(r"-----BEGIN CERTIFICATE-----\n[A-Za-z0-9+/=\n]+-----END CERTI
 @dataclass(frozen=True)
 class TrustPaths:
     ca_file: str = "/usr/local/share/ca-certificates/aenv-egress.crt"
-    system_bundle: str = "/etc/ssl/certs/ca-certificates.crt"
+    system_bundles: tuple[str, ...] = (
+        "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/ca-bundle.pem")
 
 
 def check_pem(pem: str) -> str:
@@ -50,12 +55,12 @@ def install_ca(pem: str, paths: TrustPaths) -> dict[str, str]:
     Raises OSError when the guest's files cannot be written (envd not root)."""
     os.makedirs(os.path.dirname(paths.ca_file), mode=0o755, exist_ok=True)
     _write_if_changed(paths.ca_file, pem)
-    bundle = paths.ca_file
-    if os.path.isfile(paths.system_bundle):
-        _put_in_bundle(paths.system_bundle, pem)
-        bundle = paths.system_bundle
-    return {"SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle,
-            "NODE_EXTRA_CA_CERTS": paths.ca_file}
+    env = {"NODE_EXTRA_CA_CERTS": paths.ca_file}
+    bundle = next((path for path in paths.system_bundles if os.path.isfile(path)), None)
+    if bundle is not None:
+        _put_in_bundle(bundle, pem)
+        env |= {"SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle}
+    return env
 
 
 def _put_in_bundle(path: str, pem: str) -> None:

@@ -44,7 +44,7 @@ def paths(tmp_path: Path) -> TrustPaths:
     bundle.parent.mkdir(parents=True)
     shutil.copyfile(HOST_BUNDLE, bundle)
     return TrustPaths(ca_file=str(tmp_path / "usr/local/share/ca-certificates/aenv-egress.crt"),
-                      system_bundle=str(bundle))
+                      system_bundles=(str(tmp_path / "absent.crt"), str(bundle)))
 
 
 def _trusted_names(bundle: str) -> set[str]:
@@ -57,28 +57,28 @@ def _trusted_names(bundle: str) -> set[str]:
 def test_the_ca_joins_the_bundle_once_and_a_new_one_replaces_it(paths: TrustPaths) -> None:
     first = check_pem(_ca_pem("aenv egress CA one"))
     env = install_ca(first, paths)
-    assert env == {"SSL_CERT_FILE": paths.system_bundle, "REQUESTS_CA_BUNDLE": paths.system_bundle,
+    bundle = Path(paths.system_bundles[1])  # the first that exists
+    assert env == {"SSL_CERT_FILE": str(bundle), "REQUESTS_CA_BUNDLE": str(bundle),
                    "NODE_EXTRA_CA_CERTS": paths.ca_file}
-    bundle = Path(paths.system_bundle)
     installed = bundle.read_text()
     before = bundle.stat().st_mtime_ns
     install_ca(first, paths)  # a resume's /init
     assert bundle.read_text() == installed and bundle.stat().st_mtime_ns == before
-    names = _trusted_names(paths.system_bundle)
+    names = _trusted_names(paths.system_bundles[1])
     assert "aenv egress CA one" in names and len(names) > 10  # the system's CAs are kept
     install_ca(check_pem(_ca_pem("aenv egress CA two")), paths)
     assert bundle.read_text().count(BEGIN_MARKER) == 1
-    assert "aenv egress CA one" not in _trusted_names(paths.system_bundle)
+    assert "aenv egress CA one" not in _trusted_names(paths.system_bundles[1])
     assert "aenv egress CA two" in _trusted_names(paths.ca_file)
     assert Path(paths.ca_file).stat().st_mode & 0o777 == 0o644
 
 
-def test_without_a_system_bundle_clients_are_pointed_at_the_ca_file(tmp_path: Path) -> None:
+def test_without_a_system_bundle_only_node_is_given_the_ca(tmp_path: Path) -> None:
     paths = TrustPaths(ca_file=str(tmp_path / "ca/aenv-egress.crt"),
-                       system_bundle=str(tmp_path / "missing.crt"))
+                       system_bundles=(str(tmp_path / "missing.crt"),))
     env = install_ca(check_pem(_ca_pem("aenv egress CA")), paths)
-    assert env["SSL_CERT_FILE"] == env["NODE_EXTRA_CA_CERTS"] == paths.ca_file
-    assert not Path(paths.system_bundle).exists()
+    assert env == {"NODE_EXTRA_CA_CERTS": paths.ca_file}  # certifi's users keep their CAs
+    assert not Path(paths.system_bundles[0]).exists()
 
 
 def test_init_sets_client_defaults_the_sandboxs_own_variables_override(
@@ -94,7 +94,7 @@ def test_init_sets_client_defaults_the_sandboxs_own_variables_override(
         envs = client.get("/envs", headers={"x-access-token": "t"}).json()
         bad = client.post("/init", json={"egressCaCert": "not a certificate"},
                           headers={"x-access-token": "t"})
-    assert envs == {"REQUESTS_CA_BUNDLE": "/mine.pem", "SSL_CERT_FILE": paths.system_bundle,
+    assert envs == {"REQUESTS_CA_BUNDLE": "/mine.pem", "SSL_CERT_FILE": paths.system_bundles[1],
                     "NODE_EXTRA_CA_CERTS": paths.ca_file}
     assert Path(paths.ca_file).read_text() == pem
     assert bad.status_code == 400 and "PEM" in bad.text

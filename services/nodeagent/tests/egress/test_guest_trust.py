@@ -23,7 +23,7 @@ async def envd(tmp_path: Path) -> AsyncIterator[tuple[str, int, Path]]:
     bundle.write_text("")
     process, url = start_envd({
         "AENV_ENVD_EGRESS_CA_FILE": str(tmp_path / "aenv-egress.crt"),
-        "AENV_ENVD_SYSTEM_CA_BUNDLE": str(bundle)})
+        "AENV_ENVD_SYSTEM_CA_BUNDLES": str(bundle)})
     try:
         parts = urlsplit(url)
         assert parts.hostname is not None and parts.port is not None
