@@ -33,14 +33,20 @@ def test_additions_keep_public_addresses_only() -> None:
         IPv6Address("fe80::1"): 90,  # link-local
     }, host_addresses=["198.51.100.7", "10.0.0.9"])
     assert script.splitlines() == [
-        "add element inet aenv resolved4 { 203.0.113.5 }",
-        "delete element inet aenv resolved4 { 203.0.113.5 }",
         "add element inet aenv resolved4 { 203.0.113.5 timeout 60s }",
-        "add element inet aenv resolved6 { 2001:db8::5 }",
-        "delete element inet aenv resolved6 { 2001:db8::5 }",
         "add element inet aenv resolved6 { 2001:db8::5 timeout 90s }",
     ]
     assert render_additions({IPv4Address("10.0.0.1"): 60}) == ""
+
+
+def test_an_element_being_extended_is_replaced_in_the_same_transaction() -> None:
+    old, new = IPv4Address("203.0.113.5"), IPv4Address("203.0.113.6")
+    script = render_additions({old: 600, new: 60}, present={old})
+    assert script.splitlines() == [
+        "add element inet aenv resolved4 { 203.0.113.5 }",
+        "delete element inet aenv resolved4 { 203.0.113.5 }",
+        "add element inet aenv resolved4 { 203.0.113.5 timeout 600s, 203.0.113.6 timeout 60s }",
+    ]
 
 
 @pytest.fixture
