@@ -72,18 +72,12 @@ class EgressProcess:
 
     async def handle(self, op: str, body: Message, fds: list[int]) -> Message | None:
         """Serve one request of the agent (the control channel's handler)."""
-        try:
-            if op == "attach":
-                if len(fds) != LISTENERS_PER_SLOT:
-                    raise InvalidArgument(f"attach needs {LISTENERS_PER_SLOT} listeners")
-                sockets = [socket.socket(fileno=fd) for fd in fds]
-                fds = []
-                await self._attach(netns_of(body), str(body.get("owner_key_id", "")),
-                                   _rules(body), sockets)
-                return None
-        finally:
+        if op == "attach":
+            await self._attach_request(body, fds)
+        elif fds:
             close_fds(fds)
-        if op == "configure":
+            raise InvalidArgument(f"{op} carries no descriptors")
+        elif op == "configure":
             await self._configure(Configure.from_message(body))
         elif op == "update":
             self._update(netns_of(body), _rules(body))
@@ -126,6 +120,19 @@ class EgressProcess:
             "dns_upstreams": config.dns_upstreams, "blocked_extra": len(config.blocked_extra),
             "secrets": secrets is not None, "ca": ca.fingerprint})
 
+    async def _attach_request(self, body: Message, fds: list[int]) -> None:
+        if len(fds) != LISTENERS_PER_SLOT:
+            close_fds(fds)
+            raise InvalidArgument(f"attach needs {LISTENERS_PER_SLOT} listeners")
+        sockets = [socket.socket(fileno=fd) for fd in fds]
+        try:
+            await self._attach(netns_of(body), str(body.get("owner_key_id", "")), _rules(body),
+                               sockets)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+
     async def _attach(self, netns: str, owner_key_id: str, rules: EgressRules,
                       sockets: Sequence[socket.socket]) -> None:
         node = self._configured()
@@ -142,8 +149,6 @@ class EgressProcess:
             await resolver.start(udp_sock, tcp_sock)
         except BaseException:
             await slot.stop()
-            for sock in sockets:
-                sock.close()
             raise
         self._slots[netns] = slot
         log.info("egress slot attached", extra={"netns": netns, "slots": len(self._slots)})

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from aenv_common.egress import EgressRules, NameClass, decide, rules_for
 from aenv_common.egress.rules import NetworkRule
+from aenv_common.errors import AenvError
 
 from .dialers import Blocked, Dialer
 from .resolved import IPAddress, ResolvedNames
@@ -114,9 +115,12 @@ class SlotProxy:
         self._connections.add(task)
         try:
             await self._serve(reader, writer)
-        except (ConnectionError, TimeoutError, OSError) as err:
+        except (AenvError, ConnectionError, TimeoutError, OSError) as err:
+            # An upstream that cannot be dialled (refused, blocked, the proxy failing) looks
+            # to the guest as a refused connection.
             log.debug("egress connection ended", extra={"netns": self.netns,
                                                         "error": type(err).__name__})
+            reset(writer)
         finally:
             self._connections.discard(task)
             if not writer.is_closing():
@@ -209,6 +213,8 @@ def original_destination(sock: socket.socket) -> tuple[IPAddress, int]:
 
 def reset(writer: asyncio.StreamWriter) -> None:
     """Close with RST: the guest sees its connection refused, not a clean end."""
+    if writer.is_closing():
+        return
     sock = writer.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError):
