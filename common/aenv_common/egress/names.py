@@ -35,7 +35,7 @@ def canonical_name(text: str) -> str | None:
 
 def name_problem(text: str) -> str:
     """Why ``text`` is not a valid domain name (for a 400 naming the entry)."""
-    name = text.strip().lower().removesuffix(".")
+    name = text.lower().removesuffix(".")
     if not name:
         return "an empty name"
     if not name.isascii():
@@ -65,12 +65,11 @@ class DomainPattern:
     @classmethod
     def parse(cls, text: str) -> DomainPattern:
         """Raises InvalidArgument saying what is wrong with ``text``."""
-        stripped = text.strip()
-        if stripped == "*":
+        if text == "*":
             return cls("", wildcard=True)
-        wildcard = stripped.startswith("*.")
-        body = stripped[2:] if wildcard else stripped
-        name = canonical_name(body)
+        wildcard = text.startswith("*.")
+        body = text[2:] if wildcard else text
+        name = canonical_name(body) if body == body.strip() else None
         if name is None:
             raise InvalidArgument(f"{text!r} is not a valid domain name: {name_problem(body)}")
         return cls(name, wildcard=wildcard)

@@ -155,7 +155,7 @@ def parse_dns_servers(servers: Iterable[str]) -> tuple[ipaddress.IPv4Address, ..
     parsed = []
     for server in entries:
         try:
-            parsed.append(ipaddress.IPv4Address(server.strip()))
+            parsed.append(ipaddress.IPv4Address(server))
         except ValueError as exc:
             raise InvalidArgument(
                 f"network.dnsServers entry {server!r} is not an IPv4 address") from exc
@@ -173,7 +173,7 @@ def _parse_list(
     names: list[DomainPattern] = []
     for entry in items:
         try:
-            nets.append(ipaddress.ip_network(entry.strip(), strict=False))
+            nets.append(ipaddress.ip_network(entry, strict=False))
             continue
         except ValueError:
             pass
@@ -187,7 +187,7 @@ def _parse_list(
 
 
 def _looks_like_address(entry: str) -> bool:
-    text = entry.strip()
+    text = entry
     return ":" in text or "/" in text or text.replace(".", "").isdigit()
 
 

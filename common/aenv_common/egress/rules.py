@@ -30,6 +30,8 @@ MAX_HEADER_NAME = 256
 MAX_HEADER_VALUE = 8192
 MAX_PROXY_CREDENTIAL = 255
 MAX_PROXY_CA_CERT = 8192
+# The AAD the gateway seals an egress proxy's password with (the platform secrets key).
+PROXY_PASSWORD_AAD = b"egress-proxy"
 
 SECRET_PLACEHOLDER = re.compile(r"\$\{e2b\.secrets\.([^{}\x00-\x1f\x7f-\x9f]+)\}")
 _ANY_PLACEHOLDER = re.compile(r"\$\{e2b\.[^}]*\}?")
@@ -57,7 +59,7 @@ class HostMatch:
     @classmethod
     def parse(cls, text: str, where: str) -> HostMatch:
         try:
-            return cls(text, network=ipaddress.ip_network(text.strip(), strict=False))
+            return cls(text, network=ipaddress.ip_network(text, strict=False))
         except ValueError:
             pass
         try:
@@ -196,7 +198,7 @@ def parse_proxy(proxy: cluster_pb2.EgressProxy) -> EgressProxy:
 
 def split_host_port(address: str, where: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port``; the host is canonical (a name lower-cased)."""
-    host, sep, port_text = address.strip().rpartition(":")
+    host, sep, port_text = address.rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise InvalidArgument(f"{where} {address!r} is not host:port with a port 1..65535")
     bracketed = host.startswith("[") and host.endswith("]")

@@ -46,7 +46,8 @@ async def _serve(settings: GatewaySettings) -> None:
                                    settings.idempotency_claim_ttl_s)
         try:
             gateway = await start_gateway(settings, view, records, api_key, api_keys, key_claims,
-                                          SecretStore(EtcdSecretRecords(view.store), secrets_key))
+                                          SecretStore(EtcdSecretRecords(view.store), secrets_key),
+                                          secrets_key)
             try:
                 await stop.wait()
             finally:

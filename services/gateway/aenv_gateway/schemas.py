@@ -22,7 +22,12 @@ from aenv_gateway.idempotency import checked_key
 from aenv_gateway.json_fields import json_field as json_field
 from aenv_gateway.json_fields import json_strings as json_strings
 from aenv_gateway.listing import PAUSED, RUNNING, VISIBLE_STATES, ListQuery
-from aenv_gateway.network_schema import parse_network, present_internet_access, present_network
+from aenv_gateway.network_schema import (
+    PasswordSealer,
+    parse_network,
+    present_internet_access,
+    present_network,
+)
 from aenv_gateway.service import REFRESH_MAX_S, CreateRequest
 from aenv_gateway.snapshots import SnapshotQuery
 
@@ -54,7 +59,8 @@ def _string_map(body: Mapping[str, Any], name: str) -> dict[str, str]:
 
 
 def parse_new_sandbox(
-    body: Mapping[str, Any], default_timeout_s: int, idempotency_key: str | None
+    body: Mapping[str, Any], default_timeout_s: int, idempotency_key: str | None,
+    seal: PasswordSealer,
 ) -> CreateRequest:
     """NewSandboxV2, and v1 NewSandbox (whose `secure` is accepted: we always secure envd). An
     absent timeout is the route's default; a given one is checked (0 is refused, as E2B's)."""
@@ -66,7 +72,7 @@ def parse_new_sandbox(
         timeout_s=default_timeout_s if timeout is None else timeout,
         env_vars=_string_map(body, "envVars"),
         metadata=_string_map(body, "metadata"),
-        network=parse_network(body),
+        network=parse_network(body, seal),
         lifecycle=_lifecycle(body),
         idempotency_key=checked_key(idempotency_key),
     )
@@ -84,7 +90,9 @@ def _refuse_unserved(body: Mapping[str, Any]) -> None:
         raise InvalidArgument("iam.tokens: this platform issues no workload identity tokens")
 
 
-def parse_batch(body: Mapping[str, Any], default_timeout_s: int) -> list[CreateRequest]:
+def parse_batch(
+    body: Mapping[str, Any], default_timeout_s: int, seal: PasswordSealer
+) -> list[CreateRequest]:
     """`POST /sandboxes/batch`: the NewSandbox fields every sandbox shares, and `count` alike
     sandboxes or `items` (one per sandbox, each a NewSandbox whose fields override the shared
     ones, `metadata` and `envVars` key by key). Malformed input refuses the whole batch; what
@@ -98,7 +106,7 @@ def parse_batch(body: Mapping[str, Any], default_timeout_s: int) -> list[CreateR
     if not all(isinstance(item, dict) for item in items):
         raise InvalidArgument("items must be an array of objects")
     merged = [_over(shared, item) for item in items] or [shared] * size
-    return [parse_new_sandbox(spec, default_timeout_s, None) for spec in merged]
+    return [parse_new_sandbox(spec, default_timeout_s, None, seal) for spec in merged]
 
 
 def _over(shared: Mapping[str, Any], item: Mapping[str, Any]) -> dict[str, Any]:

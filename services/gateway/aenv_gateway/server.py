@@ -34,6 +34,7 @@ from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
 from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.edge_limits import guarded_http_protocol
+from aenv_gateway.egress_checks import EgressChecks
 from aenv_gateway.exec_stream import ExecStreams
 from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.gateway_metrics import SANDBOX_STATES
@@ -127,11 +128,13 @@ def _check_certificate(certificate: TlsCertificate) -> None:
 async def start_gateway(
     settings: GatewaySettings, view: ClusterView, template_records: TemplateRecords,
     api_key: str, api_keys: ApiKeyRecords | None = None, key_claims: KeyClaims | None = None,
-    secret_store: SecretStore | None = None,
+    secret_store: SecretStore | None = None, secrets_key: SecretsKey | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down. `api_keys` and `key_claims` (idempotency keys) are kept in memory when not given
-    (tests, a gateway on its own), as are secrets without `secret_store`.
+    (tests, a gateway on its own), as are secrets without `secret_store`. `secrets_key` is the
+    platform secrets key `secret_store` seals with (egress proxy passwords are sealed with it too);
+    a random one without it.
 
     :raise InvalidArgument: the TLS certificate or key cannot be loaded.
     :raise Unavailable: a listen address is taken.
@@ -144,8 +147,8 @@ async def start_gateway(
                                   settings.build_deadline_s)
     scheduler = SchedulerClient(pool, settings.scheduler_address, settings.rpc_deadline_s,
                                 settings.scheduler_failover_s)
-    secrets = GatewaySecrets(
-        secret_store or SecretStore(InMemorySecretRecords(), SecretsKey.generate()))
+    key = secrets_key or SecretsKey.generate()
+    secrets = GatewaySecrets(secret_store or SecretStore(InMemorySecretRecords(), key))
     catalog = TemplateCatalog(template_records)
     snapshot_names = SnapshotCatalog(catalog)
     builds = TemplateBuilds(catalog, scheduler, nodeagents)
@@ -159,6 +162,7 @@ async def start_gateway(
         templates=snapshot_names.source,
         creates=NodeCreates(nodeagents, CreateRetryPolicy(
             settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
+        egress=EgressChecks(secrets, key),
     )
     snapshots = SnapshotService(service, directory, nodeagents, snapshot_names)
     # The stored keys (in memory without etcd: tests, a gateway on its own).

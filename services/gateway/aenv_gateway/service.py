@@ -29,6 +29,7 @@ from aenv_gateway.auth import current_caller
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.creates import NodeCreates
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
+from aenv_gateway.egress_checks import EgressChecks
 from aenv_gateway.handover import Handover
 from aenv_gateway.idempotency import IdempotentCreates
 from aenv_gateway.listing import (
@@ -84,10 +85,12 @@ class SandboxService:
         idempotent: IdempotentCreates,
         templates: TemplateResolver,
         creates: NodeCreates,
+        egress: EgressChecks,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._directory = directory
         self._creates = creates
+        self.egress = egress
         self._templates = templates
         self._scheduler = scheduler
         self._nodeagents = nodeagents
@@ -100,6 +103,7 @@ class SandboxService:
 
     async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
         self.check_create(request)
+        await self.egress.admit(current_caller(), request.network)
         if request.idempotency_key is None:
             return await self._create(request)
         # Scoped by the API key the edge checked: one caller's key never answers another's.
@@ -249,8 +253,10 @@ class SandboxService:
     async def update_network(
         self, sandbox_id: str, network: cluster_pb2.NetworkPolicy
     ) -> cluster_pb2.SandboxRecord:
-        """Replaces the sandbox's egress policy as a whole."""
+        """Replaces the sandbox's egress policy as a whole (checked first against the secrets of
+        the key that created it)."""
         located = self.running(sandbox_id)
+        await self.egress.admit(located.record.owner_key_id, network)
         return await self._nodeagents.update_network(
             located.owner.nodeagent_address, sandbox_id, network
         )

@@ -39,6 +39,15 @@ CONFIG = SchemathesisConfig.from_dict({
                         "expected-statuses": ["2xx", "400", "401"]}}},
                    # A secret name is unique (an example sent twice is a 409), its sec_ prefix
                    # reserved and its metadata bounded in bytes: no schema can say so.
+                   # An egress rule's host must be one the policy lets through, its placeholders
+                   # must name secrets of the key, a proxy's name must resolve, and a name's
+                   # labels and length have bounds: no schema can say so.
+                   {"include-name-regex": "^POST /(v2/)?sandboxes$",
+                    "checks": {"positive_data_acceptance": {
+                        "expected-statuses": ["2xx", "400", "401", "404"]}}},
+                   {"include-path": "/sandboxes/{sandboxID}/network",
+                    "checks": {"positive_data_acceptance": {
+                        "expected-statuses": ["2xx", "400", "401", "404"]}}},
                    {"include-path-regex": "^/secrets",
                     "checks": {"positive_data_acceptance": {
                         "expected-statuses": ["2xx", "400", "401", "404", "409"]}}}],

@@ -73,15 +73,15 @@ class SandboxRoutes:
 
     async def _create(self, request: Request, default_timeout_s: int) -> Response:
         body = parse_json_object(await request.body())
-        create = parse_new_sandbox(
-            body, default_timeout_s, request.headers.get("idempotency-key")
-        )
+        create = parse_new_sandbox(body, default_timeout_s, request.headers.get("idempotency-key"),
+                                   self._service.egress.seal_password)
         record = await self._service.create(create)
         return JSONResponse(self._present.sandbox(record), status_code=201)
 
     async def create_batch(self, request: Request) -> Response:
         """Native: N sandboxes, one entry each (its sandbox or its error), in the order asked."""
-        creates = parse_batch(parse_json_object(await request.body()), self._default_timeout)
+        creates = parse_batch(parse_json_object(await request.body()), self._default_timeout,
+                              self._service.egress.seal_password)
         key = checked_key(request.headers.get("idempotency-key"))
         results = await self._batch.create(creates, key)
         return JSONResponse([self._batch_entry(r) for r in results], status_code=201)
@@ -201,7 +201,8 @@ class SandboxRoutes:
         return JSONResponse({"sandboxes": {sid: present_metric(m) for sid, m in latest.items()}})
 
     async def update_network(self, request: Request) -> Response:
-        network = parse_network_update(parse_json_object(await request.body()))
+        network = parse_network_update(parse_json_object(await request.body()),
+                                       self._service.egress.seal_password)
         await self._service.update_network(request.path_params["sandbox_id"], network)
         return Response(status_code=204)
 
