@@ -109,8 +109,18 @@ async def start_dnsmasq(
         f"--listen-address={address}", "--port=53", "--pid-file=", "--user=root",
         *records,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    await _wait_answering(netns, address, process)
+    try:
+        await _wait_answering(netns, address, process)
+    except BaseException:
+        await stop_process(process)
+        raise
     return process
+
+
+async def stop_process(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    await process.wait()
 
 
 async def _wait_answering(netns: str, address: str, process: asyncio.subprocess.Process) -> None:
@@ -189,8 +199,6 @@ async def dns_net() -> AsyncIterator[DnsNet]:
         yield DnsNet(node_upstream, own_server, slot, config)
     finally:
         for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-            await process.wait()
+            await stop_process(process)
         await manager.destroy_orphans(keep=set())
         await asyncio.to_thread(remove_everything_named, prefix)
