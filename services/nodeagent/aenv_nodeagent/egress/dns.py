@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, cast
 
+import dns.exception
 import dns.flags
 import dns.message
 import dns.name
@@ -74,8 +75,12 @@ def servers_for(rules: EgressRules, node_upstreams: Sequence[str]) -> list[str]:
 
 async def resolve(name: str, dns_servers: Sequence[str]) -> list[IPAddress]:
     """A fresh A and AAAA resolution of ``name`` (for a connection that names a host the guest
-    did not ask our resolver about, e.g. from /etc/hosts). Empty when nothing answers."""
-    qname = dns.name.from_text(name)
+    did not ask our resolver about, e.g. from /etc/hosts). Empty when nothing answers, or
+    ``name`` is no DNS name at all."""
+    try:
+        qname = dns.name.from_text(name)
+    except dns.exception.DNSException:
+        return []
     found = await asyncio.gather(
         *(_addresses(qname, rdtype, dns_servers)
           for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA)))
@@ -94,6 +99,8 @@ async def _addresses(
 
 
 class TokenBucket:
+    """``rate`` takes per second, at most ``burst`` saved up."""
+
     def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
         self._rate, self._burst, self._clock = rate, float(burst), clock
         self._tokens, self._at = float(burst), clock()

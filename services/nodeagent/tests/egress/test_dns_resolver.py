@@ -173,3 +173,7 @@ def test_a_sandboxs_dns_servers_in_private_space_are_never_asked() -> None:
     assert servers_for(rules(dns_servers=["203.0.113.53", "10.0.0.2"]), node) == ["203.0.113.53"]
     assert servers_for(rules(dns_servers=["169.254.169.254", "127.0.0.53"]), node) == node
     assert servers_for(rules(), node) == node
+
+
+async def test_resolve_of_no_name_at_all_is_empty() -> None:
+    assert await resolve("a" * 64 + ".example.com", ["127.0.0.1:9"]) == []
