@@ -12,7 +12,14 @@ import pytest
 
 from aenv_common.egress import EgressRules
 from aenv_nodeagent.egress import dns_upstream
-from aenv_nodeagent.egress.dns import QUERY_BURST, SlotResolver, resolve, servers_for
+from aenv_nodeagent.egress.dns import (
+    QUERIES_PER_SECOND,
+    QUERY_BURST,
+    SlotResolver,
+    TokenBucket,
+    resolve,
+    servers_for,
+)
 from aenv_nodeagent.egress.resolved import IPAddress, ResolvedNames
 
 from .dnsfakes import Script, query, rules, scripted_upstream
@@ -145,10 +152,21 @@ async def test_answers_for_other_names_are_neither_recorded_nor_passed_on() -> N
 
 async def test_a_flood_is_dropped_past_the_burst() -> None:
     resolver, _ = await _resolver(rules(deny=["0.0.0.0/0"]), answering())
+    resolver._bucket = TokenBucket(QUERIES_PER_SECOND, QUERY_BURST, clock=lambda: 0.0)
     wire = query("x.example.com").to_wire()
     replies = [await resolver.answer(wire, tcp=False) for _ in range(QUERY_BURST + 50)]
-    dropped = sum(reply is None for reply in replies)
-    assert 40 <= dropped <= 50  # a few tokens refill while the loop runs
+    assert all(reply is not None for reply in replies[:QUERY_BURST])
+    assert replies[QUERY_BURST:] == [None] * 50
+
+
+def test_the_bucket_refills_at_its_rate() -> None:
+    now = 0.0
+    bucket = TokenBucket(10, 5, clock=lambda: now)
+    assert [bucket.take() for _ in range(6)] == [True] * 5 + [False]
+    now = 0.25  # 2.5 tokens
+    assert [bucket.take() for _ in range(3)] == [True, True, False]
+    now = 100.0  # never more than the burst
+    assert sum(bucket.take() for _ in range(10)) == 5
 
 
 async def test_no_upstream_answer_is_servfail(monkeypatch: pytest.MonkeyPatch) -> None:
