@@ -131,3 +131,21 @@ async def test_a_by_name_slot_is_built_attached(
     assert "redirect to :15001" in await _ruleset(slot.netns)
     assert egress.calls == [("attach", slot.netns, True)]
     await manager.destroy_slot(slot)
+
+
+async def test_a_restarted_agent_restores_what_it_finds_whatever_the_slot_holds(
+    built: tuple[NetworkManager, RecordingEgress, NetSlot],
+) -> None:
+    manager, _, slot = built
+    ip_only = await _ruleset(slot.netns)
+    await manager.update_policy(slot, BY_NAME)
+    by_name = await _ruleset(slot.netns)
+    # The next agent knows nothing of what the last one applied: it rewrites and re-attaches.
+    egress = RecordingEgress([])
+    successor = NetworkManager(manager.config, egress=egress)
+    await successor.restore_policy(slot, BY_NAME)
+    assert await _ruleset(slot.netns) == by_name
+    assert egress.calls == [("attach", slot.netns, True)]  # its redirect never went away
+    await NetworkManager(manager.config, egress=egress).restore_policy(slot, IP_ONLY)
+    assert await _ruleset(slot.netns) == ip_only
+    assert egress.calls[-1] == ("detach", slot.netns, False)
