@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ipaddress import ip_address
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.errors import AenvError, InvalidArgument, NotFound
+from aenv_common.errors import AenvError, InvalidArgument, NotFound, Unavailable
 from aenv_nodeagent.network.firewall import EgressPorts
 
 from .control import Channel, ChannelClosed, Configure, Message, netns_of, policy_field
@@ -41,6 +41,7 @@ BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 10.0
 STABLE_AFTER_S = 60.0
 STOP_GRACE_S = 3.0
+CONFIGURE_TIMEOUT_S = 60.0  # its start loads TLS, DNS and etcd clients; a busy host is slow
 
 # Gets a slot's netns, the addresses the resolver answered and their TTL; adds them to the
 # slot's nft sets (network/resolved_sets.py).
@@ -97,7 +98,11 @@ class EgressSupervisor:
     async def start(self) -> None:
         """Spawn and configure the first child; raises if it cannot start at all."""
         async with self._lock:
-            await self._spawn()
+            try:
+                await self._spawn()
+            except BaseException:
+                await self._end_child()
+                raise
         self._monitor = asyncio.get_running_loop().create_task(self._watch())
 
     async def stop(self) -> None:
@@ -175,7 +180,11 @@ class EgressSupervisor:
         channel = self._channel = Channel(parent, self._serve)
         reader = asyncio.get_running_loop().create_task(channel.run())
         reader.add_done_callback(_log_reader_end)
-        await channel.request("configure", self._configure.to_message())
+        try:
+            await asyncio.wait_for(channel.request("configure", self._configure.to_message()),
+                                   CONFIGURE_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise Unavailable("the egress process did not answer its configure") from exc
         for netns, attachment in list(self._slots.items()):
             try:
                 await self._attach(netns, attachment)
