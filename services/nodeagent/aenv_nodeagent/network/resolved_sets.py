@@ -70,6 +70,7 @@ class _Slot:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     writer: asyncio.Task[None] | None = None
     expiry: dict[IPAddress, float] = field(default_factory=dict)  # monotonic deadline in nft
+    generation: int = 0  # bumped by forget: a write in flight then records nothing
 
 
 class ResolvedSets:
@@ -105,6 +106,7 @@ class ResolvedSets:
         if state is None:
             return
         state.expiry.clear()
+        state.generation += 1
         if state.writer is None:
             del self._slots[netns]
 
@@ -117,8 +119,9 @@ class ResolvedSets:
                 state.pending, state.waiters = {}, []
                 started = time.monotonic()
                 present = {a for a in batch if state.expiry.get(a, 0.0) > started}
+                generation = state.generation
                 error = await self._apply(slot, batch, present)
-                if error is None:
+                if error is None and generation == state.generation:
                     for address, seconds in batch.items():
                         state.expiry[address] = started + seconds
                 _settle(waiters, error)

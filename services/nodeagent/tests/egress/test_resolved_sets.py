@@ -6,6 +6,7 @@ import asyncio
 import random
 import re
 import string
+import threading
 from collections.abc import AsyncIterator
 from functools import partial
 from ipaddress import IPv4Address, IPv6Address, ip_address
@@ -118,3 +119,31 @@ async def test_an_unknown_slot_is_not_found() -> None:
     sets = ResolvedSets(NetworkConfig(prefix="p4none", pool_cidr="10.250.0.0/22"))
     with pytest.raises(NotFound):
         await sets.add("someone-else-3", ["203.0.113.1"], 60)
+
+
+@pytest.mark.netns
+async def test_sets_emptied_during_a_write_are_written_again(
+    slot_sets: tuple[NetSlot, ResolvedSets], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slot, sets = slot_sets
+    apply = slotops.apply_in_slot
+    applied, go_on = threading.Event(), threading.Event()
+
+    def held(*args: object) -> None:
+        apply(*args)  # type: ignore[arg-type]
+        applied.set()
+        go_on.wait(10)
+
+    monkeypatch.setattr(slotops, "apply_in_slot", held)
+    adding = asyncio.ensure_future(sets.add(slot.netns, ["203.0.113.8"], 300))
+    assert await asyncio.to_thread(applied.wait, 10)
+    # A policy update empties the sets while the write is still in flight.
+    flush = "flush set inet aenv resolved4\n"
+    await run_in_fresh_thread(partial(apply, slot, lambda _: flush), name="t")
+    sets.forget(slot.netns)
+    go_on.set()
+    await adding
+    monkeypatch.setattr(slotops, "apply_in_slot", apply)
+    await sets.add(slot.netns, ["203.0.113.8"], 200)  # written again, not taken as held
+    listing = await run_in_fresh_thread(set_elements(slot.netns), name="t")
+    assert _timeouts(listing) == {"203.0.113.8": 200}
