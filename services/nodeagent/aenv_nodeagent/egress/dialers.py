@@ -26,6 +26,7 @@ from typing import Protocol
 
 from aenv_common.egress.blocked import BLOCKED_NETWORKS, IPAddress
 from aenv_common.egress.policy import EgressRules
+from aenv_common.egress.rules import PROXY_PASSWORD_AAD
 from aenv_common.errors import AenvError, DeadlineExceeded, PermissionDenied, Unavailable
 from aenv_common.secrets.sealing import SealBroken, SecretsKey, open_sealed
 
@@ -293,9 +294,6 @@ async def _connect(
 
 def _hostport(address: IPAddress, port: int) -> str:
     return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
-
-
-PROXY_PASSWORD_AAD = b"egress-proxy"  # the gateway seals the proxy password with this AAD
 
 
 def dialer_for(

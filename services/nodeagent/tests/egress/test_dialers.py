@@ -18,11 +18,11 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.egress.blocked import IPAddress
 from aenv_common.egress.policy import EgressRules
+from aenv_common.egress.rules import PROXY_PASSWORD_AAD
 from aenv_common.errors import DeadlineExceeded, PermissionDenied, Unavailable
 from aenv_common.secrets.sealing import SecretsKey, seal
 from aenv_nodeagent.egress.certs import EgressCA, server_context
 from aenv_nodeagent.egress.dialers import (
-    PROXY_PASSWORD_AAD,
     DirectDialer,
     ProxyTls,
     Socks5Dialer,
