@@ -116,7 +116,8 @@ def policy(network: cluster_pb2.NetworkPolicy) -> EgressPolicy:
 
 
 @pytest.fixture
-async def world() -> AsyncIterator[World]:
+async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
+    """Parametrized indirectly: the per-sandbox connection cap (default 1024)."""
     prefix = "p3e" + "".join(random.choices(string.ascii_lowercase, k=4))
     config = NetworkConfig(prefix=prefix, pool_cidr=free_subnet(28))
     stack = contextlib.AsyncExitStack()
@@ -135,6 +136,7 @@ async def world() -> AsyncIterator[World]:
             secrets_key=os.urandom(32), ca_cert_pem=ca.cert_pem.decode(),
             ca_key_pem=ca.key_pem().decode(), dns_upstreams=[dns_ip], upstream_ca_file=None,
             etcd_endpoints="", etcd_prefix="/p3", blocked_extra=await host_blocked_extra(config),
+            max_connections_per_sandbox=getattr(request, "param", 1024),
         ), resolved.add)
         await egress.start()
         stack.push_async_callback(egress.stop)
@@ -195,3 +197,20 @@ async def test_a_killed_egress_process_comes_back_with_the_slots_policy(world: W
     assert await in_guest(world.guest, lambda: http_get(world.web_ip, ALLOWED)) == \
         f"hello {ALLOWED}"
     assert await in_guest(world.guest, lambda: http_get(world.web_ip, DENIED)) == "reset"
+
+
+@pytest.mark.parametrize("world", [2], indirect=True)
+async def test_connections_past_the_sandboxs_cap_are_reset(world: World) -> None:
+    await query_in(world.guest, dns.message.make_query(ALLOWED, "A"), world.web_ip, 53)
+
+    def hold_two_then_try() -> tuple[str, str]:
+        held = [socket.create_connection((world.web_ip, 80), timeout=5) for _ in range(2)]
+        time.sleep(0.6)  # both decided (by address, silent) and spliced to the server
+        third = http_get(world.web_ip, ALLOWED)
+        for conn in held:
+            conn.close()
+        time.sleep(0.3)
+        return third, http_get(world.web_ip, ALLOWED)
+
+    outcome = await in_guest(world.guest, hold_two_then_try)
+    assert outcome == ("reset", f"hello {ALLOWED}")
