@@ -35,7 +35,7 @@ from aenv_nodeagent.network.namespaces import (
 from aenv_nodeagent.network.nft import run_nft
 from aenv_nodeagent.network.slots import GATEWAY_IP
 
-from ..network.helpers import remove_everything_named
+from ..network.helpers import INTERNET_SERVER_IP, remove_everything_named
 from ..policies import egress
 
 DOMAIN = "p4.aenv-test.example"
@@ -45,6 +45,7 @@ SHORT = f"short.{DOMAIN}"  # TTL 5 s
 ALIAS = f"alias.{DOMAIN}"  # CNAME -> ALLOWED
 DENIED = "denied.p4-deny.aenv-test.example"  # outside the allowed wildcard
 OTHER = f"other.{DOMAIN}"
+UDP_NAME = f"udp.{DOMAIN}"  # the fake internet's server (network/helpers.py), TTL 5 s
 BIG = f"big.{DOMAIN}"  # a TXT answer too big for one UDP datagram upstream
 BIG_TEXT = ["x" * 250] * 8
 DNS_PORT = 15053
@@ -54,6 +55,7 @@ UPSTREAM_RECORDS = [
     f"--host-record={MIXED},203.0.113.11,300",
     f"--host-record={MIXED},10.1.2.3,300",
     f"--host-record={SHORT},203.0.113.12,5",
+    f"--host-record={UDP_NAME},{INTERNET_SERVER_IP},5",
     f"--host-record={DENIED},203.0.113.13,300",
     f"--host-record={OTHER},203.0.113.14,300",
     f"--cname={ALIAS},{ALLOWED},300",
