@@ -138,6 +138,8 @@ async def test_a_restarted_agent_restores_what_it_finds_whatever_the_slot_holds(
 ) -> None:
     manager, _, slot = built
     ip_only = await _ruleset(slot.netns)
+    await NetworkManager(manager.config).restore_policy(slot, IP_ONLY)  # no sets to remove
+    assert await _ruleset(slot.netns) == ip_only
     await manager.update_policy(slot, BY_NAME)
     by_name = await _ruleset(slot.netns)
     # The next agent knows nothing of what the last one applied: it rewrites and re-attaches.
