@@ -16,7 +16,7 @@ from functools import partial
 
 from pyroute2 import IPRoute
 
-from aenv_common.errors import AenvError, Internal, ResourceExhausted, Unavailable
+from aenv_common.errors import AenvError, Internal, NotFound, ResourceExhausted, Unavailable
 
 from . import firewall, netlink, slotops
 from .namespaces import (
@@ -141,7 +141,10 @@ class NetworkManager:
             raise
         self._applied[slot.netns] = policy
         if self._egress is not None and switch.update:
-            await self._egress.update(slot.netns, policy.network)
+            try:
+                await self._egress.update(slot.netns, policy.network)
+            except NotFound:  # dropped by an egress restart that could not re-attach it
+                await self._egress.attach(slot.netns, policy.owner_key_id, policy.network)
         if self._egress is not None and switch.detach:
             await self._egress.detach(slot.netns)
         if self._resolved is not None and (switch.flush_resolved or switch.detach):
