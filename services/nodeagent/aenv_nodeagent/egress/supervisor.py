@@ -75,6 +75,7 @@ class EgressSupervisor:
         self._process: asyncio.subprocess.Process | None = None
         self._channel: Channel | None = None
         self._monitor: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._stopping = False
         self.restarts = 0
 
@@ -178,8 +179,9 @@ class EgressSupervisor:
         finally:
             child.close()
         channel = self._channel = Channel(parent, self._serve)
-        reader = asyncio.get_running_loop().create_task(channel.run())
-        reader.add_done_callback(_log_reader_end)
+        # Held here: the loop keeps only weak references to tasks.
+        self._reader = asyncio.get_running_loop().create_task(channel.run())
+        self._reader.add_done_callback(_log_reader_end)
         try:
             await asyncio.wait_for(channel.request("configure", self._configure.to_message()),
                                    CONFIGURE_TIMEOUT_S)
