@@ -27,7 +27,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -250,9 +250,6 @@ class Configure:
     max_connections_per_sandbox: int = 1024
     idle_timeout_s: float = 600.0
     peek_timeout_s: float = 0.25
-    connect_timeout_s: float = 10.0
-    log_level: str = "INFO"
-    extra: Message = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"Configure(dns_upstreams={self.dns_upstreams}, "
@@ -267,8 +264,6 @@ class Configure:
             "blocked_extra": self.blocked_extra,
             "max_connections_per_sandbox": self.max_connections_per_sandbox,
             "idle_timeout_s": self.idle_timeout_s, "peek_timeout_s": self.peek_timeout_s,
-            "connect_timeout_s": self.connect_timeout_s, "log_level": self.log_level,
-            "extra": self.extra,
         }
 
     @classmethod
@@ -285,9 +280,6 @@ class Configure:
                 max_connections_per_sandbox=int(message["max_connections_per_sandbox"]),
                 idle_timeout_s=float(message["idle_timeout_s"]),
                 peek_timeout_s=float(message["peek_timeout_s"]),
-                connect_timeout_s=float(message["connect_timeout_s"]),
-                log_level=str(message.get("log_level", "INFO")),
-                extra=dict(message.get("extra") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgument(f"bad configure message: {type(exc).__name__} {exc}") from exc
