@@ -121,7 +121,15 @@ class EgressSupervisor:
         attachment of the same netns)."""
         async with self._lock:
             self._slots[netns] = _Attachment(owner_key_id, policy.SerializeToString())
-            await self._attach(netns, self._slots[netns])
+            try:
+                await self._attach(netns, self._slots[netns])
+            except BaseException:
+                # Not attached (fail closed: nft redirects to no listener); not re-attached by
+                # a restart either.
+                del self._slots[netns]
+                with contextlib.suppress(AenvError):
+                    await self._request("detach", {"netns": netns})
+                raise
 
     async def update(self, netns: str, policy: cluster_pb2.NetworkPolicy) -> None:
         async with self._lock:

@@ -163,3 +163,26 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+async def test_a_failed_attach_is_forgotten() -> None:
+    configure = Configure(secrets_key=b"k" * 32, ca_cert_pem="", ca_key_pem="",
+                          dns_upstreams=[], upstream_ca_file=None, etcd_endpoints="",
+                          etcd_prefix="/t", blocked_extra=[])
+
+    async def sink(netns: str, addresses: list[str], ttl_s: float) -> None:
+        return None
+
+    async def no_netns(netns: str, ports: EgressPorts) -> SlotListeners:
+        raise FileNotFoundError(f"/run/netns/{netns}")
+
+    supervisor = EgressSupervisor(SupervisorSettings(None, command=[sys.executable, str(FAKE)]),
+                                  configure, sink, listen=no_netns)
+    await supervisor.start()
+    try:
+        with pytest.raises(FileNotFoundError):
+            await supervisor.attach("ns-gone", "k1", cluster_pb2.NetworkPolicy())
+        assert supervisor.attached() == set()  # a restart will not try it again
+        assert (await supervisor.stats())["slots"] == []
+    finally:
+        await supervisor.stop()
