@@ -25,10 +25,11 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from aenv_common.egress import EgressRules, NameClass, decide, rules_for
 from aenv_common.egress.rules import NetworkRule
-from aenv_common.errors import AenvError
+from aenv_common.errors import AenvError, PermissionDenied
 
 from .dialers import Blocked, Dialer
 from .resolved import IPAddress, ResolvedNames
@@ -44,6 +45,7 @@ CHUNK = 64 * 1024
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Resolve = Callable[[str, Sequence[str]], Awaitable[list[IPAddress]]]
+Inspect = Callable[[bytes], Awaitable[None]]
 Intercept = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, str, int,
                       Sequence[NetworkRule], Callable[[], Awaitable[Streams]], SecretLookup],
                      Awaitable[None]]
@@ -151,12 +153,27 @@ class SlotProxy:
                                         self._secrets)
             return
         upstream_reader, upstream_writer = await dial()
+        # Silent so far (a server that speaks first, or a guest waiting out the peek): the
+        # first bytes it sends later are judged by the name they carry, before they go out.
+        late = None if first else partial(self._judge_late, route, address, port)
         try:
             upstream_writer.write(first)
             await splice(reader, writer, upstream_reader, upstream_writer,
-                         self._parts.limits.idle_timeout_s)
+                         self._parts.limits.idle_timeout_s, late)
         finally:
             upstream_writer.close()
+
+    async def _judge_late(self, route: Route, address: IPAddress, port: int,
+                          chunk: bytes) -> None:
+        """:raise PermissionDenied: the late bytes name a host the policy refuses here."""
+        name = sniff(chunk).name
+        if name is None:
+            return
+        decision = decide(route.rules, address, name,
+                          await self._address_is_names(route, address, name))
+        self._log(address, port, name, f"late: {decision.reason}", decision.allowed)
+        if not decision.allowed:
+            raise PermissionDenied(f"{name}: {decision.reason}")
 
     async def _peek(self, reader: asyncio.StreamReader) -> tuple[bytes, str | None]:
         """The guest's first bytes (bounded) and the name they carry, if any."""
@@ -224,13 +241,18 @@ def reset(writer: asyncio.StreamWriter) -> None:
 
 async def splice(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
                  upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter,
-                 idle_timeout_s: float) -> None:
+                 idle_timeout_s: float, inspect_first: Inspect | None = None) -> None:
     """Copy both ways until both directions ended (each end's EOF is passed on as a
-    half-close) or nothing moved for ``idle_timeout_s``."""
+    half-close) or nothing moved for ``idle_timeout_s``. ``inspect_first`` sees the client's
+    first chunk before it is forwarded; what it raises ends the splice and is raised here."""
     last = [time.monotonic()]
 
-    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                   inspect: Inspect | None = None) -> None:
         while chunk := await source.read(CHUNK):
+            if inspect is not None:
+                await inspect(chunk)
+                inspect = None
             sink.write(chunk)
             await sink.drain()  # backpressure: read no more than the other side takes
             last[0] = time.monotonic()
@@ -238,7 +260,7 @@ async def splice(client_reader: asyncio.StreamReader, client_writer: asyncio.Str
             with contextlib.suppress(OSError):
                 sink.write_eof()
 
-    pumps = [asyncio.ensure_future(pump(client_reader, upstream_writer)),
+    pumps = [asyncio.ensure_future(pump(client_reader, upstream_writer, inspect_first)),
              asyncio.ensure_future(pump(upstream_reader, client_writer))]
     pending: set[asyncio.Future[None]] = set(pumps)
     try:
@@ -248,6 +270,9 @@ async def splice(client_reader: asyncio.StreamReader, client_writer: asyncio.Str
                 return
             done, pending = await asyncio.wait(pending, timeout=idle_left,
                                                return_when=asyncio.FIRST_COMPLETED)
+            refused = pumps[0].exception() if pumps[0] in done else None
+            if isinstance(refused, PermissionDenied):
+                raise refused
             if any(p.exception() for p in done):
                 return  # one side broke: the other is cut too
     finally:

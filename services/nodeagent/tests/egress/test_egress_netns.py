@@ -103,12 +103,15 @@ def http_get(address: str, host: str) -> str:
     return data.split(b"\r\n\r\n", 1)[1].decode() if b"\r\n\r\n" in data else "empty"
 
 
-def http_get_after_silence(address: str, host: str) -> str:
+def send_after_silence(address: str, request: bytes) -> str:
     """As a client of a server-speaks-first protocol would start: nothing sent for a while."""
     with socket.create_connection((address, 80), timeout=5) as conn:
         time.sleep(0.6)  # past the proxy's peek: it decides by the address alone
-        conn.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-        return conn.recv(4096).split(b"\r\n\r\n", 1)[-1].decode()
+        try:
+            conn.sendall(request)
+            return conn.recv(4096).split(b"\r\n\r\n", 1)[-1].decode()
+        except ConnectionResetError:
+            return "reset"
 
 
 def policy(network: cluster_pb2.NetworkPolicy) -> EgressPolicy:
@@ -173,9 +176,15 @@ async def test_names_decide_what_a_guest_reaches(world: World) -> None:
     assert await get(world.web_ip, OTHER) == "reset"  # unlisted under deny-all
     assert await get(world.dns_ip, ALLOWED) == "reset"  # allowed name, another address
     assert await get(world.dns_ip, "") == "reset"  # raw IP the resolver never gave
-    # No name at all: an address the resolver gave for an allowed name is let through.
-    assert await in_guest(world.guest, lambda: http_get_after_silence(
-        world.web_ip, "whatever.example")) == "hello whatever.example"
+    # Silent first: let through by the address (the resolver gave it for an allowed name),
+    # then judged by the name its first bytes carry when they come.
+    async def silent_then(request: bytes) -> object:
+        return await in_guest(world.guest, lambda: send_after_silence(world.web_ip, request))
+
+    assert await silent_then(b"PING\r\n\r\n") == "hello "  # no name: the address decides
+    assert await silent_then(f"GET / HTTP/1.1\r\nHost: {ALLOWED}\r\n\r\n".encode()) == \
+        f"hello {ALLOWED}"
+    assert await silent_then(f"GET / HTTP/1.1\r\nHost: {DENIED}\r\n\r\n".encode()) == "reset"
     stats = await world.egress.stats()
     assert stats["slots"] == 1 and stats["rss_kib"] > 0
 
