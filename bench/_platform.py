@@ -20,17 +20,20 @@ def artifact_cache() -> Path:
 
 @contextlib.asynccontextmanager
 async def running_platform(
-    net_prefix: str, pool_cidr: str, *, own_templates: bool = False
+    net_prefix: str, pool_cidr: str, *, own_templates: bool = False,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Platform]:
     """With `own_templates`, the node keeps its templates and image layers in the temporary
-    home (gone with it) instead of the shared cache: `base` is captured at start."""
+    home (gone with it) instead of the shared cache: `base` is captured at start. `env`: more
+    settings of the services."""
     with tempfile.TemporaryDirectory(prefix="aenv-bench-") as tmp:
-        env = dict(os.environ, AENV_NODEAGENT_CACHE_DIR=str(artifact_cache()),
-                   AENV_NODEAGENT_NET_PREFIX=net_prefix, AENV_NODEAGENT_NET_POOL_CIDR=pool_cidr)
+        base = dict(os.environ, AENV_NODEAGENT_CACHE_DIR=str(artifact_cache()),
+                    AENV_NODEAGENT_NET_PREFIX=net_prefix, AENV_NODEAGENT_NET_POOL_CIDR=pool_cidr,
+                    **(env or {}))
         if own_templates:
-            env.update(AENV_NODEAGENT_TEMPLATES_DIR=str(Path(tmp) / "node-templates"),
-                       AENV_NODEAGENT_IMAGE_CACHE_DIR=str(Path(tmp) / "node-images"))
-        plat = Platform(Path(tmp), PlatformPorts.free(), base_env=env)
+            base.update(AENV_NODEAGENT_TEMPLATES_DIR=str(Path(tmp) / "node-templates"),
+                        AENV_NODEAGENT_IMAGE_CACHE_DIR=str(Path(tmp) / "node-images"))
+        plat = Platform(Path(tmp), PlatformPorts.free(), base_env=base)
         await plat.start()
         try:
             yield plat

@@ -4,10 +4,12 @@ guests reach the test hosts by name through the node's egress process."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shlex
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -24,6 +26,7 @@ from .internet import Internet, running_internet
 # a real origin would).
 GUEST_CA = "/tmp/test-internet-bundle.pem"
 CURL_TIMEOUT_S = 20
+PROBE = "/root/guest_probe.py"  # guest_probe.py, in every guest
 
 
 @pytest.fixture(scope="package")
@@ -56,11 +59,25 @@ def egress_sdk(egress_platform: Platform) -> Iterator[Platform]:
 class Fetch:
     code: int  # HTTP status; 0: no answer (refused, reset, unresolved, timed out)
     body: str
+    error: str = ""  # curl's own message, when it had one
 
 
 def create(network: SandboxNetworkUpdate) -> Sandbox:
     """A sandbox with this egress policy (create takes the same fields update_network does)."""
     return Sandbox.create(timeout=900, network=cast(SandboxNetworkOpts, network))
+
+
+@contextlib.contextmanager
+def guest_with(network: SandboxNetworkUpdate, internet: Internet) -> Iterator[Sandbox]:
+    """A sandbox with this policy, trusting the test CA and holding the probe; killed after."""
+    sandbox = create(network)
+    try:
+        trust_test_ca(sandbox, internet)
+        sandbox.files.write(PROBE, (Path(__file__).parent / "guest_probe.py").read_text(),
+                            user="root")
+        yield sandbox
+    finally:
+        sandbox.kill()
 
 
 def guest_sh(sandbox: Sandbox, script: str, timeout_s: float = 120) -> tuple[int, str]:
@@ -75,14 +92,15 @@ def guest_sh(sandbox: Sandbox, script: str, timeout_s: float = 120) -> tuple[int
 
 def fetch(sandbox: Sandbox, url: str, *curl_args: str) -> Fetch:
     """curl in the guest; the guest trusts the test CA besides its system store."""
-    marker = "\n--aenv-status--"
-    args = " ".join(shlex.quote(a) for a in curl_args)
-    write_out = shlex.quote(marker + "%{http_code}")
+    status, error = "\n--aenv-status--", "\n--aenv-error--\n"
+    args = " ".join(shlex.quote(a) for a in [*curl_args, url])
+    write_out = shlex.quote(status + "%{http_code}")
     _, out = guest_sh(sandbox, (
-        f"curl -sS -m {CURL_TIMEOUT_S} --cacert {GUEST_CA} -w {write_out} "
-        f"{args} {shlex.quote(url)} 2>/dev/null; true"))
-    body, _, code = out.rpartition(marker)
-    return Fetch(int(code or 0), body)
+        f"curl -sS -m {CURL_TIMEOUT_S} --cacert {GUEST_CA} -w {write_out} {args} "
+        f"2>/tmp/curl.err; printf {shlex.quote(error)}; cat /tmp/curl.err"))
+    out, _, stderr = out.rpartition(error)
+    body, _, code = out.rpartition(status)
+    return Fetch(int(code or 0), body, stderr.strip())
 
 
 def trust_test_ca(sandbox: Sandbox, internet: Internet) -> None:

@@ -119,10 +119,10 @@ class Internet:
                  f'add rule ip {table} out oifname "veth0" ip daddr {daddrs} masquerade\n')
             stack.callback(_quiet_nft, slot_netns, f"delete table ip {table}\n")
             _nft(None, f"add table inet {table}\n"
-                 f"add chain inet {table} fwd {{ type filter hook forward priority filter; }}\n"
-                 f'add rule inet {table} fwd iifname "{host_veth}" oifname != "{self.root_if}" '
+                 f"add chain inet {table} guard {{ type filter hook forward priority filter; }}\n"
+                 f'add rule inet {table} guard iifname "{host_veth}" oifname != "{self.root_if}" '
                  "drop\n"
-                 f'add rule inet {table} fwd iifname "{self.root_if}" oifname != "{host_veth}" '
+                 f'add rule inet {table} guard iifname "{self.root_if}" oifname != "{host_veth}" '
                  "drop\n")
             stack.callback(_quiet_nft, None, f"delete table inet {table}\n")
             for link in (host_veth, self.root_if):
@@ -294,12 +294,14 @@ def _ip(*args: str) -> None:
 
 def _nft(netns: str | None, script: str) -> None:
     prefix = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
-    subprocess.run([*prefix, "nft", "-f", "-"], input=script.encode(), check=True,
-                   capture_output=True)
+    done = subprocess.run([*prefix, "nft", "-f", "-"], input=script.encode(),
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"nft in {netns or 'the root netns'}: {done.stderr.decode()}")
 
 
 def _quiet_nft(netns: str | None, script: str) -> None:
-    with contextlib.suppress(subprocess.CalledProcessError):
+    with contextlib.suppress(RuntimeError):
         _nft(netns, script)
 
 

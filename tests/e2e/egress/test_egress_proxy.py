@@ -12,7 +12,7 @@ from e2b import Sandbox, SandboxNetworkUpdate
 
 from aenv_cli.platform import Platform
 
-from .conftest import create, fetch, trust_test_ca
+from .conftest import fetch, guest_with
 from .internet import ALLOWED, OTHER, SOCKS, SOCKS_USER, Internet
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
@@ -29,12 +29,8 @@ def through(internet: Internet, *, tls: bool = False, password: str = "") -> San
 
 @pytest.fixture(scope="module")
 def guest(egress_sdk: Platform, internet: Internet) -> Iterator[Sandbox]:
-    sandbox = create(through(internet))
-    try:
-        trust_test_ca(sandbox, internet)
+    with guest_with(through(internet), internet) as sandbox:
         yield sandbox
-    finally:
-        sandbox.kill()
 
 
 def proxied_to(internet: Internet, log_before: int) -> list[str]:

@@ -14,26 +14,19 @@ from e2b import Sandbox, SandboxNetworkUpdate
 
 from aenv_cli.platform import Platform
 
-from .conftest import Fetch, create, fetch, guest_sh, trust_test_ca
+from .conftest import PROBE, Fetch, fetch, guest_sh, guest_with
 from .internet import ALLOWED, DENIED, OTHER, TWO, WILD, Internet
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
-PROBE = "/root/guest_probe.py"
 POLICY: SandboxNetworkUpdate = {
     "allow_out": [ALLOWED, f"*.{WILD}", TWO], "deny_out": ["0.0.0.0/0", DENIED]}
 
 
 @pytest.fixture(scope="module")
 def guest(egress_sdk: Platform, internet: Internet) -> Iterator[Sandbox]:
-    sandbox = create(POLICY)
-    try:
-        trust_test_ca(sandbox, internet)
-        with open(__file__.replace("test_names.py", "guest_probe.py")) as probe:
-            sandbox.files.write(PROBE, probe.read(), user="root")
+    with guest_with(POLICY, internet) as sandbox:
         yield sandbox
-    finally:
-        sandbox.kill()
 
 
 def reached(internet: Internet, before: int, server: str | None = None) -> list[str]:

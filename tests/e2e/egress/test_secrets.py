@@ -14,12 +14,11 @@ from e2b import Sandbox, SandboxNetworkUpdate, Secret
 
 from aenv_cli.platform import Platform
 
-from .conftest import create, fetch, guest_sh, trust_test_ca
+from .conftest import PROBE, fetch, guest_sh, guest_with
 from .internet import ALLOWED, Internet, headers_of
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
-PROBE = "/root/guest_probe.py"
 CAPTURE = "/tmp/eth0.raw"
 
 
@@ -42,14 +41,8 @@ def guest(secret: tuple[str, str], internet: Internet) -> Iterator[Sandbox]:
         "rules": {ALLOWED: [{"transform": {"headers": {
             "Authorization": f"Bearer {Secret.fill(name)}", "X-Plain": "literal"}}}]},
     }
-    sandbox = create(network)
-    try:
-        trust_test_ca(sandbox, internet)
-        with open(__file__.replace("test_secrets.py", "guest_probe.py")) as probe:
-            sandbox.files.write(PROBE, probe.read(), user="root")
+    with guest_with(network, internet) as sandbox:
         yield sandbox
-    finally:
-        sandbox.kill()
 
 
 def test_the_server_sees_the_secret_and_the_guest_never_does(
