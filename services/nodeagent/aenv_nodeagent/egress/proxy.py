@@ -45,7 +45,8 @@ CHUNK = 64 * 1024
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Resolve = Callable[[str, Sequence[str]], Awaitable[list[IPAddress]]]
-Inspect = Callable[[bytes], Awaitable[None]]
+# Sees the client's first chunk (and may read on from its stream); returns what to forward.
+Inspect = Callable[[bytes, asyncio.StreamReader], Awaitable[bytes]]
 Intercept = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, str, int,
                       Sequence[NetworkRule], Callable[[], Awaitable[Streams]], SecretLookup],
                      Awaitable[None]]
@@ -153,9 +154,10 @@ class SlotProxy:
                                         self._secrets)
             return
         upstream_reader, upstream_writer = await dial()
-        # Silent so far (a server that speaks first, or a guest waiting out the peek): the
-        # first bytes it sends later are judged by the name they carry, before they go out.
-        late = None if first else partial(self._judge_late, route, address, port)
+        # Silent or unfinished so far (a server that speaks first, or a guest waiting out the
+        # peek): what it sends next is judged by the name it completes, before it goes out.
+        late = None if sniff(first).complete else partial(
+            self._judge_late, route, address, port, first)
         try:
             upstream_writer.write(first)
             await splice(reader, writer, upstream_reader, upstream_writer,
@@ -163,22 +165,26 @@ class SlotProxy:
         finally:
             upstream_writer.close()
 
-    async def _judge_late(self, route: Route, address: IPAddress, port: int,
-                          chunk: bytes) -> None:
-        """:raise PermissionDenied: the late bytes name a host the policy refuses here."""
-        name = sniff(chunk).name
-        if name is None:
-            return
-        decision = decide(route.rules, address, name,
-                          await self._address_is_names(route, address, name))
-        self._log(address, port, name, f"late: {decision.reason}", decision.allowed)
-        if not decision.allowed:
-            raise PermissionDenied(f"{name}: {decision.reason}")
+    async def _judge_late(self, route: Route, address: IPAddress, port: int, sent: bytes,
+                          chunk: bytes, reader: asyncio.StreamReader) -> bytes:
+        """The late bytes after ``sent`` (peeked, already forwarded), read on (bounded, as the
+        peek) until together they can name a host.
 
-    async def _peek(self, reader: asyncio.StreamReader) -> tuple[bytes, str | None]:
-        """The guest's first bytes (bounded) and the name they carry, if any."""
+        :raise PermissionDenied: they name a host the policy refuses here."""
+        data, name = await self._peek(reader, sent + chunk)
+        if name is not None:
+            decision = decide(route.rules, address, name,
+                              await self._address_is_names(route, address, name))
+            self._log(address, port, name, f"late: {decision.reason}", decision.allowed)
+            if not decision.allowed:
+                raise PermissionDenied(f"{name}: {decision.reason}")
+        return data[len(sent):]
+
+    async def _peek(self, reader: asyncio.StreamReader,
+                    data: bytes = b"") -> tuple[bytes, str | None]:
+        """The guest's first bytes (bounded; ``data``: those read already) and the name they
+        carry, if any."""
         limits = self._parts.limits
-        data = b""
         deadline = time.monotonic() + limits.peek_timeout_s
         while len(data) < limits.peek_bytes:
             sniffed = sniff(data)
@@ -244,14 +250,14 @@ async def splice(client_reader: asyncio.StreamReader, client_writer: asyncio.Str
                  idle_timeout_s: float, inspect_first: Inspect | None = None) -> None:
     """Copy both ways until both directions ended (each end's EOF is passed on as a
     half-close) or nothing moved for ``idle_timeout_s``. ``inspect_first`` sees the client's
-    first chunk before it is forwarded; what it raises ends the splice and is raised here."""
+    first chunk before anything is forwarded; a PermissionDenied it raises is raised here."""
     last = [time.monotonic()]
 
     async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
                    inspect: Inspect | None = None) -> None:
         while chunk := await source.read(CHUNK):
             if inspect is not None:
-                await inspect(chunk)
+                chunk = await inspect(chunk, source)
                 inspect = None
             sink.write(chunk)
             await sink.drain()  # backpressure: read no more than the other side takes

@@ -103,12 +103,14 @@ def http_get(address: str, host: str) -> str:
     return data.split(b"\r\n\r\n", 1)[1].decode() if b"\r\n\r\n" in data else "empty"
 
 
-def send_after_silence(address: str, request: bytes) -> str:
-    """As a client of a server-speaks-first protocol would start: nothing sent for a while."""
+def send_after_pause(address: str, request: bytes, before: int = 0) -> str:
+    """``request``'s first ``before`` bytes, then a pause past the proxy's peek (it decides by
+    the address alone), then the rest; what comes back, or 'reset'."""
     with socket.create_connection((address, 80), timeout=5) as conn:
-        time.sleep(0.6)  # past the proxy's peek: it decides by the address alone
         try:
-            conn.sendall(request)
+            conn.sendall(request[:before])
+            time.sleep(0.6)
+            conn.sendall(request[before:])
             return conn.recv(4096).split(b"\r\n\r\n", 1)[-1].decode()
         except ConnectionResetError:
             return "reset"
@@ -178,13 +180,18 @@ async def test_names_decide_what_a_guest_reaches(world: World) -> None:
     assert await get(world.dns_ip, "") == "reset"  # raw IP the resolver never gave
     # Silent first: let through by the address (the resolver gave it for an allowed name),
     # then judged by the name its first bytes carry when they come.
-    async def silent_then(request: bytes) -> object:
-        return await in_guest(world.guest, lambda: send_after_silence(world.web_ip, request))
+    async def paused(request: bytes, before: int = 0) -> object:
+        return await in_guest(world.guest,
+                              lambda: send_after_pause(world.web_ip, request, before))
 
-    assert await silent_then(b"PING\r\n\r\n") == "hello "  # no name: the address decides
-    assert await silent_then(f"GET / HTTP/1.1\r\nHost: {ALLOWED}\r\n\r\n".encode()) == \
-        f"hello {ALLOWED}"
-    assert await silent_then(f"GET / HTTP/1.1\r\nHost: {DENIED}\r\n\r\n".encode()) == "reset"
+    def get_of(host: str) -> bytes:
+        return f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+
+    assert await paused(b"PING\r\n\r\n") == "hello "  # no name: the address decides
+    assert await paused(get_of(ALLOWED)) == f"hello {ALLOWED}"
+    assert await paused(get_of(DENIED)) == "reset"
+    assert await paused(get_of(ALLOWED), before=18) == f"hello {ALLOWED}"  # cut in its head
+    assert await paused(get_of(DENIED), before=18) == "reset"
     stats = await world.egress.stats()
     assert stats["slots"] == 1 and stats["rss_kib"] > 0
 
