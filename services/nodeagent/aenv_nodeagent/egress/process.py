@@ -118,7 +118,7 @@ class EgressProcess:
                            secrets, store)
         log.info("egress process configured", extra={
             "dns_upstreams": config.dns_upstreams, "blocked_extra": len(config.blocked_extra),
-            "secrets": secrets is not None, "ca": ca.fingerprint})
+            "etcd_watch": secrets is not None, "ca": ca.fingerprint})
 
     async def _attach_request(self, body: Message, fds: list[int]) -> None:
         if len(fds) != LISTENERS_PER_SLOT:
