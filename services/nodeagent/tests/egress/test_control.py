@@ -17,7 +17,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Internal, NotFound
 from aenv_nodeagent.egress.control import Channel, ChannelClosed, Configure, Message
 from aenv_nodeagent.egress.listeners import SlotListeners
-from aenv_nodeagent.egress.supervisor import EgressSupervisor, SupervisorSettings
+from aenv_nodeagent.egress.supervisor import EgressSupervisor, Listen, SupervisorSettings
 from aenv_nodeagent.network.firewall import EgressPorts
 
 FAKE = Path(__file__).with_name("fake_egress.py")
@@ -109,13 +109,8 @@ def test_configure_round_trips_and_never_shows_its_secrets() -> None:
     assert "PRIVATE" not in repr(configure) and "kkkk" not in repr(configure)
 
 
-async def fake_listeners(netns: str, ports: EgressPorts) -> SlotListeners:
-    socks = [socket.socket(socket.AF_INET, kind) for kind in
-             (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_STREAM)]
-    return SlotListeners(*socks)
-
-
-async def test_the_supervisor_restarts_a_dead_egress_process_and_reattaches() -> None:
+def fake_child(listen: Listen) -> EgressSupervisor:
+    """A supervisor of the stand-in egress process (fake_egress.py)."""
     configure = Configure(secrets_key=b"k" * 32, ca_cert_pem="", ca_key_pem="",
                           dns_upstreams=[], upstream_ca_file=None, etcd_endpoints="",
                           etcd_prefix="/t", blocked_extra=[])
@@ -123,8 +118,18 @@ async def test_the_supervisor_restarts_a_dead_egress_process_and_reattaches() ->
     async def sink(netns: str, addresses: list[str], ttl_s: float) -> None:
         return None
 
-    supervisor = EgressSupervisor(SupervisorSettings(None, command=[sys.executable, str(FAKE)]),
-                                  configure, sink, listen=fake_listeners)
+    return EgressSupervisor(SupervisorSettings(None, command=[sys.executable, str(FAKE)]),
+                            configure, sink, listen=listen)
+
+
+async def fake_listeners(netns: str, ports: EgressPorts) -> SlotListeners:
+    socks = [socket.socket(socket.AF_INET, kind) for kind in
+             (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_STREAM)]
+    return SlotListeners(*socks)
+
+
+async def test_the_supervisor_restarts_a_dead_egress_process_and_reattaches() -> None:
+    supervisor = fake_child(fake_listeners)
     await supervisor.start()
     try:
         policy = cluster_pb2.NetworkPolicy(allow_out=["a.example"])
@@ -166,18 +171,10 @@ def _alive(pid: int) -> bool:
 
 
 async def test_a_failed_attach_is_forgotten() -> None:
-    configure = Configure(secrets_key=b"k" * 32, ca_cert_pem="", ca_key_pem="",
-                          dns_upstreams=[], upstream_ca_file=None, etcd_endpoints="",
-                          etcd_prefix="/t", blocked_extra=[])
-
-    async def sink(netns: str, addresses: list[str], ttl_s: float) -> None:
-        return None
-
     async def no_netns(netns: str, ports: EgressPorts) -> SlotListeners:
         raise FileNotFoundError(f"/run/netns/{netns}")
 
-    supervisor = EgressSupervisor(SupervisorSettings(None, command=[sys.executable, str(FAKE)]),
-                                  configure, sink, listen=no_netns)
+    supervisor = fake_child(no_netns)
     await supervisor.start()
     try:
         with pytest.raises(FileNotFoundError):
