@@ -52,6 +52,7 @@ def _open_in(netns: str, ports: EgressPorts) -> SlotListeners:
         proxy = _tcp_listener(ports.proxy, opened)
         dns_udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         opened.append(dns_udp)
+        _share_port(dns_udp)
         dns_udp.bind((GATEWAY_IP, ports.dns))
         dns_tcp = _tcp_listener(ports.dns, opened)
     except BaseException:
@@ -67,6 +68,14 @@ def _tcp_listener(port: int, opened: list[socket.socket]) -> socket.socket:
     opened.append(sock)
     # A listener of a restarted egress process rebinds while the last one's flows linger.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _share_port(sock)
     sock.bind((GATEWAY_IP, port))
     sock.listen(_BACKLOG)
     return sock
+
+
+def _share_port(sock: socket.socket) -> None:
+    """A slot re-attached while attached (another owner key) gets new sockets beside the old
+    ones, which serve until the egress process drops them: the guest never meets a closed
+    port. Only sockets made by the same uid (this agent's) can share it."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

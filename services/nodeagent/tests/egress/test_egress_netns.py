@@ -230,3 +230,13 @@ async def test_connections_past_the_sandboxs_cap_are_reset(world: World) -> None
 
     outcome = await in_guest(world.guest, hold_two_then_try)
     assert outcome == ("reset", f"hello {ALLOWED}")
+
+
+async def test_a_new_owner_re_attaches_the_slot_in_place(world: World) -> None:
+    """Another owner key (whose secrets the rules would fill) hands the slot fresh listeners
+    while the old ones still serve: the guest never meets a closed port."""
+    await world.manager.update_policy(world.slot, EgressPolicy(BY_NAME, owner_key_id="owner-2"))
+    await query_in(world.guest, dns.message.make_query(ALLOWED, "A"), world.web_ip, 53)
+    assert await in_guest(world.guest, lambda: http_get(world.web_ip, ALLOWED)) == \
+        f"hello {ALLOWED}"
+    assert (await world.egress.stats())["slots"] == 1
