@@ -24,6 +24,8 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
+import h11
+
 from aenv_common.egress.rules import NetworkRule
 
 from .certs import EgressCA, LeafContexts
@@ -82,7 +84,7 @@ class Interceptor:
             relay = Relay(guest, name, rules, secrets,
                           lambda: self._open_upstream(dial, name, tls), self._idle)
             await relay.run()
-        except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
+        except (ssl.SSLError, ConnectionError, TimeoutError, h11.ProtocolError) as exc:
             log.debug("egress rule connection ended",
                       extra={"host": name, "port": port, "error": type(exc).__name__})
         finally:

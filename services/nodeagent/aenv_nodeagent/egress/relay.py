@@ -108,8 +108,10 @@ class Relay:
         except errors.InvalidArgument as exc:
             await self._answer(502, f"a header rule of {self._name} cannot be applied: {exc}")
             return False
-        outgoing = h11.Request(method=request.method, target=request.target, headers=headers)
+        if not any(name.lower() == b"host" for name, _ in headers):
+            headers.append((b"Host", self._name.encode()))  # HTTP/1.0 has none; 1.1 must
         try:
+            outgoing = h11.Request(method=request.method, target=request.target, headers=headers)
             return await self._forward(outgoing, bodiless=_bodiless(request))
         except UpstreamFailed as exc:
             await self._answer(502, str(exc))

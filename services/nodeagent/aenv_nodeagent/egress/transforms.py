@@ -1,11 +1,11 @@
 """A host's header rules applied to one outgoing request, secrets filled at send time.
 
 Every rule whose host matches applies, in the order `rules_for` gives (exact hosts first, then
-wildcards and ranges, each in the policy's order), and each rule's transforms in their order. Within one transform: `remove_headers` first, then
-`set_headers` (E2B's `transform.headers`: replaces every header of that name), then
-`add_headers` (appends, keeping the request's own) — so removing and adding one name in a
-transform reads as "replace with these values". Names compare case-insensitively; a set or added
-header goes out with the rule's spelling.
+wildcards and ranges, each in the policy's order), and each rule's transforms in their order.
+Within one transform: `remove_headers` first, then `set_headers` (E2B's `transform.headers`:
+replaces every header of that name), then `add_headers` (appends, keeping the request's own) —
+so removing and adding one name in a transform reads as "replace with these values". Names
+compare case-insensitively; a set or added header goes out with the rule's spelling.
 
 Values may hold `${e2b.secrets.<name>}` placeholders (`Secret.fill`), filled from the sandbox
 owner's secrets for this very request: a destroyed secret stops being sent at once

@@ -201,6 +201,17 @@ async def test_an_upgrade_is_passed_through_after_the_rules(world: World) -> Non
     assert world.origin.seen[0].header("authorization") == [f"Bearer {SECRET}"]
 
 
+async def test_an_http_1_0_request_without_host_reaches_the_origin_named(world: World) -> None:
+    def exchange() -> bytes:
+        with world.raw_guest() as sock:
+            sock.sendall(b"GET /old HTTP/1.0\r\n\r\n")
+            return _read_response(sock)
+
+    assert (await asyncio.to_thread(exchange)).startswith(b"HTTP/1.1 200 ")
+    (seen,) = world.origin.seen
+    assert seen.header("host") == [HOST] and seen.header("authorization") == [f"Bearer {SECRET}"]
+
+
 async def test_connect_is_refused(world: World) -> None:
     def exchange() -> bytes:
         with world.raw_guest() as sock:
@@ -247,8 +258,9 @@ def _read_response(sock: ssl.SSLSocket) -> bytes:
     """A response with a Content-Length, read whole."""
     data = _read_head(sock)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
-    while len(body) < length:
-        body += sock.recv(4096)
+    lengths = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+               if line.lower().startswith(b"content-length:")]
+    assert lengths, head
+    while len(body) < lengths[0] and (chunk := sock.recv(4096)):
+        body += chunk
     return head + b"\r\n\r\n" + body
