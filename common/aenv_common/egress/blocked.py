@@ -8,7 +8,9 @@ list drives both.
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
+from collections.abc import Iterable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -34,6 +36,28 @@ ALWAYS_BLOCKED: tuple[str, ...] = (
 BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in ALWAYS_BLOCKED)
 
 
+class AddressSet:
+    """Networks merged into sorted ranges per IP version: membership costs a binary search,
+    whether a policy lists 3 networks or 1024."""
+
+    def __init__(self, networks: Iterable[IPNetwork]) -> None:
+        listed = list(networks)
+        v4 = ipaddress.collapse_addresses(n for n in listed if isinstance(n, ipaddress.IPv4Network))
+        v6 = ipaddress.collapse_addresses(n for n in listed if isinstance(n, ipaddress.IPv6Network))
+        self._ranges: dict[int, tuple[list[int], list[int]]] = {}
+        for version, merged in ((4, list(v4)), (6, list(v6))):
+            spans = [(int(n.network_address), int(n.broadcast_address)) for n in merged]
+            self._ranges[version] = ([s for s, _ in spans], [e for _, e in spans])
+
+    def __contains__(self, address: IPAddress) -> bool:
+        starts, ends = self._ranges[address.version]
+        at = bisect.bisect_right(starts, int(address)) - 1
+        return at >= 0 and int(address) <= ends[at]
+
+
+_BLOCKED = AddressSet(BLOCKED_NETWORKS)
+
+
 def is_blocked(address: IPAddress) -> bool:
     """Whether ``address`` lies in an always-blocked range."""
-    return any(address in network for network in BLOCKED_NETWORKS)
+    return address in _BLOCKED

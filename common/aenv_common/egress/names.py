@@ -13,6 +13,7 @@ lenient (a guest's SNI or Host that is not a valid name simply matches nothing).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aenv_common.errors import InvalidArgument
@@ -97,3 +98,22 @@ class DomainPattern:
         if not self.wildcard:
             return self.suffix
         return f"*.{self.suffix}" if self.suffix else "*"
+
+
+class NameSet:
+    """Patterns indexed so that matching a name costs the same for 1 or 1024 of them: exact
+    names in one set, wildcard suffixes in another, looked up by each suffix of the name."""
+
+    def __init__(self, patterns: Iterable[DomainPattern]) -> None:
+        listed = list(patterns)
+        self._exact = frozenset(p.suffix for p in listed if not p.wildcard)
+        self._below = frozenset(p.suffix for p in listed if p.wildcard)
+
+    def matches(self, host: str) -> bool:
+        name = canonical_name(host)
+        if name is None:
+            return False
+        if name in self._exact or "" in self._below:
+            return True
+        labels = name.split(".")
+        return any(".".join(labels[i:]) in self._below for i in range(1, len(labels)))

@@ -18,13 +18,13 @@ from __future__ import annotations
 import enum
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument
 
-from .blocked import IPAddress, IPNetwork
-from .names import DomainPattern
+from .blocked import AddressSet, IPAddress, IPNetwork
+from .names import DomainPattern, NameSet
 from .rules import EgressProxy, NetworkRule, parse_proxy, parse_rules, secret_names
 
 MAX_LIST_ENTRIES = 1024
@@ -66,6 +66,17 @@ class EgressRules:
     dns_servers: tuple[ipaddress.IPv4Address, ...] = ()
     rules: tuple[NetworkRule, ...] = ()
     proxy: EgressProxy | None = None
+    _allowed: NameSet = field(init=False, repr=False, compare=False)
+    _denied: NameSet = field(init=False, repr=False, compare=False)
+    _allowed_nets: AddressSet = field(init=False, repr=False, compare=False)
+    _denied_nets: AddressSet = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Decisions run per connection and per DNS question: lists are matched by index.
+        object.__setattr__(self, "_allowed", NameSet(self.allow_names))
+        object.__setattr__(self, "_denied", NameSet(self.deny_names))
+        object.__setattr__(self, "_allowed_nets", AddressSet(self.allow_nets))
+        object.__setattr__(self, "_denied_nets", AddressSet(self.deny_nets))
 
     @classmethod
     def from_proto(cls, policy: cluster_pb2.NetworkPolicy) -> EgressRules:
@@ -96,10 +107,14 @@ class EgressRules:
         address: ``0.0.0.0/0``, which ``allow_internet_access=false`` also means)."""
         return any(net.version == 4 and net.prefixlen == 0 for net in self.deny_nets)
 
+    def lists_address(self, address: IPAddress, *, allowed: bool) -> bool:
+        """Whether the allow (``allowed``) or the deny list holds ``address``."""
+        return address in (self._allowed_nets if allowed else self._denied_nets)
+
     def classify_name(self, name: str) -> NameClass:
-        if any(pattern.matches(name) for pattern in self.allow_names):
+        if self._allowed.matches(name):
             return NameClass.ALLOWED
-        if any(pattern.matches(name) for pattern in self.deny_names):
+        if self._denied.matches(name):
             return NameClass.DENIED
         return NameClass.UNLISTED
 
@@ -119,11 +134,11 @@ def decide(
             return Decision(Verdict.DENY, "address not resolved for name")
         if named is NameClass.DENIED:
             return Decision(Verdict.DENY, "name denied")
-    if any(address in net for net in rules.allow_nets):
+    if rules.lists_address(address, allowed=True):
         return Decision(Verdict.ALLOW, "address allowed")
     if name is None and address_is_names:
         return Decision(Verdict.ALLOW, "address resolved for an allowed name")
-    if any(address in net for net in rules.deny_nets):
+    if rules.lists_address(address, allowed=False):
         return Decision(Verdict.DENY, "address denied")
     return Decision(Verdict.ALLOW, "not listed")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -188,12 +189,21 @@ def parse_proxy(proxy: cluster_pb2.EgressProxy) -> EgressProxy:
                               f"valid name: {name_problem(proxy.tls_server_name)}")
     if len(proxy.tls_ca_cert.encode()) > MAX_PROXY_CA_CERT:
         raise InvalidArgument(f"{where}.tls.caCert is larger than {MAX_PROXY_CA_CERT} bytes")
-    if proxy.tls_ca_cert and "-----BEGIN CERTIFICATE-----" not in proxy.tls_ca_cert:
-        raise InvalidArgument(f"{where}.tls.caCert holds no PEM certificate")
+    if proxy.tls_ca_cert and not _loads_as_ca(proxy.tls_ca_cert):
+        raise InvalidArgument(f"{where}.tls.caCert holds no valid PEM certificate")
     return EgressProxy(
         address=proxy.address, host=host, port=port, username=proxy.username,
         sealed_password=proxy.sealed_password, tls=proxy.tls,
         tls_server_name=proxy.tls_server_name, tls_ca_cert=proxy.tls_ca_cert)
+
+
+def _loads_as_ca(pem: str) -> bool:
+    """Whether the proxy's TLS could trust ``pem`` (as the dialer loads it: ssl's cadata)."""
+    try:
+        ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError):
+        return False
+    return True
 
 
 def split_host_port(address: str, where: str) -> tuple[str, int]:

@@ -18,6 +18,7 @@ from aenv_common.egress import (
     rules_for,
 )
 from aenv_common.errors import InvalidArgument
+from aenv_common.testing.certs import self_signed_ca_pem
 
 
 def policy(
@@ -207,7 +208,10 @@ def test_a_refused_header_value_is_never_echoed() -> None:
         (cluster_pb2.EgressProxy(address="p.example:1080", tls_server_name="x"),
          "network.egressProxy.tls: a server name or CA certificate needs tls on"),
         (cluster_pb2.EgressProxy(address="p.example:1080", tls=True, tls_ca_cert="junk"),
-         "network.egressProxy.tls.caCert holds no PEM certificate"),
+         "network.egressProxy.tls.caCert holds no valid PEM certificate"),
+        (cluster_pb2.EgressProxy(address="p.example:1080", tls=True, tls_ca_cert=(
+            "-----BEGIN CERTIFICATE-----\nMIIBjunk\n-----END CERTIFICATE-----\n")),
+         "network.egressProxy.tls.caCert holds no valid PEM certificate"),
     ],
 )
 def test_bad_proxies_are_refused(proxy: cluster_pb2.EgressProxy, message: str) -> None:
@@ -217,9 +221,27 @@ def test_bad_proxies_are_refused(proxy: cluster_pb2.EgressProxy, message: str) -
 
 
 def test_a_proxy_keeps_its_secrets_out_of_reprs() -> None:
+    ca = self_signed_ca_pem("proxy CA")
     proto = cluster_pb2.NetworkPolicy(egress_proxy=cluster_pb2.EgressProxy(
         address="Proxy.Example:1080", username="u", sealed_password=b"SEALED", tls=True,
-        tls_ca_cert="-----BEGIN CERTIFICATE-----\nCAPEM\n-----END CERTIFICATE-----\n"))
+        tls_ca_cert=ca))
     proxy = EgressRules.from_proto(proto).proxy
     assert proxy is not None and (proxy.host, proxy.port) == ("proxy.example", 1080)
-    assert "SEALED" not in repr(proxy) and "CAPEM" not in repr(proxy)
+    assert proxy.tls_ca_cert == ca
+    assert "SEALED" not in repr(proxy) and ca.splitlines()[1] not in repr(proxy)
+
+
+def test_long_lists_are_indexed_not_scanned() -> None:
+    """1024-entry lists decide as the 3-entry ones do (merged ranges, name suffix sets)."""
+    rules = policy(
+        allow=[f"host{i}.example.com" for i in range(500)]
+        + [f"198.{i // 256}.{i % 256}.0/24" for i in range(500)] + ["2001:db8::/33"],
+        deny=[f"*.deny{i}.example" for i in range(1000)] + ["0.0.0.0/0"])
+    assert verdict(rules, "198.1.243.9", None, False) is ALLOW
+    assert verdict(rules, "198.1.244.9", None, False) is DENY
+    assert verdict(rules, "2001:db8:7fff::1", None, False) is ALLOW
+    assert verdict(rules, "2001:db8:8000::1", None, False) is ALLOW  # unlisted IPv6
+    assert rules.classify_name("HOST499.example.com.") is NameClass.ALLOWED
+    assert rules.classify_name("a.b.deny999.example") is NameClass.DENIED
+    assert rules.classify_name("deny999.example") is NameClass.UNLISTED
+    assert policy(allow=["*"]).classify_name("any.thing") is NameClass.ALLOWED

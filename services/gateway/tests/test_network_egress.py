@@ -9,12 +9,13 @@ from typing import Any
 import httpx
 import pytest
 
+from aenv_common.testing.certs import self_signed_ca_pem
 from aenv_gateway.auth import ADMIN_KEY_ID
 
 from .conftest import API_KEY, Stack
 
 AUTH = {"X-API-Key": API_KEY}
-CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+CA = self_signed_ca_pem("proxy CA")
 NETWORK: dict[str, Any] = {
     "allowOut": ["api.example.com", "*.pkg.example", "198.51.100.0/24"],
     "denyOut": ["0.0.0.0/0", "bad.example"],
@@ -51,7 +52,7 @@ async def test_names_rules_and_proxy_round_trip_without_the_proxy_secrets(stack:
     assert network["rules"] == NETWORK["rules"]
     assert network["egressProxy"] == {"address": "203.0.113.9:1080", "username": "u",
                                       "tls": {"enabled": True, "serverName": "proxy.example"}}
-    assert "hunter2-pw" not in detail.text and "MIIB" not in detail.text
+    assert "hunter2-pw" not in detail.text and CA.splitlines()[1] not in detail.text
 
 
 BAD: list[tuple[dict[str, Any], str]] = [
