@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
+from aenv.cluster.v1 import cluster_pb2
+from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv_common.testing.certs import self_signed_ca_pem
 from aenv_gateway.auth import ADMIN_KEY_ID
 
@@ -123,3 +126,22 @@ async def test_an_update_replaces_names_rules_and_proxy_and_clears_what_it_omits
     assert list(network.allow_out) == ["*.github.com"]
     assert not network.rules and not network.HasField("egress_proxy")
     assert not network.dns_servers
+
+
+async def test_the_native_api_takes_the_same_policy_with_the_same_checks(stack: Stack) -> None:
+    named = cluster_pb2.NetworkPolicy(allow_internet_access=True, allow_out=["*.github.com"],
+                                      deny_out=["0.0.0.0/0"])
+    bad = cluster_pb2.NetworkPolicy(allow_out=["api.*.example"])
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.gateway.grpc_port}") as channel:
+        stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
+        md = (("x-api-key", API_KEY),)
+        created = await stub.CreateSandbox(
+            gateway_pb2.CreateSandboxRequest(template_id="base", network=named), metadata=md)
+        assert list(created.sandbox.network.allow_out) == ["*.github.com"]
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.CreateSandbox(
+                gateway_pb2.CreateSandboxRequest(template_id="base", network=bad), metadata=md)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == (
+        "network.allowOut entry 'api.*.example' is not a valid domain name: '*' is allowed only "
+        "as the whole first label ('*.example.com')")
