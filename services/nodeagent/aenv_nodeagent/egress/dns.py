@@ -183,7 +183,7 @@ class SlotResolver:
             return bad.reply
         name = question_name(query)
         action = action_for(self._rules, name)
-        log.debug("dns query", extra={"netns": self.netns, "name": name, "action": action.value})
+        log.debug("dns query", extra={"netns": self.netns, "host": name, "action": action.value})
         if action is Action.NXDOMAIN:
             return error_reply(query, dns.rcode.NXDOMAIN)
         if action is Action.REFUSED:
@@ -200,7 +200,7 @@ class SlotResolver:
         try:
             upstream = await exchange(asked, servers_for(self._rules, self._upstreams))
         except UpstreamFailed as exc:
-            log.info("dns upstream failed", extra={"netns": self.netns, "name": name,
+            log.info("dns upstream failed", extra={"netns": self.netns, "host": name,
                                                    "error": str(exc)})
             return error_reply(query, dns.rcode.SERVFAIL)
         chain, addresses, ttl = chain_addresses(upstream.answer, asked.question[0].name)
