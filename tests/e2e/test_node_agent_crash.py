@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from e2b import Sandbox
+from e2b import ALL_TRAFFIC, Sandbox, SandboxNetworkOpts
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.client import GatewayClient
@@ -28,9 +28,15 @@ from .conftest import COUNTER, counter, until
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns,
               pytest.mark.asyncio(loop_scope="session")]
 
+# A policy naming hosts: the successor must enforce it again (slot re-attached to its egress
+# process) and the record must keep it exactly.
+NAMED: SandboxNetworkOpts = {"allow_out": ["api.example.com", "*.pkg.example"],
+                             "deny_out": [ALL_TRAFFIC, "tracker.example"]}
+
+
 @pytest.fixture
 def sandbox(sdk_env: None) -> Iterator[Sandbox]:
-    made = Sandbox.create(timeout=300)
+    made = Sandbox.create(timeout=300, network=NAMED)
     try:
         yield made
     finally:
@@ -55,6 +61,9 @@ async def test_running_sandboxes_outlive_a_node_agent_crash(
     assert after >= before + int(down_s / 0.5) - 1, (before, after, down_s)
     info = await asyncio.to_thread(Sandbox.get_info, sandbox.sandbox_id)
     assert info.state.value == "running"
+    assert info.network is not None
+    assert (info.network["allow_out"], info.network["deny_out"]) == (
+        NAMED["allow_out"], NAMED["deny_out"])
     result = await asyncio.to_thread(sandbox.commands.run, "echo still here")
     assert result.stdout == "still here\n"
 
