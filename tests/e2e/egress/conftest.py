@@ -40,7 +40,9 @@ async def egress_platform(
     tmp_path_factory: pytest.TempPathFactory, internet: Internet
 ) -> AsyncIterator[Platform]:
     prefix = "aeg" + "".join(secrets.choice("abcdefghij") for _ in range(3)) + "x"
-    env = lone_platform_env(prefix) | {"AENV_NODEAGENT_WARM_POOL_VMS": "0"} | internet.node_env()
+    # Debug logs: the egress decisions are logged too, and must hold no secret either.
+    env = lone_platform_env(prefix) | internet.node_env() | {
+        "AENV_NODEAGENT_WARM_POOL_VMS": "0", "AENV_LOG_LEVEL": "DEBUG"}
     async with running_platform(tmp_path_factory.mktemp("egress-home"), env, prefix) as plat:
         yield plat
 
@@ -53,6 +55,13 @@ def egress_sdk(egress_platform: Platform) -> Iterator[Platform]:
             patch.setenv(name, value)
         patch.delenv("E2B_DEBUG", raising=False)
         yield egress_platform
+
+
+def logged_anywhere(platform: Platform, text: str) -> list[str]:
+    """The platform's service logs (the egress process's lines go to the node agent's) that
+    hold `text`."""
+    return [log.name for log in sorted((platform.home / "logs").glob("*.log"))
+            if text.encode() in log.read_bytes()]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from e2b import Sandbox, SandboxNetworkUpdate
 
 from aenv_cli.platform import Platform
 
-from .conftest import fetch, guest_with
+from .conftest import fetch, guest_with, logged_anywhere
 from .internet import ALLOWED, OTHER, SOCKS, SOCKS_USER, Internet
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
@@ -67,7 +67,9 @@ def test_tls_to_the_proxy_switched_on_a_running_sandbox(guest: Sandbox, internet
     assert proxied_to(internet, marks[0]) == [f"{internet.addresses[ALLOWED][0]}:443"]
 
 
-def test_a_refusing_proxy_fails_closed(guest: Sandbox, internet: Internet) -> None:
+def test_a_refusing_proxy_fails_closed(
+    guest: Sandbox, internet: Internet, egress_sdk: Platform
+) -> None:
     before = len(internet.requests())
     guest.update_network(through(internet, password="not-the-password"))
     try:
@@ -76,3 +78,6 @@ def test_a_refusing_proxy_fails_closed(guest: Sandbox, internet: Internet) -> No
     finally:
         guest.update_network(through(internet))
     assert fetch(guest, f"http://{ALLOWED}/echo").code == 200
+    # Neither password, the refused one included, is in any log of the platform's.
+    for password in (internet.socks_password, "not-the-password"):
+        assert logged_anywhere(egress_sdk, password) == [], password

@@ -14,7 +14,7 @@ from e2b import Sandbox, SandboxNetworkUpdate, Secret
 
 from aenv_cli.platform import Platform
 
-from .conftest import PROBE, fetch, guest_sh, guest_with
+from .conftest import PROBE, fetch, guest_sh, guest_with, logged_anywhere
 from .internet import ALLOWED, Internet, headers_of
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
@@ -46,7 +46,7 @@ def guest(secret: tuple[str, str], internet: Internet) -> Iterator[Sandbox]:
 
 
 def test_the_server_sees_the_secret_and_the_guest_never_does(
-    guest: Sandbox, secret: tuple[str, str], internet: Internet
+    guest: Sandbox, secret: tuple[str, str], internet: Internet, egress_sdk: Platform
 ) -> None:
     _, value = secret
     before = len(internet.requests())
@@ -70,6 +70,8 @@ def test_the_server_sees_the_secret_and_the_guest_never_does(
     code, out = guest_sh(guest, f"python3 {PROBE} find {value.encode()[::-1].hex()}",
                          timeout_s=600)
     assert code == 0 and json.loads(out) == {"found": []}, out
+    # Nor in any log of the platform's (debug level).
+    assert logged_anywhere(egress_sdk, value) == []
 
 
 def test_a_destroyed_secret_is_no_longer_filled(
