@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -192,6 +193,9 @@ def _parse_list(
             continue
         except ValueError:
             pass
+        if _PORT_SCOPED.fullmatch(entry):
+            raise InvalidArgument(f"{where} entry {entry!r}: entries scoped to ports are not "
+                                  "supported (an entry applies to every port)")
         if _looks_like_address(entry):
             raise InvalidArgument(f"{where} entry {entry!r} is not a valid IP address or CIDR")
         try:
@@ -199,6 +203,10 @@ def _parse_list(
         except InvalidArgument as exc:
             raise InvalidArgument(f"{where} entry {exc}") from exc
     return tuple(nets), tuple(names)
+
+
+# E2B's orchestrator also takes `host:port` and `host:start-end` (and `[v6]:port`).
+_PORT_SCOPED = re.compile(r"(\[[^\]]*\]|[^:\[\]]+):\d*(-\d+)?")
 
 
 def _looks_like_address(entry: str) -> bool:

@@ -147,6 +147,12 @@ def test_blocked_ranges() -> None:
         ({"deny": ["1.2.3.0/33"]}, "network.denyOut entry '1.2.3.0/33' is not a valid IP "
          "address or CIDR"),
         ({"allow": ["ok.example"] * 1025}, "network.allowOut: at most 1024 entries are accepted"),
+        ({"allow": ["example.com:443"]}, "network.allowOut entry 'example.com:443': entries "
+         "scoped to ports are not supported (an entry applies to every port)"),
+        ({"deny": ["10.0.0.0/8:1-1024"]}, "network.denyOut entry '10.0.0.0/8:1-1024': entries "
+         "scoped to ports are not supported (an entry applies to every port)"),
+        ({"deny": ["[::1]:53"]}, "network.denyOut entry '[::1]:53': entries scoped to ports are "
+         "not supported (an entry applies to every port)"),
         ({"allow": ["a.example"], "deny": ["0.0.0.0/0"],
           "rules": {"b.example": [{"X": "1"}]}},
          "network.rules['b.example']: the host is not in network.allowOut, and the policy "
