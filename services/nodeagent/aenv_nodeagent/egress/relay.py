@@ -189,6 +189,9 @@ class Relay:
                 if event.status_code == 101:
                     return True
             elif isinstance(event, h11.Response | h11.Data):
+                if isinstance(event, h11.Response):
+                    log.debug("egress rule request answered",
+                              extra={"host": self._name, "status": event.status_code})
                 await self._guest.send(event)
             elif isinstance(event, h11.EndOfMessage):
                 await self._guest.send(event)
