@@ -2,13 +2,14 @@
 certificate the cluster's egress CA issued, which the guest trusts with nothing of its own
 (envd installed the CA at /init: curl's system bundle, Python's default context, the variables
 clients read), offering HTTP/1.1 only; a host without rules shows the guest its own certificate,
-untouched end to end."""
+untouched end to end. A resume keeps all of it."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from e2b import Sandbox
 
 from aenv_cli.platform import Platform
 
@@ -62,10 +63,14 @@ def test_a_rule_host_is_served_under_the_egress_ca_and_other_hosts_are_untouched
         assert json.loads(out) == ["http/1.1", "http/1.1", "unverified",
                                    "unverified", "unverified", "http/1.1"]
         before = len(internet.requests())
-        code, out = guest_sh(sandbox, f"curl -sS -m 20 -o /dev/null -w '%{{http_code}}' "
-                                      f"https://{ALLOWED}/record")
-        assert (code, out) == (0, "200")
+        fetch = f"curl -sS -m 20 -o /dev/null -w '%{{http_code}}' https://{ALLOWED}/record"
+        assert guest_sh(sandbox, fetch) == (0, "200")
+        # A resume's /init finds the CA in place: still one block, still trusted.
+        assert sandbox.pause() is True
+        sandbox = Sandbox.connect(sandbox.sandbox_id)
+        assert guest_sh(sandbox, f"grep -c 'aenv egress CA' {SYSTEM_BUNDLE}") == (0, "2\n")
+        assert guest_sh(sandbox, fetch) == (0, "200")
     finally:
         sandbox.kill()
-    (seen,) = internet.requests()[before:]
-    assert headers_of(seen, "X-Rule") == ["applied"]
+    seen = internet.requests()[before:]
+    assert [headers_of(request, "X-Rule") for request in seen] == [["applied"], ["applied"]]
