@@ -3,6 +3,7 @@ the refusals, and what a forged upstream answer gets (nothing)."""
 
 from __future__ import annotations
 
+import logging
 from ipaddress import IPv4Address, ip_address
 
 import dns.message
@@ -195,3 +196,20 @@ def test_a_sandboxs_dns_servers_in_private_space_are_never_asked() -> None:
 
 async def test_resolve_of_no_name_at_all_is_empty() -> None:
     assert await resolve("a" * 64 + ".example.com", ["127.0.0.1:9"]) == []
+
+
+async def test_queries_are_answered_and_logged_at_debug(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every log call on the query path really builds its record (a field clashing with
+    LogRecord's own would raise only once its level is on)."""
+    caplog.set_level(logging.DEBUG, logger="aenv_nodeagent.egress")
+    monkeypatch.setattr(dns_upstream, "ATTEMPT_TIMEOUT_S", 0.1)
+    resolver, _ = await _resolver(ALLOWED, answering(("api.example.com.", "A", "203.0.113.5")))
+    assert (await _ask(resolver, "api.example.com")).rcode() == dns.rcode.NOERROR
+    silent = SlotResolver("ns-test", ALLOWED, ResolvedNames(), ["127.0.0.1:9"], _no_report)
+    assert (await _ask(silent, "api.example.com")).rcode() == dns.rcode.SERVFAIL
+    queries = [r for r in caplog.records if r.getMessage() == "dns query"]
+    assert [(r.netns, r.host, r.action) for r in queries] == [  # type: ignore[attr-defined]
+        ("ns-test", "api.example.com", "forward")] * 2
+    assert any(r.getMessage() == "dns upstream failed" for r in caplog.records)
