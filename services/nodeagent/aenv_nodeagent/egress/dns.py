@@ -9,11 +9,11 @@ Per query (``dns_messages`` holds the decisions and message building, ``dns_upst
 exchange with upstream servers, ``dns_report`` what the agent is told):
 - denied names answer NXDOMAIN, unlisted ones REFUSED when the policy denies unlisted traffic;
 - the rest is asked of the sandbox's ``dnsServers``, else the node's configured upstreams;
-- A/AAAA answers of the question's CNAME chain are recorded in the slot's ``ResolvedNames``
-  (which the TCP proxy asks before letting a name through) and, for names the policy allows by
-  name, reported to the agent, which puts the public ones in the slot's nft ``resolved`` sets so
-  UDP to them passes too. The guest gets its answer only after that report, so its first packet
-  never races the set, and never with a TTL longer than the set holds the address.
+- for a name the policy allows by name, the A/AAAA answers of the question's CNAME chain are
+  recorded in the slot's ``ResolvedNames`` (which the TCP proxy asks before letting the name
+  through) and reported to the agent, which puts the public ones in the slot's nft ``resolved``
+  sets so UDP to them passes too. The guest gets its answer only after that report, so its
+  first packet never races the set, and never with a TTL longer than the set holds it.
 
 Each slot has its own limits: a token bucket of queries per second, a cap on queries in flight
 and on TCP connections. What exceeds them is dropped (the guest's stub retries).
@@ -204,10 +204,11 @@ class SlotResolver:
                                                    "error": str(exc)})
             return error_reply(query, dns.rcode.SERVFAIL)
         chain, addresses, ttl = chain_addresses(upstream.answer, asked.question[0].name)
-        if addresses:
+        # Only a name allowed by name is recorded: for any other, decide() judges the address
+        # alone, and a guest asking random unlisted names must not fill the slot's record.
+        if addresses and self._rules.classify_name(name) is NameClass.ALLOWED:
             ttl = self._resolved.record(name, addresses, ttl)
-            if self._rules.classify_name(name) is NameClass.ALLOWED:
-                ttl = await self._reporter.vouch(addresses, ttl)
+            ttl = await self._reporter.vouch(addresses, ttl)
         return guest_reply(query, upstream, chain, ttl if chain else MAX_TTL_S)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:

@@ -25,7 +25,7 @@ IPAddress = IPv4Address | IPv6Address
 
 MIN_TTL_S = 5.0
 MAX_TTL_S = 3600.0
-DEFAULT_MAX_ENTRIES = 4096
+DEFAULT_MAX_ENTRIES = 2048  # ~1.1 MiB when full
 
 
 def clamp_ttl(ttl_s: float) -> float:
