@@ -8,9 +8,9 @@ Precedence (E2B's, read from its orchestrator's egress firewall and TCP proxy): 
 wins over a deny entry; what neither list matches is allowed; ``allow_internet_access=false``
 is ``denyOut: ["0.0.0.0/0"]``. Names are decided before addresses: a connection that names an
 allowed host (TLS SNI, HTTP Host, a DNS question) is allowed only towards an address the
-platform's own resolver returned for that name within its TTL, so a guest cannot borrow an
-allowed name to reach another address. Ranges in ``blocked.ALWAYS_BLOCKED`` are dropped by the
-data plane before ``decide`` is ever asked.
+platform's own resolver returned for that name within its TTL (or one the allow list holds
+itself), so a guest cannot borrow an allowed name to reach another address. Ranges in
+``blocked.ALWAYS_BLOCKED`` are dropped by the data plane before ``decide`` is ever asked.
 """
 
 from __future__ import annotations
@@ -132,6 +132,9 @@ def decide(
         if named is NameClass.ALLOWED:
             if address_is_names:
                 return Decision(Verdict.ALLOW, "name allowed")
+            # The user allowed this address outright: naming an allowed host takes nothing away.
+            if rules.lists_address(address, allowed=True):
+                return Decision(Verdict.ALLOW, "address allowed")
             return Decision(Verdict.DENY, "address not resolved for name")
         if named is NameClass.DENIED:
             return Decision(Verdict.DENY, "name denied")

@@ -54,6 +54,8 @@ OPEN_DENY = policy(deny=["203.0.113.0/24", "bad.example"])
         (NAMED, "203.0.113.5", "api.example.com", False, DENY),
         (NAMED, "203.0.113.5", "x.y.github.com", True, ALLOW),
         (NAMED, "203.0.113.5", "github.com", True, DENY),
+        # ... or towards an address the allow list holds itself (the user's own word).
+        (NAMED, "198.51.100.7", "api.example.com", False, ALLOW),
         # Denied and unlisted names fall to the addresses; deny-all denies them.
         (NAMED, "203.0.113.5", "a.evil.example", True, DENY),
         (NAMED, "198.51.100.7", "a.evil.example", True, DENY),
