@@ -27,9 +27,10 @@ async def running_platform(
     home (gone with it) instead of the shared cache: `base` is captured at start. `env`: more
     settings of the services."""
     with tempfile.TemporaryDirectory(prefix="aenv-bench-") as tmp:
+        # No guest traffic forwarded off the machine unless `env` names destinations.
         base = dict(os.environ, AENV_NODEAGENT_CACHE_DIR=str(artifact_cache()),
                     AENV_NODEAGENT_NET_PREFIX=net_prefix, AENV_NODEAGENT_NET_POOL_CIDR=pool_cidr,
-                    **(env or {}))
+                    AENV_NODEAGENT_EGRESS_FORWARD_DESTINATIONS="[]") | (env or {})
         if own_templates:
             base.update(AENV_NODEAGENT_TEMPLATES_DIR=str(Path(tmp) / "node-templates"),
                         AENV_NODEAGENT_IMAGE_CACHE_DIR=str(Path(tmp) / "node-images"))

@@ -6,8 +6,8 @@ a netns of their own, nothing leaves the machine), from two sandboxes of one pla
 - `egress_path`: policy `allowOut: [<name>], denyOut: [0.0.0.0/0]` — the guest's TCP is
   redirected to the egress process, which reads the Host/SNI, decides, dials and splices;
 - `unfiltered`: beside it, an IP-only policy (`allowOut: [<address>/32]`), nft alone, no
-  egress process. The platform gives such traffic no NAT out of its slot, so the bench adds a
-  test-only one (`Internet.direct_route`) for the comparison.
+  egress process: the node forwards and masquerades the guest's own traffic (host_nat.py),
+  towards the test internet's prefixes only (`Internet.node_env`).
 
 Each guest runs bench/_egress_guest.py, the two in turn, four blocks each: HTTP keep-alive
 request latency, a large download (MB/s), and TLS connect+handshake+request latency (a new
@@ -44,7 +44,6 @@ from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkConfig, Network
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.e2e.egress.internet import ALLOWED, WILD, Internet, running_internet
-from tests.e2e.isolation.host import host_side
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "200"))
 TLS_ROUNDS = int(os.environ.get("BENCH_TLS_ROUNDS", "40"))
@@ -86,7 +85,7 @@ def sandbox_with(network: dict[str, Any], net: Internet) -> Iterator[Sandbox]:
         sandbox.kill()
 
 
-def data_paths(plat: Platform, net: Internet) -> dict[str, Any]:
+def data_paths(net: Internet) -> dict[str, Any]:
     """Both paths measured in alternating blocks, so the load of a shared host drifting during
     the run weighs on both alike."""
     address = net.addresses[ALLOWED][0]
@@ -95,11 +94,9 @@ def data_paths(plat: Platform, net: Internet) -> dict[str, Any]:
     with (sandbox_with({"allow_out": [ALLOWED], "deny_out": ["0.0.0.0/0"]}, net) as named,
           sandbox_with({"allow_out": [f"{address}/32"], "deny_out": ["0.0.0.0/0"]},
                        net) as direct):
-        side = host_side(plat.home, NET_PREFIX, direct.sandbox_id)
-        with net.direct_route(side.netns, side.host_veth):
-            for _ in range(BLOCKS):
-                blocks["egress_path"].append(guest_run(named, "-", *shares))
-                blocks["unfiltered"].append(guest_run(direct, address, *shares))
+        for _ in range(BLOCKS):
+            blocks["egress_path"].append(guest_run(named, "-", *shares))
+            blocks["unfiltered"].append(guest_run(direct, address, *shares))
     return {path: summarised(done) for path, done in blocks.items()}
 
 
@@ -179,7 +176,7 @@ async def main() -> None:
         env = net.node_env() | {"AENV_NODEAGENT_WARM_POOL_VMS": "0"}
         async with running_platform(NET_PREFIX, free_subnet(22), env=env) as plat:
             os.environ.update(plat.e2b_env())
-            paths = await asyncio.to_thread(data_paths, plat, net)
+            paths = await asyncio.to_thread(data_paths, net)
             memory = await egress_memory(plat)
     keepalive = paths["egress_path"]["http_keepalive_request"]["p50_ms"]
     tls = paths["egress_path"]["tls_connect_handshake_request"]["p50_ms"]

@@ -63,6 +63,10 @@ def vm_cgroups(state_dir: Path) -> list[Path]:
     ]
 
 
+# The node setting test platforms set to [] (no guest traffic forwarded off the machine).
+FORWARD_DESTINATIONS = "AENV_NODEAGENT_EGRESS_FORWARD_DESTINATIONS"
+
+
 def lone_platform_env(prefix: str, pool_prefixlen: int = 22, **settings: str) -> dict[str, str]:
     """The environment of a platform of a test's own (a fault it causes must not reach the
     shared one): this process's, the shared artifact cache, its own netns prefix and address
@@ -109,7 +113,10 @@ async def platform(
 async def running_platform(
     home: Path, env: dict[str, str], net_prefix: str, edge: PublicEdge | None = None
 ) -> AsyncIterator[Platform]:
-    """A platform on free ports; once stopped, nothing of it may be left (netns, QEMU)."""
+    """A platform on free ports; once stopped, nothing of it may be left (netns, QEMU). Its
+    node forwards no guest traffic unless `env` names destinations: nothing a test's guest
+    sends may leave the machine."""
+    env = {FORWARD_DESTINATIONS: "[]"} | env
     plat = Platform(home, PlatformPorts.free(), base_env=env, edge=edge)
     await plat.start()
     try:

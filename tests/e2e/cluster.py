@@ -30,7 +30,7 @@ from aenv_common.errors import NotFound
 from aenv_common.testing.ports import free_port
 from aenv_common.testing.subnets import free_subnet
 
-from ..conftest import netns_names, qemu_pids_under, shared_cache_dir
+from ..conftest import FORWARD_DESTINATIONS, netns_names, qemu_pids_under, shared_cache_dir
 
 # Inside its own netns every host uses the project's default ports.
 NODEAGENT_PORT = 50052
@@ -321,6 +321,7 @@ def _host(
             # Each host jails its VMs under uids of its own, as separate machines would.
             "AENV_NODEAGENT_VMM_UID_FIRST": str(VMM_UID_FIRST + index * VMM_UID_COUNT),
             "AENV_NODEAGENT_VMM_UID_COUNT": str(VMM_UID_COUNT),
+            FORWARD_DESTINATIONS: "[]",
         }
         | dict(overrides)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from pathlib import Path
 
@@ -165,6 +166,12 @@ class NodeAgentSettings(BaseSettings):
     # On each slot's gateway address: redirected guest TCP, and its DNS (UDP and TCP).
     egress_proxy_port: int = Field(default=15001, gt=0, lt=65536)
     egress_dns_port: int = Field(default=15053, gt=0, lt=65536)
+    # Where the node forwards what guests send out themselves (an IP-only policy's traffic, UDP
+    # and ICMP to an allowed name's addresses; network/host_nat.py): IPv4 CIDRs, the
+    # always-blocked ranges excepted whatever is listed. Empty: the node forwards no guest
+    # traffic (only the egress process's connections, which it dials itself, leave).
+    egress_forward_destinations: list[ipaddress.IPv4Network] = Field(
+        default_factory=lambda: [ipaddress.IPv4Network("0.0.0.0/0")])
     # Per sandbox, guest connections the egress process holds at once (the rest are reset).
     egress_max_connections: int = Field(default=1024, ge=1)
     # A proxied connection with no byte either way this long is closed.

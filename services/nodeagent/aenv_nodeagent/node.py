@@ -41,6 +41,7 @@ from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.images import BlobCache, RegistryHosts, load_credentials
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.network.host_nat import HostNat
 from aenv_nodeagent.network.resolved_sets import ResolvedSets
 from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
 from aenv_nodeagent.pool import WarmPool
@@ -167,7 +168,10 @@ class NodeAgent:
         self.egress = egress = await start_egress(s, store, net_config, resolved.add)
         stack.push_async_callback(egress.stop)  # after the sandboxes: their slots detach first
         envd = EnvdClient(session, egress_ca_pem=egress.ca_cert_pem)
-        network = NetworkManager(net_config, egress=egress, resolved=resolved)
+        host_nat = HostNat.of(net_config, s.egress_forward_destinations)
+        await host_nat.ensure()
+        stack.push_async_callback(host_nat.remove)  # after the last slot's guest is gone
+        network = NetworkManager(net_config, egress=egress, resolved=resolved, host_nat=host_nat)
         stack.push_async_callback(network.settled)
         driver = QemuDriver(self._jail(), s.vmm_start_timeout_s)
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,

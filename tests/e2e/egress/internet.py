@@ -83,10 +83,13 @@ class Internet:
         return self.ca.cert_pem.decode()
 
     def node_env(self) -> dict[str, str]:
-        """Node agent settings that make this internet the node's upstream."""
+        """Node agent settings that make this internet the node's upstream, and the only
+        place the node forwards what guests send out themselves (an IP-only policy's
+        traffic, UDP to an allowed name's addresses): nothing of it leaves the machine."""
         return {
             "AENV_NODEAGENT_EGRESS_DNS_UPSTREAMS": json.dumps([self.dns]),
             "AENV_NODEAGENT_EGRESS_UPSTREAM_CA_FILE": str(self.ca_file),
+            "AENV_NODEAGENT_EGRESS_FORWARD_DESTINATIONS": json.dumps(list(self.prefixes)),
         }
 
     def requests(self) -> list[dict[str, Any]]:
@@ -101,34 +104,6 @@ class Internet:
         `servers`) logged so far: the proxy's lines name each connection it made."""
         path = self.workdir / f"{server}.log"
         return path.read_text(errors="replace") if path.exists() else ""
-
-
-    @contextlib.contextmanager
-    def direct_route(self, slot_netns: str, host_veth: str) -> Iterator[None]:
-        """A guest path to this internet that skips the egress process, for comparison (the
-        benchmark's "unfiltered" side): the platform gives an IP-only policy's traffic no NAT
-        out of its slot (every guest has the same address), so this adds one, test-only: a
-        masquerade in the slot netns toward this internet's prefixes, forwarding on just the
-        two root-netns links involved, and a root forward filter that lets those links reach
-        only each other (nothing can be forwarded off the machine)."""
-        table = f"aeinet{self.netns.rsplit('-', 1)[1]}"
-        daddrs = "{ " + ", ".join(self.prefixes) + " }"
-        with contextlib.ExitStack() as stack:
-            _nft(slot_netns, f"add table ip {table}\n"
-                 f"add chain ip {table} out {{ type nat hook postrouting priority srcnat; }}\n"
-                 f'add rule ip {table} out oifname "veth0" ip daddr {daddrs} masquerade\n')
-            stack.callback(_quiet_nft, slot_netns, f"delete table ip {table}\n")
-            _nft(None, f"add table inet {table}\n"
-                 f"add chain inet {table} guard {{ type filter hook forward priority filter; }}\n"
-                 f'add rule inet {table} guard iifname "{host_veth}" oifname != "{self.root_if}" '
-                 "drop\n"
-                 f'add rule inet {table} guard iifname "{self.root_if}" oifname != "{host_veth}" '
-                 "drop\n")
-            stack.callback(_quiet_nft, None, f"delete table inet {table}\n")
-            for link in (host_veth, self.root_if):
-                _sysctl(f"net/ipv4/conf/{link}/forwarding", "1")
-                stack.callback(_sysctl, f"net/ipv4/conf/{link}/forwarding", "0", True)
-            yield
 
 
 def headers_of(request: dict[str, Any], name: str) -> list[str]:
@@ -290,27 +265,6 @@ def _plus(base: str, offset: int) -> str:
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
-def _nft(netns: str | None, script: str) -> None:
-    prefix = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
-    done = subprocess.run([*prefix, "nft", "-f", "-"], input=script.encode(),
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"nft in {netns or 'the root netns'}: {done.stderr.decode()}")
-
-
-def _quiet_nft(netns: str | None, script: str) -> None:
-    with contextlib.suppress(RuntimeError):
-        _nft(netns, script)
-
-
-def _sysctl(key: str, value: str, gone_ok: bool = False) -> None:
-    try:
-        Path("/proc/sys", key).write_text(value)
-    except FileNotFoundError:  # the link went with its slot
-        if not gone_ok:
-            raise
 
 
 def _quiet(*argv: str) -> int:

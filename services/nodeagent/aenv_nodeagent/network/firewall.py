@@ -3,7 +3,9 @@
 Inside the netns: TCP to the netns end of the veth is DNATed to the guest (same port) and
 masqueraded to the tap address, so the host reaches every guest port at ``<ns_ip>:<port>`` and
 replies always come back through the netns. Guest-originated traffic is filtered in the ``egress``
-chain, which ``update_policy`` replaces in one nft transaction.
+chain, which ``update_policy`` replaces in one nft transaction; what passes leaves masqueraded
+to the slot's ``ns_ip`` (every guest has the same address), for the root netns's table of the
+pool (host_nat.py) to forward.
 
 A policy that names hosts, has header rules or an egress proxy (``needs_proxy``) puts the node's
 egress process on the guest's path (architecture.md, Egress): guest TCP not bound for a blocked
@@ -61,6 +63,9 @@ def render_ruleset(
             "  chain postrouting {",
             "    type nat hook postrouting priority srcnat; policy accept;",
             f'    oifname "{TAP_NAME}" ct status dnat masquerade',
+            # Every guest has the same address: what it sends out itself leaves as the slot's
+            # own (host_nat.py forwards and masquerades the pool from the root netns).
+            f'    oifname "{NS_VETH_NAME}" ip saddr {GUEST_IP} masquerade',
             "  }",
             "  chain input {",
             "    type filter hook input priority filter; policy accept;",

@@ -1,9 +1,10 @@
 """NetworkManager: allocates slot indices and builds, re-policies, finds and removes slots.
 
 Slots are independent of any sandbox: ``create_slot`` can run ahead of time (a warm pool) and
-``update_policy`` applied when the slot is handed to a sandbox. A policy that needs the node's
-egress process (names, header rules, an egress proxy) attaches the slot to it around the nft
-transaction (slot_egress.py); destroying the slot detaches it.
+``update_policy`` applied when the slot is handed to a sandbox. Each slot's host veth is handed
+to the node's ``HostNat`` (host_nat.py), which forwards what its guest sends out. A policy that
+needs the node's egress process (names, header rules, an egress proxy) attaches the slot to it
+around the nft transaction (slot_egress.py); destroying the slot detaches it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyroute2 import IPRoute
 from aenv_common.errors import AenvError, Internal, NotFound, ResourceExhausted, Unavailable
 
 from . import firewall, netlink, slotops
+from .host_nat import HostNat
 from .namespaces import (
     list_netns,
     netns_exists,
@@ -42,10 +44,12 @@ log = logging.getLogger(__name__)
 
 class NetworkManager:
     def __init__(self, config: NetworkConfig, egress: SlotEgress | None = None,
-                 resolved: ResolvedMemory | None = None) -> None:
+                 resolved: ResolvedMemory | None = None,
+                 host_nat: HostNat | None = None) -> None:
         self._config = config
         self._egress = egress  # None: this node enforces IP-only policies alone
         self._resolved = resolved
+        self._host_nat = host_nat  # None: no slot's own traffic is forwarded off the netns
         self._ports = egress.ports if egress is not None else firewall.EgressPorts()
         self._in_use: set[int] = set()  # indices this process holds or is building
         self._building: set[int] = set()
@@ -69,6 +73,8 @@ class NetworkManager:
                 partial(slotops.build_slot, slot, partial(self._ruleset, slot, policy)),
                 name=f"netns-build-{slot.netns}",
             )
+            if self._host_nat is not None:
+                await self._host_nat.forward_slot(slot.host_veth)
         except Exception as exc:
             await self._discard(slot)
             if isinstance(exc, AenvError):

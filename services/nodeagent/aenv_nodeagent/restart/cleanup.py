@@ -4,8 +4,9 @@ that cannot do it any more (it died and is not started again, or ignored SIGTERM
 Its QEMUs run in sessions of their own, so they outlive it: every QEMU of its state directory and
 every process in one of its network slots (sandboxes, the warm pool, template builds) is killed,
 with the QEMUs of template captures it died in (their `.build-*` folders removed), the slots
-removed, the running sandboxes' directories and records deleted, as the kills at a clean stop
-delete them, and the VMs' cgroups with the node's slices. Paused sandboxes stay for the next
+and the root netns's forwarding table of their pool removed, the running sandboxes' directories
+and records deleted, as the kills at a clean stop delete them, and the VMs' cgroups with the
+node's slices. Paused sandboxes stay for the next
 start, a pause cut short first getting its memory written (as a restart's recovery does)."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from aenv_common.errors import AenvError
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import LimitSettings, choose
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.network.host_nat import HostNat
 from aenv_nodeagent.restart.builds import end_abandoned_builds
 from aenv_nodeagent.restart.recovery import (
     finish_paused_memory,
@@ -57,6 +59,7 @@ async def clean_up(settings: NodeAgentSettings) -> Cleaned:
               + _kill(network.processes_in_slots()))
     await _until_gone(killed, EXIT_WAIT_S)
     removed = await network.destroy_orphans(keep=set())
+    await HostNat.of(network.config, ()).remove()
     _remove_cgroups(settings)
     paused = await asyncio.to_thread(remove_unpaused_dirs, sandboxes_dir)
     try:

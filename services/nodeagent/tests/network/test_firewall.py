@@ -28,6 +28,19 @@ def test_ruleset_forwards_every_tcp_port_of_the_ns_address_to_the_guest() -> Non
     assert "type filter hook forward priority filter; policy drop;" in text
 
 
+@pytest.mark.parametrize("allow_out", [["198.51.100.7"], ["api.example.com"]])
+def test_what_the_guest_sends_out_leaves_as_the_slot(allow_out: list[str]) -> None:
+    """IP-only and by-name alike: the guest's own address, the same in every slot, is
+    masqueraded to the slot's ns_ip on veth0 (the root netns routes replies back by it)."""
+    text = render_ruleset(SLOT, egress(allow_out=allow_out), [])
+    nat = text[text.index("  chain postrouting {"):text.index("  chain input {")]
+    assert nat.splitlines()[2:] == [
+        '    oifname "tap0" ct status dnat masquerade',
+        '    oifname "veth0" ip saddr 169.254.0.21 masquerade',
+        "  }",
+    ]
+
+
 def test_guest_may_open_nothing_towards_the_netns_itself() -> None:
     text = render_ruleset(SLOT, egress(allow_internet=True), [])
     assert 'iifname "tap0" ct state established,related accept\n    iifname "tap0" drop' in text
