@@ -176,6 +176,10 @@ class NodeAgentSettings(BaseSettings):
     egress_max_connections: int = Field(default=1024, ge=1)
     # A proxied connection with no byte either way this long is closed.
     egress_idle_timeout_s: float = Field(default=600.0, gt=0)
+    # How long a guest connection may stay silent before the egress process gives up on its
+    # name, where the client always speaks first (80, 443, a host with header rules); other
+    # ports get a quarter second, so protocols whose server speaks first are not stalled.
+    egress_name_wait_s: float = Field(default=5.0, gt=0, le=60)
 
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or self.common.home / "cache"

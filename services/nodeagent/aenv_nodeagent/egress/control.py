@@ -250,6 +250,7 @@ class Configure:
     max_connections_per_sandbox: int = 1024
     idle_timeout_s: float = 600.0
     peek_timeout_s: float = 0.25
+    name_wait_s: float = 5.0
 
     def __repr__(self) -> str:
         return (f"Configure(dns_upstreams={self.dns_upstreams}, "
@@ -264,6 +265,7 @@ class Configure:
             "blocked_extra": self.blocked_extra,
             "max_connections_per_sandbox": self.max_connections_per_sandbox,
             "idle_timeout_s": self.idle_timeout_s, "peek_timeout_s": self.peek_timeout_s,
+            "name_wait_s": self.name_wait_s,
         }
 
     @classmethod
@@ -280,6 +282,7 @@ class Configure:
                 max_connections_per_sandbox=int(message["max_connections_per_sandbox"]),
                 idle_timeout_s=float(message["idle_timeout_s"]),
                 peek_timeout_s=float(message["peek_timeout_s"]),
+                name_wait_s=float(message["name_wait_s"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgument(f"bad configure message: {type(exc).__name__} {exc}") from exc

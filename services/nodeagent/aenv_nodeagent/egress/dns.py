@@ -28,6 +28,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import dns.exception
@@ -53,7 +54,7 @@ from .dns_messages import (
 )
 from .dns_report import Reporter, ReportResolved
 from .dns_upstream import UpstreamFailed, exchange, upstream_query
-from .resolved import MAX_TTL_S, IPAddress, ResolvedNames
+from .resolved import MAX_TTL_S, MIN_TTL_S, IPAddress, ResolvedNames
 
 log = logging.getLogger(__name__)
 
@@ -73,29 +74,45 @@ def servers_for(rules: EgressRules, node_upstreams: Sequence[str]) -> list[str]:
     return own or list(node_upstreams)
 
 
-async def resolve(name: str, dns_servers: Sequence[str]) -> list[IPAddress]:
+@dataclass(frozen=True)
+class Resolution:
+    """A fresh answer: its A and AAAA addresses, held for the lowest TTL among them."""
+
+    addresses: list[IPAddress]
+    ttl_s: float
+
+
+async def resolve(name: str, dns_servers: Sequence[str]) -> Resolution:
     """A fresh A and AAAA resolution of ``name`` (for a connection that names a host the guest
-    did not ask our resolver about, e.g. from /etc/hosts). Empty when nothing answers, or
-    ``name`` is no DNS name at all."""
+    did not ask our resolver about, e.g. from /etc/hosts). No addresses when the name has none,
+    or ``name`` is no DNS name at all.
+
+    :raise UpstreamFailed: no server answered either question (the caller may ask again)."""
     try:
         qname = dns.name.from_text(name)
     except dns.exception.DNSException:
-        return []
+        return Resolution([], MIN_TTL_S)
     found = await asyncio.gather(
         *(_addresses(qname, rdtype, dns_servers)
-          for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA)))
-    return [address for part in found for address in part]
+          for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA)), return_exceptions=True)
+    answers = [part for part in found if not isinstance(part, BaseException)]
+    for failure in found:
+        # One question answered is enough (an AAAA lost under load leaves the A addresses).
+        if isinstance(failure, BaseException) and (
+                not answers or not isinstance(failure, UpstreamFailed)):
+            raise failure
+    with_addresses = [part for part in answers if part[0]]
+    return Resolution([address for part in with_addresses for address in part[0]],
+                      min((ttl for _, ttl in with_addresses), default=MIN_TTL_S))
 
 
 async def _addresses(
     qname: dns.name.Name, rdtype: dns.rdatatype.RdataType, servers: Sequence[str],
-) -> list[IPAddress]:
+) -> tuple[list[IPAddress], float]:
     query = upstream_query(qname, rdtype)
-    try:
-        answer = await exchange(query, servers)
-    except UpstreamFailed:
-        return []
-    return chain_addresses(answer.answer, query.question[0].name)[1]
+    answer = await exchange(query, servers)
+    _, addresses, ttl = chain_addresses(answer.answer, query.question[0].name)
+    return addresses, ttl
 
 
 class TokenBucket:

@@ -112,7 +112,8 @@ class EgressProcess:
         store, secrets = await _secret_values(config, key)
         limits = ProxyLimits(max_connections=config.max_connections_per_sandbox,
                              idle_timeout_s=config.idle_timeout_s,
-                             peek_timeout_s=config.peek_timeout_s)
+                             peek_timeout_s=config.peek_timeout_s,
+                             name_wait_s=config.name_wait_s)
         self._node = _Node(key, blocked, list(config.dns_upstreams),
                            NodeParts(blocked, resolve, interceptor.intercept, limits),
                            secrets, store)

@@ -2,16 +2,19 @@
 
 Per accepted connection: the address the guest dialled (SO_ORIGINAL_DST), dropped at once if it
 is in a blocked range or one of the node's own; then the first bytes the guest sends, peeked
-within bounds (16 KiB, ~250 ms: a protocol where the server speaks first yields no name), for a
-TLS SNI or HTTP Host (sniff.py); then ``decide`` with the slot's policy, asking the platform
-resolver's record whether the address is one it gave for that name — or, for a name the guest
-did not look up through it (/etc/hosts), a fresh resolution. Denied: reset (RST, SO_LINGER 0).
-Allowed with header rules for the host: handed to ``intercept``. Otherwise the same address and
-port are dialled through the sandbox's dialer (direct or its SOCKS5 proxy) and the bytes spliced
-both ways with backpressure, half-close and an idle timeout.
+within bounds (16 KiB; up to ``name_wait_s`` where the client always speaks first, else
+~250 ms so a protocol whose server speaks first is not stalled) for a TLS SNI or HTTP Host
+(sniff.py); then the judgement (judge.py): denied, reset (RST, SO_LINGER 0); allowed with
+header rules for the host, handed to ``intercept``; otherwise the same address and port are
+dialled through the sandbox's dialer (direct or its SOCKS5 proxy) and the bytes spliced both
+ways with backpressure, half-close and an idle timeout. Nothing of the guest's reaches the
+upstream before that judgement.
 
-Each decision is logged at debug with the netns, address, name and reason — never payload or
-header values.
+A connection with no name by the wait's end (silent, or a head still unfinished) is judged by
+its address and spliced; what the guest sends next is judged again, by the same judgement, once
+it names a host: a denied name is reset, a rule host's connection — if nothing of the guest's
+went out yet — is handed to ``intercept`` (on a fresh upstream connection), else reset, since
+its header rules could no longer apply.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from aenv_common.egress import EgressRules, NameClass, decide, rules_for
+from aenv_common.egress import EgressRules
 from aenv_common.egress.rules import NetworkRule
 from aenv_common.errors import AenvError, PermissionDenied
 
 from .dialers import Blocked, Dialer
+from .judge import Action, Dispatch, Handoff, Judge, Resolve
 from .resolved import IPAddress, ResolvedNames
-from .sniff import sniff
+from .sniff import Sniffed, sniff
 from .transforms import SecretLookup
 
 log = logging.getLogger(__name__)
@@ -44,7 +48,6 @@ PEEK_BYTES = 16 * 1024
 CHUNK = 64 * 1024
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-Resolve = Callable[[str, Sequence[str]], Awaitable[list[IPAddress]]]
 # Sees the client's first chunk (and may read on from its stream); returns what to forward.
 Inspect = Callable[[bytes, asyncio.StreamReader], Awaitable[bytes]]
 Intercept = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, str, int,
@@ -57,6 +60,7 @@ class ProxyLimits:
     max_connections: int = 1024
     idle_timeout_s: float = 600.0
     peek_timeout_s: float = 0.25
+    name_wait_s: float = 5.0  # where the client always speaks first (judge.Judge.patient)
     peek_bytes: int = PEEK_BYTES
 
 
@@ -84,7 +88,7 @@ class SlotProxy:
                  secrets: SecretLookup, parts: NodeParts) -> None:
         self.netns = netns
         self.route = route
-        self._resolved = resolved
+        self._judge = Judge(netns, resolved, parts.resolve)
         self._secrets = secrets
         self._parts = parts
         self._server: asyncio.Server | None = None
@@ -106,9 +110,16 @@ class SlotProxy:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._judge.close()
 
     async def _accepted(self, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter) -> None:
+        address, port = original_destination(writer.get_extra_info("socket"))
+        await self.handle(reader, writer, address, port)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     address: IPAddress, port: int) -> None:
+        """Serve one guest connection to ``address``:``port`` until it ends."""
         task = asyncio.current_task()
         assert task is not None
         if len(self._connections) >= self._parts.limits.max_connections:
@@ -117,7 +128,7 @@ class SlotProxy:
             return
         self._connections.add(task)
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, address, port)
         except (AenvError, ConnectionError, TimeoutError, OSError) as err:
             # An upstream that cannot be dialled (refused, blocked, the proxy failing) looks
             # to the guest as a refused connection.
@@ -129,67 +140,97 @@ class SlotProxy:
             if not writer.is_closing():
                 writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address, port = original_destination(writer.get_extra_info("socket"))
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     address: IPAddress, port: int) -> None:
         if self._parts.blocked(address):
-            self._log(address, port, None, "blocked range", allowed=False)
+            self._judge.log_decision(address, port, None, "blocked range", allowed=False)
             reset(writer)
             return
-        first, name = await self._peek(reader)
         route = self.route
-        decision = decide(route.rules, address, name,
-                          await self._address_is_names(route, address, name))
-        self._log(address, port, name, decision.reason, decision.allowed)
-        if not decision.allowed:
+        wait = self._wait(route, address, port)
+        first, sniffed = await self._peek(reader, b"", wait)
+        dispatch = await self._judge.dispatch(route.rules, route.dns_servers, address, port,
+                                              sniffed.name)
+        if sniffed.complete or dispatch.action is not Action.SPLICE:
+            await self._carry(dispatch, route, reader, writer, address, port, first)
+            return
+        # No name by the wait's end: the address let it through; what the guest sends next
+        # is judged again once it names a host, before it goes out.
+        upstream_reader, upstream_writer = await route.dialer.open(address, port)
+        try:
+            upstream_writer.write(first)
+            await splice(reader, writer, upstream_reader, upstream_writer,
+                         self._parts.limits.idle_timeout_s,
+                         partial(self._judge_late, route, address, port, first, wait))
+        except Handoff as handoff:
+            upstream_writer.close()
+            await self._carry(handoff.dispatch, route, reader, writer, address, port,
+                              handoff.first)
+        finally:
+            upstream_writer.close()
+
+    async def _carry(self, dispatch: Dispatch, route: Route, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, address: IPAddress, port: int,
+                     first: bytes) -> None:
+        """Carries out ``dispatch`` on a connection nothing was sent upstream for yet."""
+        if dispatch.action is Action.DENY:
             reset(writer)
             return
-        host = name or str(address)
-        matching = rules_for(route.rules, host)
 
         async def dial() -> Streams:
             return await route.dialer.open(address, port)
 
-        if matching:
-            await self._parts.intercept(reader, writer, first, host, port, matching, dial,
-                                        self._secrets)
+        if dispatch.action is Action.INTERCEPT:
+            await self._parts.intercept(reader, writer, first, dispatch.host, port,
+                                        dispatch.rules, dial, self._secrets)
             return
         upstream_reader, upstream_writer = await dial()
-        # Silent or unfinished so far (a server that speaks first, or a guest waiting out the
-        # peek): what it sends next is judged by the name it completes, before it goes out.
-        late = None if sniff(first).complete else partial(
-            self._judge_late, route, address, port, first)
         try:
             upstream_writer.write(first)
             await splice(reader, writer, upstream_reader, upstream_writer,
-                         self._parts.limits.idle_timeout_s, late)
+                         self._parts.limits.idle_timeout_s)
         finally:
             upstream_writer.close()
 
     async def _judge_late(self, route: Route, address: IPAddress, port: int, sent: bytes,
-                          chunk: bytes, reader: asyncio.StreamReader) -> bytes:
+                          wait: float, chunk: bytes, reader: asyncio.StreamReader) -> bytes:
         """The late bytes after ``sent`` (peeked, already forwarded), read on (bounded, as the
-        peek) until together they can name a host.
+        peek) until together they can name a host; judged again if they do.
 
-        :raise PermissionDenied: they name a host the policy refuses here."""
-        data, name = await self._peek(reader, sent + chunk)
-        if name is not None:
-            decision = decide(route.rules, address, name,
-                              await self._address_is_names(route, address, name))
-            self._log(address, port, name, f"late: {decision.reason}", decision.allowed)
-            if not decision.allowed:
-                raise PermissionDenied(f"{name}: {decision.reason}")
+        :raise PermissionDenied: they name a host the policy refuses here, or a rule host
+            after bytes went out (its rules could not apply).
+        :raise Handoff: they name a rule host and nothing went out yet."""
+        data, sniffed = await self._peek(reader, sent + chunk, wait)
+        if sniffed.name is None:
+            return data[len(sent):]
+        dispatch = await self._judge.dispatch(route.rules, route.dns_servers, address, port,
+                                              sniffed.name, when="late: ")
+        if dispatch.action is Action.DENY:
+            raise PermissionDenied(f"{dispatch.host}: {dispatch.reason}")
+        if dispatch.action is Action.INTERCEPT:
+            if sent:
+                self._judge.log_decision(address, port, sniffed.name,
+                                 "late: rule host after unnamed bytes went out", allowed=False)
+                raise PermissionDenied(f"{dispatch.host}: header rules could not apply")
+            raise Handoff(dispatch, data)
         return data[len(sent):]
 
-    async def _peek(self, reader: asyncio.StreamReader,
-                    data: bytes = b"") -> tuple[bytes, str | None]:
-        """The guest's first bytes (bounded; ``data``: those read already) and the name they
-        carry, if any."""
+    def _wait(self, route: Route, address: IPAddress, port: int) -> float:
         limits = self._parts.limits
-        deadline = time.monotonic() + limits.peek_timeout_s
+        if self._judge.patient(route.rules, address, port):
+            return max(limits.name_wait_s, limits.peek_timeout_s)
+        return limits.peek_timeout_s
+
+    async def _peek(self, reader: asyncio.StreamReader, data: bytes,
+                    wait: float) -> tuple[bytes, Sniffed]:
+        """The guest's first bytes (bounded; ``data``: those read already) and what they say:
+        complete, with or without a name, or not (yet) by the wait's end."""
+        limits = self._parts.limits
+        deadline = time.monotonic() + wait
         while len(data) < limits.peek_bytes:
             sniffed = sniff(data)
             if sniffed.complete:
-                return data, sniffed.name
+                return data, sniffed
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -201,26 +242,7 @@ class SlotProxy:
             if not chunk:
                 break
             data += chunk
-        return data, None
-
-    async def _address_is_names(self, route: Route, address: IPAddress,
-                                name: str | None) -> bool:
-        if name is None:
-            return self._resolved.is_resolved_any_allowed(address)
-        if self._resolved.is_resolved_for(name, address):
-            return True
-        if route.rules.classify_name(name) is not NameClass.ALLOWED:
-            return False
-        # A name the guest did not ask our resolver for (/etc/hosts, a cached answer): it may
-        # still go to the address if a fresh resolution gives it.
-        fresh = await self._parts.resolve(name, route.dns_servers)
-        return address in fresh
-
-    def _log(self, address: IPAddress, port: int, name: str | None, reason: str,
-             allowed: bool) -> None:
-        log.debug("egress decision", extra={"netns": self.netns, "address": str(address),
-                                            "port": port, "host": name, "allowed": allowed,
-                                            "reason": reason})
+        return data, sniff(data)
 
 
 def original_destination(sock: socket.socket) -> tuple[IPAddress, int]:
@@ -250,7 +272,8 @@ async def splice(client_reader: asyncio.StreamReader, client_writer: asyncio.Str
                  idle_timeout_s: float, inspect_first: Inspect | None = None) -> None:
     """Copy both ways until both directions ended (each end's EOF is passed on as a
     half-close) or nothing moved for ``idle_timeout_s``. ``inspect_first`` sees the client's
-    first chunk before anything is forwarded; a PermissionDenied it raises is raised here."""
+    first chunk before anything is forwarded; a PermissionDenied or Handoff it raises is raised
+    here."""
     last = [time.monotonic()]
 
     async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
@@ -277,7 +300,7 @@ async def splice(client_reader: asyncio.StreamReader, client_writer: asyncio.Str
             done, pending = await asyncio.wait(pending, timeout=idle_left,
                                                return_when=asyncio.FIRST_COMPLETED)
             refused = pumps[0].exception() if pumps[0] in done else None
-            if isinstance(refused, PermissionDenied):
+            if isinstance(refused, PermissionDenied | Handoff):
                 raise refused
             if any(p.exception() for p in done):
                 return  # one side broke: the other is cut too

@@ -83,6 +83,10 @@ class ResolvedNames:
     def is_resolved_for(self, name: str, address: IPAddress) -> bool:
         return self._live((normalize_name(name), address))
 
+    def names_for(self, address: IPAddress) -> list[str]:
+        """The names the resolver gave ``address`` for, within their TTL."""
+        return [n for n in list(self._names_of.get(address, ())) if self._live((n, address))]
+
     def is_resolved_any_allowed(self, address: IPAddress) -> bool:
         """Whether the resolver returned ``address`` for some name the policy allows by name."""
         names = self._names_of.get(address)

@@ -43,7 +43,7 @@ async def start_egress(settings: NodeAgentSettings, store: ClusterStore, network
         etcd_endpoints=s.common.etcd_endpoints, etcd_prefix=s.common.etcd_prefix,
         blocked_extra=await host_blocked_extra(network),
         max_connections_per_sandbox=s.egress_max_connections,
-        idle_timeout_s=s.egress_idle_timeout_s,
+        idle_timeout_s=s.egress_idle_timeout_s, name_wait_s=s.egress_name_wait_s,
     )
     supervisor = EgressSupervisor(
         SupervisorSettings(s.resolved_egress_uid(),

@@ -180,7 +180,9 @@ async def test_resolve_follows_the_chain_for_a_and_aaaa() -> None:
     _, server = await scripted_upstream(answering(
         ("www.example.com.", "CNAME", "edge.example.net."),
         ("edge.example.net.", "A", "203.0.113.8")))
-    assert await resolve("www.example.com", [server]) == [ip_address("203.0.113.8")] * 2
+    answer = await resolve("www.example.com", [server])
+    assert answer.addresses == [ip_address("203.0.113.8")] * 2
+    assert answer.ttl_s == 120.0  # the answer's TTL, for the record
 
 
 async def _no_report(netns: str, addresses: list[IPAddress], ttl: float) -> None:
@@ -195,7 +197,7 @@ def test_a_sandboxs_dns_servers_in_private_space_are_never_asked() -> None:
 
 
 async def test_resolve_of_no_name_at_all_is_empty() -> None:
-    assert await resolve("a" * 64 + ".example.com", ["127.0.0.1:9"]) == []
+    assert (await resolve("a" * 64 + ".example.com", ["127.0.0.1:9"])).addresses == []
 
 
 async def test_queries_are_answered_and_logged_at_debug(
