@@ -20,6 +20,7 @@ from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.guest_envd import typed_http_error
 from aenv_gateway.idempotency import checked_key
 from aenv_gateway.listing import VISIBLE_STATES, ListQuery
+from aenv_gateway.network_schema import without_proxy_secrets
 from aenv_gateway.revocation import OpenRequests
 from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import MAX_PAGE
@@ -73,7 +74,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             idempotency_key=checked_key(request.idempotency_key or None, "idempotency_key"),
         )
         record = await self._service.create(create)
-        return gateway_pb2.CreateSandboxResponse(sandbox=record)
+        return gateway_pb2.CreateSandboxResponse(sandbox=without_proxy_secrets(record))
 
     async def CreateSandboxes(
         self, request: gateway_pb2.CreateSandboxesRequest, context: grpc.aio.ServicerContext
@@ -105,7 +106,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, request: gateway_pb2.GetSandboxRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.GetSandboxResponse:
         self._auth.check(_api_key(context))
-        return gateway_pb2.GetSandboxResponse(sandbox=await self._service.get(request.sandbox_id))
+        record = await self._service.get(request.sandbox_id)
+        return gateway_pb2.GetSandboxResponse(sandbox=without_proxy_secrets(record))
 
     async def ListSandboxes(
         self, request: gateway_pb2.ListSandboxesRequest, context: grpc.aio.ServicerContext
@@ -113,7 +115,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._auth.check(_api_key(context))
         page = self._service.list(_list_query(request))
         return gateway_pb2.ListSandboxesResponse(
-            sandboxes=page.items, next_page_token=page.next_cursor or ""
+            sandboxes=[without_proxy_secrets(r) for r in page.items],
+            next_page_token=page.next_cursor or "",
         )
 
     async def KillSandbox(
@@ -127,11 +130,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, request: gateway_pb2.PauseSandboxRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.PauseSandboxResponse:
         self._auth.check(_api_key(context))
-        return gateway_pb2.PauseSandboxResponse(
-            sandbox=await self._service.pause(
-                request.sandbox_id, keep_memory=not request.filesystem_only
-            )
-        )
+        record = await self._service.pause(
+            request.sandbox_id, keep_memory=not request.filesystem_only)
+        return gateway_pb2.PauseSandboxResponse(sandbox=without_proxy_secrets(record))
 
     async def ResumeSandbox(
         self, request: gateway_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
@@ -141,7 +142,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             request.sandbox_id, request.timeout_seconds or None, reboot=request.reboot
         )
         return gateway_pb2.ResumeSandboxResponse(
-            sandbox=connected.record, resumed=connected.resumed
+            sandbox=without_proxy_secrets(connected.record), resumed=connected.resumed
         )
 
     async def SetSandboxTimeout(
@@ -157,7 +158,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             if current.state == cluster_pb2.SANDBOX_STATE_PAUSED:
                 raise Conflict(f'sandbox "{request.sandbox_id}" is paused') from None
             raise
-        return gateway_pb2.SetSandboxTimeoutResponse(sandbox=record)
+        return gateway_pb2.SetSandboxTimeoutResponse(sandbox=without_proxy_secrets(record))
 
     async def GetSandboxMetrics(
         self, request: gateway_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
@@ -218,7 +219,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     ) -> gateway_pb2.ResetSandboxResponse:
         self._auth.check(_api_key(context))
         record = await self._service.reset(request.sandbox_id, request.snapshot_id)
-        return gateway_pb2.ResetSandboxResponse(sandbox=record)
+        return gateway_pb2.ResetSandboxResponse(sandbox=without_proxy_secrets(record))
 
     async def Exec(
         self,
@@ -263,7 +264,7 @@ def _list_query(request: gateway_pb2.ListSandboxesRequest) -> ListQuery:
 
 def _fork_result(result: nodeagent_pb2.ForkResult) -> gateway_pb2.ForkResult:
     if result.HasField("sandbox"):
-        return gateway_pb2.ForkResult(sandbox=result.sandbox)
+        return gateway_pb2.ForkResult(sandbox=without_proxy_secrets(result.sandbox))
     status = typed_http_error(result.error.code, result.error.message).grpc_code.name
     return gateway_pb2.ForkResult(
         error=gateway_pb2.ForkError(
@@ -300,4 +301,4 @@ def _create_result(result: BatchResult) -> gateway_pb2.CreateResult:
                 code=result.http_status, message=result.message, status=result.grpc_code.name
             )
         )
-    return gateway_pb2.CreateResult(sandbox=result)
+    return gateway_pb2.CreateResult(sandbox=without_proxy_secrets(result))

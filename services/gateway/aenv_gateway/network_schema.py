@@ -218,6 +218,18 @@ def _present_proxy(proxy: cluster_pb2.EgressProxy) -> dict[str, Any]:
     return shown
 
 
+def without_proxy_secrets(record: cluster_pb2.SandboxRecord) -> cluster_pb2.SandboxRecord:
+    """A record as the native API shows it: the egress proxy's sealed password and CA
+    certificate left out, as from sandbox info."""
+    if not record.network.HasField("egress_proxy"):
+        return record
+    shown = cluster_pb2.SandboxRecord()
+    shown.CopyFrom(record)
+    shown.network.egress_proxy.ClearField("sealed_password")
+    shown.network.egress_proxy.ClearField("tls_ca_cert")
+    return shown
+
+
 def present_internet_access(network: cluster_pb2.NetworkPolicy) -> bool | None:
     """SandboxDetail.allowInternetAccess: null when the create did not say (as E2B's)."""
     return network.allow_internet_access if network.internet_access_explicit else None

@@ -129,8 +129,11 @@ async def test_an_update_replaces_names_rules_and_proxy_and_clears_what_it_omits
 
 
 async def test_the_native_api_takes_the_same_policy_with_the_same_checks(stack: Stack) -> None:
-    named = cluster_pb2.NetworkPolicy(allow_internet_access=True, allow_out=["*.github.com"],
-                                      deny_out=["0.0.0.0/0"])
+    """Names in the cluster NetworkPolicy; a proxy's sealed password and CA never come back."""
+    named = cluster_pb2.NetworkPolicy(
+        allow_internet_access=True, allow_out=["*.github.com"], deny_out=["0.0.0.0/0"],
+        egress_proxy=cluster_pb2.EgressProxy(address="203.0.113.9:1080", username="u",
+                                             sealed_password=b"opaque", tls=True, tls_ca_cert=CA))
     bad = cluster_pb2.NetworkPolicy(allow_out=["api.*.example"])
     async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.gateway.grpc_port}") as channel:
         stub = gateway_pb2_grpc.GatewayServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -138,6 +141,14 @@ async def test_the_native_api_takes_the_same_policy_with_the_same_checks(stack: 
         created = await stub.CreateSandbox(
             gateway_pb2.CreateSandboxRequest(template_id="base", network=named), metadata=md)
         assert list(created.sandbox.network.allow_out) == ["*.github.com"]
+        assert stack.nodeagent.specs[-1].network.egress_proxy.tls_ca_cert == CA  # kept
+        got = await stub.GetSandbox(
+            gateway_pb2.GetSandboxRequest(sandbox_id=created.sandbox.sandbox_id), metadata=md)
+        listed = await stub.ListSandboxes(gateway_pb2.ListSandboxesRequest(), metadata=md)
+        for shown in (created.sandbox, got.sandbox, *listed.sandboxes):
+            proxy = shown.network.egress_proxy
+            assert (proxy.sealed_password, proxy.tls_ca_cert) == (b"", "")
+        assert got.sandbox.network.egress_proxy.address == "203.0.113.9:1080"
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stub.CreateSandbox(
                 gateway_pb2.CreateSandboxRequest(template_id="base", network=bad), metadata=md)
