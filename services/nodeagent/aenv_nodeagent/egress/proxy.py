@@ -151,28 +151,17 @@ class SlotProxy:
         first, sniffed = await self._peek(reader, b"", wait)
         dispatch = await self._judge.dispatch(route.rules, route.dns_servers, address, port,
                                               sniffed.name)
-        if sniffed.complete or dispatch.action is not Action.SPLICE:
-            await self._carry(dispatch, route, reader, writer, address, port, first)
-            return
-        # No name by the wait's end: the address let it through; what the guest sends next
+        # No name by the wait's end (silent, or a head unfinished): what the guest sends next
         # is judged again once it names a host, before it goes out.
-        upstream_reader, upstream_writer = await route.dialer.open(address, port)
-        try:
-            upstream_writer.write(first)
-            await splice(reader, writer, upstream_reader, upstream_writer,
-                         self._parts.limits.idle_timeout_s,
-                         partial(self._judge_late, route, address, port, first, wait))
-        except Handoff as handoff:
-            upstream_writer.close()
-            await self._carry(handoff.dispatch, route, reader, writer, address, port,
-                              handoff.first)
-        finally:
-            upstream_writer.close()
+        late = None if sniffed.complete else partial(
+            self._judge_late, route, address, port, first, wait)
+        await self._carry(dispatch, route, reader, writer, address, port, first, late)
 
     async def _carry(self, dispatch: Dispatch, route: Route, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, address: IPAddress, port: int,
-                     first: bytes) -> None:
-        """Carries out ``dispatch`` on a connection nothing was sent upstream for yet."""
+                     first: bytes, late: Inspect | None = None) -> None:
+        """Carries out ``dispatch`` on a connection nothing was sent upstream for yet but
+        ``first``; ``late`` judges the guest's next bytes of a spliced one."""
         if dispatch.action is Action.DENY:
             reset(writer)
             return
@@ -188,7 +177,11 @@ class SlotProxy:
         try:
             upstream_writer.write(first)
             await splice(reader, writer, upstream_reader, upstream_writer,
-                         self._parts.limits.idle_timeout_s)
+                         self._parts.limits.idle_timeout_s, late)
+        except Handoff as handoff:  # the upstream got nothing: the rule host's gets it all
+            upstream_writer.close()
+            await self._carry(handoff.dispatch, route, reader, writer, address, port,
+                              handoff.first)
         finally:
             upstream_writer.close()
 
@@ -210,7 +203,8 @@ class SlotProxy:
         if dispatch.action is Action.INTERCEPT:
             if sent:
                 self._judge.log_decision(address, port, sniffed.name,
-                                 "late: rule host after unnamed bytes went out", allowed=False)
+                                         "late: rule host after unnamed bytes went out",
+                                         allowed=False)
                 raise PermissionDenied(f"{dispatch.host}: header rules could not apply")
             raise Handoff(dispatch, data)
         return data[len(sent):]
