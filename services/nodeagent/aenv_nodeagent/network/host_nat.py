@@ -146,6 +146,8 @@ def uplinks(root: IPRoute, destinations: Sequence[ipaddress.IPv4Network],
               if not any(net.subnet_of(blocked) for blocked in never)]
     found: list[int] = []
     for wanted in destinations:
+        if any(wanted.subnet_of(blocked) for blocked in never):
+            continue  # forwarded nowhere: its link need not forward
         covering = [(net, oifs) for net, oifs in routes if wanted.subnet_of(net)]
         if covering:
             found += max(covering, key=lambda route: route[0].prefixlen)[1]
