@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
@@ -159,10 +159,17 @@ async def test_a_server_that_speaks_first_is_not_stalled_on_other_ports() -> Non
             server.close()
 
 
-async def test_a_failed_lookup_is_retried_and_its_answer_remembered(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+Logged = Callable[[str], list[logging.LogRecord]]
+
+
+@pytest.fixture
+def logged(caplog: pytest.LogCaptureFixture) -> Logged:
+    """The egress process's debug records with a given message."""
     caplog.set_level(logging.DEBUG, logger="aenv_nodeagent.egress")
+    return lambda message: [r for r in caplog.records if r.getMessage() == message]
+
+
+async def test_a_failed_lookup_is_retried_and_its_answer_remembered(logged: Logged) -> None:
     lookups = Lookups(failures=1)
     async with running(policy(deny_all=True, rules=False), 80, lookups) as world:
         answers = await asyncio.gather(*(world.get() for _ in range(3)))
@@ -171,22 +178,17 @@ async def test_a_failed_lookup_is_retried_and_its_answer_remembered(
         assert world.resolved.is_resolved_for(HOST, ADDRESS)
         assert (await world.get()).startswith(b"HTTP/1.1 200")
         assert lookups.calls == 2  # the recorded answer serves the next connection
-    failed = [r for r in caplog.records if r.getMessage() == "egress lookup failed"]
-    assert [(r.__dict__["host"], r.__dict__["attempt"]) for r in failed] == [(HOST, 1)]
+    assert [(r.__dict__["host"], r.__dict__["attempt"])
+            for r in logged("egress lookup failed")] == [(HOST, 1)]
 
 
-async def test_a_lookup_that_keeps_failing_refuses_saying_why(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="aenv_nodeagent.egress")
+async def test_a_lookup_that_keeps_failing_refuses_saying_why(logged: Logged) -> None:
     lookups = Lookups(failures=10)
     async with running(policy(deny_all=True, rules=False), 80, lookups) as world:
         assert await world.get() == b"reset"
         assert world.origin.connections == 0
-    reasons = [r.__dict__["reason"] for r in caplog.records
-               if r.getMessage() == "egress decision"]
-    assert reasons == ["address not resolved for name (lookup failed: no answer from 1 "
-                       "upstream DNS server(s))"]
+    assert [r.__dict__["reason"] for r in logged("egress decision")] == [
+        "address not resolved for name (lookup failed: no answer from 1 upstream DNS server(s))"]
 
 
 async def test_resolve_raises_when_no_server_answers(monkeypatch: pytest.MonkeyPatch) -> None:
