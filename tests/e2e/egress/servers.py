@@ -9,6 +9,9 @@ per request in the log file, so a test asserts on exactly the headers that reach
     anything else      -> "ok" (recorded, not echoed: a filled secret must not come back to the
                           guest in a body)
 
+UDP port 7 on every address answers each datagram with {"server", "peer"} (what a guest's own
+UDP reaches, past the egress process).
+
 The config (JSON): {"addresses": [...], "names": [...], "ca_cert": path, "ca_key": path,
 "log": path}. Ready when "ready" is printed on stdout.
 """
@@ -20,12 +23,14 @@ import json
 import ssl
 import sys
 from pathlib import Path
+from typing import cast
 
 from aiohttp import web
 
 from aenv_nodeagent.egress.certs import EgressCA, LeafContexts
 
 CHUNK = 256 * 1024
+UDP_ECHO_PORT = 7
 
 
 def _tls_context(ca: EgressCA, default_name: str) -> ssl.SSLContext:
@@ -75,6 +80,15 @@ async def _download(request: web.Request, size: int) -> web.StreamResponse:
     return response
 
 
+class _UdpEcho(asyncio.DatagramProtocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        server = self.transport.get_extra_info("sockname")[0]
+        self.transport.sendto(json.dumps({"server": server, "peer": addr[0]}).encode(), addr)
+
+
 async def main(config_path: str) -> None:
     config = json.loads(Path(config_path).read_text())
     ca = EgressCA.from_pem(Path(config["ca_cert"]).read_bytes(),
@@ -85,6 +99,9 @@ async def main(config_path: str) -> None:
     for address in config["addresses"]:
         await web.TCPSite(runner, address, 80).start()
         await web.TCPSite(runner, address, 443, ssl_context=tls).start()
+    for address in config["addresses"]:
+        await asyncio.get_running_loop().create_datagram_endpoint(
+            _UdpEcho, local_addr=(address, UDP_ECHO_PORT))
     print("ready", flush=True)
     await asyncio.Event().wait()
 
