@@ -135,6 +135,10 @@ class SlotProxy:
             log.debug("egress connection ended", extra={"netns": self.netns,
                                                         "error": type(err).__name__})
             reset(writer)
+        except asyncio.CancelledError:
+            # The slot's stop ends it. Not re-raised: Python 3.11's stream server reads the
+            # exception of its finished callback task, which for a cancelled one logs an error.
+            reset(writer)
         finally:
             self._connections.discard(task)
             if not writer.is_closing():
