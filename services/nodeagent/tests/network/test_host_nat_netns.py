@@ -20,7 +20,7 @@ from pyroute2 import IPRoute
 
 from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import NetSlot, NetworkConfig, NetworkManager, netlink
-from aenv_nodeagent.network.host_nat import HostNat
+from aenv_nodeagent.network.host_nat import HostNat, uplinks
 from aenv_nodeagent.network.namespaces import (
     create_and_enter_netns,
     enter_netns,
@@ -181,6 +181,11 @@ async def node_with(net_config: NetworkConfig) -> AsyncIterator[MakeNode]:
         yield make
 
 
+def _uplinks(host_nat: HostNat) -> list[str]:
+    with IPRoute() as root:  # pyroute2's sync API: off the running event loop
+        return uplinks(root, host_nat.destinations, host_nat.config.prefix, host_nat.never)
+
+
 def _tables() -> list[str]:
     return run_nft("list tables").split()
 
@@ -193,8 +198,10 @@ async def test_an_ip_only_guest_reaches_a_destination_through_the_node(
     # The world sees the node's address on its link: masqueraded twice (slot, then root).
     assert await node.reach(inside) == node.world.root_address
     assert await node.reach(inside, socket.SOCK_DGRAM) == node.world.root_address
-    # Forwarding was switched on for exactly the slot's veth and the world's link.
+    # Forwarding was switched on for the slot's veth and the world's link, the only uplink the
+    # destination routes through (not the host's default route's).
     assert (_forwarding(node.slot.host_veth), _forwarding(node.world.root_link)) == ("1", "1")
+    assert await asyncio.to_thread(_uplinks, node.host_nat) == [node.world.root_link]
 
 
 async def test_a_destination_outside_the_setting_is_not_forwarded(
