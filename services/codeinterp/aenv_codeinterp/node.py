@@ -25,7 +25,7 @@ NODE = "node"
 # Node's own CA list is fixed at start, and the default contexts start in the template, before
 # any sandbox's /init. With OpenSSL's store instead (the system bundle, or SSL_CERT_FILE as
 # the context's catch-up sets it, read at the first TLS connection) a warm context trusts the
-# cluster's egress CA that /init installs (docs/architecture.md, Egress: header rules and TLS).
+# cluster's egress CA that /init installs (docs/egress.md, "Egress: header rules and TLS").
 NODE_FLAGS = ("--use-openssl-ca",)
 STOP_TIMEOUT_S = 5.0
 # A cell SIGINT cannot end (a busy loop inside an async cell) is given this long, then its

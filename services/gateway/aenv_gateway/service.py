@@ -131,7 +131,7 @@ class SandboxService:
             network=request.network,
             lifecycle=request.lifecycle,
             traffic_access_token=new_secret() if request.network.private_traffic else "",
-            # Whose secrets fill its network rules' placeholders (docs/architecture.md, Secrets).
+            # Whose secrets fill its network rules' placeholders (docs/egress.md, "Secrets").
             owner_key_id=current_caller(),
         )
         placement, record = await self._place_and_create(spec)

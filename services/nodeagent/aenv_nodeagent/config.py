@@ -153,7 +153,7 @@ class NodeAgentSettings(BaseSettings):
     vmm_jail: JailMode = "auto"
     vmm_uid_first: int = Field(default=1_000_000_000, ge=1)
     vmm_uid_count: int = Field(default=65536, ge=16)
-    # Egress by name (egress/, architecture.md "Egress"): one process per node filters guest
+    # Egress by name (egress/, docs/egress.md): one process per node filters guest
     # connections by name, applies header rules and dials. It runs as egress_uid (default: the
     # uid just below the VMM range, which must be as free on the host) with no capabilities.
     egress_uid: int | None = Field(default=None, ge=1)

@@ -1,1 +1,1 @@
-"""The node's egress process: filtering by name, header rules, dialers (architecture.md, Egress)."""
+"""The node's egress process: filtering by name, header rules, dialers (docs/egress.md)."""

@@ -8,7 +8,7 @@ to the slot's ``ns_ip`` (every guest has the same address), for the root netns's
 pool (host_nat.py) to forward.
 
 A policy that names hosts, has header rules or an egress proxy (``needs_proxy``) puts the node's
-egress process on the guest's path (architecture.md, Egress): guest TCP not bound for a blocked
+egress process on the guest's path (docs/egress.md): guest TCP not bound for a blocked
 range is redirected to the slot's proxy listener and every DNS query (port 53, UDP and TCP, to
 any address) to its resolver, both on the tap's address, where the input chain accepts exactly
 those redirected flows. What is left in the ``egress`` chain (UDP, ICMP) passes to an allowed
