@@ -48,6 +48,13 @@ async def test_every_service_counts_a_create_and_a_snapshot(
             now = await asyncio.to_thread(scrape, endpoints(platform)["snapstore"])
             return moved(before["snapstore"], now, "aenv_snapstore_chunk_bytes_written_total") > 0
         await until(pushed, 120, "the snapshot's chunks to reach snapstore")
+
+        # The meter samples the VMs' PSS every interval, off the create's path.
+        async def measured() -> bool:
+            now = await asyncio.to_thread(scrape, endpoints(platform)["nodeagent"])
+            return value(now, "aenv_node_vm_memory_pss_bytes") > 0
+
+        await until(measured, 30, "the node's meter to measure the VM")
     finally:
         if snapshot_id:
             await asyncio.to_thread(Sandbox.delete_snapshot, snapshot_id)
@@ -66,6 +73,5 @@ async def test_every_service_counts_a_create_and_a_snapshot(
     assert moved(before["nodeagent"], node, "aenv_node_operation_phase_seconds_count",
                  operation="sandbox.create", phase="envd_ready") >= 1
     assert value(node, "aenv_node_sandboxes", state="running") >= 1
-    assert value(node, "aenv_node_vm_memory_pss_bytes") > 0
     assert moved(before["nodeagent"], node, "aenv_grpc_requests_total",
                  method="/aenv.nodeagent.v1.NodeAgentService/CreateSandbox", code="OK") >= 1

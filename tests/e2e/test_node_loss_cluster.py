@@ -132,6 +132,13 @@ async def _lost_then_rejoined(
     # Its record is written again once the node's lease stands (the sweep may mark it lost
     # between the adoption and the registration).
     await until(running_again, 30, "the adopted sandbox running again")
+
+    # The gateway routes to it once it also sees the node's registration, which follows the
+    # adoption (a call in between answers 404: the record names a node it does not know yet).
+    async def routed_again() -> bool:
+        return (await http.get(f"/sandboxes/{victim}")).status_code == 200
+
+    await until(routed_again, 30, "the gateway routing to the adopted sandbox")
     assert (await client.get_sandbox(victim)).node_id == victim_host.node_id
     with pytest.MonkeyPatch.context() as patch:  # the SDK reads its endpoints from there
         for name, value in cluster.e2b_env().items():
