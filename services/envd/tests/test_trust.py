@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from starlette.testclient import TestClient
 
+from aenv_envd import control_http
 from aenv_envd.app import build_app
 from aenv_envd.config import EnvdConfig
 from aenv_envd.state import SandboxState
@@ -98,3 +99,29 @@ def test_init_sets_client_defaults_the_sandboxs_own_variables_override(
                     "NODE_EXTRA_CA_CERTS": paths.ca_file}
     assert Path(paths.ca_file).read_text() == pem
     assert bad.status_code == 400 and "PEM" in bad.text
+
+
+def test_an_init_repeating_the_installed_ca_leaves_the_files_alone(
+    paths: TrustPaths, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restored guest's /init names the CA its capture installed: nothing is read again."""
+    state = SandboxState()
+    config = EnvdConfig(sync_clock=False, reseed_rng=False, trust_paths=paths)
+    first, second = _ca_pem("aenv egress CA"), _ca_pem("aenv egress CA two")
+    installs: list[str] = []
+    real = install_ca
+
+    def counted(pem: str, where: TrustPaths) -> dict[str, str]:
+        installs.append(pem)
+        return real(pem, where)
+
+    monkeypatch.setattr(control_http, "install_ca", counted)
+    with TestClient(build_app(config, state)) as client:
+        for pem in (first, first, second, second):
+            body = {"accessToken": "t", "egressCaCert": pem}
+            answer = client.post("/init", json=body, headers={"x-access-token": "t"})
+            assert answer.status_code == 204
+        envs = client.get("/envs", headers={"x-access-token": "t"}).json()
+    assert [check_pem(p) for p in (first, second)] == installs
+    assert Path(paths.ca_file).read_text() == check_pem(second)
+    assert envs["NODE_EXTRA_CA_CERTS"] == paths.ca_file
