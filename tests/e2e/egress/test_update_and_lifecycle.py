@@ -1,14 +1,25 @@
 """A sandbox's egress policy changes only when asked: `update_network` switches it on a running
 sandbox at once, an update that fails leaves the old one whole, and pause/resume and fork keep it
-exactly (the fork child gets its parent's)."""
+exactly (the fork child gets its parent's), and so do a snapshot, a reset to it
+and an auto-resume."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
-from e2b import InvalidArgumentException, Sandbox, SandboxException, SandboxNetworkUpdate
+from e2b import (
+    InvalidArgumentException,
+    Sandbox,
+    SandboxException,
+    SandboxNetworkOpts,
+    SandboxNetworkUpdate,
+    SandboxState,
+)
 
+from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 
 from .conftest import create, fetch, trust_test_ca
@@ -89,3 +100,34 @@ def test_pause_resume_and_fork_keep_the_policy(guest: Sandbox, made: list[Sandbo
     child.update_network(ONLY_ALLOWED)
     assert reaches(child) == {ALLOWED: True, OTHER: False}
     assert reaches(resumed) == {ALLOWED: False, OTHER: True}
+
+
+def test_a_snapshot_and_a_reset_keep_the_policy(guest: Sandbox, egress_sdk: Platform) -> None:
+    before = reaches(guest)
+    assert False in before.values(), before  # a policy that refuses something, to be kept
+    snapshot = guest.create_snapshot()
+    try:
+        assert reaches(guest) == before
+        asyncio.run(_reset(egress_sdk, guest.sandbox_id, snapshot.snapshot_id))
+        assert reaches(guest) == before
+    finally:
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+
+
+async def _reset(platform: Platform, sandbox_id: str, snapshot_id: str) -> None:
+    """The native API's reset (the SDK has none): the sandbox back to the snapshot's state."""
+    async with GatewayClient.for_home(platform.home, timeout_s=300) as client:
+        await client.reset_sandbox(sandbox_id, snapshot_id)
+
+
+def test_auto_resume_keeps_the_policy(
+    egress_sdk: Platform, internet: Internet, made: list[Sandbox],
+) -> None:
+    sandbox = Sandbox.create(timeout=900, network=cast(SandboxNetworkOpts, ONLY_ALLOWED),
+                             lifecycle={"on_timeout": "pause", "auto_resume": True})
+    made.append(sandbox)
+    trust_test_ca(sandbox, internet)
+    assert sandbox.pause() is True
+    # The next command's request wakes it through the data plane (no connect).
+    assert reaches(sandbox) == {ALLOWED: True, OTHER: False}
+    assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.RUNNING
