@@ -127,6 +127,16 @@ async def running_platform(
         assert qemu_pids_under(home) == []
 
 
+@contextlib.contextmanager
+def sdk_environment_of(platform: Platform) -> Iterator[None]:
+    """The SDK reads its endpoints and key from the environment: this platform's, meanwhile."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in platform.e2b_env().items():
+            patch.setenv(name, value)
+        patch.delenv("E2B_DEBUG", raising=False)
+        yield
+
+
 @pytest.fixture
 def e2b_env(platform: Platform) -> Iterator[dict[str, str]]:
     env = dict(os.environ)

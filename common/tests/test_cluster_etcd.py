@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -28,12 +28,8 @@ LOST = cluster_pb2.SANDBOX_STATE_LOST
 
 
 @pytest.fixture
-async def store(etcd_settings: CommonSettings) -> AsyncIterator[ClusterStore]:
-    store = await ClusterStore.connect(etcd_settings)
-    try:
-        yield store
-    finally:
-        await store.close()
+def store(cluster_store: ClusterStore) -> ClusterStore:
+    return cluster_store
 
 
 def sandbox(sandbox_id: str, node_id: str = "n1") -> cluster_pb2.SandboxRecord:

@@ -18,7 +18,7 @@ from e2b import CommandExitException, Sandbox, SandboxNetworkOpts, SandboxNetwor
 
 from aenv_cli.platform import Platform
 
-from ...conftest import lone_platform_env, running_platform
+from ...conftest import lone_platform_env, running_platform, sdk_environment_of
 from .internet import Internet, running_internet
 
 # What the guest's curl trusts: its system bundle (with the cluster's egress CA, for hosts with
@@ -50,10 +50,7 @@ async def egress_platform(
 @pytest.fixture(scope="package")
 def egress_sdk(egress_platform: Platform) -> Iterator[Platform]:
     """The SDK's endpoints and key in the environment, for the whole package."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in egress_platform.e2b_env().items():
-            patch.setenv(name, value)
-        patch.delenv("E2B_DEBUG", raising=False)
+    with sdk_environment_of(egress_platform):
         yield egress_platform
 
 

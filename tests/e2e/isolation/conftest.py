@@ -18,6 +18,7 @@ from e2b import Sandbox
 
 from aenv_cli.platform import Platform
 
+from ...conftest import sdk_environment_of
 from .host import HostSide, host_side
 
 # Every test here: real VMs, netns, etcd, the E2B SDK, on the platform's session loop.
@@ -61,10 +62,7 @@ class Guest:
 @pytest.fixture(scope="package")
 def sdk_environment(platform: Platform) -> Iterator[None]:
     """The SDK reads its endpoints and key from the environment, for the whole package."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in platform.e2b_env().items():
-            patch.setenv(name, value)
-        patch.delenv("E2B_DEBUG", raising=False)
+    with sdk_environment_of(platform):
         yield
 
 
