@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from aenv_common.egress.blocked import BLOCKED_NETWORKS, IPAddress
+from aenv_common.egress.blocked import BLOCKED_NETWORKS, AddressSet, IPAddress
 from aenv_common.egress.policy import EgressRules
 from aenv_common.egress.rules import PROXY_PASSWORD_AAD
 from aenv_common.errors import AenvError, DeadlineExceeded, PermissionDenied, Unavailable
@@ -64,12 +64,9 @@ class Dialer(Protocol):
 def blocked_by(extra_cidrs: Iterable[str] = ()) -> Blocked:
     """The blocked-address test: ALWAYS_BLOCKED plus ``extra_cidrs`` (the node's own addresses
     and its slot pool, from the egress process's configure)."""
-    networks = [*BLOCKED_NETWORKS, *(ipaddress.ip_network(c, strict=False) for c in extra_cidrs)]
-
-    def blocked(address: IPAddress) -> bool:
-        return any(address in net for net in networks if net.version == address.version)
-
-    return blocked
+    networks = AddressSet(
+        [*BLOCKED_NETWORKS, *(ipaddress.ip_network(c, strict=False) for c in extra_cidrs)])
+    return networks.__contains__
 
 
 async def system_resolve(name: str) -> list[IPAddress]:

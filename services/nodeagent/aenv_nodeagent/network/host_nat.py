@@ -35,7 +35,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from aenv_common.egress import ALWAYS_BLOCKED
+from aenv_common.egress.blocked import BLOCKED_NETWORKS
 
 from .nft import run_nft
 from .slots import NetworkConfig, index_from_host_veth
@@ -59,9 +59,9 @@ class HostNat:
     @property
     def never(self) -> list[ipaddress.IPv4Network]:
         """Where no guest packet is forwarded, whatever the destinations say."""
-        blocked = [ipaddress.ip_network(n) for n in ALWAYS_BLOCKED]
         return list(ipaddress.collapse_addresses(
-            [n for n in blocked if isinstance(n, ipaddress.IPv4Network)] + [self.config.pool]))
+            [n for n in BLOCKED_NETWORKS if isinstance(n, ipaddress.IPv4Network)]
+            + [self.config.pool]))
 
     @property
     def table(self) -> str:
