@@ -138,7 +138,7 @@ class Lifecycle(_message.Message):
     def __init__(self, auto_pause: _Optional[bool] = ..., auto_resume: _Optional[bool] = ..., auto_pause_mode: _Optional[_Union[PauseMode, str]] = ...) -> None: ...
 
 class SandboxSpec(_message.Message):
-    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias", "catalog_template_id", "owner_key_id")
+    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias", "catalog_template_id", "owner_key_id", "volume_mounts")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +166,7 @@ class SandboxSpec(_message.Message):
     ALIAS_FIELD_NUMBER: _ClassVar[int]
     CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     template_id: str
     resources: Resources
@@ -179,10 +180,27 @@ class SandboxSpec(_message.Message):
     alias: str
     catalog_template_id: str
     owner_key_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ...) -> None: ...
+    volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMount]
+    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+
+class VolumeMount(_message.Message):
+    __slots__ = ("path", "volume_id", "name", "read_only", "ticket", "seen_as")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    SEEN_AS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    volume_id: str
+    name: str
+    read_only: bool
+    ticket: str
+    seen_as: str
+    def __init__(self, path: _Optional[str] = ..., volume_id: _Optional[str] = ..., name: _Optional[str] = ..., read_only: _Optional[bool] = ..., ticket: _Optional[str] = ..., seen_as: _Optional[str] = ...) -> None: ...
 
 class SandboxRecord(_message.Message):
-    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause", "owner_key_id")
+    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause", "owner_key_id", "volume_mounts")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +236,7 @@ class SandboxRecord(_message.Message):
     CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     ENVD_UNRESPONSIVE_AT_PAUSE_FIELD_NUMBER: _ClassVar[int]
     OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     node_id: str
     template_id: str
@@ -239,7 +258,8 @@ class SandboxRecord(_message.Message):
     catalog_template_id: str
     envd_unresponsive_at_pause: bool
     owner_key_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ..., owner_key_id: _Optional[str] = ...) -> None: ...
+    volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMount]
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
     __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement", "memory_budget_mib", "memory_used_mib", "host_memory_available_mib", "pressure")

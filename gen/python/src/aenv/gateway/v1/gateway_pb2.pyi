@@ -11,17 +11,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class VolumeForkMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VOLUME_FORK_MODE_SHARED: _ClassVar[VolumeForkMode]
+    VOLUME_FORK_MODE_COPY_ON_WRITE: _ClassVar[VolumeForkMode]
+
 class ExecSignal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EXEC_SIGNAL_UNSPECIFIED: _ClassVar[ExecSignal]
     EXEC_SIGNAL_SIGKILL: _ClassVar[ExecSignal]
     EXEC_SIGNAL_SIGTERM: _ClassVar[ExecSignal]
+VOLUME_FORK_MODE_SHARED: VolumeForkMode
+VOLUME_FORK_MODE_COPY_ON_WRITE: VolumeForkMode
 EXEC_SIGNAL_UNSPECIFIED: ExecSignal
 EXEC_SIGNAL_SIGKILL: ExecSignal
 EXEC_SIGNAL_SIGTERM: ExecSignal
 
 class CreateSandboxRequest(_message.Message):
-    __slots__ = ("template_id", "timeout_seconds", "env_vars", "metadata", "network", "lifecycle", "idempotency_key")
+    __slots__ = ("template_id", "timeout_seconds", "env_vars", "metadata", "network", "lifecycle", "idempotency_key", "volume_mounts")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +50,7 @@ class CreateSandboxRequest(_message.Message):
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
     template_id: str
     timeout_seconds: int
     env_vars: _containers.ScalarMap[str, str]
@@ -50,7 +58,18 @@ class CreateSandboxRequest(_message.Message):
     network: _cluster_pb2.NetworkPolicy
     lifecycle: _cluster_pb2.Lifecycle
     idempotency_key: str
-    def __init__(self, template_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., network: _Optional[_Union[_cluster_pb2.NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[_cluster_pb2.Lifecycle, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMountRequest]
+    def __init__(self, template_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., network: _Optional[_Union[_cluster_pb2.NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[_cluster_pb2.Lifecycle, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMountRequest, _Mapping]]] = ...) -> None: ...
+
+class VolumeMountRequest(_message.Message):
+    __slots__ = ("path", "volume", "read_only")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    volume: str
+    read_only: bool
+    def __init__(self, path: _Optional[str] = ..., volume: _Optional[str] = ..., read_only: _Optional[bool] = ...) -> None: ...
 
 class CreateSandboxResponse(_message.Message):
     __slots__ = ("sandbox",)
@@ -298,14 +317,16 @@ class DeleteSnapshotResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ForkSandboxRequest(_message.Message):
-    __slots__ = ("sandbox_id", "count", "timeout_seconds")
+    __slots__ = ("sandbox_id", "count", "timeout_seconds", "volume_mode")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_MODE_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     count: int
     timeout_seconds: int
-    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+    volume_mode: VolumeForkMode
+    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., timeout_seconds: _Optional[int] = ..., volume_mode: _Optional[_Union[VolumeForkMode, str]] = ...) -> None: ...
 
 class ForkResult(_message.Message):
     __slots__ = ("sandbox", "error")

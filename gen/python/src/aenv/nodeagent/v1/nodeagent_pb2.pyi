@@ -332,18 +332,26 @@ class DeleteSnapshotResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ForkSandboxRequest(_message.Message):
-    __slots__ = ("sandbox_id", "count", "timeout_seconds", "child_ids", "child_tokens")
+    __slots__ = ("sandbox_id", "count", "timeout_seconds", "child_ids", "child_tokens", "child_volume_mounts")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CHILD_IDS_FIELD_NUMBER: _ClassVar[int]
     CHILD_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHILD_VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     count: int
     timeout_seconds: int
     child_ids: _containers.RepeatedScalarFieldContainer[str]
     child_tokens: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., timeout_seconds: _Optional[int] = ..., child_ids: _Optional[_Iterable[str]] = ..., child_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
+    child_volume_mounts: _containers.RepeatedCompositeFieldContainer[ChildVolumeMounts]
+    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., timeout_seconds: _Optional[int] = ..., child_ids: _Optional[_Iterable[str]] = ..., child_tokens: _Optional[_Iterable[str]] = ..., child_volume_mounts: _Optional[_Iterable[_Union[ChildVolumeMounts, _Mapping]]] = ...) -> None: ...
+
+class ChildVolumeMounts(_message.Message):
+    __slots__ = ("mounts",)
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    mounts: _containers.RepeatedCompositeFieldContainer[_cluster_pb2.VolumeMount]
+    def __init__(self, mounts: _Optional[_Iterable[_Union[_cluster_pb2.VolumeMount, _Mapping]]] = ...) -> None: ...
 
 class ForkResult(_message.Message):
     __slots__ = ("sandbox", "error")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aenv/snapstore/v1/snapstore.proto\x12\x11\x61\x65nv.snapstore.v1\"3\n\x05\x43hunk\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04size\x18\x03 \x01(\x04\"R\n\tFileEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x12\n\nchunk_size\x18\x03 \x01(\r\x12\x15\n\rchunk_digests\x18\x04 \x03(\t\"\xc7\x01\n\x08Manifest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12\x11\n\tparent_id\x18\x02 \x01(\t\x12+\n\x05\x66iles\x18\x03 \x03(\x0b\x32\x1c.aenv.snapstore.v1.FileEntry\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.aenv.snapstore.v1.Manifest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"+\n\x18\x46indMissingChunksRequest\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\",\n\x19\x46indMissingChunksResponse\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\";\n\x10PutChunksRequest\x12\'\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x18.aenv.snapstore.v1.Chunk\"9\n\x11PutChunksResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x14\n\x0cstored_bytes\x18\x02 \x01(\x04\"#\n\x10GetChunksRequest\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\"<\n\x11GetChunksResponse\x12\'\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x18.aenv.snapstore.v1.Chunk\"C\n\x12PutManifestRequest\x12-\n\x08manifest\x18\x01 \x01(\x0b\x32\x1b.aenv.snapstore.v1.Manifest\"\x15\n\x13PutManifestResponse\")\n\x12GetManifestRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\"D\n\x13GetManifestResponse\x12-\n\x08manifest\x18\x01 \x01(\x0b\x32\x1b.aenv.snapstore.v1.Manifest\"\x16\n\x14ListManifestsRequest\"-\n\x15ListManifestsResponse\x12\x14\n\x0csnapshot_ids\x18\x01 \x03(\t\",\n\x15\x44\x65leteManifestRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteManifestResponse\"E\n\x15\x43ollectGarbageRequest\x12\x1a\n\rgrace_seconds\x18\x01 \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_grace_seconds\"\\\n\x16\x43ollectGarbageResponse\x12\x16\n\x0e\x64\x65leted_chunks\x18\x01 \x01(\r\x12\x15\n\rdeleted_bytes\x18\x02 \x01(\x04\x12\x13\n\x0bkept_chunks\x18\x03 \x01(\r2\xa4\x06\n\x10SnapStoreService\x12n\n\x11\x46indMissingChunks\x12+.aenv.snapstore.v1.FindMissingChunksRequest\x1a,.aenv.snapstore.v1.FindMissingChunksResponse\x12X\n\tPutChunks\x12#.aenv.snapstore.v1.PutChunksRequest\x1a$.aenv.snapstore.v1.PutChunksResponse(\x01\x12X\n\tGetChunks\x12#.aenv.snapstore.v1.GetChunksRequest\x1a$.aenv.snapstore.v1.GetChunksResponse0\x01\x12\\\n\x0bPutManifest\x12%.aenv.snapstore.v1.PutManifestRequest\x1a&.aenv.snapstore.v1.PutManifestResponse\x12\\\n\x0bGetManifest\x12%.aenv.snapstore.v1.GetManifestRequest\x1a&.aenv.snapstore.v1.GetManifestResponse\x12\x62\n\rListManifests\x12\'.aenv.snapstore.v1.ListManifestsRequest\x1a(.aenv.snapstore.v1.ListManifestsResponse\x12\x65\n\x0e\x44\x65leteManifest\x12(.aenv.snapstore.v1.DeleteManifestRequest\x1a).aenv.snapstore.v1.DeleteManifestResponse\x12\x65\n\x0e\x43ollectGarbage\x12(.aenv.snapstore.v1.CollectGarbageRequest\x1a).aenv.snapstore.v1.CollectGarbageResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!aenv/snapstore/v1/snapstore.proto\x12\x11\x61\x65nv.snapstore.v1\"3\n\x05\x43hunk\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04size\x18\x03 \x01(\x04\"R\n\tFileEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x12\n\nchunk_size\x18\x03 \x01(\r\x12\x15\n\rchunk_digests\x18\x04 \x03(\t\"\xc7\x01\n\x08Manifest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12\x11\n\tparent_id\x18\x02 \x01(\t\x12+\n\x05\x66iles\x18\x03 \x03(\x0b\x32\x1c.aenv.snapstore.v1.FileEntry\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.aenv.snapstore.v1.Manifest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"+\n\x18\x46indMissingChunksRequest\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\",\n\x19\x46indMissingChunksResponse\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\";\n\x10PutChunksRequest\x12\'\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x18.aenv.snapstore.v1.Chunk\"9\n\x11PutChunksResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x14\n\x0cstored_bytes\x18\x02 \x01(\x04\"#\n\x10GetChunksRequest\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\"<\n\x11GetChunksResponse\x12\'\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x18.aenv.snapstore.v1.Chunk\"C\n\x12PutManifestRequest\x12-\n\x08manifest\x18\x01 \x01(\x0b\x32\x1b.aenv.snapstore.v1.Manifest\"\x15\n\x13PutManifestResponse\")\n\x12GetManifestRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\"D\n\x13GetManifestResponse\x12-\n\x08manifest\x18\x01 \x01(\x0b\x32\x1b.aenv.snapstore.v1.Manifest\"\x16\n\x14ListManifestsRequest\"-\n\x15ListManifestsResponse\x12\x14\n\x0csnapshot_ids\x18\x01 \x03(\t\",\n\x15\x44\x65leteManifestRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteManifestResponse\"E\n\x15\x43ollectGarbageRequest\x12\x1a\n\rgrace_seconds\x18\x01 \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_grace_seconds\"\\\n\x16\x43ollectGarbageResponse\x12\x16\n\x0e\x64\x65leted_chunks\x18\x01 \x01(\r\x12\x15\n\rdeleted_bytes\x18\x02 \x01(\x04\x12\x13\n\x0bkept_chunks\x18\x03 \x01(\r\"=\n\x13\x43reateVolumeRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x04\"+\n\x14\x43reateVolumeResponse\x12\x13\n\x0bquota_bytes\x18\x01 \x01(\x04\")\n\x14\x44\x65stroyVolumeRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\"\x17\n\x15\x44\x65stroyVolumeResponse\":\n\x12\x43loneVolumeRequest\x12\x11\n\tsource_id\x18\x01 \x01(\t\x12\x11\n\tvolume_id\x18\x02 \x01(\t\"\x15\n\x13\x43loneVolumeResponse\"*\n\x15GetVolumeUsageRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\"P\n\x16GetVolumeUsageResponse\x12\x12\n\nused_bytes\x18\x01 \x01(\x04\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x04\x12\r\n\x05\x66iles\x18\x03 \x01(\x04\"^\n\x11GrantMountRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x11\n\tvolume_id\x18\x02 \x01(\t\x12\x0f\n\x07seen_as\x18\x03 \x01(\t\x12\x11\n\tread_only\x18\x04 \x01(\x08\"$\n\x12GrantMountResponse\x12\x0e\n\x06ticket\x18\x01 \x01(\t\"\x1a\n\x18GetVolumeEndpointRequest\"0\n\x19GetVolumeEndpointResponse\x12\x13\n\x0bnfs_address\x18\x01 \x01(\t\"\xd7\x01\n\x0bVolumeEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x30\n\x04type\x18\x03 \x01(\x0e\x32\".aenv.snapstore.v1.VolumeEntryType\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12\x0c\n\x04mode\x18\x05 \x01(\r\x12\x0b\n\x03uid\x18\x06 \x01(\r\x12\x0b\n\x03gid\x18\x07 \x01(\r\x12\x10\n\x08\x61time_ns\x18\x08 \x01(\x03\x12\x10\n\x08mtime_ns\x18\t \x01(\x03\x12\x10\n\x08\x63time_ns\x18\n \x01(\x03\x12\x0e\n\x06target\x18\x0b \x01(\t\"2\n\x0fStatPathRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"@\n\x0eListDirRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\r\"B\n\x0fListDirResponse\x12/\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1e.aenv.snapstore.v1.VolumeEntry\"\x90\x01\n\x0eMakeDirRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x10\n\x03uid\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x10\n\x03gid\x18\x04 \x01(\rH\x01\x88\x01\x01\x12\x11\n\x04mode\x18\x05 \x01(\rH\x02\x88\x01\x01\x12\r\n\x05\x66orce\x18\x06 \x01(\x08\x42\x06\n\x04_uidB\x06\n\x04_gidB\x07\n\x05_mode\"\x88\x01\n\x15UpdateMetadataRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x10\n\x03uid\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x10\n\x03gid\x18\x04 \x01(\rH\x01\x88\x01\x01\x12\x11\n\x04mode\x18\x05 \x01(\rH\x02\x88\x01\x01\x42\x06\n\x04_uidB\x06\n\x04_gidB\x07\n\x05_mode\"4\n\x11RemovePathRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x14\n\x12RemovePathResponse\"2\n\x0fReadFileRequest\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\" \n\x10ReadFileResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x91\x01\n\x0fWriteFileHeader\x12\x11\n\tvolume_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x10\n\x03uid\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x10\n\x03gid\x18\x04 \x01(\rH\x01\x88\x01\x01\x12\x11\n\x04mode\x18\x05 \x01(\rH\x02\x88\x01\x01\x12\r\n\x05\x66orce\x18\x06 \x01(\x08\x42\x06\n\x04_uidB\x06\n\x04_gidB\x07\n\x05_mode\"`\n\x10WriteFileRequest\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32\".aenv.snapstore.v1.WriteFileHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part*\x90\x01\n\x0fVolumeEntryType\x12!\n\x1dVOLUME_ENTRY_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16VOLUME_ENTRY_TYPE_FILE\x10\x01\x12\x1f\n\x1bVOLUME_ENTRY_TYPE_DIRECTORY\x10\x02\x12\x1d\n\x19VOLUME_ENTRY_TYPE_SYMLINK\x10\x03\x32\xa4\x06\n\x10SnapStoreService\x12n\n\x11\x46indMissingChunks\x12+.aenv.snapstore.v1.FindMissingChunksRequest\x1a,.aenv.snapstore.v1.FindMissingChunksResponse\x12X\n\tPutChunks\x12#.aenv.snapstore.v1.PutChunksRequest\x1a$.aenv.snapstore.v1.PutChunksResponse(\x01\x12X\n\tGetChunks\x12#.aenv.snapstore.v1.GetChunksRequest\x1a$.aenv.snapstore.v1.GetChunksResponse0\x01\x12\\\n\x0bPutManifest\x12%.aenv.snapstore.v1.PutManifestRequest\x1a&.aenv.snapstore.v1.PutManifestResponse\x12\\\n\x0bGetManifest\x12%.aenv.snapstore.v1.GetManifestRequest\x1a&.aenv.snapstore.v1.GetManifestResponse\x12\x62\n\rListManifests\x12\'.aenv.snapstore.v1.ListManifestsRequest\x1a(.aenv.snapstore.v1.ListManifestsResponse\x12\x65\n\x0e\x44\x65leteManifest\x12(.aenv.snapstore.v1.DeleteManifestRequest\x1a).aenv.snapstore.v1.DeleteManifestResponse\x12\x65\n\x0e\x43ollectGarbage\x12(.aenv.snapstore.v1.CollectGarbageRequest\x1a).aenv.snapstore.v1.CollectGarbageResponse2\xb6\t\n\rVolumeService\x12_\n\x0c\x43reateVolume\x12&.aenv.snapstore.v1.CreateVolumeRequest\x1a\'.aenv.snapstore.v1.CreateVolumeResponse\x12\x62\n\rDestroyVolume\x12\'.aenv.snapstore.v1.DestroyVolumeRequest\x1a(.aenv.snapstore.v1.DestroyVolumeResponse\x12\\\n\x0b\x43loneVolume\x12%.aenv.snapstore.v1.CloneVolumeRequest\x1a&.aenv.snapstore.v1.CloneVolumeResponse\x12\x65\n\x0eGetVolumeUsage\x12(.aenv.snapstore.v1.GetVolumeUsageRequest\x1a).aenv.snapstore.v1.GetVolumeUsageResponse\x12Y\n\nGrantMount\x12$.aenv.snapstore.v1.GrantMountRequest\x1a%.aenv.snapstore.v1.GrantMountResponse\x12n\n\x11GetVolumeEndpoint\x12+.aenv.snapstore.v1.GetVolumeEndpointRequest\x1a,.aenv.snapstore.v1.GetVolumeEndpointResponse\x12N\n\x08StatPath\x12\".aenv.snapstore.v1.StatPathRequest\x1a\x1e.aenv.snapstore.v1.VolumeEntry\x12P\n\x07ListDir\x12!.aenv.snapstore.v1.ListDirRequest\x1a\".aenv.snapstore.v1.ListDirResponse\x12L\n\x07MakeDir\x12!.aenv.snapstore.v1.MakeDirRequest\x1a\x1e.aenv.snapstore.v1.VolumeEntry\x12Z\n\x0eUpdateMetadata\x12(.aenv.snapstore.v1.UpdateMetadataRequest\x1a\x1e.aenv.snapstore.v1.VolumeEntry\x12Y\n\nRemovePath\x12$.aenv.snapstore.v1.RemovePathRequest\x1a%.aenv.snapstore.v1.RemovePathResponse\x12U\n\x08ReadFile\x12\".aenv.snapstore.v1.ReadFileRequest\x1a#.aenv.snapstore.v1.ReadFileResponse0\x01\x12R\n\tWriteFile\x12#.aenv.snapstore.v1.WriteFileRequest\x1a\x1e.aenv.snapstore.v1.VolumeEntry(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MANIFEST_LABELSENTRY']._loaded_options = None
   _globals['_MANIFEST_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_VOLUMEENTRYTYPE']._serialized_start=2914
+  _globals['_VOLUMEENTRYTYPE']._serialized_end=3058
   _globals['_CHUNK']._serialized_start=56
   _globals['_CHUNK']._serialized_end=107
   _globals['_FILEENTRY']._serialized_start=109
@@ -73,6 +75,56 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COLLECTGARBAGEREQUEST']._serialized_end=1122
   _globals['_COLLECTGARBAGERESPONSE']._serialized_start=1124
   _globals['_COLLECTGARBAGERESPONSE']._serialized_end=1216
-  _globals['_SNAPSTORESERVICE']._serialized_start=1219
-  _globals['_SNAPSTORESERVICE']._serialized_end=2023
+  _globals['_CREATEVOLUMEREQUEST']._serialized_start=1218
+  _globals['_CREATEVOLUMEREQUEST']._serialized_end=1279
+  _globals['_CREATEVOLUMERESPONSE']._serialized_start=1281
+  _globals['_CREATEVOLUMERESPONSE']._serialized_end=1324
+  _globals['_DESTROYVOLUMEREQUEST']._serialized_start=1326
+  _globals['_DESTROYVOLUMEREQUEST']._serialized_end=1367
+  _globals['_DESTROYVOLUMERESPONSE']._serialized_start=1369
+  _globals['_DESTROYVOLUMERESPONSE']._serialized_end=1392
+  _globals['_CLONEVOLUMEREQUEST']._serialized_start=1394
+  _globals['_CLONEVOLUMEREQUEST']._serialized_end=1452
+  _globals['_CLONEVOLUMERESPONSE']._serialized_start=1454
+  _globals['_CLONEVOLUMERESPONSE']._serialized_end=1475
+  _globals['_GETVOLUMEUSAGEREQUEST']._serialized_start=1477
+  _globals['_GETVOLUMEUSAGEREQUEST']._serialized_end=1519
+  _globals['_GETVOLUMEUSAGERESPONSE']._serialized_start=1521
+  _globals['_GETVOLUMEUSAGERESPONSE']._serialized_end=1601
+  _globals['_GRANTMOUNTREQUEST']._serialized_start=1603
+  _globals['_GRANTMOUNTREQUEST']._serialized_end=1697
+  _globals['_GRANTMOUNTRESPONSE']._serialized_start=1699
+  _globals['_GRANTMOUNTRESPONSE']._serialized_end=1735
+  _globals['_GETVOLUMEENDPOINTREQUEST']._serialized_start=1737
+  _globals['_GETVOLUMEENDPOINTREQUEST']._serialized_end=1763
+  _globals['_GETVOLUMEENDPOINTRESPONSE']._serialized_start=1765
+  _globals['_GETVOLUMEENDPOINTRESPONSE']._serialized_end=1813
+  _globals['_VOLUMEENTRY']._serialized_start=1816
+  _globals['_VOLUMEENTRY']._serialized_end=2031
+  _globals['_STATPATHREQUEST']._serialized_start=2033
+  _globals['_STATPATHREQUEST']._serialized_end=2083
+  _globals['_LISTDIRREQUEST']._serialized_start=2085
+  _globals['_LISTDIRREQUEST']._serialized_end=2149
+  _globals['_LISTDIRRESPONSE']._serialized_start=2151
+  _globals['_LISTDIRRESPONSE']._serialized_end=2217
+  _globals['_MAKEDIRREQUEST']._serialized_start=2220
+  _globals['_MAKEDIRREQUEST']._serialized_end=2364
+  _globals['_UPDATEMETADATAREQUEST']._serialized_start=2367
+  _globals['_UPDATEMETADATAREQUEST']._serialized_end=2503
+  _globals['_REMOVEPATHREQUEST']._serialized_start=2505
+  _globals['_REMOVEPATHREQUEST']._serialized_end=2557
+  _globals['_REMOVEPATHRESPONSE']._serialized_start=2559
+  _globals['_REMOVEPATHRESPONSE']._serialized_end=2579
+  _globals['_READFILEREQUEST']._serialized_start=2581
+  _globals['_READFILEREQUEST']._serialized_end=2631
+  _globals['_READFILERESPONSE']._serialized_start=2633
+  _globals['_READFILERESPONSE']._serialized_end=2665
+  _globals['_WRITEFILEHEADER']._serialized_start=2668
+  _globals['_WRITEFILEHEADER']._serialized_end=2813
+  _globals['_WRITEFILEREQUEST']._serialized_start=2815
+  _globals['_WRITEFILEREQUEST']._serialized_end=2911
+  _globals['_SNAPSTORESERVICE']._serialized_start=3061
+  _globals['_SNAPSTORESERVICE']._serialized_end=3865
+  _globals['_VOLUMESERVICE']._serialized_start=3868
+  _globals['_VOLUMESERVICE']._serialized_end=5074
 # @@protoc_insertion_point(module_scope)

@@ -406,3 +406,620 @@ class SnapStoreService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class VolumeServiceStub:
+    """Volumes: persistent filesystems outside sandboxes. A volume is a metadata database plus
+    content-addressed chunks in the same backend as snapshots; the volume server keeps a working
+    copy and serves it over NFSv3 to the node agents' relays (the guests' kernels mount it) and
+    through the content calls below (E2B's /volumecontent routes, via the gateway). Ownership,
+    names and metadata are the gateway's: here a volume is only its id.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateVolume = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/CreateVolume',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CreateVolumeRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CreateVolumeResponse.FromString,
+                _registered_method=True)
+        self.DestroyVolume = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/DestroyVolume',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.DestroyVolumeRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.DestroyVolumeResponse.FromString,
+                _registered_method=True)
+        self.CloneVolume = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/CloneVolume',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CloneVolumeRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CloneVolumeResponse.FromString,
+                _registered_method=True)
+        self.GetVolumeUsage = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/GetVolumeUsage',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeUsageRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeUsageResponse.FromString,
+                _registered_method=True)
+        self.GrantMount = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/GrantMount',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GrantMountRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GrantMountResponse.FromString,
+                _registered_method=True)
+        self.GetVolumeEndpoint = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/GetVolumeEndpoint',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeEndpointRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeEndpointResponse.FromString,
+                _registered_method=True)
+        self.StatPath = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/StatPath',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                _registered_method=True)
+        self.ListDir = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/ListDir',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ListDirRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ListDirResponse.FromString,
+                _registered_method=True)
+        self.MakeDir = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/MakeDir',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                _registered_method=True)
+        self.UpdateMetadata = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/UpdateMetadata',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                _registered_method=True)
+        self.RemovePath = channel.unary_unary(
+                '/aenv.snapstore.v1.VolumeService/RemovePath',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.RemovePathRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.RemovePathResponse.FromString,
+                _registered_method=True)
+        self.ReadFile = channel.unary_stream(
+                '/aenv.snapstore.v1.VolumeService/ReadFile',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ReadFileRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ReadFileResponse.FromString,
+                _registered_method=True)
+        self.WriteFile = channel.stream_unary(
+                '/aenv.snapstore.v1.VolumeService/WriteFile',
+                request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileRequest.SerializeToString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                _registered_method=True)
+
+
+class VolumeServiceServicer:
+    """Volumes: persistent filesystems outside sandboxes. A volume is a metadata database plus
+    content-addressed chunks in the same backend as snapshots; the volume server keeps a working
+    copy and serves it over NFSv3 to the node agents' relays (the guests' kernels mount it) and
+    through the content calls below (E2B's /volumecontent routes, via the gateway). Ownership,
+    names and metadata are the gateway's: here a volume is only its id.
+    """
+
+    def CreateVolume(self, request, context):
+        """ALREADY_EXISTS if the id is taken.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DestroyVolume(self, request, context):
+        """Deletes the volume and, at the next collection, the chunks no other volume references.
+        Mounts still open lose it (their calls answer stale handles). Absent: not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloneVolume(self, request, context):
+        """A new volume holding `source_id` as it is now (its closed files), sharing its chunks: it
+        costs only what either side changes afterwards.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetVolumeUsage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GrantMount(self, request, context):
+        """A ticket letting one sandbox's relay mount one volume (never logged).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetVolumeEndpoint(self, request, context):
+        """Where node agents' relays reach the NFS server.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StatPath(self, request, context):
+        """Content. NOT_FOUND: no such volume or path; FAILED_PRECONDITION: a path's parent is not a
+        directory, or a directory to remove is not empty and not recursive; ALREADY_EXISTS: a
+        directory to make exists (without `force`); RESOURCE_EXHAUSTED: the quota;
+        INVALID_ARGUMENT: a path that is not absolute or names `..`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDir(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MakeDir(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemovePath(self, request, context):
+        """Removes a file, or a directory with everything under it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadFile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteFile(self, request_iterator, context):
+        """The first message is the header, the rest carry the content (each at most 1 MiB). The file
+        is replaced whole when the stream ends; a broken stream leaves the old one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_VolumeServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateVolume,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CreateVolumeRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CreateVolumeResponse.SerializeToString,
+            ),
+            'DestroyVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.DestroyVolume,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.DestroyVolumeRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.DestroyVolumeResponse.SerializeToString,
+            ),
+            'CloneVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloneVolume,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CloneVolumeRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CloneVolumeResponse.SerializeToString,
+            ),
+            'GetVolumeUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVolumeUsage,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeUsageRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeUsageResponse.SerializeToString,
+            ),
+            'GrantMount': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantMount,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GrantMountRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GrantMountResponse.SerializeToString,
+            ),
+            'GetVolumeEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVolumeEndpoint,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeEndpointRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeEndpointResponse.SerializeToString,
+            ),
+            'StatPath': grpc.unary_unary_rpc_method_handler(
+                    servicer.StatPath,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+            ),
+            'ListDir': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDir,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ListDirRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ListDirResponse.SerializeToString,
+            ),
+            'MakeDir': grpc.unary_unary_rpc_method_handler(
+                    servicer.MakeDir,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+            ),
+            'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMetadata,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+            ),
+            'RemovePath': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemovePath,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.RemovePathRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.RemovePathResponse.SerializeToString,
+            ),
+            'ReadFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadFile,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ReadFileRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ReadFileResponse.SerializeToString,
+            ),
+            'WriteFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.WriteFile,
+                    request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileRequest.FromString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'aenv.snapstore.v1.VolumeService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('aenv.snapstore.v1.VolumeService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class VolumeService:
+    """Volumes: persistent filesystems outside sandboxes. A volume is a metadata database plus
+    content-addressed chunks in the same backend as snapshots; the volume server keeps a working
+    copy and serves it over NFSv3 to the node agents' relays (the guests' kernels mount it) and
+    through the content calls below (E2B's /volumecontent routes, via the gateway). Ownership,
+    names and metadata are the gateway's: here a volume is only its id.
+    """
+
+    @staticmethod
+    def CreateVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/CreateVolume',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CreateVolumeRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CreateVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DestroyVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/DestroyVolume',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.DestroyVolumeRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.DestroyVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloneVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/CloneVolume',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CloneVolumeRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.CloneVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVolumeUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/GetVolumeUsage',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeUsageRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantMount(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/GrantMount',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GrantMountRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GrantMountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVolumeEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/GetVolumeEndpoint',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeEndpointRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.GetVolumeEndpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StatPath(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/StatPath',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDir(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/ListDir',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ListDirRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ListDirResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MakeDir(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/MakeDir',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/UpdateMetadata',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemovePath(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/RemovePath',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.RemovePathRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.RemovePathResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/aenv.snapstore.v1.VolumeService/ReadFile',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ReadFileRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.ReadFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/aenv.snapstore.v1.VolumeService/WriteFile',
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileRequest.SerializeToString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
