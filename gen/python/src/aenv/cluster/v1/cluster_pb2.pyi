@@ -310,7 +310,7 @@ class TemplateRecord(_message.Message):
     def __init__(self, template_id: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., default_resources: _Optional[_Union[Resources, _Mapping]] = ..., envd_version: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SnapshotRecord(_message.Message):
-    __slots__ = ("snapshot_id", "node_id", "sandbox_id", "template_id", "names", "has_memory", "created_at", "resources", "persisted")
+    __slots__ = ("snapshot_id", "node_id", "sandbox_id", "template_id", "names", "has_memory", "created_at", "resources", "persisted", "volume_mounts")
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -320,6 +320,7 @@ class SnapshotRecord(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     PERSISTED_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
     snapshot_id: str
     node_id: str
     sandbox_id: str
@@ -329,7 +330,28 @@ class SnapshotRecord(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     resources: Resources
     persisted: bool
-    def __init__(self, snapshot_id: _Optional[str] = ..., node_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., has_memory: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., persisted: _Optional[bool] = ...) -> None: ...
+    volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMount]
+    def __init__(self, snapshot_id: _Optional[str] = ..., node_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., has_memory: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., persisted: _Optional[bool] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+
+class VolumeRecord(_message.Message):
+    __slots__ = ("volume_id", "name", "owner_key_id", "token", "quota_bytes", "created_at", "ephemeral_for_sandbox_id", "cloned_from")
+    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EPHEMERAL_FOR_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    CLONED_FROM_FIELD_NUMBER: _ClassVar[int]
+    volume_id: str
+    name: str
+    owner_key_id: str
+    token: str
+    quota_bytes: int
+    created_at: _timestamp_pb2.Timestamp
+    ephemeral_for_sandbox_id: str
+    cloned_from: str
+    def __init__(self, volume_id: _Optional[str] = ..., name: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., token: _Optional[str] = ..., quota_bytes: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ephemeral_for_sandbox_id: _Optional[str] = ..., cloned_from: _Optional[str] = ...) -> None: ...
 
 class CatalogTemplate(_message.Message):
     __slots__ = ("template_id", "names", "tags", "resources", "created_at", "updated_at", "build_count", "latest_build_id", "tag_images", "snapshot", "snapshot_ids")
