@@ -19,6 +19,8 @@ class PlatformPorts:
     nodeagent: int = 50052
     nodeagent_proxy: int = 50080
     snapstore: int = 50053
+    # Snapstore's volume NFS server (not 2049: a host's own NFS server may hold that).
+    volume_nfs: int = 50054
     # Prometheus /metrics of the gRPC services (the gateway's is on gateway_http).
     scheduler_metrics: int = 9101
     nodeagent_metrics: int = 9102

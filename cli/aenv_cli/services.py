@@ -113,6 +113,7 @@ def service_environment(
             "AENV_NODEAGENT_PROXY_LISTEN": address(ports.nodeagent_proxy),
             "AENV_NODEAGENT_SNAPSTORE_ADDRESS": address(ports.snapstore),
             "AENV_SNAPSTORE_LISTEN": address(ports.snapstore),
+            "AENV_SNAPSTORE_VOLUME_NFS_LISTEN": address(ports.volume_nfs),
             "AENV_SCHEDULER_METRICS_LISTEN": address(ports.scheduler_metrics),
             "AENV_NODEAGENT_METRICS_LISTEN": address(ports.nodeagent_metrics),
             "AENV_SNAPSTORE_METRICS_LISTEN": address(ports.snapstore_metrics),

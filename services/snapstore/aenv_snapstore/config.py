@@ -45,7 +45,23 @@ class SnapstoreSettings(BaseSettings):
     presence_cache_seconds: float = 600.0
     # Concurrent backend operations per request.
     io_concurrency: int = 16
+    # Volumes' NFSv3 server (MOUNT and NFS on one TCP port): host:port to bind, port 0 = any.
+    volume_nfs_listen: str = "127.0.0.1:2049"
+    # host:port node agents' relays dial (GetVolumeEndpoint); unset = the bound address. Set it
+    # when the bind address is not what nodes reach (0.0.0.0, a Service in front, NAT).
+    volume_nfs_advertise: str | None = None
+    # Working copies of open volumes (SQLite metadata, cached chunks); unset = $AENV_HOME/volumes.
+    volume_work_dir: Path | None = None
+    # A new volume's quota when its creator names none.
+    volume_default_quota_bytes: int = Field(default=10 << 30, gt=0)
+    # Metadata changes (not COMMITted data, which is synced at once) reach the backend within this.
+    volume_sync_interval_s: float = Field(default=0.2, gt=0)
+    # Seconds between collections of chunks no volume references; 0 = never in the background.
+    volume_gc_interval_s: float = Field(default=3600.0, ge=0)
     common: CommonSettings = Field(default_factory=CommonSettings)
 
     def fs_root_path(self) -> Path:
         return self.fs_root or self.common.home / "snapstore"
+
+    def volume_work_path(self) -> Path:
+        return self.volume_work_dir or self.common.home / "volumes"
