@@ -250,10 +250,16 @@ async def running_cluster(
         children.append(etcd)
         await _until_ready(etcd, HttpHealthProbe(f"http://{address(ports.etcd_client)}/health"))
         snapstore_address = f"{bridge_ip}:{ports.snapstore}"
+        # Volumes' NFS server on the bridge too: the hosts' relays dial it there (it advertises
+        # the address it bound); nothing else of a host reaches it without a ticket.
         snapstore = await ChildProcess.spawn(
             "snapstore",
             [sys.executable, "-m", "aenv_snapstore"],
-            base | {"AENV_SNAPSTORE_LISTEN": snapstore_address},
+            base
+            | {
+                "AENV_SNAPSTORE_LISTEN": snapstore_address,
+                "AENV_SNAPSTORE_VOLUME_NFS_LISTEN": f"{bridge_ip}:{free_port()}",
+            },
             home / "snapstore.log",
         )
         children.append(snapstore)
