@@ -37,6 +37,9 @@ class EnvdConfig:
     # Where /init installs the cluster's egress CA (trust.py); envd run on a host by tests
     # points them elsewhere, never at the host's own trust.
     trust_paths: TrustPaths = field(default_factory=TrustPaths)
+    # The longest /init waits for all of its volume mounts (upstream's is 10 s); the caller's
+    # own timeout for /init must be longer to hear which mount failed.
+    volume_mount_timeout_s: float = 10.0
 
 
 def load_config(argv: list[str] | None = None) -> EnvdConfig:
@@ -74,6 +77,11 @@ def load_config(argv: list[str] | None = None) -> EnvdConfig:
         "--system-ca-bundle", action="append",
         help="a system CA bundle /init may add the egress CA to (repeatable; the first found)",
     )
+    parser.add_argument(
+        "--volume-mount-timeout-s", type=float,
+        default=float(os.environ.get(_ENV_PREFIX + "VOLUME_MOUNT_TIMEOUT_S",
+                                     defaults.volume_mount_timeout_s)),
+    )
     args = parser.parse_args(argv)
     bundles = args.system_ca_bundle or [
         p for p in os.environ.get(_ENV_PREFIX + "SYSTEM_CA_BUNDLES", "").split(":") if p]
@@ -87,4 +95,5 @@ def load_config(argv: list[str] | None = None) -> EnvdConfig:
         log_level=args.log_level.upper(),
         sync_clock=args.sync_clock,
         reseed_rng=args.reseed_rng,
+        volume_mount_timeout_s=args.volume_mount_timeout_s,
     )

@@ -1,5 +1,6 @@
 """GET /health, POST /init, GET /envs, GET /metrics (spec §3.6), and POST /sync for the node
-agent (flush the guest's page cache before a filesystem-only pause or snapshot)."""
+agent (flush the guest's page cache before a filesystem-only pause or snapshot). /init also
+mounts the sandbox's volumes (volume_mounts.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .config import EnvdConfig
-from .errors import invalid_argument
+from .errors import EnvdError, invalid_argument
 from .files_http import http_error
 from .state import SandboxState
 from .system import MetricsReader, parse_rfc3339, reseed_rng, set_clock
 from .trust import check_pem, install_ca
 from .version import ENVD_VERSION
+from .volume_mounts import VolumeMounter, parse_volume_mounts
 
 log = logging.getLogger(__name__)
 VERSION_HEADERS = {"x-envd-version": ENVD_VERSION}
@@ -34,6 +36,7 @@ class ControlEndpoints:
         self._config = config
         self._metrics = MetricsReader()
         self._trusted: tuple[str, dict[str, str]] | None = None  # the CA installed, its env
+        self._volumes = VolumeMounter(config.volume_mount_timeout_s)
 
     async def health(self, request: Request) -> Response:
         return Response(status_code=204, headers=VERSION_HEADERS)
@@ -55,12 +58,19 @@ class ControlEndpoints:
             raw = await request.body()
             body = json.loads(raw) if raw.strip() else {}
             if not isinstance(body, dict):
-                raise invalid_argument("init body must be a JSON object")
+                raise ValueError("init body must be a JSON object")
+            # Checked before anything is applied: a malformed mount changes nothing.
+            mounts = parse_volume_mounts(body.get("volumeMounts"))
             self._apply(body)
         except ValueError as exc:
             return http_error(invalid_argument(f"invalid init body: {exc}"))
         if self._config.init_marker:
             _best_effort("mark init", _replace_marker, self._config.init_marker)
+        try:
+            # Every call lists them all again (a restored guest's /init): mounted ones are kept.
+            await self._volumes.ensure(mounts)
+        except EnvdError as exc:
+            return http_error(exc)
         return Response(status_code=204, headers=VERSION_HEADERS)
 
     def _apply(self, body: dict[str, Any]) -> None:

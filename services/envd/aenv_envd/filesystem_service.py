@@ -190,7 +190,7 @@ class FilesystemService:
         if not stat.S_ISDIR(target.st_mode):
             raise invalid_argument(f"path '{root}' is not a directory")
         if not allow_network_mounts and is_network_mount(root):
-            raise invalid_argument(f"path '{root}' is on a network mount")
+            raise invalid_argument(f"cannot watch path on network filesystem: {root}")
         return DirectoryWatcher(root, recursive)
 
     async def watch_dir(

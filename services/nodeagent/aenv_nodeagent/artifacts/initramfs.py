@@ -1,4 +1,4 @@
-"""Guest initramfs: busybox-static, the virtio modules in dependency order, and /init.
+"""Guest initramfs: busybox-static, the virtio and NFS modules in dependency order, and /init.
 
 Written as a cpio "newc" archive directly from Python (no cpio tool needed, byte-for-byte
 reproducible: fixed mtimes and inode numbers).
@@ -24,8 +24,11 @@ _BUILD_VERSION = "1"
 
 # Drivers the guest needs; their dependencies are added automatically. Built-in ones (listed in
 # modules.builtin, e.g. ext4 in the cloud kernel) are skipped; optional ones may be absent.
+# nfsv3 (with nfs, sunrpc, lockd, grace, nfs_acl, fscache, netfs) lets envd mount volumes with
+# mount(2): the guest's root filesystem has no module tree and no modprobe, so the kernel's own
+# request_module("nfsv3") at mount time would find nothing; loaded here, every template can mount.
 REQUIRED_MODULES = ("virtio_mmio", "virtio_blk", "virtio_net", "virtio_balloon",
-                    "virtio_console", "ext4")
+                    "virtio_console", "ext4", "nfsv3")
 OPTIONAL_MODULES = ("virtio_rng",)
 
 # Applets /init uses; linked at build time so the guest never runs `busybox --install`.
@@ -158,6 +161,9 @@ async def ensure_initramfs(cache_dir: Path, kernel: KernelBuild) -> InitramfsBui
         .add("build", _BUILD_VERSION)
         .add("kernel", kernel.entry.path.name)
         .add("busybox", busybox.read_bytes())
+        # Also inside `init`, named for clarity: another module list is another initramfs, so
+        # another artifacts digest, and every template snapshot (keyed on it) is captured anew.
+        .add("modules", " ".join(modules))
         .add("init", init)
         .add("compress", str(COMPRESS))
         .hexdigest()

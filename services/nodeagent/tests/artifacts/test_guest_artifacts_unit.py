@@ -129,7 +129,11 @@ CLOUD_LIKE = {
     "virtio_blk": "virtio,virtio_ring", "failover": "", "net_failover": "failover",
     "virtio_net": "virtio_ring,virtio,net_failover", "virtio_balloon": "virtio,virtio_ring",
     "virtio_console": "virtio,virtio_ring", "virtio_rng": "virtio,virtio_ring",
+    # The NFS client as Debian's cloud kernel 6.1 splits it (their .modinfo depends= lists).
+    "nfsv3": "nfs,lockd,sunrpc,nfs_acl", "nfs": "sunrpc,fscache,lockd", "sunrpc": "",
+    "lockd": "sunrpc,grace", "grace": "", "nfs_acl": "sunrpc", "fscache": "netfs", "netfs": "",
 }
+NFS_MODULES = ("sunrpc", "netfs", "fscache", "grace", "lockd", "nfs", "nfs_acl", "nfsv3")
 
 
 def test_modules_load_after_their_dependencies(tmp_path: Path) -> None:
@@ -139,6 +143,28 @@ def test_modules_load_after_their_dependencies(tmp_path: Path) -> None:
     assert order.index("net_failover") < order.index("virtio_net")
     assert order.index("failover") < order.index("net_failover")
     assert "ext4" not in order  # built in
+
+
+def test_the_nfs_client_loads_after_its_dependencies(tmp_path: Path) -> None:
+    """Volumes are NFSv3 mounts made by envd with mount(2): nfsv3 and all it needs are in."""
+    order = load_order(_fake_modules(tmp_path, CLOUD_LIKE, builtin=("fs/ext4/ext4",)))
+    assert [m for m in order if m in NFS_MODULES] == list(NFS_MODULES)  # post-order, as listed
+    for module in NFS_MODULES:
+        for dep in filter(None, CLOUD_LIKE[module].split(",")):
+            assert order.index(dep) < order.index(module), (dep, module)
+    assert order[-2:] == ["nfsv3", "virtio_rng"]  # required first, then optional
+
+
+def test_nfs_is_required(tmp_path: Path) -> None:
+    deps = {k: v for k, v in CLOUD_LIKE.items() if k != "lockd"}
+    with pytest.raises(Internal, match="lockd"):
+        load_order(_fake_modules(tmp_path, deps, builtin=("fs/ext4/ext4",)))
+
+
+def test_a_built_in_sunrpc_is_not_loaded(tmp_path: Path) -> None:
+    deps = {k: v for k, v in CLOUD_LIKE.items() if k != "sunrpc"}
+    order = load_order(_fake_modules(tmp_path, deps, builtin=("fs/ext4/ext4", "net/sunrpc/sunrpc")))
+    assert "sunrpc" not in order and order.index("lockd") < order.index("nfsv3")
 
 
 def test_ext4_and_its_deps_are_loaded_when_modular(tmp_path: Path) -> None:
