@@ -1,9 +1,11 @@
 """The snapstore's Prometheus metrics: chunk bytes stored and served (compressed, as kept), the
-chunks a push did not send because they were stored already, and what collection removes."""
+chunks a push did not send because they were stored already, and what collection removes; for
+volumes: the volumes open, NFS calls by procedure, file bytes read and written (over NFS or the
+content API) and how long syncs to the backend take."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 CHUNKS_WRITTEN = Counter("aenv_snapstore_chunks_written", "Chunks stored")
 BYTES_WRITTEN = Counter("aenv_snapstore_chunk_bytes_written",
@@ -20,3 +22,18 @@ GC_DELETED_BYTES = Counter("aenv_snapstore_gc_deleted_bytes",
                            "Chunk bytes removed by garbage collection")
 GC_KEPT_CHUNKS = Gauge("aenv_snapstore_gc_kept_chunks",
                        "Chunks the last garbage collection kept (what the store holds)")
+
+VOLUMES_OPEN = Gauge("aenv_snapstore_volumes_open",
+                     "Volumes with a working copy open on this server")
+NFS_CONNECTIONS = Gauge("aenv_snapstore_nfs_connections",
+                        "Open NFS connections (one per guest connection a relay forwards)")
+NFS_OPS = Counter("aenv_snapstore_nfs_ops", "NFS and MOUNT calls answered, by procedure and status",
+                  ["procedure", "status"])
+VOLUME_BYTES_READ = Counter("aenv_snapstore_volume_bytes_read",
+                            "File bytes read from volumes, by way (nfs or api)", ["via"])
+VOLUME_BYTES_WRITTEN = Counter("aenv_snapstore_volume_bytes_written",
+                               "File bytes written to volumes, by way (nfs or api)", ["via"])
+VOLUME_SYNC_SECONDS = Histogram(
+    "aenv_snapstore_volume_sync_seconds",
+    "One sync of a volume's changes (chunks and metadata) to the backend",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
