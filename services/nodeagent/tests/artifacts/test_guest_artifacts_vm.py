@@ -119,6 +119,22 @@ async def booted_guest(
                 await process.wait()
 
 
+NFS_MODULES = {"nfsv3", "nfs", "lockd", "grace", "nfs_acl", "sunrpc", "fscache", "netfs"}
+
+
+def test_initramfs_loads_the_nfs_client_after_its_dependencies(
+    built_artifacts: BuiltArtifacts,
+) -> None:
+    """The order computed from the real cloud kernel's modules (each after what it needs)."""
+    info = built_artifacts.guest.entries["initramfs"].path / "initramfs.json"
+    order = json.loads(info.read_text())["modules"]
+    assert NFS_MODULES <= set(order)
+    for before, after in (("sunrpc", "lockd"), ("grace", "lockd"), ("netfs", "fscache"),
+                          ("fscache", "nfs"), ("lockd", "nfs"), ("nfs", "nfsv3"),
+                          ("nfs_acl", "nfsv3"), ("sunrpc", "nfs_acl")):
+        assert order.index(before) < order.index(after), (before, after, order)
+
+
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="aenv-art-test-") as path:
@@ -133,6 +149,8 @@ async def test_guest_boots_to_envd_health(built_artifacts: BuiltArtifacts, workd
         print(f"\nexec -> envd /health: {seconds:.2f}s (TCG)")
         status, body = await asyncio.to_thread(guest.get, "/env")
         env = json.loads(body)["env"]
+        _, body = await asyncio.to_thread(guest.get, "/kernel")
+        kernel = json.loads(body)
         console = guest.serial_log.read_text(errors="replace")
     assert status == 200
     # envd gets only what it needs; nothing of the bundled runtime except PYTHONHOME,
@@ -142,6 +160,10 @@ async def test_guest_boots_to_envd_health(built_artifacts: BuiltArtifacts, workd
     assert set(env) <= {"PATH", "HOME", "LANG", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE",
                         "PYTHONUNBUFFERED", "AENV_TOOLS_DIR", "AENV_ENVD_INIT_MARKER"}
     assert "aenv-init: starting envd" in console
+    # Volumes: envd mounts NFSv3 with mount(2); the guest has no modprobe, the initramfs loaded
+    # the client (nfsv3 -> nfs, lockd, nfs_acl -> sunrpc, grace, fscache -> netfs).
+    assert NFS_MODULES <= set(kernel["modules"]), kernel["modules"]
+    assert "nfs" in kernel["filesystems"]
     assert "cannot mount" not in console
     after = base.stat()
     assert (after.st_mtime_ns, after.st_size) == (base_stat.st_mtime_ns, base_stat.st_size)
