@@ -29,6 +29,7 @@ async def _serve(settings: GatewaySettings) -> None:
     from aenv_gateway.idempotency_etcd import EtcdKeyClaims
     from aenv_gateway.server import start_gateway
     from aenv_gateway.templates.records import EtcdTemplateRecords
+    from aenv_gateway.volumes.records import EtcdVolumeRecords
 
     api_key = load_or_create_api_key(settings.resolved_api_key_file())
     # Made here too when the launcher did not (a gateway started on its own); a cluster's nodes
@@ -47,7 +48,7 @@ async def _serve(settings: GatewaySettings) -> None:
         try:
             gateway = await start_gateway(settings, view, records, api_key, api_keys, key_claims,
                                           SecretStore(EtcdSecretRecords(view.store), secrets_key),
-                                          secrets_key)
+                                          secrets_key, EtcdVolumeRecords(view.store))
             try:
                 await stop.wait()
             finally:

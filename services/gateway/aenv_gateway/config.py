@@ -36,7 +36,8 @@ class GatewaySettings(BaseSettings):
     # schedulers' leader TTL, so a standby's takeover is waited for).
     scheduler_address: str = "127.0.0.1:50051"
     scheduler_failover_s: float = Field(default=15.0, ge=0)
-    # Where template builds' COPY contexts are uploaded to (unset: builds without COPY only).
+    # Snapstore: where template builds' COPY contexts are uploaded to and volumes are kept
+    # (unset: builds without COPY only, and no volumes).
     snapstore_address: str | None = None
     # Default: $AENV_HOME/api-key, created on first start.
     api_key_file: Path | None = None
@@ -80,6 +81,10 @@ class GatewaySettings(BaseSettings):
     # Requests (streams included) one API key may hold open at once, on both edges
     # (revocation.py); past it, 429 / RESOURCE_EXHAUSTED.
     max_open_requests_per_key: int = Field(default=1024, gt=0)
+    # Copy-on-write volume clones of fork children whose sandbox is gone are destroyed every
+    # interval, once older than the grace (volumes/sweep.py).
+    volume_sweep_interval_s: float = Field(default=30.0, gt=0)
+    volume_sweep_grace_s: float = Field(default=120.0, ge=0)
     # On stop, open streams (process output may flow for hours) get this long to finish before
     # their connections are closed.
     shutdown_grace_s: int = 3

@@ -2,7 +2,8 @@
 only while it sends a request's headers within `header_timeout_s` (slowloris, idle sockets),
 and a control-plane request's body is at most `max_body_bytes`, in full within
 `body_timeout_s` (never-ending or trickled uploads). Sandbox traffic and the signed context
-upload stream as long as they flow: those bodies are the user's files.
+upload and a volume's file upload stream as long as they flow: those bodies are the user's
+files.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from aenv_common.errors import AenvError
 
-# The signed upload of a template build's files (up to uploads.MAX_CONTEXT_BYTES).
-_STREAMED_UPLOAD = re.compile(r"^/templates/[^/]+/files/[^/]+$")
+# The signed upload of a template build's files (up to uploads.MAX_CONTEXT_BYTES), and a
+# volume's file upload (bounded by the volume's quota: volumes/content.py).
+_STREAMED_UPLOAD = re.compile(r"^(/templates/[^/]+/files/[^/]+|/volumecontent/[^/]+/file)$")
 
 
 class BodyRefused(AenvError):

@@ -26,6 +26,7 @@ from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import MAX_PAGE
 from aenv_gateway.service import CreateRequest, SandboxService
 from aenv_gateway.snapshots import SnapshotQuery, SnapshotService
+from aenv_gateway.volumes.mounts import MountRequest
 
 # Children's time to live when the request leaves it 0 (the E2B SDK's default too).
 FORK_DEFAULT_TIMEOUT_S = 15
@@ -100,6 +101,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             network=_field(item, shared, "network")
             or cluster_pb2.NetworkPolicy(allow_internet_access=True),
             lifecycle=_field(item, shared, "lifecycle") or cluster_pb2.Lifecycle(),
+            # By volume id or name; a batch's items each mount their own (no shared field).
+            volume_mounts=tuple(MountRequest(m.path, m.volume, m.read_only)
+                                for m in item.volume_mounts),
         )
 
     async def GetSandbox(
@@ -211,6 +215,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             request.sandbox_id,
             request.count or 1,
             request.timeout_seconds or FORK_DEFAULT_TIMEOUT_S,
+            copy_on_write=request.volume_mode == gateway_pb2.VOLUME_FORK_MODE_COPY_ON_WRITE,
         )
         return gateway_pb2.ForkSandboxResponse(results=[_fork_result(r) for r in results])
 

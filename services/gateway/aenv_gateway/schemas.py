@@ -30,6 +30,7 @@ from aenv_gateway.network_schema import (
 )
 from aenv_gateway.service import REFRESH_MAX_S, CreateRequest
 from aenv_gateway.snapshots import SnapshotQuery
+from aenv_gateway.volumes.mounts import MountRequest
 
 MAX_PAGE = 100
 # Times the node agent takes (unix seconds or ms) are int64.
@@ -75,14 +76,34 @@ def parse_new_sandbox(
         network=parse_network(body, seal),
         lifecycle=_lifecycle(body),
         idempotency_key=checked_key(idempotency_key),
+        volume_mounts=parse_volume_mounts(body),
     )
+
+
+def parse_volume_mounts(body: Mapping[str, Any]) -> tuple[MountRequest, ...]:
+    """E2B's `volumeMounts: [{name, path}]` (the name may also be a volume id), and the
+    extension `readOnly` on a mount (E2B's mounts are read-write)."""
+    mounts = json_field(body, "volumeMounts", list) or []
+    parsed: list[MountRequest] = []
+    for mount in mounts:
+        if not isinstance(mount, dict):
+            raise InvalidArgument("volumeMounts must be an array of {name, path} objects")
+        parsed.append(MountRequest(
+            path=json_field(mount, "path", str, required=True) or "",
+            volume=json_field(mount, "name", str, required=True) or "",
+            read_only=json_field(mount, "readOnly", bool) is True))
+    return tuple(parsed)
+
+
+def present_volume_mounts(record: cluster_pb2.SandboxRecord) -> list[dict[str, Any]]:
+    """SandboxVolumeMount: `{name, path}` (plus the extension `readOnly`); never the ticket."""
+    return [{"name": m.name, "path": m.path, "readOnly": m.read_only}
+            for m in record.volume_mounts]
 
 
 def _refuse_unserved(body: Mapping[str, Any]) -> None:
     """Services this platform does not run: a sandbox asking for them is refused, never made
     without them (the SDKs send none of these keys unless asked)."""
-    if json_field(body, "volumeMounts", list):
-        raise InvalidArgument("volumeMounts: this platform has no volumes to mount")
     if body.get("mcp"):
         raise InvalidArgument("mcp: this platform runs no MCP gateway in sandboxes")
     iam = json_field(body, "iam", dict) or {}
@@ -291,6 +312,7 @@ class Presenter:
             diskSizeMB=record.resources.disk_mib,
             state=_STATE_NAMES.get(record.state, "running"),
             metadata=dict(record.metadata),
+            volumeMounts=present_volume_mounts(record),
         )
         if record.state == PAUSED and record.envd_unresponsive_at_pause:
             # Omitted otherwise, as E2B's: only a paused sandbox's snapshot can carry it.

@@ -48,6 +48,7 @@ from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.secrets import SecretRoutes
 from aenv_gateway.routes.snapshots import SnapshotRoutes
 from aenv_gateway.routes.templates import TemplateRoutes
+from aenv_gateway.routes.volumes import VolumeRoutes
 from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import Presenter
 from aenv_gateway.secrets import GatewaySecrets
@@ -60,6 +61,11 @@ from aenv_gateway.templates.cleanup import TemplateCleanup
 from aenv_gateway.templates.records import TemplateRecords
 from aenv_gateway.templates.snapshot_catalog import SnapshotCatalog
 from aenv_gateway.templates.uploads import ContextUploads
+from aenv_gateway.volumes.client import VolumeClient
+from aenv_gateway.volumes.mounts import VolumeMounts
+from aenv_gateway.volumes.records import InMemoryVolumeRecords, VolumeRecords
+from aenv_gateway.volumes.service import Volumes
+from aenv_gateway.volumes.sweep import VolumeSweep
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,9 @@ class RunningGateway:
     api_keys: ApiKeyRecords
     # The Secret API's operations (the network checks ask it for unknown placeholders).
     secrets: GatewaySecrets
+    # Volumes (records, snapstore's VolumeService) and the sweep of fork children's clones.
+    volumes: Volumes
+    sweep: VolumeSweep
     _edges: list[tuple[EmbeddedServer, asyncio.Task[None]]]
     _grpc: grpc.aio.Server
     _session: aiohttp.ClientSession
@@ -87,6 +96,7 @@ class RunningGateway:
     _builds: TemplateBuilds
 
     async def stop(self) -> None:
+        await self.sweep.stop()
         await self._builds.stop()
         await self.service.close()
         for server, _ in self._edges:
@@ -129,12 +139,13 @@ async def start_gateway(
     settings: GatewaySettings, view: ClusterView, template_records: TemplateRecords,
     api_key: str, api_keys: ApiKeyRecords | None = None, key_claims: KeyClaims | None = None,
     secret_store: SecretStore | None = None, secrets_key: SecretsKey | None = None,
+    volume_records: VolumeRecords | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down. `api_keys` and `key_claims` (idempotency keys) are kept in memory when not given
     (tests, a gateway on its own), as are secrets without `secret_store`. `secrets_key` is the
     platform secrets key `secret_store` seals with (egress proxy passwords are sealed with it too);
-    a random one without it.
+    a random one without it. Volume records are kept in memory without `volume_records`.
 
     :raise InvalidArgument: the TLS certificate or key cannot be loaded.
     :raise Unavailable: a listen address is taken.
@@ -152,6 +163,11 @@ async def start_gateway(
     catalog = TemplateCatalog(template_records)
     snapshot_names = SnapshotCatalog(catalog)
     builds = TemplateBuilds(catalog, scheduler, nodeagents)
+    volumes = Volumes(
+        volume_records if volume_records is not None else InMemoryVolumeRecords(),
+        VolumeClient(pool.get(settings.snapstore_address), settings.rpc_deadline_s)
+        if settings.snapstore_address else None,
+        directory)
     service = SandboxService(
         directory,
         scheduler,
@@ -163,6 +179,7 @@ async def start_gateway(
         creates=NodeCreates(nodeagents, CreateRetryPolicy(
             settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
         egress=EgressChecks(secrets, key),
+        mounts=VolumeMounts(volumes),
     )
     snapshots = SnapshotService(service, directory, nodeagents, snapshot_names)
     # The stored keys (in memory without etcd: tests, a gateway on its own).
@@ -188,7 +205,8 @@ async def start_gateway(
                                      snapshots, settings.fallback_envd_version,
                                      TemplateCleanup(template_records, snapstore))
     routes = [*control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth),
-              *KeyRoutes(auth, key_records).routes(), *SecretRoutes(auth, secrets).routes()]
+              *KeyRoutes(auth, key_records).routes(), *SecretRoutes(auth, secrets).routes(),
+              *VolumeRoutes(volumes, auth).routes()]
     edge = GatewayApp(
         routes,
         DataPlane(service.wake, StreamingProxy(session)),
@@ -221,9 +239,13 @@ async def start_gateway(
         extra={"http_port": http_port, "https_port": https_port, "grpc_port": grpc_port},
     )
     SANDBOX_STATES.attach(directory.records)
+    sweep = VolumeSweep(volumes, directory, settings.volume_sweep_interval_s,
+                        settings.volume_sweep_grace_s)
+    sweep.start()
     return RunningGateway(
         http_port, https_port, grpc_port, service, directory, routes, app, key_records, secrets,
-        [(server, task) for server, task, _ in edges], grpc_server, session, pool, builds,
+        volumes, sweep, [(server, task) for server, task, _ in edges], grpc_server, session,
+        pool, builds,
     )
 
 

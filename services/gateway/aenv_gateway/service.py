@@ -44,6 +44,7 @@ from aenv_gateway.listing import (
 from aenv_gateway.paging import paginate
 from aenv_gateway.resumes import Connected, Resumes
 from aenv_gateway.templates.catalog import Source
+from aenv_gateway.volumes.mounts import MountRequest, VolumeMounts
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class CreateRequest:
     )
     lifecycle: cluster_pb2.Lifecycle = field(default_factory=cluster_pb2.Lifecycle)
     idempotency_key: str | None = None
+    volume_mounts: tuple[MountRequest, ...] = ()
 
 
 class SandboxService:
@@ -86,9 +88,11 @@ class SandboxService:
         templates: TemplateResolver,
         creates: NodeCreates,
         egress: EgressChecks,
+        mounts: VolumeMounts,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._directory = directory
+        self.mounts = mounts
         self._creates = creates
         self.egress = egress
         self._templates = templates
@@ -115,6 +119,7 @@ class SandboxService:
         self.check_timeout(request.timeout_s)
         if not request.template_id:
             raise InvalidArgument("templateID is required")
+        self.mounts.check_paths(request.volume_mounts)
 
     async def _create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
         # A template built through the template API: its tag's build.
@@ -134,7 +139,10 @@ class SandboxService:
             # Whose secrets fill its network rules' placeholders (docs/egress.md, "Secrets").
             owner_key_id=current_caller(),
         )
-        placement, record = await self._place_and_create(spec)
+        # Mounts with tickets for this id (volumes/mounts.py); a grant leaves nothing to undo.
+        await self.mounts.for_spec(spec, request.volume_mounts)
+        with self.mounts.volumes.mounting([m.volume_id for m in spec.volume_mounts]):
+            placement, record = await self._place_and_create(spec)
         owner = Owner(placement.node_id, placement.nodeagent_address, placement.proxy_address)
         self._directory.remember(record, owner)
         log.info(
@@ -379,9 +387,11 @@ class SandboxService:
         return record
 
     async def fork(
-        self, sandbox_id: str, count: int, timeout_s: int
+        self, sandbox_id: str, count: int, timeout_s: int, *, copy_on_write: bool = False
     ) -> Sequence[nodeagent_pb2.ForkResult]:
-        """`count` children on the parent's node; one result (sandbox or error) per child."""
+        """`count` children on the parent's node; one result (sandbox or error) per child. The
+        children mount the parent's volumes, or copy-on-write clones of its read-write ones
+        (volumes/mounts.py)."""
         if not 1 <= count <= MAX_FORK_CHILDREN:
             raise InvalidArgument(f"count must be between 1 and {MAX_FORK_CHILDREN}")
         self.check_timeout(timeout_s)
@@ -391,7 +401,10 @@ class SandboxService:
             child_ids=[new_sandbox_id() for _ in range(count)],
             child_tokens=[new_secret() for _ in range(count)],
         )
-        results = await self._nodeagents.fork(located.owner.nodeagent_address, request)
+        address = located.owner.nodeagent_address
+        results = await self.mounts.forked(
+            located.record, request, copy_on_write,
+            lambda forked: self._nodeagents.fork(address, forked))
         for result in results:
             if result.HasField("sandbox"):
                 self._directory.remember(result.sandbox, located.owner)

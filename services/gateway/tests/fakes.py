@@ -84,6 +84,9 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         # Each sandbox's log entries, oldest first; and the log requests seen.
         self.logs: dict[str, list[nodeagent_pb2.SandboxLogEntry]] = {}
         self.log_requests: list[nodeagent_pb2.GetSandboxLogsRequest] = []
+        self.forks: list[nodeagent_pb2.ForkSandboxRequest] = []
+        # Errors the next forks raise, one each (a node that broke off the call).
+        self.fork_failures: list[AenvError] = []
 
     async def BuildTemplate(
         self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
@@ -136,6 +139,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             lifecycle=spec.lifecycle,
             env_vars=spec.env_vars,
             traffic_access_token=spec.traffic_access_token,
+            owner_key_id=spec.owner_key_id,
+            volume_mounts=spec.volume_mounts,
         )
         self.view.sandbox_records[record.sandbox_id] = record
         return nodeagent_pb2.CreateSandboxResponse(sandbox=record)
@@ -275,7 +280,9 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.view.snapshot_records[snapshot_id] = cluster_pb2.SnapshotRecord(
             snapshot_id=snapshot_id, node_id=NODE_ID, sandbox_id=request.sandbox_id,
             template_id=source.template_id, names=[request.name or snapshot_id],
-            created_at=info.created_at)
+            created_at=info.created_at, volume_mounts=source.volume_mounts)
+        for mount in self.view.snapshot_records[snapshot_id].volume_mounts:
+            mount.ClearField("ticket")  # as the node agent keeps them
         return nodeagent_pb2.CreateSnapshotResponse(snapshot=info)
 
     async def DeleteSnapshot(
@@ -298,8 +305,12 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ForkSandboxResponse:
         parent = self._record(request.sandbox_id)
+        self.forks.append(request)
+        if self.fork_failures:
+            raise self.fork_failures.pop(0)
         results: list[nodeagent_pb2.ForkResult] = []
-        for child_id, token in zip(request.child_ids, request.child_tokens, strict=True):
+        for index, (child_id, token) in enumerate(
+                zip(request.child_ids, request.child_tokens, strict=True)):
             if len(results) == 1:  # the second child fails, as a child may on a real node
                 results.append(nodeagent_pb2.ForkResult(
                     error=nodeagent_pb2.ForkError(code=503, message="no room")))
@@ -307,6 +318,9 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             child = cluster_pb2.SandboxRecord()
             child.CopyFrom(parent)
             child.sandbox_id, child.envd_access_token = child_id, token
+            if request.child_volume_mounts:
+                del child.volume_mounts[:]
+                child.volume_mounts.extend(request.child_volume_mounts[index].mounts)
             self.view.sandbox_records[child_id] = child
             results.append(nodeagent_pb2.ForkResult(sandbox=child))
         return nodeagent_pb2.ForkSandboxResponse(results=results)

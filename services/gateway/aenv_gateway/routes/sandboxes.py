@@ -178,9 +178,13 @@ class SandboxRoutes:
         body = parse_json_object(await request.body())
         count = json_field(body, "count", int)
         timeout = json_field(body, "timeout", int)
+        mode = json_field(body, "volumeMode", str) or "shared"
+        if mode not in ("shared", "copy-on-write"):
+            raise InvalidArgument("volumeMode must be shared or copy-on-write")
         results = await self._service.fork(
             request.path_params["sandbox_id"], 1 if count is None else count,
-            FORK_DEFAULT_TIMEOUT_S if timeout is None else timeout)
+            FORK_DEFAULT_TIMEOUT_S if timeout is None else timeout,
+            copy_on_write=mode == "copy-on-write")
         return JSONResponse([self._fork_entry(r) for r in results], status_code=201)
 
     def _fork_entry(self, result: nodeagent_pb2.ForkResult) -> dict[str, Any]:
