@@ -42,7 +42,8 @@ async def mnt(ctx: Ctx, args: Unpacker) -> bytes:
     path = raw.decode("utf-8", "replace")
     seen_as, _, below = path.lstrip("/").partition("/")
     if not path.startswith("/") or seen_as not in ctx.session.grants:
-        code = MNT3ERR_ACCES if _VOLUME_ID.fullmatch(seen_as) else MNT3ERR_NOENT
+        volume_like = path.startswith("/") and _VOLUME_ID.fullmatch(seen_as)
+        code = MNT3ERR_ACCES if volume_like else MNT3ERR_NOENT
         log.info("nfs mount refused", extra={"export": path[:64], "peer": ctx.peer,
                                              "status": code})
         return Packer().u32(code).bytes()

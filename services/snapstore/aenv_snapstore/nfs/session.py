@@ -10,7 +10,7 @@ was not granted is STALE, so no guest reaches another's volume whatever handle i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aenv_common.errors import AenvError
 from aenv_snapstore.volumes.tickets import BadTicket, Grant, TicketKey
@@ -114,23 +114,19 @@ class Target:
             raise Nfs3Error(NFS3ERR_ROFS, "read-only grant")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Session:
-    """One connection's grants and the volumes it opened (opened on first use)."""
+    """One connection's grants. Volumes are asked of the store on every call (an open volume is
+    a dict lookup there), so a volume destroyed or reopened meanwhile is never served stale."""
 
     store: VolumeStoreLike
     grants: dict[str, Grant]
-    _volumes: dict[str, VolumeLike] = field(default_factory=dict)
 
     async def volume(self, seen_as: str) -> tuple[VolumeLike, Grant]:
         grant = self.grants.get(seen_as)
         if grant is None:
             raise Nfs3Error(NFS3ERR_STALE, "handle of a volume this connection was not granted")
-        volume = self._volumes.get(seen_as)
-        if volume is None:
-            volume = await self.store.open(grant.volume_id)
-            self._volumes[seen_as] = volume
-        return volume, grant
+        return await self.store.open(grant.volume_id), grant
 
     async def resolve(self, handle: bytes) -> Target:
         seen_as, ino = decode_handle(handle)

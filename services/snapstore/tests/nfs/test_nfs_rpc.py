@@ -19,6 +19,14 @@ from .fake_volume import FakeStore
 from .nfs_client import AUTH_NONE, call_record, fh, mark
 
 
+@pytest.fixture
+def store() -> FakeStore:
+    """These tests slow the fake volume down at will: the fake store only."""
+    fake = FakeStore()
+    fake.add(VOL_A)
+    return fake
+
+
 def test_xdr_round_trip_and_truncation() -> None:
     data = Packer().u32(7).u64(2**40 + 3).boolean(True).opaque(b"abcde").string("hé").bytes()
     assert len(data) % 4 == 0
