@@ -22,6 +22,7 @@ from .session import MAX_PREAMBLE, BadPreamble, Session, parse_preamble
 
 PREAMBLE_TIMEOUT_S = 5.0
 MAX_IN_FLIGHT = 64
+CALL_GRACE_S = 5.0  # how long a closing connection waits for its calls in flight
 _READ_LIMIT = MAX_PREAMBLE + 1024
 
 
@@ -147,13 +148,21 @@ class _Connection:
 
     async def send(self, data: bytes) -> None:
         async with self._write_lock:  # one reply's bytes are never interleaved with another's
+            if self.writer.is_closing():
+                return  # the peer went away: the reply has no one to go to
             self.writer.write(data)
-            await self.writer.drain()
+            with contextlib.suppress(ConnectionError):
+                await self.writer.drain()
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Lets the calls in flight finish (a volume call cut in half helps no one; their replies
+        go nowhere if the peer is gone), cancelling what is still running after a grace."""
+        tasks = list(self._tasks)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=CALL_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:

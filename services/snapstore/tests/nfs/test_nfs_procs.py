@@ -279,3 +279,23 @@ async def test_null_and_getattr_of_each_type(nfs: tuple[Ops, bytes]) -> None:
     u = await ops.client.nfs(c.GETATTR, fh(made.handle).bytes())
     assert u.u32() == 0 and fattr(u).type == c.NF3LNK
 
+
+
+async def test_pipelined_writes_then_commit(nfs: tuple[Ops, bytes]) -> None:
+    """As the Linux client writes back a file: many UNSTABLE WRITEs in flight, then COMMIT."""
+    ops, root = nfs
+    made = await ops.create(root, "pipelined")
+    assert made.handle is not None
+    handle = made.handle
+    chunk = 64 * 1024
+    blocks = [bytes([i]) * chunk for i in range(32)]
+    results = await asyncio.gather(*(ops.write(handle, i * chunk, block)
+                                     for i, block in enumerate(blocks)))
+    assert {r[0] for r in results} == {c.NFS3_OK} and {r[3] for r in results} == {results[0][3]}
+    u = await ops.client.nfs(c.COMMIT, fh(handle).u64(0).u32(0).bytes())
+    assert u.u32() == c.NFS3_OK
+    reads = await asyncio.gather(*(ops.read(handle, i * chunk, chunk) for i in range(32)))
+    assert [data for _, data, _ in reads] == blocks
+    status, attr = await ops.getattr(handle)
+    assert status == c.NFS3_OK
+    assert attr is not None and attr.size == 32 * chunk

@@ -4,6 +4,7 @@ preamble, pipelining, and the bounds on what a connection may send."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -14,9 +15,9 @@ from aenv_snapstore.nfs.rpc import MAX_RECORD
 from aenv_snapstore.nfs.xdr import Packer, Unpacker, XdrError
 from aenv_snapstore.volumes.tickets import TicketKey
 
-from .conftest import VOL_A, Connect, grant
+from .conftest import VOL_A, Connect, grant, preamble
 from .fake_volume import FakeStore
-from .nfs_client import AUTH_NONE, call_record, fh, mark
+from .nfs_client import AUTH_NONE, RpcClient, call_record, fh, mark
 
 
 @pytest.fixture
@@ -173,3 +174,49 @@ async def test_close_ends_connections(server: tuple[nfs_server.NfsServer, tuple[
     assert body.u32() == c.NFS3_OK
     await server[0].close()
     assert await client.closed()
+
+
+async def test_logs_never_hold_tickets(connect: Connect, key: TicketKey,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    good = key.mint(grant(VOL_A))
+    client = await connect(raw=f"AENV-VOLUMES 1 {good}\n".encode())
+    assert (await client.call(c.NFS_PROGRAM, 3, 0)).stat == 0
+    bad = good[:-4] + "AAAA"
+    refused = await connect(raw=f"AENV-VOLUMES 1 {good} {bad}\n".encode())
+    assert await refused.closed()
+    text = "\n".join(f"{r.getMessage()} {vars(r)}" for r in caplog.records)
+    assert "bad preamble" in text and VOL_A in text
+    assert good not in text and bad not in text and good.split(".")[1] not in text
+
+
+async def test_calls_in_flight_finish_when_the_client_leaves(
+        connect: Connect, store: FakeStore) -> None:
+    client = await connect(grant(VOL_A))
+    root = await client.mount("/" + VOL_A)
+    volume = store.volumes[VOL_A]
+    made = await volume.create(1, "f", mode=0o644, uid=0, gid=0, exclusive=True)
+    handle = root[:-8] + made.ino.to_bytes(8, "big")
+    volume.delay_s = 0.3
+    args = fh(handle).u64(0).u32(4).u32(c.UNSTABLE).opaque(b"data").bytes()
+    client.send(5000, call_record(5000, c.NFS_PROGRAM, 3, c.WRITE, args))
+    await asyncio.sleep(0.05)
+    await client.close()
+    await asyncio.sleep(0.6)
+    assert bytes(volume.nodes[made.ino].data) == b"data"
+
+
+async def test_observer_hook(store: FakeStore, key: TicketKey) -> None:
+    seen: list[tuple[str, str, int | None]] = []
+    nfs = nfs_server.NfsServer(store, key, observe=lambda p, n, s, _t: seen.append((p, n, s)))
+    address = await nfs.start("127.0.0.1", 0)
+    client = await RpcClient.connect(address, preamble(key, grant(VOL_A)))
+    try:
+        root = await client.mount("/" + VOL_A)
+        await client.nfs(c.GETATTR, fh(root).bytes())
+        await client.nfs(c.LOOKUP, fh(root).string("missing").bytes())
+    finally:
+        await client.close()
+        await nfs.close()
+    assert seen == [("mount", "MNT", None), ("nfs", "GETATTR", c.NFS3_OK),
+                    ("nfs", "LOOKUP", c.NFS3ERR_NOENT)]
