@@ -216,3 +216,6 @@ class VolumeStore:
         async with self._gc_lock:
             return await collect(self._backend, self.chunks, grace_s)
 
+
+
+__all__ = ["Volume", "VolumeStore"]  # Volume too: callers type open()'s answer from here
