@@ -33,10 +33,10 @@ from _platform import running_platform
 from _stats import emit, summary_ms
 from e2b import AsyncSandbox, AsyncVolume
 
-from aenv.gateway.v1 import gateway_pb2
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_client import AenvError
+from aenv_client.client import VolumeMode
 from aenv_common.testing.subnets import free_subnet
 
 SEQ_MIB = int(os.environ.get("BENCH_VOL_SEQ_MIB", "64"))
@@ -125,11 +125,9 @@ async def bench_create(platform: Platform) -> dict[str, Any]:
             await AsyncSandbox.kill(sandbox.sandbox_id)
     finally:
         await AsyncVolume.destroy(volume.volume_id)
-    p50 = {"no_mount": summary_ms(plain), "one_mount": summary_ms(mounted)}
-    p50["added_p50_ms"] = round(  # type: ignore[assignment]
-        p50["one_mount"]["p50_ms"] - p50["no_mount"]["p50_ms"], 2
-    )
-    return p50
+    no_mount, one_mount = summary_ms(plain), summary_ms(mounted)
+    added = round(one_mount["p50_ms"] - no_mount["p50_ms"], 2)
+    return {"no_mount": no_mount, "one_mount": one_mount, "added_p50_ms": added}
 
 
 async def fill(volume: AsyncVolume, total: int) -> None:
@@ -150,7 +148,7 @@ async def fill(volume: AsyncVolume, total: int) -> None:
 
 
 async def one_fork(
-    platform: Platform, client: GatewayClient, volume: AsyncVolume | None, mode: int
+    platform: Platform, client: GatewayClient, volume: AsyncVolume | None, mode: VolumeMode
 ) -> dict[str, Any]:
     mounts: dict[str, AsyncVolume | str] | None = {"/data": volume} if volume is not None else None
     parent = await AsyncSandbox.create(timeout=1800, volume_mounts=mounts)
@@ -194,11 +192,9 @@ async def bench_fork(platform: Platform) -> dict[str, Any]:
         fill_s = time.perf_counter() - started
         async with GatewayClient.for_home(platform.home, timeout_s=1800) as client:
             log("fork: without a volume")
-            without = await one_fork(platform, client, None, gateway_pb2.VOLUME_FORK_MODE_SHARED)
+            without = await one_fork(platform, client, None, "shared")
             log("fork: copy-on-write")
-            cow = await one_fork(
-                platform, client, volume, gateway_pb2.VOLUME_FORK_MODE_COPY_ON_WRITE
-            )
+            cow = await one_fork(platform, client, volume, "copy_on_write")
     finally:
         for _ in range(60):  # the killed children's clones go by the gateway's sweep first
             try:

@@ -103,6 +103,10 @@ async def platform(
             # Captured once per cache, in the background from the start (the code-interpreter
             # tests, first in order, wait for it).
             "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "true",
+            # A killed fork child's copy-on-write volume clones go within ~30 s, not minutes
+            # (tests/e2e/test_volumes.py waits for them).
+            "AENV_GATEWAY_VOLUME_SWEEP_INTERVAL_S": "2",
+            "AENV_GATEWAY_VOLUME_SWEEP_GRACE_S": "30",
         }
     )
     async with running_platform(home, env, net_prefix) as plat:

@@ -29,6 +29,7 @@ from aenv.gateway.v1 import gateway_pb2
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_client import AenvError
+from aenv_client.client import VolumeMode
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 
@@ -58,8 +59,9 @@ pytestmark = [
 
 MIB = 1 << 20
 QUOTA_BYTES = 8 * MIB
-# How long the gateway may take to destroy a killed fork child's clones (its sweep's grace).
-CLONE_SWEEP_WITHIN_S = 180.0
+# How long the gateway may take to destroy a killed fork child's clones: the shared platform's
+# sweep runs every 2 s and spares clones younger than 30 s (tests/conftest.py).
+CLONE_SWEEP_WITHIN_S = 90.0
 
 
 @dataclass
@@ -162,6 +164,11 @@ async def test_a_closed_file_is_whole_in_another_sandbox(world: World) -> None:
     # Rewritten in place and closed: the other sandbox's next open sees the new bytes whole.
     await sh(a, "printf 'second version' > /data/from-b")
     assert await sh(b, "cat /data/from-b") == "second version"
+    # The guest's default user writes there too (a volume's root is 0777, as E2B's).
+    await sh(a, "echo by-user > /data/by-user.txt", user="user")
+    assert await sh(b, "stat -c %u /data/by-user.txt && cat /data/by-user.txt") == (
+        "1000\nby-user\n"
+    )
     # The content API sees the guests' files, and the guests what it writes.
     assert await world.shared.read_file("/from-b") == "second version"
     await world.shared.write_file("/from-api.txt", "written with no sandbox")
@@ -232,7 +239,7 @@ async def test_forks_share_or_copy_the_volumes(world: World) -> None:
     a = world.a
     await sh(a, "echo parent > /data/forked.txt")
     async with GatewayClient.for_home(world.platform.home, timeout_s=600) as client:
-        shared = await _children(client, a.sandbox_id, gateway_pb2.VOLUME_FORK_MODE_SHARED)
+        shared = await _children(client, a.sandbox_id, "shared")
         try:
             one, two = [await AsyncSandbox.connect(c) for c in shared]
             await sh(one, "echo from-one > /data/shared-fork.txt")
@@ -243,7 +250,7 @@ async def test_forks_share_or_copy_the_volumes(world: World) -> None:
         finally:
             await kill_quietly(shared)
 
-        cow = await _children(client, a.sandbox_id, gateway_pb2.VOLUME_FORK_MODE_COPY_ON_WRITE)
+        cow = await _children(client, a.sandbox_id, "copy_on_write")
         try:
             kids = [await AsyncSandbox.connect(c) for c in cow]
             for n, kid in enumerate(kids):
@@ -342,7 +349,7 @@ async def _eventually_listed(sandbox: AsyncSandbox, directory: str, name: str) -
     await until(listed, 5, f"{name} listed in {directory}")
 
 
-async def _children(client: GatewayClient, parent: str, mode: int) -> list[str]:
+async def _children(client: GatewayClient, parent: str, mode: VolumeMode) -> list[str]:
     outcomes = await client.fork_sandbox(parent, 2, timeout_seconds=300, volume_mode=mode)
     made = [o.sandbox_id for o in outcomes if not isinstance(o, AenvError)]
     errors = [o for o in outcomes if isinstance(o, AenvError)]
