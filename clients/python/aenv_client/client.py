@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2
@@ -44,8 +45,11 @@ class GatewayClient(GuestCalls):
         network: cluster_pb2.NetworkPolicy | None = None,
         lifecycle: cluster_pb2.Lifecycle | None = None,
         idempotency_key: str | None = None,
+        volume_mounts: Sequence[VolumeMountArg] = (),
         timeout_s: float | None = None,
     ) -> cluster_pb2.SandboxRecord:
+        """`volume_mounts`: `VolumeMountRequest`s, or `(path, volume id or name)` pairs, or
+        `(path, volume, read_only)`."""
         request = gateway_pb2.CreateSandboxRequest(
             template_id=template_id,
             timeout_seconds=timeout_seconds,
@@ -54,6 +58,7 @@ class GatewayClient(GuestCalls):
             network=network,
             lifecycle=lifecycle,
             idempotency_key=idempotency_key or new_idempotency_key(),
+            volume_mounts=[volume_mount(m) for m in volume_mounts],
         )
         reply: gateway_pb2.CreateSandboxResponse = await self._call(
             self._stub.CreateSandbox, request, timeout_s, retry=True
@@ -247,12 +252,16 @@ class GatewayClient(GuestCalls):
         count: int = 1,
         *,
         timeout_seconds: int = 0,
+        volume_mode: VolumeMode = "shared",
         timeout_s: float | None = None,
     ) -> list[ForkOutcome]:
         """Group fork: `count` copy-on-write children of a running sandbox in one call; one
-        outcome per child, in order (a child's error does not fail the others)."""
+        outcome per child, in order (a child's error does not fail the others). The children
+        mount the parent's volumes (`volume_mode="shared"`), or each its own copy-on-write
+        clone of every read-write one (`"copy_on_write"`), which goes with the child."""
         request = gateway_pb2.ForkSandboxRequest(
-            sandbox_id=sandbox_id, count=count, timeout_seconds=timeout_seconds
+            sandbox_id=sandbox_id, count=count, timeout_seconds=timeout_seconds,
+            volume_mode=_VOLUME_MODES[volume_mode],
         )
         reply: gateway_pb2.ForkSandboxResponse = await self._call(
             self._stub.ForkSandbox, request, timeout_s, sandbox_id=sandbox_id
@@ -270,6 +279,21 @@ class GatewayClient(GuestCalls):
         )
         return reply.sandbox
 
+
+
+VolumeMode = Literal["shared", "copy_on_write"]
+_VOLUME_MODES = {"shared": gateway_pb2.VOLUME_FORK_MODE_SHARED,
+                 "copy_on_write": gateway_pb2.VOLUME_FORK_MODE_COPY_ON_WRITE}
+VolumeMountArg = gateway_pb2.VolumeMountRequest | tuple[str, str] | tuple[str, str, bool]
+
+
+def volume_mount(mount: VolumeMountArg) -> gateway_pb2.VolumeMountRequest:
+    """A mount as the gateway takes it: at `path`, the volume by id or name."""
+    if isinstance(mount, gateway_pb2.VolumeMountRequest):
+        return mount
+    path, volume, *read_only = mount
+    return gateway_pb2.VolumeMountRequest(path=path, volume=volume,
+                                          read_only=bool(read_only and read_only[0]))
 
 
 def _outcome(result: gateway_pb2.CreateResult) -> CreateOutcome:

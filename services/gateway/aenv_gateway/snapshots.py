@@ -109,7 +109,11 @@ class SnapshotService:
             template_id=info.template_id, names=[info.name or info.snapshot_id],
             has_memory=info.has_memory, created_at=info.created_at,
             resources=located.record.resources,
+            # Its guest's mounts, as the node agent's record keeps them (without tickets).
+            volume_mounts=located.record.volume_mounts,
         )
+        for mount in record.volume_mounts:
+            mount.ClearField("ticket")
         self._directory.remember_snapshot(record)
         log.info("snapshot created",
                  extra={"sandbox_id": sandbox_id, "snapshot_id": record.snapshot_id})

@@ -23,7 +23,8 @@ from starlette.types import Receive, Scope, Send
 
 from aenv_gateway.routes.health import openapi_document
 
-from .conftest import API_KEY, Stack, running_stack
+from .conftest import API_KEY, Stack
+from .volume_stack import volume_stack
 
 CONFIG = SchemathesisConfig.from_dict({
     # The listing cursor is opaque (base64 of a position): no schema describes which strings
@@ -48,6 +49,11 @@ CONFIG = SchemathesisConfig.from_dict({
                    {"include-path": "/sandboxes/{sandboxID}/network",
                     "checks": {"positive_data_acceptance": {
                         "expected-statuses": ["2xx", "400", "401", "404"]}}},
+                   # A volume name is unique per key (an example sent twice is a 409), and the
+                   # volumes the content routes name exist only once made.
+                   {"include-path-regex": "^/volume",
+                    "checks": {"positive_data_acceptance": {
+                        "expected-statuses": ["2xx", "400", "401", "404", "409"]}}},
                    {"include-path-regex": "^/secrets",
                     "checks": {"positive_data_acceptance": {
                         "expected-statuses": ["2xx", "400", "401", "404", "409"]}}}],
@@ -77,7 +83,9 @@ class StackApp:
             await self.stack.gateway.app(scope, receive, send)
             return
         await receive()  # lifespan.startup
-        async with running_stack() as self.stack:
+        # With a (fake) snapstore VolumeService: the volume routes have their backend.
+        async with volume_stack() as running:
+            self.stack = running.stack
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
         await send({"type": "lifespan.shutdown.complete"})

@@ -50,11 +50,11 @@ class VolumeRoutes:
         return JSONResponse([_listed(r) for r in owned])
 
     async def get(self, request: Request) -> Response:
-        record = await self._volumes.get(self._owner(request), request.path_params["volume_id"])
+        record = await self._volumes.get(self._owner(request), request.path_params["volumeID"])
         return JSONResponse(_with_token(record))
 
     async def delete(self, request: Request) -> Response:
-        await self._volumes.destroy(self._owner(request), request.path_params["volume_id"])
+        await self._volumes.destroy(self._owner(request), request.path_params["volumeID"])
         return Response(status_code=204)
 
     def routes(self) -> list[Route]:
@@ -64,8 +64,8 @@ class VolumeRoutes:
         def content(path: str, endpoint: Endpoint, method: str) -> Route:
             return Route(path, _content_errors(endpoint), methods=[method])
 
-        vid = "/volumes/{volume_id}"
-        vc = "/volumecontent/{volume_id}"
+        vid = "/volumes/{volumeID}"
+        vc = "/volumecontent/{volumeID}"
         c = self._content
         return [
             control("/volumes", self.create, "POST"),

@@ -100,7 +100,7 @@ class VolumeContent:
     async def _volume(self, request: Request) -> VolumeRecord:
         """The volume the request may use. :raise Unauthenticated: no or a wrong token.
         :raise NotFound: no such volume (or another key's)."""
-        volume_id = request.path_params["volume_id"]
+        volume_id = request.path_params["volumeID"]
         authorization = request.headers.get("authorization")
         api_key = request.headers.get("x-api-key")
         if authorization is None and api_key is None:
