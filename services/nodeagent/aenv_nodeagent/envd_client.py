@@ -6,8 +6,9 @@ import asyncio
 import base64
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 from opentelemetry.sdk.trace import TracerProvider
@@ -70,6 +71,7 @@ class EnvdClient:
         default_user: str | None = None,
         default_workdir: str | None = None,
         current_token: str | None = None,
+        volume_mounts: Sequence[Mapping[str, Any]] = (),
         port: int = ENVD_PORT,
         timeout_s: float = 10.0,
     ) -> str:
@@ -77,8 +79,10 @@ class EnvdClient:
         guest's clock is behind by the paused time) and fresh entropy (a restored guest's RNG state
         is a clone of the snapshot's). The env vars add to those the guest has (a template's
         ENV steps); the default user and workdir, when given, replace its own (a template
-        captured them); the guest trusts the cluster's egress CA. Returns envd's version."""
-        body = {
+        captured them); the guest trusts the cluster's egress CA; the volumes are mounted through
+        the slot's relay (``volumes.envd_mounts``; envd skips a path already mounted from the same
+        source: a guest restored from memory). Returns envd's version."""
+        body: dict[str, Any] = {
             "envVars": dict(env_vars),
             "accessToken": access_token,
             "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
@@ -90,6 +94,8 @@ class EnvdClient:
             body["defaultWorkdir"] = default_workdir
         if self._egress_ca_pem:
             body["egressCaCert"] = self._egress_ca_pem
+        if volume_mounts:
+            body["volumeMounts"] = [dict(mount) for mount in volume_mounts]
         url = f"http://{host}:{port}/init"
         # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
         async with self._session.post(

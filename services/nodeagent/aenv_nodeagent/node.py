@@ -71,6 +71,7 @@ from aenv_nodeagent.vmm import AcceleratorChoice, QemuDriver, VmJail, detect_acc
 from aenv_nodeagent.vmm.driver import VmmDriver
 from aenv_nodeagent.vmm.jail_choice import choose as choose_jail
 from aenv_nodeagent.vmm.uids import UidRange
+from aenv_nodeagent.volumes import VolumeEndpoint, VolumeRelays
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +172,15 @@ class NodeAgent:
         host_nat = HostNat.of(net_config, s.egress_forward_destinations)
         await host_nat.ensure()
         stack.push_async_callback(host_nat.remove)  # after the last slot's guest is gone
-        network = NetworkManager(net_config, egress=egress, resolved=resolved, host_nat=host_nat)
+        relays = VolumeRelays(VolumeEndpoint(s.snapstore_address))
+        stack.push_async_callback(relays.close)  # after the sandboxes: their slots stop theirs
+        network = NetworkManager(net_config, egress=egress, resolved=resolved, host_nat=host_nat,
+                                 relays=relays)
         stack.push_async_callback(network.settled)
         driver = QemuDriver(self._jail(), s.vmm_start_timeout_s)
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
                                   await store.list_sandboxes(), driver.jail,
-                                  templates_dir=s.resolved_templates_dir())
+                                  templates_dir=s.resolved_templates_dir(), relays=relays)
         publisher = SnapshotPublisher(store, s.node_id)
         persistence = self._persistence(publisher)
         kept = await self._prepare_templates(
@@ -202,7 +206,8 @@ class NodeAgent:
                             metrics_max_samples=s.metrics_max_samples),
             self.registry, templates, network, envd, store, driver, pool=pool,
             persistence=persistence, publisher=publisher,
-            cut_traffic=connections.cut, allocation_changed=registration.publish)
+            cut_traffic=connections.cut, allocation_changed=registration.publish,
+            relays=relays)
         stack.push_async_callback(sandboxes.stop)
         self.capacity = capacity = NodeCapacity.of_host(
             s, self.registry, templates, sandboxes.snapshots, self.node_record)

@@ -184,6 +184,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             results = await self._sandboxes.fork(
                 request.sandbox_id, count, request.timeout_seconds,
                 request.child_ids, request.child_tokens,
+                [list(child.mounts) for child in request.child_volume_mounts],
             )
         return nodeagent_pb2.ForkSandboxResponse(results=results)
 

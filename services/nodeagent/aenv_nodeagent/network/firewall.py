@@ -13,7 +13,10 @@ range is redirected to the slot's proxy listener and every DNS query (port 53, U
 any address) to its resolver, both on the tap's address, where the input chain accepts exactly
 those redirected flows. What is left in the ``egress`` chain (UDP, ICMP) passes to an allowed
 name only through the ``resolved4``/``resolved6`` sets, which the resolver fills with
-timeouts. An IP-only policy renders exactly as before: no redirect, no sets.
+timeouts. An IP-only policy renders exactly as before: no redirect, no sets. Whatever the
+policy, the input chain opens one port of the netns itself to the guest: TCP to
+``GATEWAY_IP:2049``, where the agent's volume relay listens for the guest's NFS client
+(sandboxes without volumes have no listener there: the kernel answers RST).
 
 Before any of that, tap0's ingress admits only what the guest may send as itself (its MAC, its
 IPv4 address, ARP about itself asking for its gateway): a guest's spoofed sources, forged MACs,
@@ -35,6 +38,7 @@ NOT_THE_GUEST = "not the guest"  # the counter of what tap0's ingress dropped
 RESOLVED4 = "resolved4"
 RESOLVED6 = "resolved6"
 _REDIRECTED = ("prerouting", "input", "egress")  # the chains a policy switch rewrites
+VOLUME_RELAY_PORT = 2049  # volumes/config.py NFS_PORT: the relay the agent opens in the slot
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,11 @@ def _prerouting_rules(
 
 
 def _input_rules(policy: EgressPolicy, ports: EgressPorts) -> list[str]:
-    accept = [f'iifname "{TAP_NAME}" ct state established,related accept']
+    accept = [f'iifname "{TAP_NAME}" ct state established,related accept',
+              # The volume relay (volumes/relay.py): the guest's NFS client, to exactly the
+              # gateway's port 2049 (no redirect takes it: the link-local range is blocked).
+              f'iifname "{TAP_NAME}" ip daddr {GATEWAY_IP} tcp dport {VOLUME_RELAY_PORT} '
+              "ct state new accept"]
     if policy.needs_proxy:
         # Only flows our redirect made: the guest cannot open the listeners directly.
         accept.append(f'iifname "{TAP_NAME}" ct status dnat meta l4proto {{ tcp, udp }} '

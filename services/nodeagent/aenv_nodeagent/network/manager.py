@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from functools import partial
+from typing import Protocol
 
 from pyroute2 import IPRoute
 
@@ -42,11 +43,19 @@ from .slots import (
 log = logging.getLogger(__name__)
 
 
+class SlotRelays(Protocol):
+    """The volume relays (volumes/relays.py): a slot's listener goes before the slot."""
+
+    async def stop(self, netns: str) -> None: ...
+
+
 class NetworkManager:
     def __init__(self, config: NetworkConfig, egress: SlotEgress | None = None,
                  resolved: ResolvedMemory | None = None,
-                 host_nat: HostNat | None = None) -> None:
+                 host_nat: HostNat | None = None,
+                 relays: SlotRelays | None = None) -> None:
         self._config = config
+        self._relays = relays  # the volume relays (volumes/): one stops with its slot
         self._egress = egress  # None: this node enforces IP-only policies alone
         self._resolved = resolved
         self._host_nat = host_nat  # None: no slot's own traffic is forwarded off the netns
@@ -101,6 +110,8 @@ class NetworkManager:
 
     async def destroy_slot(self, slot: NetSlot) -> None:
         """Remove the slot's nft table, tap, veth and netns; safe to repeat."""
+        if self._relays is not None:  # its listener would keep the netns alive too
+            await self._relays.stop(slot.netns)
         if self._egress is not None:  # its listeners would keep the netns alive
             await self._egress.detach(slot.netns)
         if self._resolved is not None:

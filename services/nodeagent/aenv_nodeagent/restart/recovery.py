@@ -8,8 +8,9 @@ way through an operation, and the cluster still has its record on this node: QMP
 and its netns slot taken back (the lifecycle then reads its disk chain from QEMU), its cgroup
 found again, and its egress policy enforced again: rewritten into its slot and, when it names hosts,
 has header rules or a proxy, attached to this run's egress process (the last one died with the
-last agent). Everything else is cleaned up: other QEMUs killed (template captures the agent died
-in too, restart/builds.py), their slots, cgroups and directories removed, and the records of
+last agent); its volume relay, when it mounts volumes, listens in its slot again. Everything
+else is cleaned up: other QEMUs killed (template captures the agent died in too,
+restart/builds.py), their slots, cgroups and directories removed, and the records of
 sandboxes that did not survive marked lost, so clients get a clear answer and nothing leaks.
 Paused sandboxes that the cluster now records on another node (taken over while this one was
 gone) are dropped."""
@@ -34,6 +35,8 @@ from aenv_nodeagent.sandbox.records import SandboxRecords, egress_policy
 from aenv_nodeagent.vmm import QemuVm, VmJail
 from aenv_nodeagent.vmm.argv import VmFiles
 from aenv_nodeagent.vmm.process import qemu_owning
+from aenv_nodeagent.volumes import VolumeRelays
+from aenv_nodeagent.volumes.endpoint import NO_SNAPSTORE
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +138,23 @@ async def restore_egress(adopted: list[Adopted], network: NetworkManager) -> Non
                       extra={"sandbox_id": record.sandbox_id, "error": err.message})
 
 
+async def restore_relays(adopted: list[Adopted], relays: VolumeRelays | None) -> None:
+    """Each adopted sandbox's volume relay, listening again in its slot (the last one died with
+    the last agent; its guest's NFS client dials again). A failure is logged: that guest's
+    volumes hang until it is killed, nothing else of it breaks."""
+    for found in adopted:
+        record = found.record
+        if not record.volume_mounts:
+            continue
+        try:
+            if relays is None:
+                raise Conflict(NO_SNAPSTORE)
+            await relays.resume(found.slot.netns, record.volume_mounts)
+        except AenvError as err:
+            log.error("volume relay of an adopted sandbox not restored",
+                      extra={"sandbox_id": record.sandbox_id, "error": err.message})
+
+
 def _not_adopted(record: cluster_pb2.SandboxRecord, err: AenvError) -> None:
     log.warning("running VM not re-adopted", extra={"sandbox_id": record.sandbox_id,
                                                     "error": err.message})
@@ -148,12 +168,14 @@ async def recover(
     previous: list[cluster_pb2.SandboxRecord],
     jail: VmJail | None = None,
     templates_dir: Path | None = None,
+    relays: VolumeRelays | None = None,
 ) -> Recovered:
     ours = [rec for rec in previous if rec.node_id == node_id]
     sandboxes_dir = state_dir / "sandboxes"
     adopted = [found for rec in ours if rec.state in _ADOPTABLE
                if (found := await adopt(sandboxes_dir / rec.sandbox_id, rec, network, jail))]
     await restore_egress(adopted, network)
+    await restore_relays(adopted, relays)
     kept = frozenset(a.record.sandbox_id for a in adopted)
     await asyncio.to_thread(finish_paused_memory, sandboxes_dir)
     killed = kill_stale_qemus(state_dir, spare=frozenset(a.vm.pid for a in adopted))

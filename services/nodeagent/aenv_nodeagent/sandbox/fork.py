@@ -57,15 +57,19 @@ class Forks:
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int = 0,
         child_ids: Sequence[str] = (), child_tokens: Sequence[str] = (),
+        child_mounts: Sequence[Sequence[cluster_pb2.VolumeMount]] = (),
     ) -> list[nodeagent_pb2.ForkResult]:
-        """`count` children of the sandbox as it is now, one result per child.
+        """`count` children of the sandbox as it is now, one result per child. Child i mounts
+        `child_mounts[i]` (its copy-on-write clones, each with its own tickets), or with none
+        given its parent's volumes, shared.
 
-        :raise InvalidArgument: a bad count, or ids/tokens not one per child.
+        :raise InvalidArgument: a bad count, or ids/tokens/mounts not one per child.
         :raise NotFound, Conflict: no such running sandbox, or it is busy.
         :raise AenvError: the parent's capture failed (no child was made).
         """
         ids, tokens = _child_identities(count, child_ids, child_tokens)
         parent = self._registry.get(sandbox_id).record
+        mounts = _child_mounts(count, parent, child_mounts)
         # Timed as a whole (its capture and its children are operations of their own too).
         with PhaseTimer.operation("sandbox.fork", sandbox_id=sandbox_id) as timer:
             snapshot = await timer.timed(
@@ -73,8 +77,8 @@ class Forks:
             try:
                 outcomes = await timer.timed("children", asyncio.gather(
                     *(self._creates.from_snapshot(
-                        snapshot, _child_spec(parent, cid, token, timeout_s))
-                      for cid, token in zip(ids, tokens, strict=True)),
+                        snapshot, _child_spec(parent, cid, token, timeout_s, volumes))
+                      for cid, token, volumes in zip(ids, tokens, mounts, strict=True)),
                     return_exceptions=True,
                 ))
             finally:
@@ -131,8 +135,29 @@ def _child_identities(
             list(tokens) or [new_secret() for _ in range(count)])
 
 
+def _child_mounts(
+    count: int, parent: cluster_pb2.SandboxRecord,
+    given: Sequence[Sequence[cluster_pb2.VolumeMount]],
+) -> list[Sequence[cluster_pb2.VolumeMount]]:
+    """Each child's volume mounts: its own when given (one list per child), else the parent's.
+    A child's guest has its parent's mounts in memory, at the parent's paths: its own list must
+    mount at exactly those (envd skips mounted paths, so another path would stay unmounted).
+
+    :raise InvalidArgument: not one list per child, or paths other than the parent's.
+    """
+    if not given:
+        return [parent.volume_mounts] * count
+    if len(given) != count:
+        raise InvalidArgument("child_volume_mounts must have one entry per child")
+    paths = sorted(m.path for m in parent.volume_mounts)
+    if any(sorted(m.path for m in child) != paths for child in given):
+        raise InvalidArgument("a child's volume mounts must be at its parent's mount paths")
+    return list(given)
+
+
 def _child_spec(
-    parent: cluster_pb2.SandboxRecord, sandbox_id: str, token: str, timeout_s: int
+    parent: cluster_pb2.SandboxRecord, sandbox_id: str, token: str, timeout_s: int,
+    volume_mounts: Sequence[cluster_pb2.VolumeMount] = (),
 ) -> cluster_pb2.SandboxSpec:
     return cluster_pb2.SandboxSpec(
         sandbox_id=sandbox_id, template_id=parent.template_id, envd_access_token=token,
@@ -142,6 +167,7 @@ def _child_spec(
         traffic_access_token=new_secret() if parent.network.private_traffic else "",
         # Its rules are the parent's, whose placeholders name the parent owner's secrets.
         owner_key_id=parent.owner_key_id,
+        volume_mounts=volume_mounts,
     )
 
 

@@ -15,6 +15,7 @@ from aenv_common.ids import is_valid_sandbox_id
 from aenv_common.limits import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 from aenv_nodeagent.network import EgressPolicy
 from aenv_nodeagent.templates import TemplateSnapshot
+from aenv_nodeagent.volumes import check_mounts
 
 
 class SandboxRecords(Protocol):
@@ -58,13 +59,15 @@ def egress_policy(net: cluster_pb2.NetworkPolicy, owner_key_id: str) -> EgressPo
 
 
 def validate_spec(spec: cluster_pb2.SandboxSpec) -> None:
-    """:raise InvalidArgument: the id, template or timeout is not one a sandbox may have."""
+    """:raise InvalidArgument: the id, template, timeout or a volume mount is not one a sandbox
+    may have."""
     if not is_valid_sandbox_id(spec.sandbox_id):
         raise InvalidArgument(f"invalid sandbox id {spec.sandbox_id!r}")
     if not spec.template_id:
         raise InvalidArgument("templateID is required")
     if spec.timeout_seconds > MAX_TIMEOUT_S:
         raise InvalidArgument(f"timeout must be at most {MAX_TIMEOUT_S} seconds")
+    check_mounts(spec.volume_mounts)
 
 
 def check_resources(spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot) -> None:
@@ -107,4 +110,6 @@ def new_record(
         traffic_access_token=spec.traffic_access_token,
         base_template_id=template.template_id,
         owner_key_id=spec.owner_key_id,
+        # With their tickets: the record is secret-bearing already (envd_access_token).
+        volume_mounts=spec.volume_mounts,
     )

@@ -3,8 +3,9 @@
 A create from a template (a restore of the template's snapshot), a create from a snapshot, a
 fork's children, a resume and a reset all run the same steps, with one undo stack:
 
-    slot ∥ overlay → QEMU (pre-started from the warm pool, or launched now) → device state
-    → envd /health → envd /init (clock, entropy, this sandbox's token) → record → publish
+    slot ∥ overlay → volume relay → QEMU (pre-started from the warm pool, or launched now)
+    → device state → envd /health → envd /init (clock, entropy, this sandbox's token, its
+    volume mounts) → record → publish
 
 What differs between them is the `RestorePlan` (sandbox/sources.py makes them): where the
 sandbox's directory is and whether the restore makes it, what its disk overlay stands on, the
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import Conflict
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
@@ -33,6 +35,8 @@ from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
 from aenv_nodeagent.templates.launch import boot_from_disk, launch_restore_target
 from aenv_nodeagent.vmm.driver import Vm, VmmDriver
+from aenv_nodeagent.volumes import VolumeRelays, envd_mounts
+from aenv_nodeagent.volumes.endpoint import NO_SNAPSTORE
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,10 @@ class Restorer:
         self, registry: SandboxRegistry, templates: TemplateStore, network: NetworkManager,
         envd: EnvdClient, records: SandboxRecords, driver: VmmDriver,
         allocation_changed: Callable[[], Awaitable[None]], timeouts: RestoreTimeouts,
-        pool: WarmPool | None = None,
+        pool: WarmPool | None = None, relays: VolumeRelays | None = None,
     ) -> None:
         self._registry = registry
+        self._relays = relays  # None: no snapstore, no volumes
         self._templates = templates
         self._network = network
         self._envd = envd
@@ -89,6 +94,7 @@ class Restorer:
 
         :raise AenvError: a step failed; everything the restore made is undone.
         """
+        relays = self._relays_for(plan)
         undo = Undo()
         self._registry.restoring(plan.sandbox_id, plan.chain)  # before any await: its layers stay
         undo.push(lambda: self._registry.restore_ended(plan.sandbox_id))
@@ -96,10 +102,12 @@ class Restorer:
             pooled = self._pooled(plan)
             if pooled is not None:
                 slot, vm = await self._take_pooled(plan, pooled, timer, undo)
+                await self._start_relay(relays, plan, slot, timer, undo)
                 image = await plan.image(plan.directory)
             else:
                 slot = await self._prepare(plan, timer, undo)
                 image = await plan.image(plan.directory)
+                await self._start_relay(relays, plan, slot, timer, undo)
                 vm = await self._launch(plan, image, slot, timer)
                 undo.push(vm.shutdown)
             await self._wake(vm, slot, image, plan.record, timer)
@@ -112,6 +120,28 @@ class Restorer:
             raise
         await self._allocation_changed()
         return sandbox
+
+    def _relays_for(self, plan: RestorePlan) -> VolumeRelays | None:
+        """The relays when the sandbox mounts volumes, checked before anything is made.
+
+        :raise Conflict: it mounts volumes and this node has no snapstore.
+        """
+        if not plan.record.volume_mounts:
+            return None
+        if self._relays is None or not self._relays.endpoint.configured:
+            raise Conflict(NO_SNAPSTORE)
+        return self._relays
+
+    async def _start_relay(
+        self, relays: VolumeRelays | None, plan: RestorePlan, slot: NetSlot, timer: PhaseTimer,
+        undo: Undo,
+    ) -> None:
+        """The sandbox's volume relay in its slot, before its guest runs (its kernel's NFS
+        client re-dials at once when it comes back from memory)."""
+        if relays is None:
+            return
+        await timer.timed("volume_relay", relays.start(slot.netns, plan.record.volume_mounts))
+        undo.push(lambda: relays.stop(slot.netns))
 
     def _pooled(self, plan: RestorePlan) -> PooledVm | None:
         if self._pool is None or plan.template is None:
@@ -201,6 +231,7 @@ class Restorer:
             slot.ns_ip, env_vars=identity_env(record) | dict(record.env_vars),
             access_token=record.envd_access_token,
             current_token=image.guest_token or None,
+            volume_mounts=envd_mounts(record.volume_mounts),
             # Many guests woken at once (a fork) share the host's CPUs: as long as /health.
             timeout_s=self._timeouts.ready_s,
         ))

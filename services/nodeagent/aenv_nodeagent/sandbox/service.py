@@ -51,6 +51,7 @@ from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.snapshots.store import LayerStore, SnapshotMeta, SnapshotStore
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.vmm.driver import VmmDriver
+from aenv_nodeagent.volumes import VolumeRelays
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class SandboxService:
         publisher: SnapshotPublisher | None = None,
         cut_traffic: Callable[[str], Awaitable[None]] = _nothing,
         allocation_changed: Callable[[], Awaitable[None]] = _nothing,
+        relays: VolumeRelays | None = None,
     ) -> None:
         self.registry = registry
         self.persistence = persistence
@@ -101,7 +103,7 @@ class SandboxService:
                                  self.memory_images)
         restorer = Restorer(
             registry, templates, network, envd, records, driver, self._allocation_changed,
-            RestoreTimeouts(settings.ready_timeout_s, settings.boot_timeout_s), pool)
+            RestoreTimeouts(settings.ready_timeout_s, settings.boot_timeout_s), pool, relays)
         self._handover = Handover(
             registry, records, templates, self.snapshots, self._disk, sources, quits,
             sandboxes_dir, persistence, persist_paused=settings.persist_paused)
@@ -196,8 +198,10 @@ class SandboxService:
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int = 0,
         child_ids: Sequence[str] = (), child_tokens: Sequence[str] = (),
+        child_mounts: Sequence[Sequence[cluster_pb2.VolumeMount]] = (),
     ) -> list[nodeagent_pb2.ForkResult]:
-        return await self._forks.fork(sandbox_id, count, timeout_s, child_ids, child_tokens)
+        return await self._forks.fork(sandbox_id, count, timeout_s, child_ids, child_tokens,
+                                      child_mounts)
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
         return await self._forks.reset(sandbox_id, snapshot_id)

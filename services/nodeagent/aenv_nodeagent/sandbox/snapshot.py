@@ -42,6 +42,7 @@ from aenv_nodeagent.snapshots.store import (
     new_snapshot_id,
 )
 from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.volumes import saved_mounts
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,7 @@ class Snapshots:
             guest_token=sandbox.record.envd_access_token,
             envd_version=sandbox.record.envd_version, created_at=time.time(),
             hidden=hidden, has_memory=memory, directory=directory, image_pending=pending,
+            volume_mounts=saved_mounts(sandbox.record.volume_mounts),
         )
 
     async def _persisted_files(self, meta: SnapshotMeta) -> Mapping[str, Path]:

@@ -13,6 +13,7 @@ from typing import Protocol
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import SNAPSHOTS
 from aenv_nodeagent.snapshots.store import SnapshotMeta
+from aenv_nodeagent.volumes.mounts import loaded_mounts
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ def snapshot_record(
         snapshot_id=meta.snapshot_id, node_id=node_id, sandbox_id=meta.sandbox_id,
         template_id=meta.template_id, names=meta.names, has_memory=meta.has_memory,
         resources=resources, persisted=meta.persisted,
+        volume_mounts=loaded_mounts(meta.volume_mounts),
     )
     record.created_at.FromNanoseconds(int(meta.created_at * 1e9))
     return record

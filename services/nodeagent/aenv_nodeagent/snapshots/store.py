@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aenv_common.errors import Conflict, NotFound
 from aenv_nodeagent.private_files import write_private_json
@@ -64,6 +65,9 @@ class SnapshotMeta:
     # node agent that finds it so on start makes it (memory/deferred.py), or drops the snapshot.
     image_pending: bool = False
     directory: Path = field(default=Path("."), compare=False)
+    # The volumes its guest had mounted, without tickets (volumes/mounts.py `saved_mounts`):
+    # its record says them, and the gateway grants a create from it its own.
+    volume_mounts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def state(self) -> Path:

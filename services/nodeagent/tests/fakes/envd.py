@@ -8,9 +8,9 @@ fail or to hold a call until released; no HTTP.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aenv_nodeagent.envd_client import ENVD_PORT, EnvdClient
 
@@ -37,6 +37,7 @@ class FakeEnvd:
         self.answering = True  # False: a wedged agent, its /health unanswered
         self.tokens: dict[str, str] = {}  # by host: the access token its last /init gave
         self.env_vars: dict[str, dict[str, str]] = {}  # by host: the variables it gave
+        self.volume_mounts: dict[str, list[dict[str, Any]]] = {}  # by host: its last /init's
         self.figures: dict[str, float] = {
             "cpu_count": 1, "cpu_used_pct": 1.5, "mem_used": 64 << 20, "mem_total": 128 << 20,
             "mem_cache": 8 << 20, "disk_used": 1 << 30, "disk_total": 2 << 30}
@@ -71,12 +72,14 @@ class FakeEnvd:
         default_user: str = "user",
         default_workdir: str = "/home/user",
         current_token: str | None = None,
+        volume_mounts: Sequence[Mapping[str, Any]] = (),
         port: int = ENVD_PORT,
         timeout_s: float = 10.0,
     ) -> str:
         await self._call(EnvdCall("init", host, access_token, current_token))
         self.tokens[host] = access_token
         self.env_vars[host] = dict(env_vars)
+        self.volume_mounts[host] = [dict(mount) for mount in volume_mounts]
         return self.version
 
     async def metrics(

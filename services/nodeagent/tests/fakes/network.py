@@ -12,6 +12,7 @@ from typing import Protocol
 
 from aenv_common.errors import ResourceExhausted
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkConfig, NetworkManager
+from aenv_nodeagent.network.manager import SlotRelays
 from aenv_nodeagent.network.slots import slot_for
 
 
@@ -26,6 +27,7 @@ class FakeNetwork:
         self.destroyed: list[NetSlot] = []
         self.create_failures: list[BaseException] = []
         self._releases: set[asyncio.Task[None]] = set()
+        self.relays: SlotRelays | None = None  # stopped with their slot, as the real one does
 
     @property
     def config(self) -> NetworkConfig:
@@ -51,6 +53,8 @@ class FakeNetwork:
 
     async def destroy_slot(self, slot: NetSlot) -> None:
         await asyncio.sleep(0)
+        if self.relays is not None:
+            await self.relays.stop(slot.netns)
         if self._live.pop(slot.index, None) is not None:  # safe to repeat
             self.destroyed.append(slot)
         self.policies.pop(slot.netns, None)

@@ -41,9 +41,31 @@ def test_what_the_guest_sends_out_leaves_as_the_slot(allow_out: list[str]) -> No
     ]
 
 
-def test_guest_may_open_nothing_towards_the_netns_itself() -> None:
-    text = render_ruleset(SLOT, egress(allow_internet=True), [])
-    assert 'iifname "tap0" ct state established,related accept\n    iifname "tap0" drop' in text
+def test_guest_may_open_nothing_towards_the_netns_itself_but_the_volume_relay() -> None:
+    for policy in (egress(allow_internet=True), egress(allow_out=["example.com"])):
+        text = render_ruleset(SLOT, policy, [])
+        chain = text[text.index("  chain input {"):text.index("  chain forward {")]
+        rules = [line.strip() for line in chain.splitlines()[2:-1]]
+        assert rules[:2] == [
+            'iifname "tap0" ct state established,related accept',
+            'iifname "tap0" ip daddr 169.254.0.22 tcp dport 2049 ct state new accept']
+        assert rules[-1] == 'iifname "tap0" drop'
+        # Nothing else new: with the egress process, only the flows its redirect made.
+        assert all("ct status dnat" in rule for rule in rules[2:-1])
+
+
+def test_a_policy_switch_keeps_the_volume_relay_open() -> None:
+    for policy in (egress(allow_internet=True), egress(allow_out=["example.com"])):
+        text = render_policy_update(policy, [], SLOT)
+        assert 'iifname "tap0" ip daddr 169.254.0.22 tcp dport 2049 ct state new accept' in text
+
+
+def test_the_egress_redirect_leaves_the_volume_relay_alone() -> None:
+    """Guest TCP is redirected to the egress proxy only when not bound for a blocked range, and
+    the gateway's address is in one (link-local): NFS to the relay is never proxied."""
+    text = render_ruleset(SLOT, egress(allow_out=["example.com"]), [])
+    redirect = next(line for line in text.splitlines() if "redirect to :15001" in line)
+    assert "ip daddr != {" in redirect and "169.254.0.0/16" in redirect
 
 
 def test_only_what_the_guest_sends_as_itself_enters_from_its_tap() -> None:

@@ -19,12 +19,14 @@ from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
+from aenv_nodeagent.volumes import VolumeRelays
 
 from ..fakes.envd import FakeEnvd
 from ..fakes.network import FakeNetwork
 from ..fakes.records import RecordingRecords
 from ..fakes.templates import FakeTemplates
 from ..fakes.vm import FakeDriver, FakeVm
+from ..fakes.volumes import loopback_relays
 
 NODE_ID = "fake-node"
 TEMPLATE = "base"
@@ -56,6 +58,7 @@ class Wing:
     network: FakeNetwork = field(default_factory=FakeNetwork)
     envd: FakeEnvd = field(default_factory=FakeEnvd)
     allocations: Allocations = field(default_factory=Allocations)
+    relays: VolumeRelays = field(default_factory=loopback_relays)
     successor: Wing | None = None
 
     def latest(self) -> Wing:
@@ -92,6 +95,7 @@ class Wing:
         taken back yet: that is its `service.load()`."""
         await self.settled()
         await self.service.memory_images.close()
+        await self.relays.close()  # they die with the agent
         successor = build_wing(self.state_dir, self.records, self.templates, self.template)
         self.successor = successor
         return successor
@@ -102,13 +106,15 @@ def build_wing(
     template: TemplateSnapshot,
 ) -> Wing:
     driver, network, envd, allocations = FakeDriver(), FakeNetwork(), FakeEnvd(), Allocations()
+    network.relays = relays = loopback_relays()
     service = SandboxService(
         SandboxSettings(state_dir, ready_timeout_s=5, boot_timeout_s=5),
         SandboxRegistry(NODE_ID), cast(TemplateStore, templates), cast(NetworkManager, network),
         cast(EnvdClient, envd), records, driver,
-        publisher=SnapshotPublisher(records, NODE_ID), allocation_changed=allocations.publish)
+        publisher=SnapshotPublisher(records, NODE_ID), allocation_changed=allocations.publish,
+        relays=relays)
     return Wing(service, state_dir, records, templates, template, driver, network, envd,
-                allocations)
+                allocations, relays)
 
 
 @pytest.fixture
@@ -127,3 +133,4 @@ async def wing(tmp_path: Path, templates: FakeTemplates) -> AsyncIterator[Wing]:
     # Background work (a paused VM's quit, a compaction) must not outlive the test's loop.
     # A test may have restarted the node: clean up through the newest one.
     await first.latest().service.destroy_all()
+    await first.latest().relays.close()
