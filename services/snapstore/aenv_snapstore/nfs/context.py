@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .api import AttrLike
 from .attrs import fsid_of
-from .consts import NAME_MAX, NFS3_FHSIZE, NFS3ERR_INVAL, NFS3ERR_NAMETOOLONG, NFS3ERR_SERVERFAULT
+from .consts import NAME_MAX, NFS3_FHSIZE, NFS3ERR_NAMETOOLONG, NFS3ERR_SERVERFAULT
 from .rpc import Credential
 from .session import Nfs3Error, Session, Target, status_of
 from .xdr import Packer, Unpacker
@@ -59,12 +59,11 @@ def name_arg(args: Unpacker) -> bytes:
 
 
 def check_name(raw: bytes) -> str:
+    """A name as the Volume API takes it: NFS names are bytes (any but "/" and NUL, which the
+    volume refuses), carried in str by surrogateescape as the store does."""
     if len(raw) > NAME_MAX:
         raise Nfs3Error(NFS3ERR_NAMETOOLONG, "name longer than 255 bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Nfs3Error(NFS3ERR_INVAL, "name is not UTF-8") from None
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def status(code: int) -> Packer:

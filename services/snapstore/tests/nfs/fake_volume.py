@@ -329,3 +329,6 @@ class FakeStore:
         if volume is None:
             raise VolumeNotFound(f"no volume {volume_id}")
         return volume
+
+    async def destroy(self, volume_id: str) -> None:
+        self.volumes.pop(volume_id, None)

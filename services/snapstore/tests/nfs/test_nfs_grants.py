@@ -9,8 +9,10 @@ import pytest
 from aenv_snapstore.nfs import consts as c
 from aenv_snapstore.nfs.session import encode_handle
 from aenv_snapstore.nfs.xdr import Packer
+from aenv_snapstore.volumes import VolumeStore
 
 from .conftest import SMALL_QUOTA, VOL_A, VOL_B, VOL_SMALL, Connect, grant
+from .fake_volume import FakeStore
 from .nfs_client import diropargs, fh, post_op_attr, sattr
 from .nfs_ops import Ops
 
@@ -146,3 +148,18 @@ async def test_no_space_reaches_the_reply(connect: Connect) -> None:
     assert status == c.NFS3_OK  # nothing else broke
     status, _ = await ops.setattr(made.handle, sattr(size=SMALL_QUOTA + 1))
     assert status == c.NFS3ERR_NOSPC
+
+
+async def test_destroyed_or_missing_volume(connect: Connect,
+                                           store: FakeStore | VolumeStore) -> None:
+    """A volume destroyed under a connection is STALE from then on; a grant of a volume that
+    does not exist mounts nothing."""
+    client = await connect(grant(VOL_B), grant("vol-mmmmmmmmmmmmmmmmmmmm"))
+    ops = Ops(client)
+    root = await client.mount("/" + VOL_B)
+    assert (await ops.getattr(root))[0] == c.NFS3_OK
+    await store.destroy(VOL_B)
+    assert (await ops.getattr(root))[0] == c.NFS3ERR_STALE
+    assert (await _mnt(ops, "/vol-mmmmmmmmmmmmmmmmmmmm"))[0] == c.MNT3ERR_NOENT
+    assert (await ops.getattr(encode_handle("vol-mmmmmmmmmmmmmmmmmmmm", 1)))[0] == \
+        c.NFS3ERR_STALE

@@ -299,3 +299,19 @@ async def test_pipelined_writes_then_commit(nfs: tuple[Ops, bytes]) -> None:
     status, attr = await ops.getattr(handle)
     assert status == c.NFS3_OK
     assert attr is not None and attr.size == 32 * chunk
+
+
+async def test_names_are_bytes(nfs: tuple[Ops, bytes]) -> None:
+    """Linux names are any bytes but "/" and NUL: a name that is not UTF-8 round-trips."""
+    ops, root = nfs
+    raw = b"caf\xe9-latin1"
+    args = diropargs(root, raw).u32(c.UNCHECKED).raw(sattr())
+    assert await ops.status_of(c.CREATE, args) == c.NFS3_OK
+    u = await ops.client.nfs(c.LOOKUP, diropargs(root, raw).bytes())
+    assert u.u32() == c.NFS3_OK
+    status, entries, _ = await ops.readdir(root)
+    assert status == c.NFS3_OK
+    assert raw in [name.encode("utf-8", "surrogateescape") for name, _, _ in entries]
+    for bad in (b"a/b", b"a\0b", b".", b".."):
+        args = diropargs(root, bad).u32(c.UNCHECKED).raw(sattr())
+        assert await ops.status_of(c.CREATE, args) == c.NFS3ERR_INVAL, bad
