@@ -36,7 +36,9 @@ async def client(vstack: VolumeStack) -> AsyncIterator[GatewayClient]:
         yield made
 
 
-async def _volume(vstack: VolumeStack, name: str, key: str = API_KEY, **extra: object) -> dict[str, str]:
+async def _volume(
+    vstack: VolumeStack, name: str, key: str = API_KEY, **extra: object
+) -> dict[str, str]:
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{vstack.url}/volumes", json={"name": name, **extra},
                              headers={"X-API-Key": key}) as response:
