@@ -103,7 +103,8 @@ class VolumeSync:
             raise
         finally:
             self._chunks.unpin(pins)
-        await self._run(self._ns.db.apply_chunks, results)
+        # The head is written: the map must follow it even if the caller is cancelled now.
+        await asyncio.shield(self._run(self._ns.db.apply_chunks, results))
         self.synced_gen = gen
         self._log_bytes += len(encoded)
         self.last_sync_s = time.monotonic() - started
