@@ -17,13 +17,15 @@ from aenv_snapstore.volumes.tickets import TicketKey
 from .api import VolumeStoreLike
 from .context import log
 from .dispatch import Observer, dispatch
-from .rpc import BadCall, RecordTooLarge, frame, parse_call, read_record
+from .rpc import MAX_RECORD, BadCall, RecordTooLarge, frame, parse_call, read_record
 from .session import MAX_PREAMBLE, BadPreamble, Session, parse_preamble
 
 PREAMBLE_TIMEOUT_S = 5.0
 MAX_IN_FLIGHT = 64
 CALL_GRACE_S = 5.0  # how long a closing connection waits for its calls in flight
-_READ_LIMIT = MAX_PREAMBLE + 1024
+# The stream's buffer bound: above a whole record, so a 1 MiB WRITE is read without pausing the
+# socket every 128 KiB; a preamble is bounded separately (MAX_PREAMBLE, checked once read).
+_READ_LIMIT = MAX_RECORD
 
 
 class NfsServer:
