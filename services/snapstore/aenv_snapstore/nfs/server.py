@@ -40,6 +40,11 @@ class NfsServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (those still sending their preamble included): for metrics."""
+        return len(self._connections)
+
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen; the bound (host, port) (port 0 picks one)."""
         self._server = await asyncio.start_server(self._accept, host, port, limit=_READ_LIMIT)

@@ -172,8 +172,10 @@ async def test_close_ends_connections(server: tuple[nfs_server.NfsServer, tuple[
     root = await client.mount("/" + VOL_A)
     body = await client.nfs(c.GETATTR, fh(root).bytes())
     assert body.u32() == c.NFS3_OK
+    assert server[0].open_connections == 1
     await server[0].close()
     assert await client.closed()
+    assert server[0].open_connections == 0
 
 
 async def test_logs_never_hold_tickets(connect: Connect, key: TicketKey,
