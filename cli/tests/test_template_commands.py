@@ -111,7 +111,8 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
 async def tstack(tmp_path: Path) -> AsyncIterator[TemplateStack]:
     async with contextlib.AsyncExitStack() as stack:
         snapstore = await start_snapstore(SnapstoreSettings(
-            listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store"))
+            listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store",
+            volume_nfs_listen="127.0.0.1:0", volume_work_dir=tmp_path / "volumes"))
         stack.push_async_callback(snapstore.stop, 0)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{snapstore.port}")
         stack.push_async_callback(channel.close)

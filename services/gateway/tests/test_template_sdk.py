@@ -32,7 +32,8 @@ AUTH = {"X-API-Key": API_KEY}
 @pytest.fixture
 async def snapstore_address(tmp_path: Path) -> AsyncIterator[str]:
     snapstore = await start_snapstore(SnapstoreSettings(
-        listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store"))
+        listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store",
+        volume_nfs_listen="127.0.0.1:0", volume_work_dir=tmp_path / "volumes"))
     try:
         yield f"127.0.0.1:{snapstore.port}"
     finally:

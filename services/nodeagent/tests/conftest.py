@@ -15,7 +15,8 @@ from aenv_snapstore.server import start_snapstore
 async def snapstore(tmp_path: Path) -> AsyncIterator[str]:
     """The address of a real snapstore (in process, fs backend under tmp_path)."""
     running = await start_snapstore(SnapstoreSettings(
-        listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store"))
+        listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store",
+        volume_nfs_listen="127.0.0.1:0", volume_work_dir=tmp_path / "volumes"))
     try:
         yield f"127.0.0.1:{running.port}"
     finally:

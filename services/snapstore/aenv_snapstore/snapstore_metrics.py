@@ -23,17 +23,17 @@ GC_DELETED_BYTES = Counter("aenv_snapstore_gc_deleted_bytes",
 GC_KEPT_CHUNKS = Gauge("aenv_snapstore_gc_kept_chunks",
                        "Chunks the last garbage collection kept (what the store holds)")
 
-VOLUMES_OPEN = Gauge("aenv_snapstore_volumes_open",
-                     "Volumes with a working copy open on this server")
-NFS_CONNECTIONS = Gauge("aenv_snapstore_nfs_connections",
-                        "Open NFS connections (one per guest connection a relay forwards)")
+# Volumes (the open volumes, connections, sync times and volume chunk bytes are read from the
+# store and the NFS server at each scrape: volume_metrics.py).
 NFS_OPS = Counter("aenv_snapstore_nfs_ops", "NFS and MOUNT calls answered, by procedure and status",
                   ["procedure", "status"])
+NFS_SECONDS = Histogram("aenv_snapstore_nfs_seconds", "NFS and MOUNT call time, by procedure",
+                        ["procedure"],
+                        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                 0.5, 1, 2.5, 10))
 VOLUME_BYTES_READ = Counter("aenv_snapstore_volume_bytes_read",
                             "File bytes read from volumes, by way (nfs or api)", ["via"])
 VOLUME_BYTES_WRITTEN = Counter("aenv_snapstore_volume_bytes_written",
                                "File bytes written to volumes, by way (nfs or api)", ["via"])
-VOLUME_SYNC_SECONDS = Histogram(
-    "aenv_snapstore_volume_sync_seconds",
-    "One sync of a volume's changes (chunks and metadata) to the backend",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+VOLUME_GC_DELETED_BYTES = Counter("aenv_snapstore_volume_gc_deleted_bytes",
+                                  "Volume chunk bytes removed by garbage collection")

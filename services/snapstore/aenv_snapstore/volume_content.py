@@ -15,16 +15,13 @@ import secrets
 import stat
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.errors import InvalidArgument
 from aenv_snapstore import snapstore_metrics as metrics
 from aenv_snapstore.volumes.errors import Exists, IsDirectory, NoEntry, NotDirectory, NotEmpty
 from aenv_snapstore.volumes.model import Attr, Kind
-
-if TYPE_CHECKING:
-    from aenv_snapstore.volumes.store import Volume
+from aenv_snapstore.volumes.volume import Volume
 
 log = logging.getLogger(__name__)
 

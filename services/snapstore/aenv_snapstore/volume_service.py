@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING
 
 import grpc
 
@@ -14,10 +13,10 @@ from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.errors import InvalidArgument
 from aenv_snapstore import volume_content as content
+from aenv_snapstore.volumes.errors import VolumeNotFound
+from aenv_snapstore.volumes.store import VolumeStore
 from aenv_snapstore.volumes.tickets import Grant, TicketKey
-
-if TYPE_CHECKING:
-    from aenv_snapstore.volumes.store import Volume, VolumeStore
+from aenv_snapstore.volumes.volume import Volume
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["VolumeService"].full_name
 
@@ -81,7 +80,8 @@ class VolumeServicer(pb_grpc.VolumeServiceServicer):
             raise InvalidArgument("a mount grant needs the sandbox id")
         volume_id = check_volume_id("volume", request.volume_id)
         seen_as = check_volume_id("seen_as", request.seen_as or volume_id)
-        await self._store.usage(volume_id)
+        if not await self._store.exists(volume_id):
+            raise VolumeNotFound(f"volume {volume_id} not found")
         grant = Grant(request.sandbox_id, volume_id, seen_as, request.read_only)
         return pb.GrantMountResponse(ticket=self._tickets.mint(grant))
 

@@ -50,7 +50,9 @@ class Harness:
 
 def settings_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SnapstoreSettings:
     settings = SnapstoreSettings(
-        listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store"
+        listen="127.0.0.1:0", gc_interval_seconds=0, fs_root=tmp_path / "store",
+        volume_nfs_listen="127.0.0.1:0", volume_work_dir=tmp_path / "volumes",
+        volume_gc_interval_s=0,
     )
     if kind == "s3":
         settings.backend = "s3"

@@ -48,6 +48,8 @@ async def stub(tmp_path: Path) -> AsyncIterator[Any]:
             gc_interval_seconds=0,
             gc_grace_seconds=3600,
             fs_root=tmp_path / "store",
+            volume_nfs_listen="127.0.0.1:0",
+            volume_work_dir=tmp_path / "volumes",
         )
     )
     try:

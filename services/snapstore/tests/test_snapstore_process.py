@@ -26,6 +26,7 @@ def snapstore_process(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[by
         **os.environ,
         "AENV_HOME": str(root),
         "AENV_SNAPSTORE_LISTEN": f"127.0.0.1:{port}",
+        "AENV_SNAPSTORE_VOLUME_NFS_LISTEN": "127.0.0.1:0",
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
     proc = subprocess.Popen(

@@ -72,7 +72,7 @@ async def test_lifecycle_and_usage(volume_harness: VolumeHarness) -> None:
         grpc.StatusCode.ALREADY_EXISTS
     await write(h, "/f", b"x" * 1234)
     usage = await h.stub.GetVolumeUsage(pb.GetVolumeUsageRequest(volume_id=VOL))
-    assert (usage.used_bytes, usage.quota_bytes, usage.files) == (1234, h.default_quota, 1)
+    assert (usage.used_bytes, usage.quota_bytes, usage.files) == (1234, h.default_quota, 2)
     await h.stub.DestroyVolume(pb.DestroyVolumeRequest(volume_id=VOL))
     await h.stub.DestroyVolume(pb.DestroyVolumeRequest(volume_id=VOL))  # absent: fine
     assert await code_of(h.stub.GetVolumeUsage(pb.GetVolumeUsageRequest(volume_id=VOL))) == \

@@ -197,8 +197,10 @@ class FakeVolumeStore:
 
     async def usage(self, volume_id: str) -> Usage:
         volume = await self.open(volume_id)
-        files = sum(1 for n in volume.nodes.values() if n.attr.kind is not Kind.DIRECTORY)
-        return Usage(volume.used(), volume.quota, files)
+        return Usage(volume.used(), volume.quota, len(volume.nodes))  # inodes, the root's too
+
+    async def exists(self, volume_id: str) -> bool:
+        return volume_id in self.volumes
 
     async def open(self, volume_id: str) -> FakeVolume:
         if volume_id not in self.volumes:

@@ -13,9 +13,13 @@ import pytest
 
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.grpc_server import start_grpc_server
+from aenv_snapstore.backends.base import Backend
+from aenv_snapstore.server import open_backend
 from aenv_snapstore.volume_service import SERVICE_NAME, VolumeServicer
+from aenv_snapstore.volumes.store import VolumeStore
 from aenv_snapstore.volumes.tickets import TicketKey
 
+from .snapstore_harness import settings_for
 from .volume_fake import FakeVolumeStore
 
 DEFAULT_QUOTA = 64 << 20
@@ -32,11 +36,23 @@ class VolumeHarness:
     nfs_address: str = NFS_ADDRESS
 
 
-@pytest.fixture(name="volume_harness", params=["fake"])
+async def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest
+                 ) -> tuple[Any, Backend | None]:
+    if kind == "fake":
+        return FakeVolumeStore(), None
+    settings = settings_for(kind, tmp_path, request)
+    backend = await open_backend(settings)
+    store = VolumeStore(backend, tmp_path / "work", default_quota_bytes=DEFAULT_QUOTA)
+    await store.start()
+    return store, backend
+
+
+@pytest.fixture(name="volume_harness",
+                params=["fake", "fs", pytest.param("s3", marks=pytest.mark.s3)])
 async def volume_harness_fixture(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[VolumeHarness]:
-    store = FakeVolumeStore()
+    store, backend = await _store(request.param, tmp_path, request)
     key = TicketKey(b"t" * 32)
     servicer = VolumeServicer(store, key, nfs_address=NFS_ADDRESS,
                               default_quota_bytes=DEFAULT_QUOTA)
@@ -49,3 +65,5 @@ async def volume_harness_fixture(
     finally:
         await server.stop(grace=0)
         await store.close()
+        if backend is not None:
+            await backend.close()

@@ -130,6 +130,7 @@ class SnapstoreProcess:
             **os.environ,
             "AENV_HOME": str(home),
             "AENV_SNAPSTORE_LISTEN": self.address,
+            "AENV_SNAPSTORE_VOLUME_NFS_LISTEN": "127.0.0.1:0",
             "AENV_SNAPSTORE_BACKEND": "s3",
             "AENV_SNAPSTORE_GC_INTERVAL_SECONDS": "0",
             "AENV_SNAPSTORE_S3_BUCKET": BUCKET,
