@@ -30,7 +30,8 @@ def check_mounts(mounts: Sequence[cluster_pb2.VolumeMount]) -> None:
     paths: set[str] = set()
     for mount in mounts:
         path = mount.path
-        if not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
+        if (not path.startswith("/") or path.startswith("//") or path == "/"
+                or posixpath.normpath(path) != path or not path.isprintable()):
             raise InvalidArgument(f"volume mount path {path!r} must be absolute and normalized")
         if path in paths:
             raise InvalidArgument(f"two volumes are mounted at {path!r}")

@@ -43,7 +43,8 @@ def test_envd_mounts_go_through_the_slots_relay() -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    [mount("data")], [mount("/data/../etc")], [mount("/")], [mount("/data/")],
+    [mount("data")], [mount("/data/../etc")], [mount("/")], [mount("/data/")], [mount("//d")],
+    [mount("/d\nx")],
     [mount(), mount()], [mount(ticket="")], [mount(ticket="a b")], [mount(ticket="x\nAENV")],
     [mount(volume_id="VOL/../x")],
 ])
