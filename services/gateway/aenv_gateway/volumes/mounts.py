@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import AenvError, NotFound
+from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_gateway.volumes.names import check_disjoint, check_mount_path, clone_name
 from aenv_gateway.volumes.records import VolumeRecord
 from aenv_gateway.volumes.service import Volumes
@@ -77,6 +77,10 @@ class VolumeMounts:
                        + [m.path for m in inherited])
         if not requests and not inherited:
             return []
+        if not self.volumes.available:
+            # Refused, not Unavailable: no retry of this create could ever mount them.
+            raise InvalidArgument("volumeMounts: this platform has no volume server (the "
+                                  "gateway has no snapstore_address)")
         client = self.volumes.client
         mounts: list[VolumeMount] = []
         for old in inherited:

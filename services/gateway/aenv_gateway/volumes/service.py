@@ -45,6 +45,11 @@ class Volumes:
         self._mounting: Counter[str] = Counter()
 
     @property
+    def available(self) -> bool:
+        """Whether this gateway has a snapstore to keep volumes in."""
+        return self._client is not None
+
+    @property
     def client(self) -> VolumeClient:
         """:raise Unavailable: this gateway has no snapstore (`snapstore_address`)."""
         if self._client is None:
