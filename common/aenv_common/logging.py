@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry import trace
 
 # Any `extra` key containing one of these is replaced before it is written.
-_SECRET_MARKERS = ("token", "secret", "password", "api_key", "apikey", "authorization")
+_SECRET_MARKERS = ("token", "secret", "password", "api_key", "apikey", "authorization", "ticket")
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
