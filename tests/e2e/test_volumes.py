@@ -320,7 +320,6 @@ async def test_another_key_neither_lists_nor_mounts_nor_reads(world: World) -> N
                             gateway_pb2.VolumeMountRequest(path="/x", volume=shared.volume_id)
                         ],
                     )
-            assert [s for s in await AsyncSandbox.list(api_key=other).next_items()] == []
         finally:
             await admin.delete(f"/admin/keys/{other_id}")
 
