@@ -165,6 +165,6 @@ async def test_a_websocket_outlives_the_header_timeout(guarded: Stack) -> None:
         except aiohttp.WSServerHandshakeError as err:  # seen once under load: say why
             pytest.fail(f"handshake refused: {err.status} {err.message} {err.headers}")
         async with ws:
-            await asyncio.sleep(1.5)  # past the 1 s header timeout: its timer ended with the headers
+            await asyncio.sleep(1.5)  # past the 1 s header timeout: its timer ended at the headers
             await ws.send_str("ping")
             assert (await asyncio.wait_for(ws.receive(), 5)).data == "echo:ping"

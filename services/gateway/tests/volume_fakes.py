@@ -233,12 +233,18 @@ class FakeVolumeService(pb_grpc.VolumeServiceServicer):
             raise Conflict(f"{path} is a directory")
         data = bytearray()
         budget = volume.quota - volume.used() + (len(old.data) if old else 0)
+        ended = False
         async for message in requests:
+            if message.HasField("end"):
+                ended = True
+                continue
             if len(message.data) > MESSAGE:
                 raise InvalidArgument("a message over 1 MiB")
             data += message.data
             if len(data) > budget:
                 raise ResourceExhausted("volume quota exceeded")
+        if not ended:  # as snapstore: an upload without its end marker replaces nothing
+            raise InvalidArgument("the WriteFile stream ended before its end marker")
         node = Node(pb.VOLUME_ENTRY_TYPE_FILE, bytes(data))
         for name in ("uid", "gid", "mode"):
             if header.HasField(name):

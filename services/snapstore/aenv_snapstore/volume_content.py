@@ -13,7 +13,7 @@ import contextlib
 import logging
 import secrets
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
@@ -22,6 +22,10 @@ from aenv_snapstore import snapstore_metrics as metrics
 from aenv_snapstore.volumes.errors import Exists, IsDirectory, NoEntry, NotDirectory, NotEmpty
 from aenv_snapstore.volumes.model import Attr, Kind
 from aenv_snapstore.volumes.volume import Volume
+
+
+class StreamIncomplete(InvalidArgument):
+    """A WriteFile stream that stopped before its end marker: a broken or cancelled upload."""
 
 log = logging.getLogger(__name__)
 
@@ -253,12 +257,11 @@ async def read_file(volume: Volume, path: str) -> AsyncIterator[bytes]:
 
 async def write_file(
     volume: Volume, header: pb.WriteFileHeader, content: AsyncIterator[pb.WriteFileRequest],
-    broken: Callable[[], bool],
 ) -> pb.VolumeEntry:
     """Replaces (or creates) the file with the stream's content, atomically: a temp name beside
-    it, committed, renamed over it, committed. Any failure (a broken stream, the quota) removes
-    the temp name and the directories this call made. `broken` tells a stream the client
-    cancelled from one it ended (grpc.aio ends both the same way)."""
+    it, committed, renamed over it, committed. Any failure (a stream without its end marker,
+    the quota) removes the temp name and the directories this call made. The end marker is
+    what tells a whole upload from a cancelled one: grpc.aio ends both streams the same way."""
     parts = split_path(header.path)
     if not parts:
         raise IsDirectory("/ is a directory")
@@ -280,7 +283,6 @@ async def write_file(
                                       exclusive=True)
         parent_ino = parent.ino
         await _copy_in(volume, created.ino, content)
-        await _settle(broken)
         await volume.commit()
         await volume.rename(parent.ino, temp, parent.ino, name)
         parent_ino = None
@@ -293,16 +295,6 @@ async def write_file(
             log.exception("could not discard a failed write's temp file",
                           extra={"volume_id": volume.volume_id})
         raise
-
-
-async def _settle(broken: Callable[[], bool]) -> None:
-    """grpc.aio ends the request stream of a call the client cancelled as if the client had
-    finished it; the cancellation lands on this task a loop turn later. Let it land (it raises
-    here) before anything is committed."""
-    for _ in range(3):
-        await asyncio.sleep(0)
-    if broken():
-        raise asyncio.CancelledError("the WriteFile stream was broken")
 
 
 def _new_owner(header: pb.WriteFileHeader, existing: Attr | None) -> tuple[int, int, int]:
@@ -331,12 +323,17 @@ async def _copy_in(
     async for request in content:
         if request.HasField("header"):
             raise InvalidArgument("only the first WriteFile message is a header")
+        if request.HasField("end"):
+            if await anext(content, None) is not None:
+                raise InvalidArgument("the WriteFile end marker must be the last message")
+            return
         data = request.data
         for start in range(0, len(data), CHUNK_BYTES):
             piece = data[start:start + CHUNK_BYTES]
             await volume.write(ino, offset, piece)
             offset += len(piece)
             metrics.VOLUME_BYTES_WRITTEN.labels("api").inc(len(piece))
+    raise StreamIncomplete("the WriteFile stream ended before its end marker")
 
 
 async def _discard(volume: Volume, parent_ino: int | None, temp: str, made: _Made) -> None:

@@ -135,4 +135,4 @@ class VolumeServicer(pb_grpc.VolumeServiceServicer):
         if first is None or not first.HasField("header"):
             raise InvalidArgument("the first WriteFile message must be the header")
         volume = await self._open(first.header.volume_id)
-        return await content.write_file(volume, first.header, requests, context.cancelled)
+        return await content.write_file(volume, first.header, requests)

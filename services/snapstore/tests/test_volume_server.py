@@ -33,6 +33,7 @@ async def write(stub: Any, path: str, data: bytes) -> None:
     async def stream() -> Any:
         yield pb.WriteFileRequest(header=pb.WriteFileHeader(volume_id=VOL, path=path))
         yield pb.WriteFileRequest(data=data)
+        yield pb.WriteFileRequest(end=True)
 
     await stub.WriteFile(stream())
 

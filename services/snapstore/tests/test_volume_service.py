@@ -39,6 +39,7 @@ async def write(h: VolumeHarness, path: str, data: bytes, **kw: Any) -> pb.Volum
         yield header(path, **kw)
         for start in range(0, len(data), MiB):
             yield pb.WriteFileRequest(data=data[start:start + MiB])
+        yield pb.WriteFileRequest(end=True)
 
     entry: pb.VolumeEntry = await h.stub.WriteFile(stream())
     return entry
@@ -275,8 +276,20 @@ async def test_write_needs_a_header_first(vol: VolumeHarness) -> None:
         yield header("/f")
         yield header("/f")
 
+    async def no_end() -> AsyncIterator[pb.WriteFileRequest]:
+        yield header("/f")
+        yield pb.WriteFileRequest(data=b"x")
+
+    async def data_after_end() -> AsyncIterator[pb.WriteFileRequest]:
+        yield header("/f")
+        yield pb.WriteFileRequest(end=True)
+        yield pb.WriteFileRequest(data=b"x")
+
     assert await code_of(vol.stub.WriteFile(data_first())) == grpc.StatusCode.INVALID_ARGUMENT
     assert await code_of(vol.stub.WriteFile(two_headers())) == grpc.StatusCode.INVALID_ARGUMENT
+    assert await code_of(vol.stub.WriteFile(no_end())) == grpc.StatusCode.INVALID_ARGUMENT
+    assert await code_of(vol.stub.WriteFile(data_after_end())) == \
+        grpc.StatusCode.INVALID_ARGUMENT
     assert await names_in_root(vol) == []
 
 

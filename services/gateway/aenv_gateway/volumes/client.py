@@ -78,13 +78,14 @@ class VolumeClient:
         self, header: pb.WriteFileHeader, chunks: AsyncIterator[bytes]
     ) -> pb.VolumeEntry:
         """Streams `chunks` into the file named by `header`; snapstore replaces the file only
-        when the stream ends whole."""
+        once the end marker follows the last chunk."""
 
         async def messages() -> AsyncIterator[pb.WriteFileRequest]:
             yield pb.WriteFileRequest(header=header)
             async for chunk in chunks:
                 if chunk:
                     yield pb.WriteFileRequest(data=chunk)
+            yield pb.WriteFileRequest(end=True)
 
         rpc = self._stub.WriteFile
         reply: pb.VolumeEntry = await call(lambda: rpc(messages()))

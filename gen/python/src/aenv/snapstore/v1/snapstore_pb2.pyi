@@ -358,9 +358,11 @@ class WriteFileHeader(_message.Message):
     def __init__(self, volume_id: _Optional[str] = ..., path: _Optional[str] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., mode: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class WriteFileRequest(_message.Message):
-    __slots__ = ("header", "data")
+    __slots__ = ("header", "data", "end")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
     header: WriteFileHeader
     data: bytes
-    def __init__(self, header: _Optional[_Union[WriteFileHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    end: bool
+    def __init__(self, header: _Optional[_Union[WriteFileHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., end: _Optional[bool] = ...) -> None: ...

@@ -582,8 +582,9 @@ class VolumeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WriteFile(self, request_iterator, context):
-        """The first message is the header, the rest carry the content (each at most 1 MiB). The file
-        is replaced whole when the stream ends; a broken stream leaves the old one.
+        """The first message is the header, then the content (each at most 1 MiB), then `end`. The
+        file is replaced whole once `end` arrives; a stream that stops before it (a broken upload,
+        a cancelled call) leaves the old one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
