@@ -153,10 +153,10 @@ class FakeVolumeService(pb_grpc.VolumeServiceServicer):
 
     async def StatPath(
         self, request: pb.StatPathRequest, context: grpc.aio.ServicerContext
-    ) -> pb.VolumeEntry:
+    ) -> pb.StatPathResponse:
         volume = self._volume(request.volume_id)
         path = self._path(request.path)
-        return self._entry(path, self._node(volume, path))
+        return pb.StatPathResponse(entry=self._entry(path, self._node(volume, path)))
 
     async def ListDir(
         self, request: pb.ListDirRequest, context: grpc.aio.ServicerContext
@@ -174,12 +174,12 @@ class FakeVolumeService(pb_grpc.VolumeServiceServicer):
 
     async def MakeDir(
         self, request: pb.MakeDirRequest, context: grpc.aio.ServicerContext
-    ) -> pb.VolumeEntry:
+    ) -> pb.MakeDirResponse:
         volume = self._volume(request.volume_id)
         path = self._path(request.path)
         if path in volume.tree:
             if request.force and volume.tree[path].kind == pb.VOLUME_ENTRY_TYPE_DIRECTORY:
-                return self._entry(path, volume.tree[path])
+                return pb.MakeDirResponse(entry=self._entry(path, volume.tree[path]))
             raise AlreadyExists(f"{path} exists")
         self._parent(volume, path, request.force)
         node = _dir()
@@ -187,18 +187,18 @@ class FakeVolumeService(pb_grpc.VolumeServiceServicer):
             node.mode = request.mode
         node.uid, node.gid = request.uid, request.gid
         volume.tree[path] = node
-        return self._entry(path, node)
+        return pb.MakeDirResponse(entry=self._entry(path, node))
 
     async def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext
-    ) -> pb.VolumeEntry:
+    ) -> pb.UpdateMetadataResponse:
         volume = self._volume(request.volume_id)
         path = self._path(request.path)
         node = self._node(volume, path)
         for name in ("uid", "gid", "mode"):
             if request.HasField(name):
                 setattr(node, name, getattr(request, name))
-        return self._entry(path, node)
+        return pb.UpdateMetadataResponse(entry=self._entry(path, node))
 
     async def RemovePath(
         self, request: pb.RemovePathRequest, context: grpc.aio.ServicerContext
@@ -222,7 +222,7 @@ class FakeVolumeService(pb_grpc.VolumeServiceServicer):
 
     async def WriteFile(
         self, requests: AsyncIterator[pb.WriteFileRequest], context: grpc.aio.ServicerContext
-    ) -> pb.VolumeEntry:
+    ) -> pb.WriteFileResponse:
         first = await anext(aiter(requests))
         header = first.header
         volume = self._volume(header.volume_id)
@@ -250,4 +250,4 @@ class FakeVolumeService(pb_grpc.VolumeServiceServicer):
             if header.HasField(name):
                 setattr(node, name, getattr(header, name))
         volume.tree[path] = node
-        return self._entry(path, node)
+        return pb.WriteFileResponse(entry=self._entry(path, node))

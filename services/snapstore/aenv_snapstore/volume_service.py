@@ -92,8 +92,9 @@ class VolumeServicer(pb_grpc.VolumeServiceServicer):
 
     async def StatPath(
         self, request: pb.StatPathRequest, context: grpc.aio.ServicerContext
-    ) -> pb.VolumeEntry:
-        return await content.stat_path(await self._open(request.volume_id), request.path)
+    ) -> pb.StatPathResponse:
+        volume = await self._open(request.volume_id)
+        return pb.StatPathResponse(entry=await content.stat_path(volume, request.path))
 
     async def ListDir(
         self, request: pb.ListDirRequest, context: grpc.aio.ServicerContext
@@ -104,13 +105,15 @@ class VolumeServicer(pb_grpc.VolumeServiceServicer):
 
     async def MakeDir(
         self, request: pb.MakeDirRequest, context: grpc.aio.ServicerContext
-    ) -> pb.VolumeEntry:
-        return await content.make_dir(await self._open(request.volume_id), request)
+    ) -> pb.MakeDirResponse:
+        volume = await self._open(request.volume_id)
+        return pb.MakeDirResponse(entry=await content.make_dir(volume, request))
 
     async def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext
-    ) -> pb.VolumeEntry:
-        return await content.update_metadata(await self._open(request.volume_id), request)
+    ) -> pb.UpdateMetadataResponse:
+        volume = await self._open(request.volume_id)
+        return pb.UpdateMetadataResponse(entry=await content.update_metadata(volume, request))
 
     async def RemovePath(
         self, request: pb.RemovePathRequest, context: grpc.aio.ServicerContext
@@ -129,10 +132,10 @@ class VolumeServicer(pb_grpc.VolumeServiceServicer):
         self,
         request_iterator: AsyncIterable[pb.WriteFileRequest],
         context: grpc.aio.ServicerContext,
-    ) -> pb.VolumeEntry:
+    ) -> pb.WriteFileResponse:
         requests = aiter(request_iterator)
         first = await anext(requests, None)
         if first is None or not first.HasField("header"):
             raise InvalidArgument("the first WriteFile message must be the header")
         volume = await self._open(first.header.volume_id)
-        return await content.write_file(volume, first.header, requests)
+        return pb.WriteFileResponse(entry=await content.write_file(volume, first.header, requests))

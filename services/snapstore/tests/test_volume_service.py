@@ -41,8 +41,8 @@ async def write(h: VolumeHarness, path: str, data: bytes, **kw: Any) -> pb.Volum
             yield pb.WriteFileRequest(data=data[start:start + MiB])
         yield pb.WriteFileRequest(end=True)
 
-    entry: pb.VolumeEntry = await h.stub.WriteFile(stream())
-    return entry
+    reply: pb.WriteFileResponse = await h.stub.WriteFile(stream())
+    return reply.entry
 
 
 async def read(h: VolumeHarness, path: str) -> bytes:
@@ -127,10 +127,11 @@ async def test_endpoint(volume_harness: VolumeHarness) -> None:
 
 async def test_stat_path(vol: VolumeHarness) -> None:
     h = vol
-    root = await h.stub.StatPath(pb.StatPathRequest(volume_id=VOL, path="/"))
+    root = (await h.stub.StatPath(pb.StatPathRequest(volume_id=VOL, path="/"))).entry
     assert (root.path, root.type, root.mode & 0o170000) == ("/", DIR, 0o040000)
     await write(h, "/d/f.txt", b"hello", force=True, mode=0o600, uid=1000, gid=1001)
-    entry = await h.stub.StatPath(pb.StatPathRequest(volume_id=VOL, path="/d//./f.txt/"))
+    entry = (await h.stub.StatPath(
+        pb.StatPathRequest(volume_id=VOL, path="/d//./f.txt/"))).entry
     assert (entry.name, entry.path, entry.type, entry.size) == ("f.txt", "/d/f.txt", FILE, 5)
     assert (entry.mode, entry.uid, entry.gid) == (0o100600, 1000, 1001)
     assert entry.mtime_ns > 0 and entry.ctime_ns > 0
@@ -144,7 +145,8 @@ async def test_stat_path(vol: VolumeHarness) -> None:
 
 async def test_make_dir(vol: VolumeHarness) -> None:
     h = vol
-    made = await h.stub.MakeDir(pb.MakeDirRequest(volume_id=VOL, path="/a", mode=0o700, uid=7))
+    made = (await h.stub.MakeDir(
+        pb.MakeDirRequest(volume_id=VOL, path="/a", mode=0o700, uid=7))).entry
     assert (made.path, made.type, made.mode, made.uid) == ("/a", DIR, 0o040700, 7)
     assert await code_of(h.stub.MakeDir(pb.MakeDirRequest(volume_id=VOL, path="/a"))) == \
         grpc.StatusCode.ALREADY_EXISTS
@@ -152,9 +154,10 @@ async def test_make_dir(vol: VolumeHarness) -> None:
         grpc.StatusCode.ALREADY_EXISTS
     assert await code_of(h.stub.MakeDir(pb.MakeDirRequest(volume_id=VOL, path="/x/y"))) == \
         grpc.StatusCode.NOT_FOUND
-    deep = await h.stub.MakeDir(pb.MakeDirRequest(volume_id=VOL, path="/x/y/z", force=True))
+    deep = (await h.stub.MakeDir(
+        pb.MakeDirRequest(volume_id=VOL, path="/x/y/z", force=True))).entry
     assert deep.path == "/x/y/z"
-    again = await h.stub.MakeDir(pb.MakeDirRequest(volume_id=VOL, path="/x/y", force=True))
+    again = (await h.stub.MakeDir(pb.MakeDirRequest(volume_id=VOL, path="/x/y", force=True))).entry
     assert again.type == DIR
     await write(h, "/file", b"")
     for path, force in [("/file/sub", False), ("/file/sub", True), ("/file", True)]:
@@ -199,10 +202,11 @@ async def test_list_many_entries_across_pages(vol: VolumeHarness) -> None:
 async def test_update_metadata(vol: VolumeHarness) -> None:
     h = vol
     await write(h, "/f", b"data", mode=0o644)
-    updated = await h.stub.UpdateMetadata(pb.UpdateMetadataRequest(
-        volume_id=VOL, path="/f", mode=0o755, uid=1000))
+    updated = (await h.stub.UpdateMetadata(pb.UpdateMetadataRequest(
+        volume_id=VOL, path="/f", mode=0o755, uid=1000))).entry
     assert (updated.mode, updated.uid, updated.gid) == (0o100755, 1000, 0)
-    unchanged = await h.stub.UpdateMetadata(pb.UpdateMetadataRequest(volume_id=VOL, path="/f"))
+    unchanged = (await h.stub.UpdateMetadata(
+        pb.UpdateMetadataRequest(volume_id=VOL, path="/f"))).entry
     assert (unchanged.mode, unchanged.uid) == (0o100755, 1000)
     assert await code_of(h.stub.UpdateMetadata(pb.UpdateMetadataRequest(
         volume_id=VOL, path="/nope", mode=0o600))) == grpc.StatusCode.NOT_FOUND
@@ -246,7 +250,7 @@ async def test_symlinks_stat_as_links_and_read_through(vol: VolumeHarness) -> No
     d = await volume.resolve("/d")
     await volume.symlink(d.ino, "rel", "real", uid=0, gid=0)
     await volume.symlink(ROOT_INO, "abs", "/d/rel", uid=0, gid=0)
-    link = await h.stub.StatPath(pb.StatPathRequest(volume_id=VOL, path="/abs"))
+    link = (await h.stub.StatPath(pb.StatPathRequest(volume_id=VOL, path="/abs"))).entry
     assert (link.type, link.target, link.mode & 0o170000) == (LINK, "/d/rel", 0o120000)
     assert await read(h, "/abs") == b"through the link"
 

@@ -42,9 +42,9 @@ class VolumeClient:
         return str(reply.ticket)
 
     async def stat(self, volume_id: str, path: str) -> pb.VolumeEntry:
-        reply: pb.VolumeEntry = await self._unary(
+        reply: pb.StatPathResponse = await self._unary(
             "StatPath", pb.StatPathRequest(volume_id=volume_id, path=path))
-        return reply
+        return reply.entry
 
     async def list_dir(self, volume_id: str, path: str, depth: int) -> list[pb.VolumeEntry]:
         reply = await self._unary(
@@ -52,12 +52,12 @@ class VolumeClient:
         return list(reply.entries)
 
     async def make_dir(self, request: pb.MakeDirRequest) -> pb.VolumeEntry:
-        reply: pb.VolumeEntry = await self._unary("MakeDir", request)
-        return reply
+        reply: pb.MakeDirResponse = await self._unary("MakeDir", request)
+        return reply.entry
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.VolumeEntry:
-        reply: pb.VolumeEntry = await self._unary("UpdateMetadata", request)
-        return reply
+        reply: pb.UpdateMetadataResponse = await self._unary("UpdateMetadata", request)
+        return reply.entry
 
     async def remove(self, volume_id: str, path: str) -> None:
         await self._unary("RemovePath", pb.RemovePathRequest(volume_id=volume_id, path=path))
@@ -88,5 +88,5 @@ class VolumeClient:
             yield pb.WriteFileRequest(end=True)
 
         rpc = self._stub.WriteFile
-        reply: pb.VolumeEntry = await call(lambda: rpc(messages()))
-        return reply
+        reply: pb.WriteFileResponse = await call(lambda: rpc(messages()))
+        return reply.entry

@@ -13,6 +13,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 class VolumeForkMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
+    VOLUME_FORK_MODE_UNSPECIFIED: _ClassVar[VolumeForkMode]
     VOLUME_FORK_MODE_SHARED: _ClassVar[VolumeForkMode]
     VOLUME_FORK_MODE_COPY_ON_WRITE: _ClassVar[VolumeForkMode]
 
@@ -21,6 +22,7 @@ class ExecSignal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXEC_SIGNAL_UNSPECIFIED: _ClassVar[ExecSignal]
     EXEC_SIGNAL_SIGKILL: _ClassVar[ExecSignal]
     EXEC_SIGNAL_SIGTERM: _ClassVar[ExecSignal]
+VOLUME_FORK_MODE_UNSPECIFIED: VolumeForkMode
 VOLUME_FORK_MODE_SHARED: VolumeForkMode
 VOLUME_FORK_MODE_COPY_ON_WRITE: VolumeForkMode
 EXEC_SIGNAL_UNSPECIFIED: ExecSignal

@@ -366,3 +366,27 @@ class WriteFileRequest(_message.Message):
     data: bytes
     end: bool
     def __init__(self, header: _Optional[_Union[WriteFileHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., end: _Optional[bool] = ...) -> None: ...
+
+class StatPathResponse(_message.Message):
+    __slots__ = ("entry",)
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    entry: VolumeEntry
+    def __init__(self, entry: _Optional[_Union[VolumeEntry, _Mapping]] = ...) -> None: ...
+
+class MakeDirResponse(_message.Message):
+    __slots__ = ("entry",)
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    entry: VolumeEntry
+    def __init__(self, entry: _Optional[_Union[VolumeEntry, _Mapping]] = ...) -> None: ...
+
+class UpdateMetadataResponse(_message.Message):
+    __slots__ = ("entry",)
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    entry: VolumeEntry
+    def __init__(self, entry: _Optional[_Union[VolumeEntry, _Mapping]] = ...) -> None: ...
+
+class WriteFileResponse(_message.Message):
+    __slots__ = ("entry",)
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    entry: VolumeEntry
+    def __init__(self, entry: _Optional[_Union[VolumeEntry, _Mapping]] = ...) -> None: ...

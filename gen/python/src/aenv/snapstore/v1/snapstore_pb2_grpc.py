@@ -455,7 +455,7 @@ class VolumeServiceStub:
         self.StatPath = channel.unary_unary(
                 '/aenv.snapstore.v1.VolumeService/StatPath',
                 request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathRequest.SerializeToString,
-                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathResponse.FromString,
                 _registered_method=True)
         self.ListDir = channel.unary_unary(
                 '/aenv.snapstore.v1.VolumeService/ListDir',
@@ -465,12 +465,12 @@ class VolumeServiceStub:
         self.MakeDir = channel.unary_unary(
                 '/aenv.snapstore.v1.VolumeService/MakeDir',
                 request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirRequest.SerializeToString,
-                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirResponse.FromString,
                 _registered_method=True)
         self.UpdateMetadata = channel.unary_unary(
                 '/aenv.snapstore.v1.VolumeService/UpdateMetadata',
                 request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataRequest.SerializeToString,
-                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataResponse.FromString,
                 _registered_method=True)
         self.RemovePath = channel.unary_unary(
                 '/aenv.snapstore.v1.VolumeService/RemovePath',
@@ -485,7 +485,7 @@ class VolumeServiceStub:
         self.WriteFile = channel.stream_unary(
                 '/aenv.snapstore.v1.VolumeService/WriteFile',
                 request_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileRequest.SerializeToString,
-                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+                response_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileResponse.FromString,
                 _registered_method=True)
 
 
@@ -626,7 +626,7 @@ def add_VolumeServiceServicer_to_server(servicer, server):
             'StatPath': grpc.unary_unary_rpc_method_handler(
                     servicer.StatPath,
                     request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathRequest.FromString,
-                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathResponse.SerializeToString,
             ),
             'ListDir': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDir,
@@ -636,12 +636,12 @@ def add_VolumeServiceServicer_to_server(servicer, server):
             'MakeDir': grpc.unary_unary_rpc_method_handler(
                     servicer.MakeDir,
                     request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirRequest.FromString,
-                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirResponse.SerializeToString,
             ),
             'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateMetadata,
                     request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataRequest.FromString,
-                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataResponse.SerializeToString,
             ),
             'RemovePath': grpc.unary_unary_rpc_method_handler(
                     servicer.RemovePath,
@@ -656,7 +656,7 @@ def add_VolumeServiceServicer_to_server(servicer, server):
             'WriteFile': grpc.stream_unary_rpc_method_handler(
                     servicer.WriteFile,
                     request_deserializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileRequest.FromString,
-                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.SerializeToString,
+                    response_serializer=aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -852,7 +852,7 @@ class VolumeService:
             target,
             '/aenv.snapstore.v1.VolumeService/StatPath',
             aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathRequest.SerializeToString,
-            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.StatPathResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -906,7 +906,7 @@ class VolumeService:
             target,
             '/aenv.snapstore.v1.VolumeService/MakeDir',
             aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirRequest.SerializeToString,
-            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.MakeDirResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -933,7 +933,7 @@ class VolumeService:
             target,
             '/aenv.snapstore.v1.VolumeService/UpdateMetadata',
             aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataRequest.SerializeToString,
-            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.UpdateMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1014,7 +1014,7 @@ class VolumeService:
             target,
             '/aenv.snapstore.v1.VolumeService/WriteFile',
             aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileRequest.SerializeToString,
-            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.VolumeEntry.FromString,
+            aenv_dot_snapstore_dot_v1_dot_snapstore__pb2.WriteFileResponse.FromString,
             options,
             channel_credentials,
             insecure,
