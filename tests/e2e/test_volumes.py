@@ -196,6 +196,8 @@ async def test_a_read_only_mount_refuses_writes(world: World) -> None:
 async def test_a_write_past_the_quota_is_enospc_and_nothing_else_breaks(world: World) -> None:
     a = world.a
     await sh(a, "echo kept > /q/keep")
+    # The guest sees the quota as the file system's size (FSSTAT).
+    assert (await sh(a, "df -B1 --output=size /q")).split()[-1] == str(QUOTA_BYTES)
     assert await write_probe(a, "/q/big", 2 * QUOTA_BYTES) == f"ENOSPC {ENOSPC_TEXT}"
     # The sandbox, the other file and the other volume are fine; room made is usable again.
     assert await sh(a, "cat /q/keep") == "kept\n"
