@@ -90,6 +90,11 @@ async def test_a_background_push_runs_at_the_lowest_priority_beside_an_untouched
         assert _pending() == pending_before + 1
         worker = await _worker_started()
         autogroup = Path(f"/proc/{worker}/autogroup")  # where the kernel has autogroups
+        # The agent renices the group just after the spawn: seen a moment before, it is 0.
+        for _ in range(100):
+            if not autogroup.exists() or autogroup.read_text().split()[-1] == str(LOWEST_NICE):
+                break
+            await asyncio.sleep(0.01)
         assert not autogroup.exists() or autogroup.read_text().split()[-1] == str(LOWEST_NICE)
         seen: dict[int, int] = {}
         pulled: dict[str, Path] = {}
