@@ -189,6 +189,13 @@ async def test_a_read_only_mount_refuses_writes(world: World) -> None:
     assert code != 0 and EROFS_TEXT in out, out
     code, out = await sh_status(b, "rm /ro/seed.txt")
     assert code != 0 and EROFS_TEXT in out, out
+    # The guest's root may remount it read-write; the volume server still refuses (its grant is
+    # read-only: NFS3ERR_ROFS).
+    code, out = await sh_status(b, "mount -o remount,rw /ro")
+    assert code == 0, out
+    assert (await sh(b, "awk '$2 == \"/ro\" {print $4}' /proc/mounts")).startswith("rw,")
+    code, out = await sh_status(b, "touch /ro/new")
+    assert code != 0 and EROFS_TEXT in out, out
     assert await world.readonly.read_file("/seed.txt") == "seeded by the content API\n"
     assert not await world.readonly.exists("/new")
 
