@@ -31,4 +31,7 @@ def e2b_env_lines(api_key: str, api_url: str, sandbox_url: str) -> list[str]:
         f"E2B_API_KEY={api_key}",
         f"E2B_API_URL={api_url}",
         f"E2B_SANDBOX_URL={sandbox_url}",
+        # The SDK's volume content calls do not follow E2B_API_URL (they default to
+        # https://api.<domain>): without this they would leave the platform with the token.
+        f"E2B_VOLUME_API_URL={api_url}",
     ]

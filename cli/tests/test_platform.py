@@ -48,6 +48,7 @@ async def test_start_writes_e2b_env_and_stop_leaves_nothing(
         f"E2B_API_KEY={key}",
         f"E2B_API_URL=http://127.0.0.1:{platform.ports.gateway_http}",
         f"E2B_SANDBOX_URL=http://127.0.0.1:{platform.ports.gateway_http}",
+        f"E2B_VOLUME_API_URL=http://127.0.0.1:{platform.ports.gateway_http}",
     ]
     assert load_ports(platform.home) == platform.ports
     assert lock_holder(platform.home) == os.getpid()

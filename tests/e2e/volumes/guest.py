@@ -48,12 +48,11 @@ def unique(prefix: str) -> str:
 
 @contextlib.contextmanager
 def sdk_environment(env: Mapping[str, str]) -> Iterator[None]:
-    """The SDK's endpoints and key (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL) from `env`, and
-    the volume content API at the gateway's URL (the SDK's default is api.<domain>)."""
+    """The SDK's endpoints and key from `env`: the platform's e2b.env, whose
+    E2B_VOLUME_API_URL points the volume content calls at the gateway."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        patch.setenv("E2B_VOLUME_API_URL", env["E2B_API_URL"])
         patch.delenv("E2B_DEBUG", raising=False)
         patch.delenv("E2B_DOMAIN", raising=False)
         yield
