@@ -96,8 +96,9 @@ def parse_volume_mounts(body: Mapping[str, Any]) -> tuple[MountRequest, ...]:
 
 
 def present_volume_mounts(record: cluster_pb2.SandboxRecord) -> list[dict[str, Any]]:
-    """SandboxVolumeMount: `{name, path}` (plus the extension `readOnly`); never the ticket."""
-    return [{"name": m.name, "path": m.path, "readOnly": m.read_only}
+    """SandboxVolumeMount: E2B's `{name, path}`, plus the extension `readOnly: true` for a
+    read-only mount only (so a read-write one is E2B's shape exactly); never the ticket."""
+    return [{"name": m.name, "path": m.path} | ({"readOnly": True} if m.read_only else {})
             for m in record.volume_mounts]
 
 
