@@ -171,8 +171,12 @@ def ensure_mounted(mount: VolumeMount, mountinfo: str | None = None) -> str:
 
     :raise OSError: the mount point cannot be made or a syscall failed.
     """
-    # mountinfo names mount points with their symlinks resolved, as mount(2) follows them.
-    current = mounted_at(os.path.realpath(mount.path), mountinfo or mount_table.MOUNTINFO)
+    table = mountinfo or mount_table.MOUNTINFO
+    # A restored guest (resume, fork child) has its mounts at their own paths: found as given,
+    # without a stat — which would block /init on the NFS client's re-dial through the new
+    # slot's relay. mountinfo names mount points with their symlinks resolved (mount(2)
+    # follows them), so a path under a symlink is looked up resolved.
+    current = mounted_at(mount.path, table) or mounted_at(os.path.realpath(mount.path), table)
     if current is not None and _same_source(current, mount):
         if current.read_only == mount.read_only:
             return "kept"
