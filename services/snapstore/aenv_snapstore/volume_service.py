@@ -4,7 +4,6 @@ statuses in the shared interceptor, as for SnapStoreService."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterable, AsyncIterator
 
 import grpc
@@ -14,19 +13,17 @@ from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.errors import InvalidArgument
 from aenv_snapstore import volume_content as content
 from aenv_snapstore.volumes.errors import VolumeNotFound
+from aenv_snapstore.volumes.model import is_volume_id
 from aenv_snapstore.volumes.store import VolumeStore
 from aenv_snapstore.volumes.tickets import Grant, TicketKey
 from aenv_snapstore.volumes.volume import Volume
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["VolumeService"].full_name
 
-# The gateway mints `vol-` + 20 of [a-z0-9]; anything id-like up to 40 bytes is served (the id
-# is an NFS export path and part of every file handle).
-_VOLUME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
-
 
 def check_volume_id(what: str, volume_id: str) -> str:
-    if not _VOLUME_ID.fullmatch(volume_id):
+    """`volume_id`, when it is one (the store's rule), else INVALID_ARGUMENT naming `what`."""
+    if not is_volume_id(volume_id):
         raise InvalidArgument(f"{what} {volume_id[:64]!r} is not a volume id")
     return volume_id
 

@@ -109,8 +109,11 @@ class VolumeMounts:
         made = ForkMounts()
         if not parent.volume_mounts:
             return made
+        # Each cloned volume's quota, read once for all the children.
+        quotas = {m.volume_id: await self._quota(m.volume_id) for m in parent.volume_mounts
+                  if copy_on_write and not m.read_only}
         outcomes = await asyncio.gather(
-            *(self._child(parent, child, copy_on_write, made) for child in child_ids),
+            *(self._child(parent, child, quotas, made) for child in child_ids),
             return_exceptions=True)
         failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failure is not None:
@@ -119,19 +122,22 @@ class VolumeMounts:
         made.children = [o for o in outcomes if isinstance(o, nodeagent_pb2.ChildVolumeMounts)]
         return made
 
+    async def _quota(self, volume_id: str) -> int:
+        source = await self.volumes.record(volume_id)
+        return source.quota_bytes if source is not None else 0
+
     async def _child(
-        self, parent: cluster_pb2.SandboxRecord, child_id: str, copy_on_write: bool,
+        self, parent: cluster_pb2.SandboxRecord, child_id: str, quotas: dict[str, int],
         made: ForkMounts,
     ) -> nodeagent_pb2.ChildVolumeMounts:
+        """`quotas`: the volumes to clone for the child (copy-on-write), with their quotas."""
         client = self.volumes.client
         mounts: list[VolumeMount] = []
         for mount in parent.volume_mounts:
             volume_id, name = mount.volume_id, mount.name
-            if copy_on_write and not mount.read_only:
-                source = await self.volumes.record(mount.volume_id)
+            if mount.volume_id in quotas:
                 clone = await self.volumes.create(
-                    parent.owner_key_id, clone_name(name, child_id),
-                    source.quota_bytes if source is not None else 0,
+                    parent.owner_key_id, clone_name(name, child_id), quotas[mount.volume_id],
                     ephemeral_for=child_id, cloned_from=mount.volume_id)
                 made.clones.setdefault(child_id, []).append(clone)
                 volume_id, name = clone.volume_id, clone.name

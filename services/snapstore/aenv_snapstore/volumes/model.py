@@ -70,9 +70,13 @@ class Usage:
     files: int
 
 
-def check_volume_id(volume_id: str) -> None:
+def is_volume_id(volume_id: str) -> bool:
     """Ids become object keys and directory names: the gateway mints `vol-` + 20 of [a-z0-9]."""
-    if _VOLUME_ID_RE.match(volume_id) is None or volume_id in _RESERVED_IDS:
+    return _VOLUME_ID_RE.match(volume_id) is not None and volume_id not in _RESERVED_IDS
+
+
+def check_volume_id(volume_id: str) -> None:
+    if not is_volume_id(volume_id):
         raise InvalidArgument(f"invalid volume id {volume_id!r}")
 
 
