@@ -16,11 +16,30 @@ def test_free_ports_lie_below_the_ephemeral_range_and_can_be_bound() -> None:
 
 
 def test_a_port_something_listens_on_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two adjacent ports free now, wherever they are: the host may have its own listeners at LOWEST.
+    lowest = _two_adjacent_free_ports()
     monkeypatch.setattr("aenv_common.testing.ports._handed_out", set())
-    monkeypatch.setattr("aenv_common.testing.ports._ephemeral_start", lambda: LOWEST + 2)
+    monkeypatch.setattr("aenv_common.testing.ports.LOWEST", lowest)
+    monkeypatch.setattr("aenv_common.testing.ports._ephemeral_start", lambda: lowest + 2)
     with socket.socket() as listener:
-        listener.bind((LOOPBACK, LOWEST))
+        listener.bind((LOOPBACK, lowest))
         listener.listen()
-        assert free_port() == LOWEST + 1
+        assert free_port() == lowest + 1
         with pytest.raises(RuntimeError, match="no free loopback port"):
             free_port()
+
+
+def _two_adjacent_free_ports() -> int:
+    for port in range(LOWEST, LOWEST + 2000, 2):
+        if _bindable(port) and _bindable(port + 1):
+            return port
+    raise AssertionError(f"no two adjacent free ports in {LOWEST}-{LOWEST + 2000}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+        return True
