@@ -31,6 +31,40 @@ class BuildStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BUILD_STATUS_BUILDING: _ClassVar[BuildStatus]
     BUILD_STATUS_READY: _ClassVar[BuildStatus]
     BUILD_STATUS_ERROR: _ClassVar[BuildStatus]
+
+class SandboxEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SANDBOX_EVENT_TYPE_UNSPECIFIED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_CREATED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_READY: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_PAUSED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_RESUMED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_SNAPSHOTTED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_FORKED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_KILLED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_TIMED_OUT: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_LOST: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_DIED: _ClassVar[SandboxEventType]
+    SANDBOX_EVENT_TYPE_UPDATED: _ClassVar[SandboxEventType]
+
+class DeathCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEATH_CAUSE_UNSPECIFIED: _ClassVar[DeathCause]
+    DEATH_CAUSE_GUEST_OOM: _ClassVar[DeathCause]
+    DEATH_CAUSE_GUEST_CRASH: _ClassVar[DeathCause]
+    DEATH_CAUSE_GUEST_HANG: _ClassVar[DeathCause]
+    DEATH_CAUSE_VMM_CRASH: _ClassVar[DeathCause]
+    DEATH_CAUSE_NODE_LOST: _ClassVar[DeathCause]
+    DEATH_CAUSE_EVICTED_MEMORY_PRESSURE: _ClassVar[DeathCause]
+    DEATH_CAUSE_DISK_FULL: _ClassVar[DeathCause]
+    DEATH_CAUSE_ADMIN_KILL: _ClassVar[DeathCause]
+    DEATH_CAUSE_LEASE_EXPIRED: _ClassVar[DeathCause]
+
+class LeaseExpiryAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_EXPIRY_ACTION_UNSPECIFIED: _ClassVar[LeaseExpiryAction]
+    LEASE_EXPIRY_ACTION_KILL: _ClassVar[LeaseExpiryAction]
+    LEASE_EXPIRY_ACTION_PAUSE: _ClassVar[LeaseExpiryAction]
 SANDBOX_STATE_UNSPECIFIED: SandboxState
 SANDBOX_STATE_CREATING: SandboxState
 SANDBOX_STATE_RUNNING: SandboxState
@@ -44,6 +78,31 @@ BUILD_STATUS_WAITING: BuildStatus
 BUILD_STATUS_BUILDING: BuildStatus
 BUILD_STATUS_READY: BuildStatus
 BUILD_STATUS_ERROR: BuildStatus
+SANDBOX_EVENT_TYPE_UNSPECIFIED: SandboxEventType
+SANDBOX_EVENT_TYPE_CREATED: SandboxEventType
+SANDBOX_EVENT_TYPE_READY: SandboxEventType
+SANDBOX_EVENT_TYPE_PAUSED: SandboxEventType
+SANDBOX_EVENT_TYPE_RESUMED: SandboxEventType
+SANDBOX_EVENT_TYPE_SNAPSHOTTED: SandboxEventType
+SANDBOX_EVENT_TYPE_FORKED: SandboxEventType
+SANDBOX_EVENT_TYPE_KILLED: SandboxEventType
+SANDBOX_EVENT_TYPE_TIMED_OUT: SandboxEventType
+SANDBOX_EVENT_TYPE_LOST: SandboxEventType
+SANDBOX_EVENT_TYPE_DIED: SandboxEventType
+SANDBOX_EVENT_TYPE_UPDATED: SandboxEventType
+DEATH_CAUSE_UNSPECIFIED: DeathCause
+DEATH_CAUSE_GUEST_OOM: DeathCause
+DEATH_CAUSE_GUEST_CRASH: DeathCause
+DEATH_CAUSE_GUEST_HANG: DeathCause
+DEATH_CAUSE_VMM_CRASH: DeathCause
+DEATH_CAUSE_NODE_LOST: DeathCause
+DEATH_CAUSE_EVICTED_MEMORY_PRESSURE: DeathCause
+DEATH_CAUSE_DISK_FULL: DeathCause
+DEATH_CAUSE_ADMIN_KILL: DeathCause
+DEATH_CAUSE_LEASE_EXPIRED: DeathCause
+LEASE_EXPIRY_ACTION_UNSPECIFIED: LeaseExpiryAction
+LEASE_EXPIRY_ACTION_KILL: LeaseExpiryAction
+LEASE_EXPIRY_ACTION_PAUSE: LeaseExpiryAction
 
 class Resources(_message.Message):
     __slots__ = ("vcpus", "memory_mib", "disk_mib")
@@ -138,7 +197,7 @@ class Lifecycle(_message.Message):
     def __init__(self, auto_pause: _Optional[bool] = ..., auto_resume: _Optional[bool] = ..., auto_pause_mode: _Optional[_Union[PauseMode, str]] = ...) -> None: ...
 
 class SandboxSpec(_message.Message):
-    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias", "catalog_template_id", "owner_key_id", "volume_mounts")
+    __slots__ = ("sandbox_id", "template_id", "resources", "env_vars", "metadata", "envd_access_token", "timeout_seconds", "network", "lifecycle", "traffic_access_token", "alias", "catalog_template_id", "owner_key_id", "volume_mounts", "lease_id", "trace_parent")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +226,8 @@ class SandboxSpec(_message.Message):
     CATALOG_TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     template_id: str
     resources: Resources
@@ -181,7 +242,9 @@ class SandboxSpec(_message.Message):
     catalog_template_id: str
     owner_key_id: str
     volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMount]
-    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+    lease_id: str
+    trace_parent: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., template_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., envd_access_token: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., traffic_access_token: _Optional[str] = ..., alias: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ..., lease_id: _Optional[str] = ..., trace_parent: _Optional[str] = ...) -> None: ...
 
 class VolumeMount(_message.Message):
     __slots__ = ("path", "volume_id", "name", "read_only", "ticket", "seen_as")
@@ -200,7 +263,7 @@ class VolumeMount(_message.Message):
     def __init__(self, path: _Optional[str] = ..., volume_id: _Optional[str] = ..., name: _Optional[str] = ..., read_only: _Optional[bool] = ..., ticket: _Optional[str] = ..., seen_as: _Optional[str] = ...) -> None: ...
 
 class SandboxRecord(_message.Message):
-    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause", "owner_key_id", "volume_mounts")
+    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause", "owner_key_id", "volume_mounts", "lease_id", "trace_parent", "death")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +300,9 @@ class SandboxRecord(_message.Message):
     ENVD_UNRESPONSIVE_AT_PAUSE_FIELD_NUMBER: _ClassVar[int]
     OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
+    DEATH_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     node_id: str
     template_id: str
@@ -259,7 +325,10 @@ class SandboxRecord(_message.Message):
     envd_unresponsive_at_pause: bool
     owner_key_id: str
     volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMount]
-    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+    lease_id: str
+    trace_parent: str
+    death: DeathCertificate
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ..., lease_id: _Optional[str] = ..., trace_parent: _Optional[str] = ..., death: _Optional[_Union[DeathCertificate, _Mapping]] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
     __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement", "memory_budget_mib", "memory_used_mib", "host_memory_available_mib", "pressure")
@@ -485,3 +554,142 @@ class SecretRecord(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     sealed_value: bytes
     def __init__(self, secret_id: _Optional[str] = ..., name: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., current_version: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sealed_value: _Optional[bytes] = ...) -> None: ...
+
+class SandboxEvent(_message.Message):
+    __slots__ = ("event_id", "sandbox_id", "type", "time", "node_id", "template_id", "metadata", "owner_key_id", "cause", "detail", "trace_id", "lease_id", "related_sandbox_ids")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RELATED_SANDBOX_IDS_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    sandbox_id: str
+    type: SandboxEventType
+    time: _timestamp_pb2.Timestamp
+    node_id: str
+    template_id: str
+    metadata: _containers.ScalarMap[str, str]
+    owner_key_id: str
+    cause: DeathCause
+    detail: str
+    trace_id: str
+    lease_id: str
+    related_sandbox_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, event_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., type: _Optional[_Union[SandboxEventType, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., owner_key_id: _Optional[str] = ..., cause: _Optional[_Union[DeathCause, str]] = ..., detail: _Optional[str] = ..., trace_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., related_sandbox_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeathCertificate(_message.Message):
+    __slots__ = ("sandbox_id", "cause", "detail", "time", "node_id", "owner_key_id", "metadata", "template_id", "event_id")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    cause: DeathCause
+    detail: str
+    time: _timestamp_pb2.Timestamp
+    node_id: str
+    owner_key_id: str
+    metadata: _containers.ScalarMap[str, str]
+    template_id: str
+    event_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., cause: _Optional[_Union[DeathCause, str]] = ..., detail: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., template_id: _Optional[str] = ..., event_id: _Optional[str] = ...) -> None: ...
+
+class LeaseRecord(_message.Message):
+    __slots__ = ("lease_id", "owner_key_id", "name", "ttl_seconds", "on_expiry", "created_at", "metadata", "etcd_lease")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ON_EXPIRY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ETCD_LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    owner_key_id: str
+    name: str
+    ttl_seconds: int
+    on_expiry: LeaseExpiryAction
+    created_at: _timestamp_pb2.Timestamp
+    metadata: _containers.ScalarMap[str, str]
+    etcd_lease: int
+    def __init__(self, lease_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., name: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., on_expiry: _Optional[_Union[LeaseExpiryAction, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., etcd_lease: _Optional[int] = ...) -> None: ...
+
+class WebhookRecord(_message.Message):
+    __slots__ = ("webhook_id", "owner_key_id", "name", "url", "enabled", "events", "sealed_signature_secret", "created_at", "updated_at", "cursor_event_id")
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    SEALED_SIGNATURE_SECRET_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    owner_key_id: str
+    name: str
+    url: str
+    enabled: bool
+    events: _containers.RepeatedScalarFieldContainer[str]
+    sealed_signature_secret: bytes
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    cursor_event_id: str
+    def __init__(self, webhook_id: _Optional[str] = ..., owner_key_id: _Optional[str] = ..., name: _Optional[str] = ..., url: _Optional[str] = ..., enabled: _Optional[bool] = ..., events: _Optional[_Iterable[str]] = ..., sealed_signature_secret: _Optional[bytes] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cursor_event_id: _Optional[str] = ...) -> None: ...
+
+class WebhookDelivery(_message.Message):
+    __slots__ = ("webhook_id", "event_id", "attempts", "last_status", "last_error", "first_attempt_at", "last_attempt_at", "delivered", "gave_up")
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    GAVE_UP_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    event_id: str
+    attempts: int
+    last_status: int
+    last_error: str
+    first_attempt_at: _timestamp_pb2.Timestamp
+    last_attempt_at: _timestamp_pb2.Timestamp
+    delivered: bool
+    gave_up: bool
+    def __init__(self, webhook_id: _Optional[str] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ..., last_status: _Optional[int] = ..., last_error: _Optional[str] = ..., first_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivered: _Optional[bool] = ..., gave_up: _Optional[bool] = ...) -> None: ...

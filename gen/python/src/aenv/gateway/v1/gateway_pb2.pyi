@@ -30,7 +30,7 @@ EXEC_SIGNAL_SIGKILL: ExecSignal
 EXEC_SIGNAL_SIGTERM: ExecSignal
 
 class CreateSandboxRequest(_message.Message):
-    __slots__ = ("template_id", "timeout_seconds", "env_vars", "metadata", "network", "lifecycle", "idempotency_key", "volume_mounts")
+    __slots__ = ("template_id", "timeout_seconds", "env_vars", "metadata", "network", "lifecycle", "idempotency_key", "volume_mounts", "lease_id")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class CreateSandboxRequest(_message.Message):
     LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     template_id: str
     timeout_seconds: int
     env_vars: _containers.ScalarMap[str, str]
@@ -61,7 +62,8 @@ class CreateSandboxRequest(_message.Message):
     lifecycle: _cluster_pb2.Lifecycle
     idempotency_key: str
     volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMountRequest]
-    def __init__(self, template_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., network: _Optional[_Union[_cluster_pb2.NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[_cluster_pb2.Lifecycle, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMountRequest, _Mapping]]] = ...) -> None: ...
+    lease_id: str
+    def __init__(self, template_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., network: _Optional[_Union[_cluster_pb2.NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[_cluster_pb2.Lifecycle, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMountRequest, _Mapping]]] = ..., lease_id: _Optional[str] = ...) -> None: ...
 
 class VolumeMountRequest(_message.Message):
     __slots__ = ("path", "volume", "read_only")
@@ -80,7 +82,7 @@ class CreateSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
 
 class CreateSandboxesRequest(_message.Message):
-    __slots__ = ("template_id", "timeout_seconds", "env_vars", "metadata", "network", "lifecycle", "count", "items", "idempotency_key")
+    __slots__ = ("template_id", "timeout_seconds", "env_vars", "metadata", "network", "lifecycle", "count", "items", "idempotency_key", "lease_id")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +106,7 @@ class CreateSandboxesRequest(_message.Message):
     COUNT_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     template_id: str
     timeout_seconds: int
     env_vars: _containers.ScalarMap[str, str]
@@ -113,7 +116,8 @@ class CreateSandboxesRequest(_message.Message):
     count: int
     items: _containers.RepeatedCompositeFieldContainer[CreateSandboxRequest]
     idempotency_key: str
-    def __init__(self, template_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., network: _Optional[_Union[_cluster_pb2.NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[_cluster_pb2.Lifecycle, _Mapping]] = ..., count: _Optional[int] = ..., items: _Optional[_Iterable[_Union[CreateSandboxRequest, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    lease_id: str
+    def __init__(self, template_id: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., network: _Optional[_Union[_cluster_pb2.NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[_cluster_pb2.Lifecycle, _Mapping]] = ..., count: _Optional[int] = ..., items: _Optional[_Iterable[_Union[CreateSandboxRequest, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., lease_id: _Optional[str] = ...) -> None: ...
 
 class CreateSandboxesResponse(_message.Message):
     __slots__ = ("results",)
@@ -494,3 +498,191 @@ class GetFileResponse(_message.Message):
     data: bytes
     size: int
     def __init__(self, data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ListSandboxEventsRequest(_message.Message):
+    __slots__ = ("sandbox_id", "types", "metadata", "limit", "offset", "order_ascending")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ORDER_ASCENDING_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    types: _containers.RepeatedScalarFieldContainer[_cluster_pb2.SandboxEventType]
+    metadata: _containers.ScalarMap[str, str]
+    limit: int
+    offset: int
+    order_ascending: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., types: _Optional[_Iterable[_Union[_cluster_pb2.SandboxEventType, str]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ..., order_ascending: _Optional[bool] = ...) -> None: ...
+
+class ListSandboxEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_cluster_pb2.SandboxEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_cluster_pb2.SandboxEvent, _Mapping]]] = ...) -> None: ...
+
+class WatchSandboxEventsRequest(_message.Message):
+    __slots__ = ("sandbox_id", "types", "metadata", "after_event_id", "lease_id")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    types: _containers.RepeatedScalarFieldContainer[_cluster_pb2.SandboxEventType]
+    metadata: _containers.ScalarMap[str, str]
+    after_event_id: str
+    lease_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., types: _Optional[_Iterable[_Union[_cluster_pb2.SandboxEventType, str]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., after_event_id: _Optional[str] = ..., lease_id: _Optional[str] = ...) -> None: ...
+
+class WatchSandboxEventsResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: _cluster_pb2.SandboxEvent
+    def __init__(self, event: _Optional[_Union[_cluster_pb2.SandboxEvent, _Mapping]] = ...) -> None: ...
+
+class CreateLeaseRequest(_message.Message):
+    __slots__ = ("ttl_seconds", "on_expiry", "name", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ON_EXPIRY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ttl_seconds: int
+    on_expiry: _cluster_pb2.LeaseExpiryAction
+    name: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, ttl_seconds: _Optional[int] = ..., on_expiry: _Optional[_Union[_cluster_pb2.LeaseExpiryAction, str]] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CreateLeaseResponse(_message.Message):
+    __slots__ = ("lease", "expires_at")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    lease: _cluster_pb2.LeaseRecord
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, lease: _Optional[_Union[_cluster_pb2.LeaseRecord, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("expires_at",)
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+
+class GetLeaseResponse(_message.Message):
+    __slots__ = ("lease", "expires_at", "sandbox_count")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    lease: _cluster_pb2.LeaseRecord
+    expires_at: _timestamp_pb2.Timestamp
+    sandbox_count: int
+    def __init__(self, lease: _Optional[_Union[_cluster_pb2.LeaseRecord, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sandbox_count: _Optional[int] = ...) -> None: ...
+
+class ListLeasesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListLeasesResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[GetLeaseResponse]
+    def __init__(self, leases: _Optional[_Iterable[_Union[GetLeaseResponse, _Mapping]]] = ...) -> None: ...
+
+class ReleaseLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseLeaseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SandboxFilter(_message.Message):
+    __slots__ = ("metadata", "states", "template_id", "lease_id", "all")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    metadata: _containers.ScalarMap[str, str]
+    states: _containers.RepeatedScalarFieldContainer[_cluster_pb2.SandboxState]
+    template_id: str
+    lease_id: str
+    all: bool
+    def __init__(self, metadata: _Optional[_Mapping[str, str]] = ..., states: _Optional[_Iterable[_Union[_cluster_pb2.SandboxState, str]]] = ..., template_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class SandboxOutcome(_message.Message):
+    __slots__ = ("sandbox_id", "code", "message")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    code: str
+    message: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class KillSandboxesRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: SandboxFilter
+    def __init__(self, filter: _Optional[_Union[SandboxFilter, _Mapping]] = ...) -> None: ...
+
+class KillSandboxesResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[SandboxOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[SandboxOutcome, _Mapping]]] = ...) -> None: ...
+
+class PauseSandboxesRequest(_message.Message):
+    __slots__ = ("filter", "filesystem_only")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    FILESYSTEM_ONLY_FIELD_NUMBER: _ClassVar[int]
+    filter: SandboxFilter
+    filesystem_only: bool
+    def __init__(self, filter: _Optional[_Union[SandboxFilter, _Mapping]] = ..., filesystem_only: _Optional[bool] = ...) -> None: ...
+
+class PauseSandboxesResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[SandboxOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[SandboxOutcome, _Mapping]]] = ...) -> None: ...

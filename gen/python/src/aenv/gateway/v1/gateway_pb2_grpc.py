@@ -123,6 +123,51 @@ class GatewayServiceStub:
                 request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileRequest.SerializeToString,
                 response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileResponse.FromString,
                 _registered_method=True)
+        self.ListSandboxEvents = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/ListSandboxEvents',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSandboxEventsRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSandboxEventsResponse.FromString,
+                _registered_method=True)
+        self.WatchSandboxEvents = channel.unary_stream(
+                '/aenv.gateway.v1.GatewayService/WatchSandboxEvents',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.WatchSandboxEventsRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.WatchSandboxEventsResponse.FromString,
+                _registered_method=True)
+        self.CreateLease = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/CreateLease',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateLeaseRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateLeaseResponse.FromString,
+                _registered_method=True)
+        self.RenewLease = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/RenewLease',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.RenewLeaseRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.RenewLeaseResponse.FromString,
+                _registered_method=True)
+        self.GetLease = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/GetLease',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetLeaseRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetLeaseResponse.FromString,
+                _registered_method=True)
+        self.ListLeases = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/ListLeases',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListLeasesRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListLeasesResponse.FromString,
+                _registered_method=True)
+        self.ReleaseLease = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/ReleaseLease',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ReleaseLeaseRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ReleaseLeaseResponse.FromString,
+                _registered_method=True)
+        self.KillSandboxes = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/KillSandboxes',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxesRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxesResponse.FromString,
+                _registered_method=True)
+        self.PauseSandboxes = channel.unary_unary(
+                '/aenv.gateway.v1.GatewayService/PauseSandboxes',
+                request_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxesRequest.SerializeToString,
+                response_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxesResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServiceServicer:
@@ -288,6 +333,72 @@ class GatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSandboxEvents(self, request, context):
+        """Lifecycle events (architecture.md, Events) of the caller's key's sandboxes, newest first
+        unless order_ascending. INVALID_ARGUMENT (a limit out of range, an unknown type).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchSandboxEvents(self, request, context):
+        """Follows the caller's key's sandboxes' events as they are recorded: first those after
+        `after_event_id` still retained (none when empty), then new ones, until cancelled. At least
+        once: a client that reconnects with the last event id it saw misses nothing retained.
+        OUT_OF_RANGE (after_event_id older than retention), RESOURCE_EXHAUSTED (the client fell behind).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateLease(self, request, context):
+        """Experiment leases (architecture.md, Experiment leases): sandboxes created under a lease die
+        (or pause) within seconds of it lapsing, on every node. INVALID_ARGUMENT (ttl out of range).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewLease(self, request, context):
+        """NOT_FOUND: the lease lapsed (its sandboxes are being ended) or never was.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLease(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLeases(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseLease(self, request, context):
+        """Ends the lease now: its sandboxes are ended as if it had lapsed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KillSandboxes(self, request, context):
+        """Bulk operations on the caller's key's sandboxes matching a filter, cluster-wide, with one
+        outcome per sandbox. INVALID_ARGUMENT (an empty filter: say all = true to mean every one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSandboxes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -375,6 +486,51 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.GetFile,
                     request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileRequest.FromString,
                     response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileResponse.SerializeToString,
+            ),
+            'ListSandboxEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSandboxEvents,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSandboxEventsRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSandboxEventsResponse.SerializeToString,
+            ),
+            'WatchSandboxEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSandboxEvents,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.WatchSandboxEventsRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.WatchSandboxEventsResponse.SerializeToString,
+            ),
+            'CreateLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateLease,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateLeaseRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateLeaseResponse.SerializeToString,
+            ),
+            'RenewLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLease,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.RenewLeaseRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.RenewLeaseResponse.SerializeToString,
+            ),
+            'GetLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLease,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetLeaseRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetLeaseResponse.SerializeToString,
+            ),
+            'ListLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLeases,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListLeasesRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListLeasesResponse.SerializeToString,
+            ),
+            'ReleaseLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseLease,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ReleaseLeaseRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.ReleaseLeaseResponse.SerializeToString,
+            ),
+            'KillSandboxes': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillSandboxes,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxesRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxesResponse.SerializeToString,
+            ),
+            'PauseSandboxes': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSandboxes,
+                    request_deserializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxesRequest.FromString,
+                    response_serializer=aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -840,6 +996,249 @@ class GatewayService:
             '/aenv.gateway.v1.GatewayService/GetFile',
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileRequest.SerializeToString,
             aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSandboxEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/ListSandboxEvents',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSandboxEventsRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListSandboxEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSandboxEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/WatchSandboxEvents',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.WatchSandboxEventsRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.WatchSandboxEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/CreateLease',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateLeaseRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.CreateLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/RenewLease',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.RenewLeaseRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.RenewLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/GetLease',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetLeaseRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.GetLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/ListLeases',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListLeasesRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ListLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/ReleaseLease',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ReleaseLeaseRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.ReleaseLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KillSandboxes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/KillSandboxes',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxesRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.KillSandboxesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSandboxes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aenv.gateway.v1.GatewayService/PauseSandboxes',
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxesRequest.SerializeToString,
+            aenv_dot_gateway_dot_v1_dot_gateway__pb2.PauseSandboxesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -402,10 +402,14 @@ class CreateSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ...) -> None: ...
 
 class KillSandboxRequest(_message.Message):
-    __slots__ = ("sandbox_id",)
+    __slots__ = ("sandbox_id", "cause", "detail")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+    cause: _cluster_pb2.DeathCause
+    detail: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., cause: _Optional[_Union[_cluster_pb2.DeathCause, str]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class KillSandboxResponse(_message.Message):
     __slots__ = ()
