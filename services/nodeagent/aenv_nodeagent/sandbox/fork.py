@@ -167,6 +167,8 @@ def _child_spec(
         traffic_access_token=new_secret() if parent.network.private_traffic else "",
         # Its rules are the parent's, whose placeholders name the parent owner's secrets.
         owner_key_id=parent.owner_key_id,
+        # Under its parent's experiment lease: ended with it when it lapses.
+        lease_id=parent.lease_id,
         volume_mounts=volume_mounts,
     )
 

@@ -110,6 +110,8 @@ def new_record(
         traffic_access_token=spec.traffic_access_token,
         base_template_id=template.template_id,
         owner_key_id=spec.owner_key_id,
+        # The experiment lease it lives under: node agents end it when the lease lapses.
+        lease_id=spec.lease_id,
         # With their tickets: the record is secret-bearing already (envd_access_token).
         volume_mounts=spec.volume_mounts,
     )
