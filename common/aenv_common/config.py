@@ -40,6 +40,8 @@ class CommonSettings(BaseSettings):
     # The platform secrets key (aenv_common/secrets/sealing.py): one per cluster, the same file
     # on every gateway and node. Unset: `<home>/secrets.key`.
     secrets_key_file: Path = Field(default=None, validate_default=False)  # type: ignore[assignment]
+    # How long sandbox events and death certificates are kept in etcd at least (events/log.py).
+    events_retention_s: int = Field(default=86400, ge=60)
 
     @model_validator(mode="after")
     def _default_secrets_key_file(self) -> CommonSettings:

@@ -83,6 +83,9 @@ class NodeAgentSettings(BaseSettings):
     # The node record's lease. Long enough to outlast the seconds 2 cores crowded by a fork of
     # 16 busy VMs can hold a keepalive (11 s seen): a lapse marks every sandbox lost.
     heartbeat_ttl_s: int = 20
+    # Sandbox events and death certificates (sandbox/events.py). Off: neither is written, and a
+    # record's publish is a plain put (the benchmark's events-off arm).
+    events_enabled: bool = True
     # Snapstore gRPC address (host:port): snapshots are persisted there and restored from there
     # on nodes that lack them. Empty: persistence off.
     snapstore_address: str = ""

@@ -23,6 +23,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2_grpc
 from aenv_common.cluster import ClusterStore, NodeRegistration
 from aenv_common.errors import AenvError
+from aenv_common.events import EventLog
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.http_server import start_http_server
 from aenv_common.metrics import MetricsEndpoint
@@ -47,6 +48,7 @@ from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
 from aenv_nodeagent.restart.recovery import recover
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.servicer import NodeAgentServicer
@@ -178,9 +180,13 @@ class NodeAgent:
                                  relays=relays)
         stack.push_async_callback(network.settled)
         driver = QemuDriver(self._jail(), s.vmm_start_timeout_s)
+        events = SandboxEvents(store, s.node_id, EventLog(store, s.common.events_retention_s)
+                               if s.events_enabled else None)
+        stack.push_async_callback(events.close)  # after the sandboxes' last deaths
         recovered = await recover(s.node_id, s.resolved_state_dir(), network, store,
                                   await store.list_sandboxes(), driver.jail,
-                                  templates_dir=s.resolved_templates_dir(), relays=relays)
+                                  templates_dir=s.resolved_templates_dir(), relays=relays,
+                                  events=events)
         publisher = SnapshotPublisher(store, s.node_id)
         persistence = self._persistence(publisher)
         kept = await self._prepare_templates(
@@ -207,7 +213,7 @@ class NodeAgent:
             self.registry, templates, network, envd, store, driver, pool=pool,
             persistence=persistence, publisher=publisher,
             cut_traffic=connections.cut, allocation_changed=registration.publish,
-            relays=relays)
+            relays=relays, events=events)
         stack.push_async_callback(sandboxes.stop)
         self.capacity = capacity = NodeCapacity.of_host(
             s, self.registry, templates, sandboxes.snapshots, self.node_record)

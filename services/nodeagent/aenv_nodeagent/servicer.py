@@ -71,7 +71,9 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def KillSandbox(
         self, request: nodeagent_pb2.KillSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.KillSandboxResponse:
-        await self._sandboxes.kill(request.sandbox_id)
+        # A cause (an administrator's kill, a lapsed lease): a death, with its certificate.
+        await self._sandboxes.kill(request.sandbox_id, cause=request.cause,
+                                   detail=request.detail)
         return nodeagent_pb2.KillSandboxResponse()
 
     async def GetSandbox(

@@ -22,6 +22,7 @@ from aenv_common.cluster import (
     LeaderElection,
     RecordCache,
 )
+from aenv_common.events import EventLog
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.metrics import MetricsEndpoint
 from aenv_scheduler.config import SchedulerSettings
@@ -154,7 +155,9 @@ class SchedulerApp:
         log.info("placing as leader", extra={"instance": self.settings.instance_id})
         try:
             await asyncio.gather(
-                sweep_lost_sandboxes(self._store, self.settings.sweep_interval_seconds),
+                sweep_lost_sandboxes(
+                    self._store, self.settings.sweep_interval_seconds,
+                    EventLog(self._store, self.settings.common.events_retention_s)),
                 ledger.flush_every(EXPIRY_TICK_SECONDS),
             )
         finally:

@@ -11,7 +11,10 @@ has header rules or a proxy, attached to this run's egress process (the last one
 last agent); its volume relay, when it mounts volumes, listens in its slot again. Everything
 else is cleaned up: other QEMUs killed (template captures the agent died in too,
 restart/builds.py), their slots, cgroups and directories removed, and the records of
-sandboxes that did not survive marked lost, so clients get a clear answer and nothing leaks.
+sandboxes that did not survive marked lost, so clients get a clear answer and nothing leaks:
+each dies (VMM_CRASH, a DIED event and its certificate, also on its record). One the scheduler
+marked lost meanwhile and that is back (adopted, or paused on disk) has its certificate
+withdrawn and is announced "back with its node" (sandbox/events.py).
 Paused sandboxes that the cluster now records on another node (taken over while this one was
 gone) are dropped."""
 
@@ -30,6 +33,7 @@ from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_nodeagent.memory.paused import finish_pending
 from aenv_nodeagent.network import NetSlot, NetworkManager
 from aenv_nodeagent.restart.builds import end_abandoned_builds
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.model import PAUSED_MARKER
 from aenv_nodeagent.sandbox.records import SandboxRecords, egress_policy
 from aenv_nodeagent.vmm import QemuVm, VmJail
@@ -42,6 +46,12 @@ log = logging.getLogger(__name__)
 
 _PIDFILES = "sandboxes/*/vm/qemu.pid"  # where the QEMUs of an earlier run left their pidfiles
 _ADOPTABLE = (cluster_pb2.SANDBOX_STATE_RUNNING, cluster_pb2.SANDBOX_STATE_LOST)
+_LOST = cluster_pb2.SANDBOX_STATE_LOST
+# What a sandbox whose VM a restarted node agent could not take back died of.
+NOT_SURVIVED = cluster_pb2.DEATH_CAUSE_VMM_CRASH
+NOT_SURVIVED_DETAIL = "its VM did not survive the node agent's restart"
+# The event's detail when a sandbox marked lost is back.
+BACK = "back with its node"
 
 
 @dataclass
@@ -52,6 +62,8 @@ class Adopted:
     directory: Path
     slot: NetSlot
     vm: QemuVm
+    # Its record said lost (the scheduler's sweep, while this node was gone): it is back.
+    revived: bool = False
 
 
 @dataclass
@@ -121,8 +133,9 @@ async def adopt(
         _not_adopted(record, err)
         await vm.release()
         return None
+    revived = record.state == _LOST
     record.state = cluster_pb2.SANDBOX_STATE_RUNNING
-    return Adopted(record, directory, slot, vm)
+    return Adopted(record, directory, slot, vm, revived)
 
 
 async def restore_egress(adopted: list[Adopted], network: NetworkManager) -> None:
@@ -169,7 +182,9 @@ async def recover(
     jail: VmJail | None = None,
     templates_dir: Path | None = None,
     relays: VolumeRelays | None = None,
+    events: SandboxEvents | None = None,
 ) -> Recovered:
+    events = events or SandboxEvents.off(records, node_id)
     ours = [rec for rec in previous if rec.node_id == node_id]
     sandboxes_dir = state_dir / "sandboxes"
     adopted = [found for rec in ours if rec.state in _ADOPTABLE
@@ -189,13 +204,19 @@ async def recover(
     paused -= dropped
     lost = [rec for rec in ours if rec.sandbox_id not in paused and rec.sandbox_id not in kept]
     for rec in lost:
-        rec.state = cluster_pb2.SANDBOX_STATE_LOST
+        if rec.state != _LOST or not rec.HasField("death"):  # (the sweep certified it already)
+            certificate = await events.died(rec, NOT_SURVIVED, NOT_SURVIVED_DETAIL)
+            if certificate is not None:
+                rec.death.CopyFrom(certificate)
+        rec.state = _LOST
         await records.put_sandbox(rec)
     for rec in ours:
         # Swept as lost while this agent was down, or cut short between marker and record.
         if rec.sandbox_id in paused and rec.state != cluster_pb2.SANDBOX_STATE_PAUSED:
+            revived = rec.state == _LOST
             rec.state = cluster_pb2.SANDBOX_STATE_PAUSED
-            await records.put_sandbox(rec)
+            await events.publish(rec, cluster_pb2.SANDBOX_EVENT_TYPE_PAUSED,
+                                 detail=BACK if revived else "", revived=revived)
     if killed or removed or lost or paused or adopted or dropped:
         log.warning(
             "recovered after an earlier run",

@@ -8,10 +8,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Internal
 from aenv_nodeagent.memory.deferred import finish_interrupted, recorded_copy
 from aenv_nodeagent.memory.images import MemoryImages, discard_interrupted
-from aenv_nodeagent.restart.recovery import Adopted
+from aenv_nodeagent.restart.recovery import BACK, Adopted
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.handover import Handover
 from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.model import (
@@ -40,7 +42,9 @@ class TakeBack:
         self, registry: SandboxRegistry, templates: TemplateStore, layers: DiskLayers,
         snapshots: Snapshots, handover: Handover, memory_images: MemoryImages,
         records: SandboxRecords, sandboxes_dir: Path, kill: Callable[[str], Awaitable[None]],
+        events: SandboxEvents,
     ) -> None:
+        self._events = events
         self._records = records
         self._registry = registry
         self._templates = templates
@@ -54,7 +58,7 @@ class TakeBack:
     async def adopt(self, adopted: Sequence[Adopted]) -> None:
         """Take over running sandboxes recovered from an earlier run (call before `load`, which
         collects the disk layers no chain uses). Their disk chains are read from QEMU; one that
-        cannot be read is killed."""
+        cannot be read is killed (`kill`: it dies). One marked lost meanwhile is back: READY."""
         if not adopted:
             return
         # Only captured templates can be under a running VM: none is captured for this.
@@ -71,7 +75,11 @@ class TakeBack:
                 await self._kill(sandbox_id)  # its record goes with it
                 continue
             self._registry.add_running(sandbox, chain)
-            await self._records.put_sandbox(found.record)
+            if found.revived:
+                await self._events.publish(found.record, cluster_pb2.SANDBOX_EVENT_TYPE_READY,
+                                           detail=BACK, revived=True)
+            else:
+                await self._records.put_sandbox(found.record)
             log.info("running sandbox adopted", extra={"sandbox_id": sandbox_id,
                                                        "pid": found.vm.pid})
 

@@ -4,11 +4,15 @@ template's guest."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.errors import AenvError
 from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.records import check_resources, validate_spec
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
@@ -20,6 +24,9 @@ from aenv_nodeagent.templates import TemplateStore
 
 log = logging.getLogger(__name__)
 
+CREATED = cluster_pb2.SANDBOX_EVENT_TYPE_CREATED
+KILLED = cluster_pb2.SANDBOX_EVENT_TYPE_KILLED
+
 
 class Creates:
     """New sandboxes from templates and snapshots."""
@@ -27,8 +34,9 @@ class Creates:
     def __init__(
         self, registry: SandboxRegistry, templates: TemplateStore, snapshots: SnapshotStore,
         layers: LayerStore, restorer: Restorer, sources: RestoreSources,
-        persistence: SnapshotPersistence | None = None,
+        events: SandboxEvents, persistence: SnapshotPersistence | None = None,
     ) -> None:
+        self._events = events
         self._registry = registry
         self._templates = templates
         self._snapshots = snapshots
@@ -54,18 +62,21 @@ class Creates:
         with self._registry.creating(spec.sandbox_id), PhaseTimer.operation(
                 "sandbox.create", sandbox_id=spec.sandbox_id,
                 template_id=spec.template_id) as timer:
-            template = await timer.timed("template", self._templates.get(spec.template_id))
-            check_resources(spec, template)
-            sandbox = await self._restorer.restore(
-                self._sources.from_template(spec, template), timer)
+            with self._announced(spec):
+                template = await timer.timed("template", self._templates.get(spec.template_id))
+                check_resources(spec, template)
+                sandbox = await self._restorer.restore(
+                    self._sources.from_template(spec, template), timer)
         log.info("sandbox created", extra={
             "sandbox_id": spec.sandbox_id, "template": spec.template_id, **timer.fields()})
         return sandbox
 
     async def from_snapshot(
-        self, snapshot: SnapshotMeta, spec: cluster_pb2.SandboxSpec
+        self, snapshot: SnapshotMeta, spec: cluster_pb2.SandboxSpec, *,
+        parent: Sequence[str] = (),
     ) -> Sandbox:
-        """A new sandbox restored from one of this node's snapshots (a create, a fork child).
+        """A new sandbox restored from one of this node's snapshots (a create, a fork child:
+        `parent` names its parent in the child's CREATED and READY events).
 
         :raise InvalidArgument, Conflict, AenvError: as `create`.
         """
@@ -73,13 +84,30 @@ class Creates:
         with self._registry.creating(spec.sandbox_id), PhaseTimer.operation(
                 "sandbox.create", sandbox_id=spec.sandbox_id,
                 template_id=snapshot.snapshot_id) as timer:
-            template = await self._templates.get(snapshot.template_id)
-            sandbox = await self._restorer.restore(
-                self._sources.from_snapshot(spec, snapshot, template), timer)
+            with self._announced(spec, parent):
+                template = await self._templates.get(snapshot.template_id)
+                sandbox = await self._restorer.restore(
+                    self._sources.from_snapshot(spec, snapshot, template), timer,
+                    related=parent)
         log.info("sandbox restored from snapshot", extra={
             "sandbox_id": spec.sandbox_id, "snapshot_id": snapshot.snapshot_id,
             **timer.fields()})
         return sandbox
+
+    @contextlib.contextmanager
+    def _announced(
+        self, spec: cluster_pb2.SandboxSpec, parent: Sequence[str] = ()
+    ) -> Iterator[None]:
+        """CREATED as the create is accepted (in the background: not on its critical path);
+        READY comes with its record. A create that fails after CREATED ends its story with
+        KILLED, saying why, so a follower of the sandbox is not left waiting."""
+        self._events.announce_soon(spec, CREATED, related=parent)
+        try:
+            yield
+        except AenvError as err:
+            self._events.announce_soon(spec, KILLED, detail=f"its create failed: {err.message}",
+                                       related=parent)
+            raise
 
     def _made_before(self, spec: cluster_pb2.SandboxSpec) -> Sandbox | None:
         """The sandbox an earlier attempt of this very create made: the caller sends a create

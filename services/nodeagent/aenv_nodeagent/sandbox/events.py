@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from opentelemetry import trace
 from prometheus_client import Counter
@@ -42,7 +42,7 @@ EVENTS_TOTAL = Counter(
 )
 
 # What an event is about: whatever the operation has at hand.
-Subject = Sandbox | Paused | c.SandboxRecord | c.SandboxSpec
+Subject: TypeAlias = Sandbox | Paused | c.SandboxRecord | c.SandboxSpec
 DIED = c.SANDBOX_EVENT_TYPE_DIED
 # A death not taken yet is tried again after this long, doubling up to the cap.
 RETRY_FIRST_S = 0.5
@@ -128,18 +128,20 @@ class SandboxEvents:
 
     async def died(
         self, subject: Subject, cause: c.DeathCause, detail: str
-    ) -> None:
+    ) -> c.DeathCertificate | None:
         """The sandbox ended for a reason other than its owner's kill or its timeout: its death
         certificate and DIED event, together. Tried once here; when etcd does not take them,
-        again in the background (same event id: a retry writes the same keys) until it does."""
+        again in the background (same event id: a retry writes the same keys) until it does.
+        The certificate (None when events are off), for a record that keeps it."""
         if not self.enabled:
-            return
+            return None
         event = self.event(subject, DIED, detail=detail, cause=cause)
         certificate = self.certificate(event)
         log.warning("sandbox died", extra={"sandbox_id": event.sandbox_id,
                                            "cause": cause_name(cause), "detail": detail})
         if not await self._certify(event, certificate):
             self._background(self._certify_until_taken(event, certificate))
+        return certificate
 
     async def operations(
         self, subject: Subject, type_: c.SandboxEventType, *, detail: str = "",
@@ -163,18 +165,12 @@ class SandboxEvents:
         """
         if revived:
             record.ClearField("death")
-        if self._log is None:
+        if not self.enabled:
             await self._records.put_sandbox(record)
             return
         event = self.event(record, type_, detail=detail, related=related)
-        store = self._log.store
-        txn = store.client.transactions
-        ops = [txn.put(store.keys.record(cluster_keys.SANDBOXES, record.sandbox_id),
-                       encode(record))]
-        if revived:
-            ops.append(txn.delete(store.keys.record(DEATHS, record.sandbox_id)))
         try:
-            await self._log.commit(ops, [event])
+            await self._write_with_record(event, record, revived=revived)
         except AenvError:
             _count(event, "failed")
             raise
@@ -202,6 +198,20 @@ class SandboxEvents:
     async def _write_death(self, event: c.SandboxEvent, certificate: c.DeathCertificate) -> None:
         assert self._log is not None
         await self._log.certify(certificate, event)
+
+    async def _write_with_record(
+        self, event: c.SandboxEvent, record: c.SandboxRecord, *, revived: bool
+    ) -> None:
+        """The record's put (as ClusterStore.put_sandbox writes it) and the event, in one
+        transaction; `revived`: the sandbox's certificate deleted in it too."""
+        assert self._log is not None
+        store = self._log.store
+        txn = store.client.transactions
+        ops = [txn.put(store.keys.record(cluster_keys.SANDBOXES, record.sandbox_id),
+                       encode(record))]
+        if revived:
+            ops.append(txn.delete(store.keys.record(DEATHS, record.sandbox_id)))
+        await self._log.commit(ops, [event])
 
     # --- internals ------------------------------------------------------------------------------
 

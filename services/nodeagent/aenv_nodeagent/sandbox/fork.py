@@ -23,6 +23,7 @@ from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.sandbox.create import Creates
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.pause import discard_memory
@@ -34,6 +35,10 @@ from aenv_nodeagent.sandbox.sources import RestoreSources
 
 log = logging.getLogger(__name__)
 
+FORKED = cluster_pb2.SANDBOX_EVENT_TYPE_FORKED
+UPDATED = cluster_pb2.SANDBOX_EVENT_TYPE_UPDATED
+KILLED = cluster_pb2.SANDBOX_EVENT_TYPE_KILLED
+
 
 class Forks:
     """Fork and reset of running sandboxes."""
@@ -42,8 +47,9 @@ class Forks:
         self, registry: SandboxRegistry, snapshots: Snapshots, creates: Creates,
         restorer: Restorer, sources: RestoreSources, layers: DiskLayers,
         network: NetworkManager, records: SandboxRecords,
-        cut_traffic: Callable[[str], Awaitable[None]],
+        cut_traffic: Callable[[str], Awaitable[None]], events: SandboxEvents,
     ) -> None:
+        self._events = events
         self._registry = registry
         self._snapshots = snapshots
         self._creates = creates
@@ -77,12 +83,16 @@ class Forks:
             try:
                 outcomes = await timer.timed("children", asyncio.gather(
                     *(self._creates.from_snapshot(
-                        snapshot, _child_spec(parent, cid, token, timeout_s, volumes))
+                        snapshot, _child_spec(parent, cid, token, timeout_s, volumes),
+                        parent=(sandbox_id,))
                       for cid, token, volumes in zip(ids, tokens, mounts, strict=True)),
                     return_exceptions=True,
                 ))
             finally:
                 await self._snapshots.delete(snapshot.snapshot_id)
+            children = [child.sandbox_id for child in outcomes if isinstance(child, Sandbox)]
+            if children:
+                await self._events.announce(parent, FORKED, related=children)
         return [_fork_result(outcome) for outcome in outcomes]
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
@@ -104,11 +114,15 @@ class Forks:
                     old.unlink()  # this sandbox's overlays; frozen layers live on in layers/
                 discard_memory(sandbox.directory)  # what it ran on after a resume
                 reset = await self._restorer.restore(
-                    self._sources.for_reset(sandbox, snapshot), timer)
+                    self._sources.for_reset(sandbox, snapshot), timer, event=UPDATED,
+                    detail=f"reset to snapshot {snapshot_id}")
                 # What reached the old VM while it quit waits on nothing.
                 await self._cut_traffic(sandbox_id)
-            except BaseException:
+            except BaseException as err:
                 await self._discard(sandbox)
+                reason = err.message if isinstance(err, AenvError) else type(err).__name__
+                await self._events.announce(
+                    sandbox, KILLED, detail=f"its reset to snapshot {snapshot_id} failed: {reason}")
                 raise
         log.info("sandbox reset", extra={"sandbox_id": sandbox_id, "snapshot_id": snapshot_id,
                                          **timer.fields()})

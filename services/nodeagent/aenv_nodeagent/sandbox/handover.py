@@ -13,6 +13,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict, Internal, NotFound, Unavailable
 from aenv_nodeagent.memory.images import delta_image
 from aenv_nodeagent.sandbox.background import SandboxTasks
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.model import FILESYSTEM, PAUSED_MARKER, Paused
 from aenv_nodeagent.sandbox.records import ClusterRecords
@@ -29,6 +30,9 @@ from aenv_nodeagent.templates import TemplateStore
 
 log = logging.getLogger(__name__)
 
+CREATED = cluster_pb2.SANDBOX_EVENT_TYPE_CREATED
+KILLED = cluster_pb2.SANDBOX_EVENT_TYPE_KILLED
+
 
 class Handover:
     """Pushes paused sandboxes to snapstore and takes orphaned ones over from it."""
@@ -37,8 +41,9 @@ class Handover:
         self, registry: SandboxRegistry, records: ClusterRecords, templates: TemplateStore,
         snapshots: SnapshotStore, layers: DiskLayers, sources: RestoreSources,
         quits: SandboxTasks, sandboxes_dir: Path, persistence: SnapshotPersistence | None,
-        *, persist_paused: bool = True,
+        events: SandboxEvents, *, persist_paused: bool = True,
     ) -> None:
+        self._events = events
         self._registry = registry
         self._records = records
         self._templates = templates
@@ -70,7 +75,8 @@ class Handover:
 
     async def take_over(self, sandbox_id: str, *, discard: bool = False) -> Paused | None:
         """Claim a paused sandbox whose node is gone: pull its state and own it, still paused
-        (`discard`: claim it only to drop its state and record, as a kill does).
+        (`discard`: claim it only to drop its state and record, as a kill does). Announced as
+        this node's CREATED (the contract's word for a sandbox a node accepts), or KILLED.
 
         :raise Unavailable: this node has no snapstore.
         :raise NotFound, Conflict: it is not a sandbox this node may claim (snapshots/handover.py).
@@ -84,6 +90,8 @@ class Handover:
             await claim(self._records, record, node_id)
             self._persistence.forget_soon(record.paused_image)
             await self._records.delete_sandbox(sandbox_id)
+            await self._events.announce(record, KILLED, detail=f"its node {record.node_id} "
+                                        "was gone, its stored state dropped")
             log.info("orphaned paused sandbox dropped", extra={"sandbox_id": sandbox_id})
             return None
         with self._registry.exclusive(sandbox_id):
@@ -99,6 +107,8 @@ class Handover:
                 raise
             paused.image_id = paused.record.paused_image
             paused.save()
+        await self._events.announce(paused, CREATED,
+                                    detail=f"taken over from node {record.node_id}, paused")
         log.info("paused sandbox taken over", extra={
             "sandbox_id": sandbox_id, "from_node": record.node_id})
         return paused

@@ -1,6 +1,8 @@
 """Ending sandboxes: a kill (running or paused), the timeout's action (a kill, or a pause when
 the sandbox asked for one) when its end comes or is set to now, and the kill of everything at
-shutdown."""
+shutdown. Each says how the sandbox ended (sandbox/events.py): KILLED (its owner's kill),
+TIMED_OUT, or DIED with a certificate when the kill has a cause (a death the node saw, a lapsed
+lease, an administrator, the node agent's stop)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_nodeagent.metrics import MetricsHistory
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.pause import Pauses
@@ -23,6 +26,12 @@ from aenv_nodeagent.sandbox.records import SandboxRecords, timestamp
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 
 log = logging.getLogger(__name__)
+
+KILLED = cluster_pb2.SANDBOX_EVENT_TYPE_KILLED
+TIMED_OUT = cluster_pb2.SANDBOX_EVENT_TYPE_TIMED_OUT
+UPDATED = cluster_pb2.SANDBOX_EVENT_TYPE_UPDATED
+OWNER_KILL = cluster_pb2.DEATH_CAUSE_UNSPECIFIED
+STOPPED = "its node agent stopped"
 
 
 class Kills:
@@ -32,8 +41,9 @@ class Kills:
         self, registry: SandboxRegistry, pauses: Pauses, layers: DiskLayers,
         network: NetworkManager, records: SandboxRecords, metrics_history: MetricsHistory,
         cut_traffic: Callable[[str], Awaitable[None]],
-        allocation_changed: Callable[[], Awaitable[None]],
+        allocation_changed: Callable[[], Awaitable[None]], events: SandboxEvents,
     ) -> None:
+        self._events = events
         self._registry = registry
         self._pauses = pauses
         self._layers = layers
@@ -44,22 +54,38 @@ class Kills:
         self._allocation_changed = allocation_changed
         self._killing: set[str] = set()
 
-    async def kill(self, sandbox_id: str, *, stopping: bool = False) -> None:
+    async def kill(
+        self, sandbox_id: str, *, cause: cluster_pb2.DeathCause = OWNER_KILL, detail: str = "",
+        stopping: bool = False,
+    ) -> None:
         """Remove the sandbox, running or paused, with everything it holds (`stopping`: the
-        node agent stops, its VM goes even when etcd cannot be told).
+        node agent stops, its VM goes even when etcd cannot be told). Without a cause it is its
+        owner's kill (KILLED); with one, a death: DIED and its certificate, `detail` saying why.
 
         :raise NotFound: no such sandbox, or it is being killed already (by another kill, or
             as its VM exited): for the caller it is gone either way.
         :raise Conflict: another operation holds it.
         """
+        record = await self._remove(sandbox_id, stopping=stopping)
+        if cause == OWNER_KILL:
+            await self._events.announce(record, KILLED, detail=detail)
+        else:
+            await self._events.died(record, cause, detail)
+
+    async def _remove(
+        self, sandbox_id: str, *, stopping: bool = False
+    ) -> cluster_pb2.SandboxRecord:
+        """The kill itself, announcing nothing; the record the sandbox had."""
         if sandbox_id in self._killing:
             raise NotFound(f"sandbox \"{sandbox_id}\" not found")
         self._killing.add(sandbox_id)
         try:
             if paused := self._registry.paused(sandbox_id):
+                record = paused.record
                 await self._pauses.kill(paused)
             else:
                 sandbox = self._registry.get(sandbox_id)
+                record = sandbox.record
                 with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
                         "sandbox.kill", sandbox_id=sandbox_id):
                     await self._destroy(sandbox, stopping=stopping)
@@ -68,16 +94,19 @@ class Kills:
         self._metrics_history.drop(sandbox_id)
         self._layers.collect()
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
+        return record
 
     async def expire(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
         """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause, keeping what its
         auto_pause_mode says: memory too unless it asked for the filesystem only), else kill.
-        The paused record, or None once killed."""
+        The paused record, or None once killed. Announced TIMED_OUT, saying which."""
         sandbox = self._registry.find(sandbox_id)
         if sandbox is not None and sandbox.record.lifecycle.auto_pause:
             return await self._pauses.pause(
-                sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode)
-        await self.kill(sandbox_id)
+                sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode, event=TIMED_OUT,
+                detail="paused")
+        record = await self._remove(sandbox_id)
+        await self._events.announce(record, TIMED_OUT, detail="killed")
         return None
 
     async def expire_now(self, sandbox: Sandbox) -> cluster_pb2.SandboxRecord:
@@ -103,7 +132,7 @@ class Kills:
                             extra={"sandbox_id": sandbox_id, "error": err.message})
                 if self._registry.serving(sandbox_id) is None:  # its record is gone already
                     return killed
-        await self._records.put_sandbox(sandbox.record)
+        await self._events.publish(sandbox.record, UPDATED, detail="timeout 0 s")
         return sandbox.record
 
     async def expire_due(self, now: float | None = None) -> list[str]:
@@ -130,9 +159,11 @@ class Kills:
                 log.exception("expiry pass failed")
 
     async def kill_running(self) -> None:
-        """Every running sandbox (paused ones stay for the next start)."""
+        """Every running sandbox (paused ones stay for the next start). Not their owners' doing:
+        each dies by an administrator's hand, the node agent's stop."""
         results = await asyncio.gather(
-            *(self.kill(sbx.sandbox_id, stopping=True) for sbx in self._registry.all()),
+            *(self.kill(sbx.sandbox_id, stopping=True, cause=cluster_pb2.DEATH_CAUSE_ADMIN_KILL,
+                        detail=STOPPED) for sbx in self._registry.all()),
             return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, NotFound):

@@ -36,6 +36,7 @@ from aenv_nodeagent.memory.paused import PendingDelta
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.sandbox.background import SandboxTasks
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.handover import Handover
 from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.model import (
@@ -54,6 +55,9 @@ from aenv_nodeagent.sandbox.vms import keep_running
 
 log = logging.getLogger(__name__)
 
+PAUSED = cluster_pb2.SANDBOX_EVENT_TYPE_PAUSED
+RESUMED = cluster_pb2.SANDBOX_EVENT_TYPE_RESUMED
+
 # How long a pause waits for the guest agent's /health before it calls the guest wedged. A
 # healthy TCG guest answers within a second, but a false "wedged" costs the sandbox its memory at
 # resume, so the margin covers 2 cores crowded by a fork of 16 busy VMs.
@@ -69,8 +73,9 @@ class Pauses:
         ledger: CaptureLedger, network: NetworkManager, envd: EnvdClient,
         records: SandboxRecords, cut_traffic: Callable[[str], Awaitable[None]],
         allocation_changed: Callable[[], Awaitable[None]], quits: SandboxTasks,
-        *, ready_timeout_s: float,
+        events: SandboxEvents, *, ready_timeout_s: float,
     ) -> None:
+        self._events = events
         self._registry = registry
         self._restorer = restorer
         self._sources = sources
@@ -88,12 +93,14 @@ class Pauses:
 
     async def pause(
         self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL, *,
-        require_healthy_guest: bool = False,
+        require_healthy_guest: bool = False, event: cluster_pb2.SandboxEventType = PAUSED,
+        detail: str = "",
     ) -> cluster_pb2.SandboxRecord:
         """Stop the guest keeping memory and disk, or (filesystem mode) only its flushed disk.
         As E2B's, a memory pause of a guest whose agent does not answer is taken anyway and
         marked envd_unresponsive_at_pause (it then resumes only by a cold boot), unless
-        `require_healthy_guest`.
+        `require_healthy_guest`. The paused record is published with `event` (PAUSED; TIMED_OUT
+        for a timeout's pause) saying `detail`.
 
         :raise NotFound: no such running sandbox.
         :raise Conflict: already paused, or busy.
@@ -127,7 +134,8 @@ class Pauses:
             record.pause_mode = mode
             record.envd_unresponsive_at_pause = wedged
             try:  # before the point of no return: if etcd refuses, the sandbox runs on
-                await timer.timed("publish", self._records.put_sandbox(record))
+                await timer.timed("publish", self._events.publish(record, event,
+                                                                  detail=detail))
             except BaseException:
                 _drop_capture(sandbox, delta)
                 await keep_running(sandbox.vm)
@@ -171,7 +179,7 @@ class Pauses:
             boots = resumes_by_boot(paused, reboot)
             plan = self._sources.for_resume(paused, timeout_s, boots=boots, timer=timer)
             try:
-                sandbox = await self._restorer.restore(plan, timer)
+                sandbox = await self._restorer.restore(plan, timer, event=RESUMED)
             except AenvError as err:
                 raise type(err)(f"resume of \"{sandbox_id}\" failed, it stays paused: "
                                 f"{err.message}") from err

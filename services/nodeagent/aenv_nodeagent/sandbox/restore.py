@@ -5,7 +5,8 @@ fork's children, a resume and a reset all run the same steps, with one undo stac
 
     slot ∥ overlay → volume relay → QEMU (pre-started from the warm pool, or launched now)
     → device state → envd /health → envd /init (clock, entropy, this sandbox's token, its
-    volume mounts) → record → publish
+    volume mounts) → record → publish (with its event: READY, RESUMED, UPDATED for a reset, in
+    the record's own etcd transaction, sandbox/events.py)
 
 What differs between them is the `RestorePlan` (sandbox/sources.py makes them): where the
 sandbox's directory is and whether the restore makes it, what its disk overlay stands on, the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
 from aenv_nodeagent.phases import PhaseTimer, Undo
 from aenv_nodeagent.pool import PooledVm, WarmPool
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.model import BOOT_RAM, DISK, Chain, RestoreImage, Sandbox
 from aenv_nodeagent.sandbox.records import SandboxRecords, egress_policy
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
@@ -77,8 +79,10 @@ class Restorer:
         envd: EnvdClient, records: SandboxRecords, driver: VmmDriver,
         allocation_changed: Callable[[], Awaitable[None]], timeouts: RestoreTimeouts,
         pool: WarmPool | None = None, relays: VolumeRelays | None = None,
+        events: SandboxEvents | None = None,
     ) -> None:
         self._registry = registry
+        self._events = events or SandboxEvents.off(records, registry.node_id)
         self._relays = relays  # None: no snapstore, no volumes
         self._templates = templates
         self._network = network
@@ -89,8 +93,12 @@ class Restorer:
         self._timeouts = timeouts
         self._pool = pool
 
-    async def restore(self, plan: RestorePlan, timer: PhaseTimer) -> Sandbox:
-        """The sandbox of `plan`, running, registered and published.
+    async def restore(
+        self, plan: RestorePlan, timer: PhaseTimer, *,
+        event: cluster_pb2.SandboxEventType = cluster_pb2.SANDBOX_EVENT_TYPE_READY,
+        detail: str = "", related: Sequence[str] = (),
+    ) -> Sandbox:
+        """The sandbox of `plan`, running, registered and published with its `event`.
 
         :raise AenvError: a step failed; everything the restore made is undone.
         """
@@ -114,7 +122,8 @@ class Restorer:
             sandbox = Sandbox(plan.record, slot, vm, plan.directory, timer.phases_ms)
             self._registry.add_running(sandbox, plan.chain)
             undo.push(lambda: self._registry.remove_running(plan.sandbox_id))
-            await timer.timed("publish", self._records.put_sandbox(plan.record))
+            await timer.timed("publish", self._events.publish(
+                plan.record, event, detail=detail, related=related))
         except BaseException:
             await undo.run()
             raise

@@ -4,6 +4,7 @@ sees the whole wing in its constructor; docs/architecture.md draws the same map.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,13 +30,14 @@ from aenv_nodeagent.metrics import (
 )
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.pool import WarmPool
-from aenv_nodeagent.restart.recovery import Adopted
+from aenv_nodeagent.restart.recovery import BACK, NOT_SURVIVED, NOT_SURVIVED_DETAIL, Adopted
 from aenv_nodeagent.restart.takeback import TakeBack
 from aenv_nodeagent.sandbox.background import SandboxTasks
 from aenv_nodeagent.sandbox.create import Creates
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.fork import Forks
 from aenv_nodeagent.sandbox.handover import Handover
-from aenv_nodeagent.sandbox.kill import Kills
+from aenv_nodeagent.sandbox.kill import OWNER_KILL, Kills
 from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.logs import CONSOLE_LOG, ConsoleLogs, LogEntry, LogQuery
 from aenv_nodeagent.sandbox.model import FULL, Paused, Sandbox
@@ -54,6 +56,8 @@ from aenv_nodeagent.vmm.driver import VmmDriver
 from aenv_nodeagent.volumes import VolumeRelays
 
 log = logging.getLogger(__name__)
+
+UPDATED = cluster_pb2.SANDBOX_EVENT_TYPE_UPDATED
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,11 @@ class SandboxService:
         publisher: SnapshotPublisher | None = None,
         cut_traffic: Callable[[str], Awaitable[None]] = _nothing,
         allocation_changed: Callable[[], Awaitable[None]] = _nothing,
-        relays: VolumeRelays | None = None,
+        relays: VolumeRelays | None = None, events: SandboxEvents | None = None,
     ) -> None:
         self.registry = registry
+        # Announces every state change (sandbox/events.py); off unless the node gives one.
+        self.events = events = events or SandboxEvents.off(records, registry.node_id)
         self.persistence = persistence
         self.metrics_history = MetricsHistory(settings.metrics_max_samples)
         self.console_logs = ConsoleLogs()
@@ -103,28 +109,30 @@ class SandboxService:
                                  self.memory_images)
         restorer = Restorer(
             registry, templates, network, envd, records, driver, self._allocation_changed,
-            RestoreTimeouts(settings.ready_timeout_s, settings.boot_timeout_s), pool, relays)
+            RestoreTimeouts(settings.ready_timeout_s, settings.boot_timeout_s), pool, relays,
+            events)
         self._handover = Handover(
             registry, records, templates, self.snapshots, self._disk, sources, quits,
-            sandboxes_dir, persistence, persist_paused=settings.persist_paused)
+            sandboxes_dir, persistence, events, persist_paused=settings.persist_paused)
         self._pauses = Pauses(
             registry, restorer, sources, self._disk, self._handover, self.memory_images, ledger,
-            network, envd, records, cut_traffic, self._allocation_changed, quits,
+            network, envd, records, cut_traffic, self._allocation_changed, quits, events,
             ready_timeout_s=settings.ready_timeout_s)
         self._snapshots = Snapshots(
             registry, templates, self.snapshots, self._disk, self.memory_images, ledger, sources,
             envd, ready_timeout_s=settings.ready_timeout_s, persistence=persistence,
             publisher=publisher)
         self._creates = Creates(registry, templates, self.snapshots, self.layers, restorer,
-                                sources, persistence)
+                                sources, events, persistence)
         self._forks = Forks(registry, self._snapshots, self._creates, restorer, sources,
-                            self._disk, network, records, cut_traffic)
+                            self._disk, network, records, cut_traffic, events)
         self._kills = Kills(registry, self._pauses, self._disk, network, records,
-                            self.metrics_history, cut_traffic, self._allocation_changed)
+                            self.metrics_history, cut_traffic, self._allocation_changed, events)
         self._exits = VmExits(registry, records, self._kills.kill, cut_traffic)
         self._takeback = TakeBack(registry, templates, self._disk, self._snapshots,
                                   self._handover, self.memory_images, records, sandboxes_dir,
-                                  self._kills.kill)
+                                  functools.partial(self._kills.kill, cause=NOT_SURVIVED,
+                                                    detail=NOT_SURVIVED_DETAIL), events)
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -166,15 +174,17 @@ class SandboxService:
     async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
         return await self._creates.create(spec)
 
-    async def kill(self, sandbox_id: str) -> None:
-        await self._kills.kill(sandbox_id)
+    async def kill(
+        self, sandbox_id: str, *, cause: cluster_pb2.DeathCause = OWNER_KILL, detail: str = "",
+    ) -> None:
+        await self._kills.kill(sandbox_id, cause=cause, detail=detail)
 
     async def pause(
         self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL, *,
-        require_healthy_guest: bool = False,
+        require_healthy_guest: bool = False, detail: str = "",
     ) -> cluster_pb2.SandboxRecord:
         return await self._pauses.pause(
-            sandbox_id, mode, require_healthy_guest=require_healthy_guest)
+            sandbox_id, mode, require_healthy_guest=require_healthy_guest, detail=detail)
 
     async def resume(self, sandbox_id: str, timeout_s: int = 0, *, reboot: bool = False) -> Sandbox:
         return await self._pauses.resume(sandbox_id, timeout_s, reboot=reboot)
@@ -186,8 +196,12 @@ class SandboxService:
         self, sandbox_id: str, name: str = "", *, hidden: bool = False,
         filesystem_only: bool = False,
     ) -> SnapshotMeta:
-        return await self._snapshots.create(sandbox_id, name, hidden=hidden,
+        meta = await self._snapshots.create(sandbox_id, name, hidden=hidden,
                                             filesystem_only=filesystem_only)
+        if not hidden and (sandbox := self.registry.find(sandbox_id)) is not None:
+            await self.events.announce(sandbox, cluster_pb2.SANDBOX_EVENT_TYPE_SNAPSHOTTED,
+                                       detail=f"snapshot {meta.snapshot_id}")
+        return meta
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
         await self._snapshots.delete(snapshot_id)
@@ -226,7 +240,7 @@ class SandboxService:
         if timeout_s == 0:
             return await self._kills.expire_now(sandbox)
         sandbox.record.end_at.CopyFrom(timestamp(end))
-        await self._records.put_sandbox(sandbox.record)
+        await self.events.publish(sandbox.record, UPDATED, detail=f"timeout {timeout_s} s")
         return sandbox.record
 
     async def update_network(
@@ -252,7 +266,7 @@ class SandboxService:
         record.CopyFrom(sandbox.record)
         record.network.CopyFrom(updated)
         try:
-            await self._records.put_sandbox(record)
+            await self.events.publish(record, UPDATED, detail="network updated")
         except BaseException:
             await self._network.update_policy(sandbox.slot, previous)
             raise
@@ -342,9 +356,15 @@ class SandboxService:
     async def republish_running(self) -> None:
         """Writes the records of the running sandboxes again. Call once the node is registered:
         until its lease stands, the leading scheduler's sweep may mark an adopted sandbox lost
-        after `adopt` wrote its record."""
+        after `adopt` wrote its record: one marked lost so is back (its certificate withdrawn,
+        READY "back with its node")."""
         for sandbox in self.registry.all():
-            await self._records.put_sandbox(sandbox.record)
+            current = await self._records.get_sandbox(sandbox.sandbox_id)
+            if current is not None and current.state == cluster_pb2.SANDBOX_STATE_LOST:
+                await self.events.publish(sandbox.record, cluster_pb2.SANDBOX_EVENT_TYPE_READY,
+                                          detail=BACK, revived=True)
+            else:
+                await self._records.put_sandbox(sandbox.record)
 
     def load(self) -> list[str]:
         return self._takeback.load()
@@ -362,6 +382,7 @@ class SandboxService:
         await self._kills.kill_running()
         await self._disk.close()
         await self.settled()
+        await self.events.close()
 
     async def destroy_all(self) -> None:
         """Everything on this node: running and paused sandboxes, snapshots, layers."""
@@ -376,6 +397,7 @@ class SandboxService:
         await self._network.settled()
         if self.persistence is not None:  # last: the kills' deletes from snapstore finish
             await self.persistence.close()
+        await self.events.close()
 
     async def _allocation_changed(self) -> None:
         try:

@@ -22,6 +22,7 @@ from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
 from aenv_nodeagent.volumes import VolumeRelays
 
 from ..fakes.envd import FakeEnvd
+from ..fakes.events import RecordingEvents
 from ..fakes.network import FakeNetwork
 from ..fakes.records import RecordingRecords
 from ..fakes.templates import FakeTemplates
@@ -112,7 +113,7 @@ def build_wing(
         SandboxRegistry(NODE_ID), cast(TemplateStore, templates), cast(NetworkManager, network),
         cast(EnvdClient, envd), records, driver,
         publisher=SnapshotPublisher(records, NODE_ID), allocation_changed=allocations.publish,
-        relays=relays)
+        relays=relays, events=RecordingEvents(records, NODE_ID))
     return Wing(service, state_dir, records, templates, template, driver, network, envd,
                 allocations, relays)
 
