@@ -27,6 +27,7 @@ async def _serve(settings: GatewaySettings) -> None:
     from aenv_gateway.api_keys import EtcdApiKeyRecords
     from aenv_gateway.etcd_view import EtcdClusterView
     from aenv_gateway.idempotency_etcd import EtcdKeyClaims
+    from aenv_gateway.leases import EtcdLeaseStore
     from aenv_gateway.server import start_gateway
     from aenv_gateway.templates.records import EtcdTemplateRecords
     from aenv_gateway.volumes.records import EtcdVolumeRecords
@@ -48,7 +49,8 @@ async def _serve(settings: GatewaySettings) -> None:
         try:
             gateway = await start_gateway(settings, view, records, api_key, api_keys, key_claims,
                                           SecretStore(EtcdSecretRecords(view.store), secrets_key),
-                                          secrets_key, EtcdVolumeRecords(view.store))
+                                          secrets_key, EtcdVolumeRecords(view.store),
+                                          EtcdLeaseStore(view.store))
             try:
                 await stop.wait()
             finally:

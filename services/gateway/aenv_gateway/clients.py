@@ -139,8 +139,15 @@ class NodeAgentClients:
         )
         return response.sandbox
 
-    async def kill(self, address: str, sandbox_id: str) -> None:
-        request = nodeagent_pb2.KillSandboxRequest(sandbox_id=sandbox_id)
+    async def kill(
+        self, address: str, sandbox_id: str,
+        cause: cluster_pb2.DeathCause = cluster_pb2.DEATH_CAUSE_UNSPECIFIED,
+        detail: str = "",
+    ) -> None:
+        """`cause` (a DeathCause; 0: its owner's kill) makes the kill a death with a
+        certificate."""
+        request = nodeagent_pb2.KillSandboxRequest(
+            sandbox_id=sandbox_id, cause=cause, detail=detail)
         stub = self._stub(address)
         await call(lambda: stub.KillSandbox(request, timeout=self._deadline))
 

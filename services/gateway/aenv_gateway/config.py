@@ -85,6 +85,8 @@ class GatewaySettings(BaseSettings):
     # interval, once older than the grace (volumes/sweep.py).
     volume_sweep_interval_s: float = Field(default=30.0, gt=0)
     volume_sweep_grace_s: float = Field(default=120.0, ge=0)
+    # A bulk kill or pause (bulk.py) ends at most this many sandboxes at once.
+    bulk_concurrency: int = Field(default=32, gt=0)
     # On stop, open streams (process output may flow for hours) get this long to finish before
     # their connections are closed.
     shutdown_grace_s: int = 3

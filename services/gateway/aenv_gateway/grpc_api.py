@@ -15,10 +15,13 @@ from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.batch import BatchCreates, BatchResult, batch_size
+from aenv_gateway.bulk import BulkOperations
 from aenv_gateway.exec_stream import ExecStreams
 from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.guest_envd import typed_http_error
 from aenv_gateway.idempotency import checked_key
+from aenv_gateway.leases.service import timestamp
+from aenv_gateway.leases.wire import filter_of, lease_message, outcome_message
 from aenv_gateway.listing import VISIBLE_STATES, ListQuery
 from aenv_gateway.network_schema import without_proxy_secrets
 from aenv_gateway.revocation import OpenRequests
@@ -55,8 +58,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         files: FileTransfers,
         open_requests: OpenRequests,
         metrics: SandboxMetrics,
+        bulk: BulkOperations,
     ) -> None:
         self._service = service
+        self._bulk_ops = bulk
         self._metrics = metrics
         self._execs = execs
         self._files = files
@@ -104,6 +109,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             # By volume id or name; a batch's items each mount their own (no shared field).
             volume_mounts=tuple(MountRequest(m.path, m.volume, m.read_only)
                                 for m in item.volume_mounts),
+            lease_id=item.lease_id or shared.lease_id,
         )
 
     async def GetSandbox(
@@ -225,6 +231,57 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self._auth.check(_api_key(context))
         record = await self._service.reset(request.sandbox_id, request.snapshot_id)
         return gateway_pb2.ResetSandboxResponse(sandbox=without_proxy_secrets(record))
+
+    # Experiment leases and bulk operations (docs/leases.md) -----------------------------
+
+    async def CreateLease(
+        self, request: gateway_pb2.CreateLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.CreateLeaseResponse:
+        view = await self._service.leases.create(
+            self._auth.check(_api_key(context)), request.ttl_seconds, request.on_expiry,
+            request.name, request.metadata)
+        return gateway_pb2.CreateLeaseResponse(
+            lease=view.record, expires_at=timestamp(view.expires_at))
+
+    async def RenewLease(
+        self, request: gateway_pb2.RenewLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.RenewLeaseResponse:
+        expires_at = await self._service.leases.renew(
+            self._auth.check(_api_key(context)), request.lease_id)
+        return gateway_pb2.RenewLeaseResponse(expires_at=timestamp(expires_at))
+
+    async def GetLease(
+        self, request: gateway_pb2.GetLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.GetLeaseResponse:
+        return lease_message(await self._service.leases.get(
+            self._auth.check(_api_key(context)), request.lease_id))
+
+    async def ListLeases(
+        self, request: gateway_pb2.ListLeasesRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ListLeasesResponse:
+        views = await self._service.leases.list(self._auth.check(_api_key(context)))
+        return gateway_pb2.ListLeasesResponse(leases=[lease_message(v) for v in views])
+
+    async def ReleaseLease(
+        self, request: gateway_pb2.ReleaseLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ReleaseLeaseResponse:
+        await self._service.leases.release(self._auth.check(_api_key(context)), request.lease_id)
+        return gateway_pb2.ReleaseLeaseResponse()
+
+    async def KillSandboxes(
+        self, request: gateway_pb2.KillSandboxesRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.KillSandboxesResponse:
+        outcomes = await self._bulk_ops.kill(
+            self._auth.check(_api_key(context)), filter_of(request.filter))
+        return gateway_pb2.KillSandboxesResponse(outcomes=[outcome_message(o) for o in outcomes])
+
+    async def PauseSandboxes(
+        self, request: gateway_pb2.PauseSandboxesRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.PauseSandboxesResponse:
+        outcomes = await self._bulk_ops.pause(
+            self._auth.check(_api_key(context)), filter_of(request.filter),
+            keep_memory=not request.filesystem_only)
+        return gateway_pb2.PauseSandboxesResponse(outcomes=[outcome_message(o) for o in outcomes])
 
     async def Exec(
         self,

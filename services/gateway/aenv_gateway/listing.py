@@ -19,6 +19,8 @@ class ListQuery:
     states: frozenset[int] = VISIBLE_STATES
     metadata: dict[str, str] = field(default_factory=dict)
     template: str | None = None
+    # Only the sandboxes under this experiment lease (docs/leases.md).
+    lease_id: str | None = None
     started_after: datetime | None = None
     newest_first: bool = True
     limit: int | None = None
@@ -38,6 +40,8 @@ def matches(record: cluster_pb2.SandboxRecord, query: ListQuery) -> bool:
         return False
     names = {record.template_id, record.alias, record.catalog_template_id} - {""}
     if query.template is not None and query.template not in names:
+        return False
+    if query.lease_id is not None and record.lease_id != query.lease_id:
         return False
     if query.started_after is not None:
         started_s: float = record.started_at.ToNanoseconds() / 1e9

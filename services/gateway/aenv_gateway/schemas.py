@@ -200,6 +200,7 @@ def parse_list_query(params: Mapping[str, str], paginated: bool) -> ListQuery:
         states=_states(params.get("state")) if paginated else frozenset({RUNNING}),
         metadata=parse_metadata_filter(params.get("metadata")),
         template=params.get("template") or None,
+        lease_id=params.get("leaseID") or None,
         started_after=_datetime_param(params, "startedAfter"),
         newest_first=order == "desc",
         limit=limit,

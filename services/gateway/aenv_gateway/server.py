@@ -28,6 +28,7 @@ from aenv_common.snapshots import snapstore_stub
 from aenv_gateway.api_keys import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex
 from aenv_gateway.app import GatewayApp, control_routes, instrumented
 from aenv_gateway.auth import ApiKeyAuth
+from aenv_gateway.bulk import BulkOperations
 from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
 from aenv_gateway.config import GatewaySettings, TlsCertificate
 from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
@@ -41,9 +42,11 @@ from aenv_gateway.gateway_metrics import SANDBOX_STATES
 from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
 from aenv_gateway.guest_envd import GuestEnvd
 from aenv_gateway.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
+from aenv_gateway.leases import InMemoryLeaseStore, Leases, LeaseStore
 from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.revocation import OpenRequests, RevocableRequests
 from aenv_gateway.routes.keys import KeyRoutes
+from aenv_gateway.routes.leases import LeaseRoutes
 from aenv_gateway.routes.sandboxes import SandboxRoutes
 from aenv_gateway.routes.secrets import SecretRoutes
 from aenv_gateway.routes.snapshots import SnapshotRoutes
@@ -139,7 +142,7 @@ async def start_gateway(
     settings: GatewaySettings, view: ClusterView, template_records: TemplateRecords,
     api_key: str, api_keys: ApiKeyRecords | None = None, key_claims: KeyClaims | None = None,
     secret_store: SecretStore | None = None, secrets_key: SecretsKey | None = None,
-    volume_records: VolumeRecords | None = None,
+    volume_records: VolumeRecords | None = None, lease_store: LeaseStore | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down. `api_keys` and `key_claims` (idempotency keys) are kept in memory when not given
@@ -180,7 +183,10 @@ async def start_gateway(
             settings.create_retry_s, settings.create_retry_interval_s, settings.create_abandon_s)),
         egress=EgressChecks(secrets, key),
         mounts=VolumeMounts(volumes),
+        # Experiment leases: in memory without `lease_store` (tests, a gateway on its own).
+        leases=Leases(lease_store or InMemoryLeaseStore(), directory.records),
     )
+    bulk = BulkOperations(service, settings.bulk_concurrency)
     snapshots = SnapshotService(service, directory, nodeagents, snapshot_names)
     # The stored keys (in memory without etcd: tests, a gateway on its own).
     key_records = api_keys if api_keys is not None else InMemoryApiKeyRecords()
@@ -204,7 +210,10 @@ async def start_gateway(
     template_routes = TemplateRoutes(catalog, builds, ContextUploads(snapstore, api_key),
                                      snapshots, settings.fallback_envd_version,
                                      TemplateCleanup(template_records, snapstore))
-    routes = [*control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth),
+    # The bulk routes (/sandboxes/kill, /sandboxes/pause) before /sandboxes/{id}: a 405's Allow
+    # names the methods of the first path that matches.
+    routes = [*LeaseRoutes(service.leases, bulk, auth).routes(),
+              *control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth),
               *KeyRoutes(auth, key_records).routes(), *SecretRoutes(auth, secrets).routes(),
               *VolumeRoutes(volumes, auth).routes()]
     edge = GatewayApp(
@@ -223,7 +232,7 @@ async def start_gateway(
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
                 GatewayServicer(service, snapshots, auth, settings.default_timeout_s,
                                 ExecStreams(guests), FileTransfers(guests), open_requests,
-                                metrics),
+                                metrics, bulk),
                 SERVICE_NAME,
             )
         ],

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
@@ -25,13 +25,14 @@ from aenv_common.errors import (
 )
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
-from aenv_gateway.auth import current_caller
+from aenv_gateway.auth import ADMIN_KEY_ID, current_caller
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.creates import NodeCreates
 from aenv_gateway.directory import Located, Owner, SandboxDirectory
 from aenv_gateway.egress_checks import EgressChecks
 from aenv_gateway.handover import Handover
 from aenv_gateway.idempotency import IdempotentCreates
+from aenv_gateway.leases import Leases
 from aenv_gateway.listing import (
     PAUSED,
     RUNNING,
@@ -75,6 +76,8 @@ class CreateRequest:
     lifecycle: cluster_pb2.Lifecycle = field(default_factory=cluster_pb2.Lifecycle)
     idempotency_key: str | None = None
     volume_mounts: tuple[MountRequest, ...] = ()
+    # The experiment lease to live under (else the metadata's `aenv.lease`; docs/leases.md).
+    lease_id: str = ""
 
 
 class SandboxService:
@@ -89,9 +92,11 @@ class SandboxService:
         creates: NodeCreates,
         egress: EgressChecks,
         mounts: VolumeMounts,
+        leases: Leases,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._directory = directory
+        self.leases = leases
         self.mounts = mounts
         self._creates = creates
         self.egress = egress
@@ -108,6 +113,9 @@ class SandboxService:
     async def create(self, request: CreateRequest) -> cluster_pb2.SandboxRecord:
         self.check_create(request)
         await self.egress.admit(current_caller(), request.network)
+        lease_id, metadata = await self.leases.admit(
+            current_caller(), request.lease_id, request.metadata)
+        request = replace(request, lease_id=lease_id, metadata=metadata)
         if request.idempotency_key is None:
             return await self._create(request)
         # Scoped by the API key the edge checked: one caller's key never answers another's.
@@ -138,6 +146,7 @@ class SandboxService:
             traffic_access_token=new_secret() if request.network.private_traffic else "",
             # Whose secrets fill its network rules' placeholders (docs/egress.md, "Secrets").
             owner_key_id=current_caller(),
+            lease_id=request.lease_id,
         )
         # Mounts with tickets for this id (volumes/mounts.py); a grant leaves nothing to undo.
         await self.mounts.for_spec(spec, request.volume_mounts)
@@ -206,7 +215,8 @@ class SandboxService:
             return
         located = self._directory.locate(sandbox_id)
         try:
-            await self._nodeagents.kill(located.owner.nodeagent_address, sandbox_id)
+            await self._nodeagents.kill(located.owner.nodeagent_address, sandbox_id,
+                                        *_kill_cause(located.record))
         finally:
             # Also on NotFound: the owner no longer has it, whatever the mirror still says.
             self._directory.forget(sandbox_id)
@@ -413,6 +423,16 @@ class SandboxService:
     def check_timeout(self, timeout_s: int) -> None:
         if not 0 < timeout_s <= self._max_timeout:
             raise InvalidArgument(f"timeout must be between 1 and {self._max_timeout} seconds")
+
+
+def _kill_cause(
+    record: cluster_pb2.SandboxRecord,
+) -> tuple[cluster_pb2.DeathCause, str]:
+    """The administrator's kill of another key's sandbox is a death its owner is told of
+    (ADMIN_KILL); any other kill is its owner's (no cause)."""
+    if current_caller() == ADMIN_KEY_ID and record.owner_key_id not in ("", ADMIN_KEY_ID):
+        return cluster_pb2.DEATH_CAUSE_ADMIN_KILL, "killed by an administrator"
+    return cluster_pb2.DEATH_CAUSE_UNSPECIFIED, ""
 
 
 def _visible(record: cluster_pb2.SandboxRecord) -> cluster_pb2.SandboxRecord:

@@ -76,6 +76,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.resumes = 0
         self.reboots: list[bool] = []
         self.pauses: list[nodeagent_pb2.PauseSandboxRequest] = []
+        self.kills: list[nodeagent_pb2.KillSandboxRequest] = []
         # Sandboxes whose guest agent does not answer (a pause refuses or marks them).
         self.wedged: set[str] = set()
         self.metric_requests: list[nodeagent_pb2.GetSandboxMetricsRequest] = []
@@ -141,6 +142,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             traffic_access_token=spec.traffic_access_token,
             owner_key_id=spec.owner_key_id,
             volume_mounts=spec.volume_mounts,
+            lease_id=spec.lease_id,
         )
         self.view.sandbox_records[record.sandbox_id] = record
         return nodeagent_pb2.CreateSandboxResponse(sandbox=record)
@@ -159,6 +161,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def KillSandbox(
         self, request: nodeagent_pb2.KillSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.KillSandboxResponse:
+        self.kills.append(request)
         self._record(request.sandbox_id)
         del self.view.sandbox_records[request.sandbox_id]
         return nodeagent_pb2.KillSandboxResponse()
