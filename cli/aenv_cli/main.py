@@ -22,6 +22,7 @@ from aenv_cli.commands.templates import template_gateway
 from aenv_cli.edge import DEFAULT_LISTEN, PublicEdge
 from aenv_cli.platform import Platform
 from aenv_cli.ports import PlatformPorts
+from aenv_cli.rollout_traces import render_rollout, rollout_sandboxes
 from aenv_cli.status import PlatformStatus, collect_status
 from aenv_cli.templates import (
     BuildRequest,
@@ -134,18 +135,30 @@ def status(home: HomeOption = DEFAULT_HOME) -> None:
 
 @app.command()
 def trace(
-    ident: Annotated[str, typer.Argument(help="A sandbox id or a trace id.")],
+    ident: Annotated[
+        str | None, typer.Argument(help="A sandbox id or a trace id.")] = None,
     home: HomeOption = DEFAULT_HOME,
     show_all: Annotated[
         bool, typer.Option("--all", help="Every trace of the sandbox, not only its create.")
     ] = False,
+    rollout: Annotated[str | None, typer.Option(
+        "--rollout", help="Every sandbox of this rollout (metadata rollout_id), by group and "
+        "step.")] = None,
+    group: Annotated[str | None, typer.Option(
+        "--group", help="With --rollout: only this group (metadata group_id).")] = None,
 ) -> None:
-    """Where the time of a sandbox's create (or any trace) went, span by span.
+    """Where the time of a sandbox's create (or any trace, or a whole rollout) went, span by span.
 
-    Example: aenv trace ib0rbwk8ypuqz3fj8pk4x --all
+    Example: aenv trace ib0rbwk8ypuqz3fj8pk4x --all; aenv trace --rollout r-17 --group g-3
     """
+    if (ident is None) == (rollout is None) or (group is not None and rollout is None):
+        raise _fail("give a sandbox or trace id, or --rollout (with --group, optionally)")
     spans = read_trace_files(home / "traces")
     try:
+        if rollout is not None:
+            console.print(render_rollout(rollout, rollout_sandboxes(spans, rollout, group)))
+            return
+        assert ident is not None
         trace_ids = find_traces(spans, ident)
     except AenvError as err:
         raise _fail(err.message) from None

@@ -1,5 +1,6 @@
 """`aenv trace`: find the trace of a sandbox (or a trace id) in the JSON-lines span files every
-service writes, and draw it as a tree of spans with start offsets and durations."""
+service writes, and draw it as a tree of spans with start offsets and durations (a rollout's
+sandboxes: rollout_traces.py, drawn with the same spans)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from rich.text import Text
 from rich.tree import Tree
 
 from aenv_common.errors import NotFound
+from aenv_common.rollout import SANDBOX_ID
 
-SANDBOX_ATTRIBUTE = "sandbox.id"
+# The attribute a span about a sandbox names it by (aenv_common/rollout.py), and the one older
+# trace files used.
+SANDBOX_ATTRIBUTES = (SANDBOX_ID, "sandbox.id")
 BAR_WIDTH = 24
 
 Span = dict[str, Any]
@@ -26,7 +30,8 @@ def sandbox_trace_ids(spans: Sequence[Span], sandbox_id: str) -> list[str]:
     """Ids of the traces that touched the sandbox, oldest first (the first is its create)."""
     first_start: dict[str, int] = {}
     for span in spans:
-        if span.get("attributes", {}).get(SANDBOX_ATTRIBUTE) == sandbox_id:
+        tags = span.get("attributes") or {}
+        if any(tags.get(name) == sandbox_id for name in SANDBOX_ATTRIBUTES):
             trace_id, start = span["trace_id"], span["start_ns"]
             first_start[trace_id] = min(first_start.get(trace_id, start), start)
     return sorted(first_start, key=first_start.__getitem__)
@@ -48,34 +53,34 @@ def render_trace(spans: Sequence[Span]) -> Tree:
     if not spans:
         raise NotFound("empty trace")
     start = min(span["start_ns"] for span in spans)
-    end = max(_end_ns(span) for span in spans)
+    end = max(end_ns(span) for span in spans)
     total = max(end - start, 1)
-    tree = Tree(Text.assemble(("trace ", "bold"), spans[0]["trace_id"], f"  {_ms(total)} total"))
+    tree = Tree(Text.assemble(("trace ", "bold"), spans[0]["trace_id"], f"  {ms(total)} total"))
     children = _children_by_parent(spans)
     ids = {span["span_id"] for span in spans}
     roots = [span for span in spans if span.get("parent_id") not in ids]
     for root in _by_start(roots):
-        _add_span(tree, root, children, start, total)
+        add_span(tree, root, children, start, total)
     return tree
 
 
-def _add_span(
+def add_span(
     parent: Tree, span: Span, children: dict[str, list[Span]], start: int, total: int
 ) -> None:
     node = parent.add(_label(span, start, total))
     for child in _by_start(children.get(span["span_id"], [])):
-        _add_span(node, child, children, start, total)
+        add_span(node, child, children, start, total)
 
 
 def _label(span: Span, start: int, total: int) -> Text:
     offset = span["start_ns"] - start
-    duration = _end_ns(span) - span["start_ns"]
+    duration = end_ns(span) - span["start_ns"]
     failed = span.get("status") == "ERROR"
     return Text.assemble(
         (f"{span.get('service') or '?'}", "cyan"),
         " ",
         (span["name"], "bold red" if failed else "bold"),
-        f"  +{_ms(offset)}  {_ms(duration)}  ",
+        f"  +{ms(offset)}  {ms(duration)}  ",
         (_bar(offset, duration, total), "magenta"),
     )
 
@@ -99,11 +104,11 @@ def _by_start(spans: Iterable[Span]) -> list[Span]:
     return sorted(spans, key=lambda span: span["start_ns"])
 
 
-def _end_ns(span: Span) -> int:
+def end_ns(span: Span) -> int:
     # A span still open when it was written has no end: treat it as instantaneous.
     end = span.get("end_ns")
     return int(end) if end is not None else int(span["start_ns"])
 
 
-def _ms(ns: int) -> str:
+def ms(ns: int) -> str:
     return f"{ns / 1e6:.1f} ms"

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aenv_cli.platform import Platform
 
@@ -32,3 +33,20 @@ def standin_env() -> dict[str, str]:
 
 
 PlatformFactory = Callable[..., Platform]
+
+
+SPAN_T0 = 1_700_000_000_000_000_000
+MS = 1_000_000
+
+
+def span_line(
+    trace: str, sid: str, parent: str | None, service: str, name: str, start_ms: float,
+    dur_ms: float, kind: str = "SERVER", **attributes: Any,
+) -> dict[str, Any]:
+    """A span as the services' JSON-lines exporters write it (aenv_common/telemetry.py)."""
+    return {
+        "trace_id": trace, "span_id": sid, "parent_id": parent, "name": name,
+        "service": service, "kind": kind, "start_ns": SPAN_T0 + int(start_ms * MS),
+        "end_ns": SPAN_T0 + int((start_ms + dur_ms) * MS), "status": "UNSET",
+        "attributes": attributes,
+    }

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aenv_cli_testkit import span_line as span
 from aenv_cli_testkit import standin_env
 from rich.console import Console
 
@@ -19,20 +20,6 @@ from aenv_common.telemetry import read_trace_files
 CREATE = "0af7651916cd43dd8448eb211c80319c"
 EXEC = "1bf7651916cd43dd8448eb211c80319d"
 OTHER = "2cf7651916cd43dd8448eb211c80319e"
-T0 = 1_700_000_000_000_000_000
-MS = 1_000_000
-
-
-def span(
-    trace: str, sid: str, parent: str | None, service: str, name: str, start_ms: float,
-    dur_ms: float, **attributes: Any,
-) -> dict[str, Any]:
-    return {
-        "trace_id": trace, "span_id": sid, "parent_id": parent, "name": name,
-        "service": service, "kind": "SERVER", "start_ns": T0 + int(start_ms * MS),
-        "end_ns": T0 + int((start_ms + dur_ms) * MS), "status": "UNSET",
-        "attributes": attributes,
-    }
 
 
 SPANS = {

@@ -115,7 +115,7 @@ def test_create_is_one_trace_across_services(platform: Platform) -> None:
     services: set[str] = set()
     while time.monotonic() < deadline:
         spans = read_trace_files(platform.home / "traces")
-        mine = [s for s in spans if s["attributes"].get("sandbox.id") == sid]
+        mine = [s for s in spans if s["attributes"].get("aenv.sandbox_id") == sid]
         trace_ids = {s["trace_id"] for s in mine if s["name"] == "sandbox.create"}
         if trace_ids:
             (trace_id,) = trace_ids

@@ -25,7 +25,8 @@ async def test_a_create_trace_reaches_envd_in_the_guest(platform: Platform) -> N
 
     spans = read_trace_files(platform.home / "traces")
     (create,) = [s for s in spans if s["name"] == "sandbox.create"
-                 and s["attributes"].get("sandbox.id") == sandbox.sandbox_id]
+                 and s["service"] == "nodeagent"
+                 and s["attributes"].get("aenv.sandbox_id") == sandbox.sandbox_id]
     in_trace = {s["span_id"]: s for s in spans if s["trace_id"] == create["trace_id"]}
     (envd,) = [s for s in in_trace.values() if s["service"] == "envd"]
     assert envd["name"] == "envd POST /init"

@@ -16,6 +16,7 @@ from typing import Generic, Protocol, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import NotFound
+from aenv_common.rollout import tag_current_span
 
 
 class ClusterView(Protocol):
@@ -131,6 +132,14 @@ class SandboxDirectory:
         self._fresh.put(sandbox_id, None)
 
     def find(self, sandbox_id: str) -> Located | None:
+        located = self._find(sandbox_id)
+        if located is not None:
+            # The request naming it is one of its spans: its rollout attributes, a link to its
+            # creator's trace (aenv_common/rollout.py).
+            tag_current_span(located.record)
+        return located
+
+    def _find(self, sandbox_id: str) -> Located | None:
         fresh = self._fresh.get(sandbox_id)
         known = fresh.value if fresh is not None else None
         if fresh is not None and known is None:

@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from opentelemetry import trace
+
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv.scheduler.v1 import scheduler_pb2
@@ -25,6 +27,7 @@ from aenv_common.errors import (
 )
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
+from aenv_common.rollout import create_span
 from aenv_gateway.auth import ADMIN_KEY_ID, current_caller
 from aenv_gateway.clients import NodeAgentClients, SchedulerClient
 from aenv_gateway.creates import NodeCreates
@@ -48,6 +51,7 @@ from aenv_gateway.templates.catalog import Source
 from aenv_gateway.volumes.mounts import MountRequest, VolumeMounts
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 
 # A node refuses a create as full when it filled up since the scheduler last saw it (creates that
 # raced): the create goes back to the scheduler, whose admission then answers for capacity.
@@ -148,10 +152,13 @@ class SandboxService:
             owner_key_id=current_caller(),
             lease_id=request.lease_id,
         )
-        # Mounts with tickets for this id (volumes/mounts.py); a grant leaves nothing to undo.
-        await self.mounts.for_spec(spec, request.volume_mounts)
-        with self.mounts.volumes.mounting([m.volume_id for m in spec.volume_mounts]):
-            placement, record = await self._place_and_create(spec)
+        # A span of the caller's trace: its header's, else its metadata's `traceparent`, which
+        # the sandbox keeps for its later operations (aenv_common/rollout.py).
+        with create_span(tracer, "sandbox.create", spec):
+            # Mounts with tickets for this id (volumes/mounts.py); a grant leaves nothing to undo.
+            await self.mounts.for_spec(spec, request.volume_mounts)
+            with self.mounts.volumes.mounting([m.volume_id for m in spec.volume_mounts]):
+                placement, record = await self._place_and_create(spec)
         owner = Owner(placement.node_id, placement.nodeagent_address, placement.proxy_address)
         self._directory.remember(record, owner)
         log.info(

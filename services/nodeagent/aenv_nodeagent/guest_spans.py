@@ -4,8 +4,9 @@ The node agent's calls to envd carry the current W3C trace context (`traceparent
 continues the trace and, having no way out of the guest (no route to any collector, by design),
 answers with the span it made: `traceresponse` names its span id, `server-timing` its duration
 (services/envd/aenv_envd/tracecontext.py). It is recorded here, with `service.name` envd, as a
-child of the caller's span. Its times are the host's (the response's arrival minus envd's
-duration): the guest's clock is not trusted to match.
+child of the caller's span, with its caller's rollout attributes (`aenv.*`, see
+aenv_common/rollout.py): a span about the sandbox, as its caller is. Its times are the host's
+(the response's arrival minus envd's duration): the guest's clock is not trusted to match.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 ENVD_RESOURCE = Resource.create({"service.name": "envd"})
+ROLLOUT_PREFIX = "aenv."
 _TRACERESPONSE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _DURATION = re.compile(r"(?:^|,)\s*envd;dur=([0-9.]+)")
 
@@ -37,7 +39,9 @@ def record_envd_span(
     """Record the span envd made for a request answered just now, through `provider` (default:
     this process's); False when it made none (no trace was current, an envd without trace
     context, or a response not naming this trace)."""
-    caller = trace.get_current_span().get_span_context()
+    current = trace.get_current_span()
+    caller = current.get_span_context()
+    tags = getattr(current, "attributes", None) or {}
     answered = _TRACERESPONSE.match(response_headers.get("traceresponse", ""))
     took = _DURATION.search(response_headers.get("server-timing", ""))
     found = provider or trace.get_tracer_provider()
@@ -61,6 +65,7 @@ def record_envd_span(
         parent=caller,
         resource=ENVD_RESOURCE,
         kind=SpanKind.SERVER,
+        attributes={key: value for key, value in tags.items() if key.startswith(ROLLOUT_PREFIX)},
         start_time=end_ns - int(float(took.group(1)) * 1e6),
         end_time=end_ns,
     )

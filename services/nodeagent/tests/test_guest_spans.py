@@ -1,6 +1,6 @@
 """The node agent's calls to a real envd process carry the trace: envd's span comes back and is
 recorded in the trace files `aenv trace` reads, as envd's, in the caller's trace, a child of the
-caller's span."""
+caller's span, with its caller's rollout attributes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from aenv_common.telemetry import JsonLinesSpanExporter, read_trace_files
 from aenv_nodeagent.envd_client import EnvdClient
+
+ROLLOUT = {"aenv.sandbox_id": "sbx1", "aenv.rollout_id": "r-7", "aenv.step": "3",
+           "phase.note": "not the rollout's"}
 
 
 @pytest.fixture
@@ -44,7 +47,7 @@ async def test_envd_spans_join_the_callers_trace(
     async with aiohttp.ClientSession() as session:
         envd = EnvdClient(session, tracer_provider=provider)
         await envd.wait_healthy(host, 20, port=port)
-        with tracer.start_as_current_span("sandbox.envd_init") as caller:
+        with tracer.start_as_current_span("sandbox.envd_init", attributes=ROLLOUT) as caller:
             await envd.init(host, env_vars={}, access_token=token, port=port)
             await envd.sync(host, token, 10, port=port)
         await envd.init(host, env_vars={}, access_token=token, current_token=token, port=port)
@@ -58,3 +61,5 @@ async def test_envd_spans_join_the_callers_trace(
         assert span["parent_id"] == format(context.span_id, "016x")
         assert span["span_id"] != span["parent_id"]
         assert 0 <= span["end_ns"] - span["start_ns"] < 10 * 10**9
+        # A span about the sandbox, as its caller: the rollout's attributes, nothing else.
+        assert span["attributes"] == {k: v for k, v in ROLLOUT.items() if k.startswith("aenv.")}

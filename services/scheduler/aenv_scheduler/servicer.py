@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
+from aenv_common.rollout import tag_current_span
 from aenv_scheduler.scheduler import Scheduler
 
 # Answer a little before the caller's deadline, so it gets RESOURCE_EXHAUSTED, not a timeout.
@@ -19,6 +20,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
     async def Schedule(
         self, request: scheduler_pb2.ScheduleRequest, context: grpc.aio.ServicerContext
     ) -> scheduler_pb2.ScheduleResponse:
+        tag_current_span(request.spec)  # a span of the sandbox's rollout
         wait = self._queue_wait
         remaining = context.time_remaining()
         if remaining is not None:

@@ -60,7 +60,7 @@ class Creates:
         if snapshot is not None:
             return await self.from_snapshot(self._snapshots.get(spec.template_id), spec)
         with self._registry.creating(spec.sandbox_id), PhaseTimer.operation(
-                "sandbox.create", sandbox_id=spec.sandbox_id,
+                "sandbox.create", spec,
                 template_id=spec.template_id) as timer:
             with self._announced(spec):
                 template = await timer.timed("template", self._templates.get(spec.template_id))
@@ -82,7 +82,7 @@ class Creates:
         """
         validate_spec(spec)
         with self._registry.creating(spec.sandbox_id), PhaseTimer.operation(
-                "sandbox.create", sandbox_id=spec.sandbox_id,
+                "sandbox.create", spec,
                 template_id=snapshot.snapshot_id) as timer:
             with self._announced(spec, parent):
                 template = await self._templates.get(snapshot.template_id)

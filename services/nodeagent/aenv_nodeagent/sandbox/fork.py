@@ -77,7 +77,7 @@ class Forks:
         parent = self._registry.get(sandbox_id).record
         mounts = _child_mounts(count, parent, child_mounts)
         # Timed as a whole (its capture and its children are operations of their own too).
-        with PhaseTimer.operation("sandbox.fork", sandbox_id=sandbox_id) as timer:
+        with PhaseTimer.operation("sandbox.fork", parent) as timer:
             snapshot = await timer.timed(
                 "capture", self._snapshots.create(sandbox_id, hidden=True))
             try:
@@ -106,7 +106,7 @@ class Forks:
         snapshot = self._sources.check(self._snapshots.store.get(snapshot_id))
         await self._layers.compacted(sandbox_id)
         with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
-                "sandbox.reset", sandbox_id=sandbox_id) as timer:
+                "sandbox.reset", sandbox.record) as timer:
             try:
                 await self._cut_traffic(sandbox_id)
                 await timer.timed("quit", sandbox.vm.shutdown())
@@ -183,6 +183,8 @@ def _child_spec(
         owner_key_id=parent.owner_key_id,
         # Under its parent's experiment lease: ended with it when it lapses.
         lease_id=parent.lease_id,
+        # In its parent's rollout trace: its later operations are too.
+        trace_parent=parent.trace_parent,
         volume_mounts=volume_mounts,
     )
 

@@ -13,8 +13,11 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 
+from opentelemetry import trace
+
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_common.rollout import sandbox_span
 from aenv_nodeagent.metrics import MetricsHistory
 from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
@@ -32,6 +35,7 @@ TIMED_OUT = cluster_pb2.SANDBOX_EVENT_TYPE_TIMED_OUT
 UPDATED = cluster_pb2.SANDBOX_EVENT_TYPE_UPDATED
 OWNER_KILL = cluster_pb2.DEATH_CAUSE_UNSPECIFIED
 STOPPED = "its node agent stopped"
+tracer = trace.get_tracer(__name__)
 
 
 class Kills:
@@ -82,12 +86,13 @@ class Kills:
         try:
             if paused := self._registry.paused(sandbox_id):
                 record = paused.record
-                await self._pauses.kill(paused)
+                with PhaseTimer.operation("sandbox.kill", paused.record):
+                    await self._pauses.kill(paused)
             else:
                 sandbox = self._registry.get(sandbox_id)
                 record = sandbox.record
                 with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
-                        "sandbox.kill", sandbox_id=sandbox_id):
+                        "sandbox.kill", sandbox.record):
                     await self._destroy(sandbox, stopping=stopping)
         finally:
             self._killing.discard(sandbox_id)
@@ -101,13 +106,16 @@ class Kills:
         auto_pause_mode says: memory too unless it asked for the filesystem only), else kill.
         The paused record, or None once killed. Announced TIMED_OUT, saying which."""
         sandbox = self._registry.find(sandbox_id)
-        if sandbox is not None and sandbox.record.lifecycle.auto_pause:
-            return await self._pauses.pause(
-                sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode, event=TIMED_OUT,
-                detail="paused")
-        record = await self._remove(sandbox_id)
-        await self._events.announce(record, TIMED_OUT, detail="killed")
-        return None
+        # In the trainer's trace (no call started it): the span of its creator is its parent.
+        with (sandbox_span(tracer, "sandbox.expire", sandbox.record) if sandbox is not None
+              else contextlib.nullcontext()):
+            if sandbox is not None and sandbox.record.lifecycle.auto_pause:
+                return await self._pauses.pause(
+                    sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode,
+                    event=TIMED_OUT, detail="paused")
+            record = await self._remove(sandbox_id)
+            await self._events.announce(record, TIMED_OUT, detail="killed")
+            return None
 
     async def expire_now(self, sandbox: Sandbox) -> cluster_pb2.SandboxRecord:
         """A timeout of 0 (E2B: "now"): the sandbox's end is now and its timeout action runs at

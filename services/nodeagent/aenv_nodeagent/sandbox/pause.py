@@ -112,7 +112,7 @@ class Pauses:
         sandbox = self._registry.get(sandbox_id)
         await self._layers.compacted(sandbox_id)
         with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
-                "sandbox.pause", sandbox_id=sandbox_id) as timer:
+                "sandbox.pause", sandbox.record) as timer:
             delta: PendingDelta | None = None  # to write before the VM quits
             wedged = False
             if mode == FILESYSTEM:
@@ -174,7 +174,7 @@ class Pauses:
             raise Conflict(f"sandbox \"{sandbox_id}\" was paused while its guest agent did not "
                            "answer: it resumes only by a cold boot")
         with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
-                "sandbox.resume", sandbox_id=sandbox_id) as timer:
+                "sandbox.resume", paused.record) as timer:
             await timer.timed("previous_quit", self._quits.done(sandbox_id))
             boots = resumes_by_boot(paused, reboot)
             plan = self._sources.for_resume(paused, timeout_s, boots=boots, timer=timer)

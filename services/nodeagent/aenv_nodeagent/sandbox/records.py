@@ -114,4 +114,6 @@ def new_record(
         lease_id=spec.lease_id,
         # With their tickets: the record is secret-bearing already (envd_access_token).
         volume_mounts=spec.volume_mounts,
+        # Its later operations (timeout, death) are spans of its creator's trace.
+        trace_parent=spec.trace_parent,
     )

@@ -83,7 +83,7 @@ class Snapshots:
         sandbox = self._registry.get(sandbox_id)
         await self._layers.compacted(sandbox_id)
         with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
-                "sandbox.snapshot", sandbox_id=sandbox_id) as timer:
+                "sandbox.snapshot", sandbox.record) as timer:
             meta = await self._capture(sandbox, name, hidden, timer, memory=not filesystem_only)
         self._layers.compact_if_long(sandbox)
         if self._publisher is not None and not hidden:
