@@ -86,6 +86,11 @@ class NodeAgentSettings(BaseSettings):
     # Sandbox events and death certificates (sandbox/events.py). Off: neither is written, and a
     # record's publish is a plain put (the benchmark's events-off arm).
     events_enabled: bool = True
+    # Experiment leases (leases/): a sandbox whose lease lapsed is ended by the watch of
+    # `leases/` at once, else by the reconcile every interval; at most `lease_reap_concurrency`
+    # at once.
+    lease_reconcile_interval_s: float = Field(default=5.0, gt=0)
+    lease_reap_concurrency: int = Field(default=16, ge=1)
     # Snapstore gRPC address (host:port): snapshots are persisted there and restored from there
     # on nodes that lack them. Empty: persistence off.
     snapstore_address: str = ""

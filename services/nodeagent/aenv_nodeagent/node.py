@@ -40,6 +40,7 @@ from aenv_nodeagent.egress.supervisor import EgressSupervisor
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.images import BlobCache, RegistryHosts, load_credentials
+from aenv_nodeagent.leases import LeaseReaper, WingSandboxes
 from aenv_nodeagent.metrics import MetricsSampler
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.network.host_nat import HostNat
@@ -235,6 +236,12 @@ class NodeAgent:
         self._run(capacity.meter.run(registration.publish, s.pressure_interval_s))
         self._run(sandboxes.run_expiry())
         self._run(sandboxes.run_exit_watch())
+        # Experiment leases: this node's sandboxes end when their lease lapses (leases/).
+        reaper = LeaseReaper(store, WingSandboxes(sandboxes, store),
+                             interval_s=s.lease_reconcile_interval_s,
+                             concurrency=s.lease_reap_concurrency)
+        await reaper.start()
+        stack.push_async_callback(reaper.stop)
         self._run(self._metrics_sampler(sandboxes).run())
         self._run(sandboxes.run_log_collection())
         self._run(TemplateCache(

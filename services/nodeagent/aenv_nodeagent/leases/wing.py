@@ -1,0 +1,36 @@
+"""The reaper's view of this node's sandboxes: the wing's own kill and pause (each announcing its
+event), and the one change the wing has no operation for, a paused sandbox leaving its lapsed
+lease."""
+
+from __future__ import annotations
+
+from aenv.cluster.v1 import cluster_pb2
+from aenv_nodeagent.sandbox.records import SandboxRecords
+from aenv_nodeagent.sandbox.service import SandboxService
+
+
+class WingSandboxes:
+    def __init__(self, sandboxes: SandboxService, records: SandboxRecords) -> None:
+        self._sandboxes = sandboxes
+        self._records = records
+
+    def records(self) -> list[cluster_pb2.SandboxRecord]:
+        return self._sandboxes.records()
+
+    async def kill(self, sandbox_id: str, *, cause: cluster_pb2.DeathCause, detail: str) -> None:
+        await self._sandboxes.kill(sandbox_id, cause=cause, detail=detail)
+
+    async def pause(self, sandbox_id: str, *, detail: str) -> None:
+        await self._sandboxes.pause(sandbox_id, detail=detail)
+
+    async def detach(self, sandbox_id: str, lease_id: str) -> None:
+        """:raise Conflict: another operation holds it (the next reconcile tries again)."""
+        registry = self._sandboxes.registry
+        with registry.exclusive(sandbox_id):
+            paused = registry.paused(sandbox_id)
+            if paused is None or paused.record.lease_id != lease_id:
+                return  # resumed or killed meanwhile, or detached already
+            paused.record.lease_id = ""
+            # Its directory's record first: a restart takes it back as it is now.
+            paused.save()
+            await self._records.put_sandbox(paused.record)
