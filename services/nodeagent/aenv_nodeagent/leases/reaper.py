@@ -31,6 +31,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore, RecordCache, Versioned
 from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_common.leases import KILL, LEASES, PAUSE, expiry_action
+from aenv_common.rollout import sandbox_span
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -164,9 +165,9 @@ class LeaseReaper:
         what = decide(record, action)
         try:
             async with self._bound:
-                with tracer.start_as_current_span("sandbox.lease_lapsed", attributes={
-                        "aenv.sandbox_id": sandbox_id, "aenv.lease_id": lease_id,
-                        "aenv.lease_action": what or "none"}):
+                # In the trainer's trace: no call parents it, the sandbox's creator does.
+                with sandbox_span(tracer, "sandbox.lease_lapsed", record, attributes={
+                        "aenv.lease_id": lease_id, "aenv.lease_action": what or "none"}):
                     await self._act(what, sandbox_id, lease_id)
             if what is not None:
                 self.reaped += 1
