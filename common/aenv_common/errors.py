@@ -22,6 +22,10 @@ class AenvError(Exception):
         super().__init__(message)
         self.message = message
 
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        """What a gRPC edge sends beside the status (e.g. a dead sandbox's cause); none here."""
+        return ()
+
 
 class InvalidArgument(AenvError):
     http_status = 400
@@ -41,6 +45,13 @@ class PermissionDenied(AenvError):
 class NotFound(AenvError):
     http_status = 404
     grpc_code = grpc.StatusCode.NOT_FOUND
+
+
+class OutOfRange(AenvError):
+    """Past what is kept: e.g. resuming after an event older than the retention."""
+
+    http_status = 410
+    grpc_code = grpc.StatusCode.OUT_OF_RANGE
 
 
 class Conflict(AenvError):
@@ -103,6 +114,7 @@ _BY_GRPC_CODE: dict[grpc.StatusCode, type[AenvError]] = {
         Unauthenticated,
         PermissionDenied,
         NotFound,
+        OutOfRange,
         Conflict,
         AlreadyExists,
         ResourceExhausted,

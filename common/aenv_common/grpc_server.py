@@ -92,7 +92,7 @@ async def _abort(context: grpc.aio.ServicerContext, err: AenvError) -> None:
     retry_after_s = getattr(err, "retry_after_s", None)
     metadata = () if retry_after_s is None else retry_metadata(
         err.grpc_code, err.message, retry_after_s)
-    await context.abort(err.grpc_code, err.message, metadata)
+    await context.abort(err.grpc_code, err.message, (*metadata, *err.trailing_metadata()))
 
 
 class _Measured:
@@ -125,10 +125,12 @@ class _Measured:
 async def start_grpc_server(
     address: str,
     services: Iterable[tuple[Registrar, Any, str]],
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """Starts a grpc.aio server with the given (add_X_to_server, servicer, full service name)
-    triples plus health and reflection. Returns the server and the bound port."""
-    server = grpc.aio.server(interceptors=[ErrorMappingInterceptor()])
+    triples plus health and reflection. Returns the server and the bound port. `interceptors`
+    run inside the error mapping: a typed error they raise is mapped like a servicer's."""
+    server = grpc.aio.server(interceptors=[ErrorMappingInterceptor(), *interceptors])
     names = [reflection.SERVICE_NAME, health.SERVICE_NAME]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -20,6 +20,7 @@ from typing import Literal
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2
 from aenv_client.errors import AenvError, item_error
+from aenv_client.events import EventCalls
 from aenv_client.guest import GuestCalls
 
 # One batch item or fork child: its sandbox, or the typed error it failed with.
@@ -32,8 +33,9 @@ def new_idempotency_key() -> str:
 
 
 
-class GatewayClient(GuestCalls):
-    """Sandboxes, snapshots and forks (here), and calls into a sandbox (guest.py)."""
+class GatewayClient(EventCalls, GuestCalls):
+    """Sandboxes, snapshots and forks (here), calls into a sandbox (guest.py), and their
+    lifecycle events (events.py)."""
 
     async def create_sandbox(
         self,

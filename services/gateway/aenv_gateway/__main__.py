@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from aenv_common.events import EventLog
 from aenv_common.logging import setup_logging
 from aenv_common.secrets import EtcdSecretRecords, SecretStore, create_key_file
 from aenv_common.telemetry import setup_telemetry
@@ -26,6 +27,7 @@ async def _serve(settings: GatewaySettings) -> None:
     # Imported after telemetry set-up: gRPC instrumentation must precede channels and servers.
     from aenv_gateway.api_keys import EtcdApiKeyRecords
     from aenv_gateway.etcd_view import EtcdClusterView
+    from aenv_gateway.events.store import EtcdEventStore
     from aenv_gateway.idempotency_etcd import EtcdKeyClaims
     from aenv_gateway.leases import EtcdLeaseStore
     from aenv_gateway.server import start_gateway
@@ -50,7 +52,8 @@ async def _serve(settings: GatewaySettings) -> None:
             gateway = await start_gateway(settings, view, records, api_key, api_keys, key_claims,
                                           SecretStore(EtcdSecretRecords(view.store), secrets_key),
                                           secrets_key, EtcdVolumeRecords(view.store),
-                                          EtcdLeaseStore(view.store))
+                                          EtcdLeaseStore(view.store),
+                                          event_store=EtcdEventStore(EventLog(view.store)))
             try:
                 await stop.wait()
             finally:

@@ -87,6 +87,11 @@ class GatewaySettings(BaseSettings):
     volume_sweep_grace_s: float = Field(default=120.0, ge=0)
     # A bulk kill or pause (bulk.py) ends at most this many sandboxes at once.
     bulk_concurrency: int = Field(default=32, gt=0)
+    # Event streams (events/stream.py): a subscriber more than event_queue_size events
+    # behind is cut (it resumes after its last event id); an SSE stream sends a comment
+    # every event_heartbeat_s so idle proxies keep it open.
+    event_queue_size: int = Field(default=1024, gt=0)
+    event_heartbeat_s: float = Field(default=15.0, gt=0)
     # On stop, open streams (process output may flow for hours) get this long to finish before
     # their connections are closed.
     shutdown_grace_s: int = 3

@@ -12,20 +12,23 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from aenv_common.errors import AenvError
+from aenv_common.events import death_message
 from aenv_common.httpproxy import HandshakeRejected, StreamingProxy, deny_websocket
 from aenv_common.sandbox_routing import (
     ENVD_PORT,
+    NOT_FOUND_MESSAGE,
     SandboxTarget,
     bad_gateway,
     sandbox_not_found,
     stream_ended,
 )
 from aenv_gateway.directory import Located
+from aenv_gateway.events.deaths import Deaths
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +59,21 @@ Waker = Callable[[str], Awaitable[Located | None]]
 
 
 class DataPlane:
-    def __init__(self, wake: Waker, proxy: StreamingProxy) -> None:
+    def __init__(self, wake: Waker, proxy: StreamingProxy, deaths: Deaths | None = None) -> None:
         self._wake = wake
         self._proxy = proxy
+        self._deaths = deaths
+
+    async def _not_found(self, sandbox_id: str) -> JSONResponse:
+        return await self._died(sandbox_id) or sandbox_not_found(sandbox_id)
+
+    async def _died(self, sandbox_id: str) -> JSONResponse | None:
+        """A dead sandbox's answer: still E2B's 502 and its words (the SDKs raise
+        SandboxNotRunningException on them), the certificate's after them. None: no death."""
+        certificate = await self._deaths.certificate(sandbox_id) if self._deaths else None
+        if certificate is None:
+            return None
+        return bad_gateway(sandbox_id, f"{NOT_FOUND_MESSAGE}: {death_message(certificate)}")
 
     async def __call__(
         self, scope: Scope, receive: Receive, send: Send, target: SandboxTarget
@@ -82,7 +97,7 @@ class DataPlane:
             return None, resume_failed(target.sandbox_id, err.message)
         # Paused sandboxes without auto-resume answer "not found", like unknown ones.
         if located is None:
-            return None, sandbox_not_found(target.sandbox_id)
+            return None, await self._not_found(target.sandbox_id)
         return located, None
 
     async def _http(self, request: Request, target: SandboxTarget) -> Response:
@@ -91,14 +106,21 @@ class DataPlane:
             await drain_body(request)
             return refusal or sandbox_not_found(target.sandbox_id)
         try:
-            return await self._proxy.forward(request, _base(located), target.headers(),
-                                             stream_ended(target.sandbox_id))
+            response = await self._proxy.forward(request, _base(located), target.headers(),
+                                                 stream_ended(target.sandbox_id))
         except AenvError as err:
             log.warning(
                 "node proxy unreachable",
                 extra={"sandbox_id": target.sandbox_id, "error": err.message},
             )
             return node_unreachable(target.sandbox_id)
+        if response.status_code == 502 and isinstance(response, StreamingResponse):
+            # The node no longer has it (it died since the directory last heard): say why.
+            died = await self._died(target.sandbox_id)
+            if died is not None:
+                await _drain(response)
+                return died
+        return response
 
     async def _websocket(self, websocket: WebSocket, target: SandboxTarget) -> None:
         located, refusal = await self._refusal(websocket.url.path, target)
@@ -117,7 +139,7 @@ class DataPlane:
                     extra={"sandbox_id": target.sandbox_id, "error": err.message},
                 )
                 refusal = node_unreachable(target.sandbox_id)
-        await deny_websocket(websocket, refusal or sandbox_not_found(target.sandbox_id))
+        await deny_websocket(websocket, refusal or await self._not_found(target.sandbox_id))
 
 
 async def drain_body(request: Request, limit: int = _DRAIN_LIMIT) -> None:
@@ -129,6 +151,13 @@ async def drain_body(request: Request, limit: int = _DRAIN_LIMIT) -> None:
         seen += len(chunk)
         if seen > limit:
             return
+
+
+async def _drain(response: StreamingResponse) -> None:
+    """Reads (and so releases) the upstream answer of a response that will not be sent: the
+    node proxy's small JSON 502."""
+    async for _ in response.body_iterator:
+        pass
 
 
 def _base(located: Located) -> str:

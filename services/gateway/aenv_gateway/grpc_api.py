@@ -16,6 +16,7 @@ from aenv_common.errors import AenvError, Conflict, InvalidArgument, NotFound
 from aenv_gateway.auth import ApiKeyAuth
 from aenv_gateway.batch import BatchCreates, BatchResult, batch_size
 from aenv_gateway.bulk import BulkOperations
+from aenv_gateway.events.service import SandboxEvents
 from aenv_gateway.exec_stream import ExecStreams
 from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.guest_envd import typed_http_error
@@ -59,8 +60,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         open_requests: OpenRequests,
         metrics: SandboxMetrics,
         bulk: BulkOperations,
+        *,
+        events: SandboxEvents,
     ) -> None:
         self._service = service
+        self._events = events
         self._bulk_ops = bulk
         self._metrics = metrics
         self._execs = execs
@@ -282,6 +286,21 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             self._auth.check(_api_key(context)), filter_of(request.filter),
             keep_memory=not request.filesystem_only)
         return gateway_pb2.PauseSandboxesResponse(outcomes=[outcome_message(o) for o in outcomes])
+
+    # Lifecycle events (docs/events.md) --------------------------------------------------
+
+    async def ListSandboxEvents(
+        self, request: gateway_pb2.ListSandboxEventsRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ListSandboxEventsResponse:
+        return await self._events.list(self._auth.check(_api_key(context)), request)
+
+    async def WatchSandboxEvents(
+        self, request: gateway_pb2.WatchSandboxEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[gateway_pb2.WatchSandboxEventsResponse]:
+        caller = self._auth.check(_api_key(context))
+        async with self._open.held(caller):
+            async for response in self._events.watch(caller, request):
+                yield response
 
     async def Exec(
         self,

@@ -36,6 +36,13 @@ from aenv_gateway.dataplane import DataPlane
 from aenv_gateway.directory import ClusterView, SandboxDirectory
 from aenv_gateway.edge_limits import guarded_http_protocol
 from aenv_gateway.egress_checks import EgressChecks
+from aenv_gateway.events.deaths import Deaths
+from aenv_gateway.events.grpc_deaths import DeathsInterceptor
+from aenv_gateway.events.memory import InMemoryEventStore
+from aenv_gateway.events.reader import EventReader
+from aenv_gateway.events.service import SandboxEvents
+from aenv_gateway.events.store import EventStore
+from aenv_gateway.events.stream import EventHub
 from aenv_gateway.exec_stream import ExecStreams
 from aenv_gateway.file_transfer import FileTransfers
 from aenv_gateway.gateway_metrics import SANDBOX_STATES
@@ -45,6 +52,7 @@ from aenv_gateway.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyCl
 from aenv_gateway.leases import InMemoryLeaseStore, Leases, LeaseStore
 from aenv_gateway.logs import SandboxLogs
 from aenv_gateway.revocation import OpenRequests, RevocableRequests
+from aenv_gateway.routes.events import EventRoutes, with_deaths
 from aenv_gateway.routes.keys import KeyRoutes
 from aenv_gateway.routes.leases import LeaseRoutes
 from aenv_gateway.routes.sandboxes import SandboxRoutes
@@ -97,8 +105,13 @@ class RunningGateway:
     _session: aiohttp.ClientSession
     _pool: ChannelPool
     _builds: TemplateBuilds
+    # Lifecycle events: where they are read, and the hub that follows them for streams.
+    event_store: EventStore | None = None
+    event_hub: EventHub | None = None
 
     async def stop(self) -> None:
+        if self.event_hub is not None:
+            await self.event_hub.stop()  # its streams end first, with an error event
         await self.sweep.stop()
         await self._builds.stop()
         await self.service.close()
@@ -143,6 +156,7 @@ async def start_gateway(
     api_key: str, api_keys: ApiKeyRecords | None = None, key_claims: KeyClaims | None = None,
     secret_store: SecretStore | None = None, secrets_key: SecretsKey | None = None,
     volume_records: VolumeRecords | None = None, lease_store: LeaseStore | None = None,
+    event_store: EventStore | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down. `api_keys` and `key_claims` (idempotency keys) are kept in memory when not given
@@ -188,6 +202,13 @@ async def start_gateway(
     )
     bulk = BulkOperations(service, settings.bulk_concurrency)
     snapshots = SnapshotService(service, directory, nodeagents, snapshot_names)
+    # Lifecycle events and death certificates (docs/events.md): read from etcd (in memory
+    # without `event_store`: tests, a gateway on its own), followed through one watch.
+    events_store = event_store if event_store is not None else InMemoryEventStore()
+    deaths = Deaths(events_store, directory)
+    hub = EventHub(events_store, settings.event_queue_size)
+    await hub.start()
+    native_events = SandboxEvents(EventReader(events_store), hub)
     # The stored keys (in memory without etcd: tests, a gateway on its own).
     key_records = api_keys if api_keys is not None else InMemoryApiKeyRecords()
     stored_keys = KeyIndex(key_records)
@@ -216,9 +237,12 @@ async def start_gateway(
               *control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth),
               *KeyRoutes(auth, key_records).routes(), *SecretRoutes(auth, secrets).routes(),
               *VolumeRoutes(volumes, auth).routes()]
+    # A 404 of a route naming a {sandbox_id} that died carries its death certificate.
+    routes = [*with_deaths(routes, deaths),
+              *EventRoutes(native_events.reader, hub, auth, settings.event_heartbeat_s).routes()]
     edge = GatewayApp(
         routes,
-        DataPlane(service.wake, StreamingProxy(session)),
+        DataPlane(service.wake, StreamingProxy(session), deaths),
         settings.domain,
         SignedFileRouter(directory.records),
         settings.edge_limits,
@@ -232,10 +256,11 @@ async def start_gateway(
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
                 GatewayServicer(service, snapshots, auth, settings.default_timeout_s,
                                 ExecStreams(guests), FileTransfers(guests), open_requests,
-                                metrics, bulk),
+                                metrics, bulk, events=native_events),
                 SERVICE_NAME,
             )
         ],
+        [DeathsInterceptor(deaths)],
     )
     edges = [await _serve_edge(instrumented(app), settings, settings.listen, None)]
     if settings.tls is not None:
@@ -254,7 +279,7 @@ async def start_gateway(
     return RunningGateway(
         http_port, https_port, grpc_port, service, directory, routes, app, key_records, secrets,
         volumes, sweep, [(server, task) for server, task, _ in edges], grpc_server, session,
-        pool, builds,
+        pool, builds, event_store=events_store, event_hub=hub,
     )
 
 
