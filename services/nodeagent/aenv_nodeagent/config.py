@@ -57,6 +57,16 @@ class NodeAgentSettings(BaseSettings):
     pressure_memory_available_min_mib: int = Field(default=1024, ge=0)
     pressure_psi_some_avg10_max: float = Field(default=20.0, gt=0, le=100)
     pressure_interval_s: float = Field(default=1.0, gt=0)
+    # Eviction (capacity/eviction.py): while MemAvailable is under this, the node ends its
+    # youngest running sandbox (EVICTED_MEMORY_PRESSURE), one at a time, re-reading between
+    # each. 0: never (the OOM killer is then the host's last word).
+    evict_below_available_mib: int = Field(default=0, ge=0)
+    # Guest liveness (sandbox/liveness.py): every interval each running sandbox's envd is asked
+    # /health, each probe bounded by the timeout (generous: a TCG guest is slow, not dead);
+    # after `liveness_failures` misses in a row the sandbox ends with GUEST_HANG. Either 0: off.
+    liveness_interval_s: float = Field(default=30.0, ge=0)
+    liveness_failures: int = Field(default=4, ge=0)
+    liveness_timeout_s: float = Field(default=10.0, gt=0)
     # Defaults of the `base` template.
     default_vcpus: int = 1
     default_memory_mib: int = 512

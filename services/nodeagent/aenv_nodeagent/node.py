@@ -31,6 +31,7 @@ from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.artifacts.rootfs import CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
+from aenv_nodeagent.capacity.eviction import Evictions
 from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.capacity.host import MIB
 from aenv_nodeagent.config import NodeAgentSettings
@@ -50,6 +51,7 @@ from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
 from aenv_nodeagent.restart.recovery import recover
 from aenv_nodeagent.sandbox.events import SandboxEvents
+from aenv_nodeagent.sandbox.liveness import LivenessSettings
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.servicer import NodeAgentServicer
@@ -242,6 +244,10 @@ class NodeAgent:
                              concurrency=s.lease_reap_concurrency)
         await reaper.start()
         stack.push_async_callback(reaper.stop)
+        self._run(sandboxes.run_liveness(LivenessSettings(
+            s.liveness_interval_s, s.liveness_failures, s.liveness_timeout_s)))
+        self._run(Evictions(self.registry, sandboxes.kill, s.evict_below_available_mib).run(
+            s.pressure_interval_s))
         self._run(self._metrics_sampler(sandboxes).run())
         self._run(sandboxes.run_log_collection())
         self._run(TemplateCache(

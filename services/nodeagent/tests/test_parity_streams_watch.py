@@ -1,6 +1,8 @@
 """A VM that exits on its own is noticed at once (sandbox/watch.py): the sandbox's traffic is cut,
-it is removed as a kill removes it and its record is marked lost. Exits of the node's own doing
-(a kill, or one that comes while an operation holds the sandbox) are left to that operation.
+it is removed as a kill removes it, record included, and it dies with a certificate (DIED, its
+cause: the fake VM's process was SIGKILLed, but a fake VM tells no exit status, so the cause is
+the VMM's crash with its status unknown). Exits of the node's own doing (a kill, or one that
+comes while an operation holds the sandbox) are left to that operation.
 
 The sandbox wing runs over fakes, as in tests/sandbox; each fake VM here stands for a real process
 (`sleep`), whose SIGKILL is the crash.
@@ -30,12 +32,13 @@ from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.templates import TemplateStore
 
 from .fakes.envd import FakeEnvd
+from .fakes.events import RecordingEvents
 from .fakes.network import FakeNetwork
 from .fakes.records import RecordingRecords
 from .fakes.templates import FakeTemplates
 from .fakes.vm import FakeDriver, FakeVm
 
-LOST = cluster_pb2.SANDBOX_STATE_LOST
+VMM_CRASH = cluster_pb2.DEATH_CAUSE_VMM_CRASH
 WITHIN_S = 1.0
 
 
@@ -43,6 +46,7 @@ WITHIN_S = 1.0
 class Node:
     service: SandboxService
     records: RecordingRecords
+    events: RecordingEvents
     network: FakeNetwork
     state_dir: Path
     cuts: list[tuple[str, float]] = field(default_factory=list)
@@ -66,6 +70,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     templates = FakeTemplates(tmp_path / "templates")
     templates.add("base")
     records, network, state_dir = RecordingRecords(), FakeNetwork(), tmp_path / "state"
+    events = RecordingEvents(records, "node")
     cuts: list[tuple[str, float]] = []
 
     async def cut(sandbox_id: str) -> None:
@@ -74,8 +79,8 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     service = SandboxService(
         SandboxSettings(state_dir, ready_timeout_s=5, boot_timeout_s=5),
         SandboxRegistry("node"), cast(TemplateStore, templates), cast(NetworkManager, network),
-        cast(EnvdClient, FakeEnvd()), records, FakeDriver(), cut_traffic=cut)
-    node = Node(service, records, network, state_dir, cuts)
+        cast(EnvdClient, FakeEnvd()), records, FakeDriver(), cut_traffic=cut, events=events)
+    node = Node(service, records, events, network, state_dir, cuts)
     watch = asyncio.create_task(service.run_exit_watch())
     try:
         yield node
@@ -90,6 +95,12 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
         await service.destroy_all()
 
 
+def _died_of(node: Node, sandbox_id: str) -> tuple[int, str] | None:
+    """(cause, detail) of the sandbox's death certificate, None while it has none."""
+    cert = node.events.deaths.get(sandbox_id)
+    return None if cert is None else (cert.cause, cert.detail)
+
+
 async def _gone(node: Node, sandbox_id: str, within_s: float = 5.0) -> float:
     """Seconds until the node no longer holds the sandbox."""
     started = time.monotonic()
@@ -99,7 +110,7 @@ async def _gone(node: Node, sandbox_id: str, within_s: float = 5.0) -> float:
     return time.monotonic() - started
 
 
-async def test_a_crashed_vm_s_sandbox_is_cut_removed_and_reported_lost(node: Node) -> None:
+async def test_a_crashed_vm_s_sandbox_is_cut_removed_and_certified_dead(node: Node) -> None:
     sandbox, process = await node.create()
     crashed = time.monotonic()
     process.send_signal(signal.SIGKILL)
@@ -107,7 +118,11 @@ async def test_a_crashed_vm_s_sandbox_is_cut_removed_and_reported_lost(node: Nod
     cut_at = next(at for sid, at in node.cuts if sid == sandbox.sandbox_id)
     assert cut_at - crashed < WITHIN_S
     assert node.service.serving(sandbox.sandbox_id) is None
-    assert node.records.records[sandbox.sandbox_id].state == LOST
+    assert sandbox.sandbox_id not in node.records.records
+    assert _died_of(node, sandbox.sandbox_id) == (
+        VMM_CRASH, "qemu exited with a status this agent cannot know (it adopted the VM)")
+    died = [e for e in node.events.events if e.type == cluster_pb2.SANDBOX_EVENT_TYPE_DIED]
+    assert [(e.sandbox_id, e.cause) for e in died] == [(sandbox.sandbox_id, VMM_CRASH)]
     assert node.network.live == [] and node.network.destroyed == [sandbox.slot]
     assert not (node.state_dir / "sandboxes" / sandbox.sandbox_id).exists()
     assert cast(FakeVm, sandbox.vm).stopping  # shut down: its files are gone too
@@ -122,29 +137,40 @@ async def test_the_other_sandboxes_run_on(node: Node) -> None:
     assert node.records.records[healthy.sandbox_id].state == cluster_pb2.SANDBOX_STATE_RUNNING
 
 
-async def test_a_killed_sandbox_is_not_reported_lost(node: Node) -> None:
+async def test_a_killed_sandbox_is_not_reported_dead(node: Node) -> None:
     sandbox, process = await node.create()
     await node.service.kill(sandbox.sandbox_id)
     process.send_signal(signal.SIGKILL)  # its VM's exit, once the kill ended it
     await asyncio.sleep(0.5)
     assert sandbox.sandbox_id not in node.records.records
-    assert LOST not in node.records.states(sandbox.sandbox_id)
+    assert _died_of(node, sandbox.sandbox_id) is None
 
 
-async def test_an_exit_during_an_operation_is_left_to_it_then_lost(node: Node) -> None:
+async def test_an_exit_during_an_operation_is_left_to_it_then_dies(node: Node) -> None:
     sandbox, process = await node.create()
     with node.service.registry.exclusive(sandbox.sandbox_id):  # e.g. a pause that fails on it
         process.send_signal(signal.SIGKILL)
         await asyncio.sleep(0.5)
         assert node.service.registry.is_running(sandbox.sandbox_id)
     assert await _gone(node, sandbox.sandbox_id) < WITHIN_S
-    assert node.records.records[sandbox.sandbox_id].state == LOST
+    assert _died_of(node, sandbox.sandbox_id) is not None
 
 
-async def test_a_lost_sandbox_whose_removal_fails_is_removed_on_a_later_pass(node: Node) -> None:
+async def test_a_dead_sandbox_whose_removal_fails_is_removed_on_a_later_pass(node: Node) -> None:
     sandbox, process = await node.create()
     node.records.delete_failures.append(Unavailable("etcd is away"))
     process.send_signal(signal.SIGKILL)
     assert await _gone(node, sandbox.sandbox_id) < WITHIN_S
     assert node.service.serving(sandbox.sandbox_id) is None
-    assert node.records.records[sandbox.sandbox_id].state == LOST
+    assert sandbox.sandbox_id not in node.records.records
+    assert _died_of(node, sandbox.sandbox_id) is not None
+
+
+async def test_a_guest_stopped_on_a_full_host_disk_dies_of_it(node: Node) -> None:
+    sandbox, _ = await node.create()
+    cast(FakeVm, sandbox.vm).fill_disk()
+    assert await _gone(node, sandbox.sandbox_id) < WITHIN_S
+    assert _died_of(node, sandbox.sandbox_id) == (
+        cluster_pb2.DEATH_CAUSE_DISK_FULL, "the host has no room for its disk's writes")
+    assert any(sid == sandbox.sandbox_id for sid, _ in node.cuts)
+    assert cast(FakeVm, sandbox.vm).stopping

@@ -39,6 +39,7 @@ from aenv_nodeagent.sandbox.fork import Forks
 from aenv_nodeagent.sandbox.handover import Handover
 from aenv_nodeagent.sandbox.kill import OWNER_KILL, Kills
 from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.liveness import Liveness, LivenessSettings
 from aenv_nodeagent.sandbox.logs import CONSOLE_LOG, ConsoleLogs, LogEntry, LogQuery
 from aenv_nodeagent.sandbox.model import FULL, Paused, Sandbox
 from aenv_nodeagent.sandbox.pause import Pauses
@@ -56,6 +57,8 @@ from aenv_nodeagent.vmm.driver import VmmDriver
 from aenv_nodeagent.volumes import VolumeRelays
 
 log = logging.getLogger(__name__)
+# How much of a guest's console its death is read from.
+CONSOLE_TAIL_LINES = 400
 
 UPDATED = cluster_pb2.SANDBOX_EVENT_TYPE_UPDATED
 
@@ -128,7 +131,7 @@ class SandboxService:
                             self._disk, network, records, cut_traffic, events)
         self._kills = Kills(registry, self._pauses, self._disk, network, records,
                             self.metrics_history, cut_traffic, self._allocation_changed, events)
-        self._exits = VmExits(registry, records, self._kills.kill, cut_traffic)
+        self._exits = VmExits(registry, self._kills.kill, cut_traffic, self._console_tail)
         self._takeback = TakeBack(registry, templates, self._disk, self._snapshots,
                                   self._handover, self.memory_images, records, sandboxes_dir,
                                   functools.partial(self._kills.kill, cause=NOT_SURVIVED,
@@ -280,8 +283,12 @@ class SandboxService:
         await self._kills.run_expiry(interval_s)
 
     async def run_exit_watch(self) -> None:
-        """Lose the sandboxes whose VM exits on its own (sandbox/watch.py)."""
+        """End the sandboxes whose VM ends on its own, each with its cause (sandbox/watch.py)."""
         await self._exits.run()
+
+    async def run_liveness(self, settings: LivenessSettings) -> None:
+        """End the sandboxes whose guest stopped answering (sandbox/liveness.py)."""
+        await Liveness(self.registry, self._envd.answers, self._kills.kill, settings).run()
 
     # --- guest metrics -------------------------------------------------------------------------
 
@@ -340,6 +347,14 @@ class SandboxService:
 
     async def run_log_collection(self, interval_s: float = 0.5) -> None:
         await self.console_logs.run(self._consoles, self._keeps_logs, interval_s)
+
+    def _console_tail(self, sandbox: Sandbox) -> list[str]:
+        """The last lines of the guest's console, read up to now, oldest first: what tells why
+        a guest ended itself (sandbox/death_causes.py)."""
+        self.console_logs.collect(sandbox.sandbox_id, sandbox.directory / CONSOLE_LOG)
+        entries = self.console_logs.query(
+            sandbox.sandbox_id, LogQuery(limit=CONSOLE_TAIL_LINES, backward=True))
+        return [entry.line for entry in reversed(entries)]
 
     def _consoles(self) -> list[tuple[str, Path]]:
         return [(sbx.sandbox_id, sbx.directory / CONSOLE_LOG) for sbx in self.registry.all()] + [

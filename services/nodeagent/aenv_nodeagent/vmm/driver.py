@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from aenv_nodeagent.confinement import VmCgroup
 from aenv_nodeagent.vmm.confined import VmJail
 from aenv_nodeagent.vmm.frozen import FrozenCopy
 from aenv_nodeagent.vmm.qemu import QemuVm
@@ -33,6 +34,21 @@ class Vm(Protocol):
     @property
     def freezes(self) -> bool:
         """Whether `freeze` can make frozen copies of this VM's memory."""
+        ...
+
+    @property
+    def cgroup(self) -> VmCgroup | None:
+        """The VMM's own cgroup (confinement/), when it runs in one."""
+        ...
+
+    async def exit_status(self, time_limit: float = 1.0) -> int | None:
+        """The status of a VMM that exited (negative: the signal that ended it); None when it
+        cannot be known or the VMM was not reaped in time."""
+        ...
+
+    async def disk_full(self) -> str:
+        """Returns (the disk's name) once the VMM stopped the guest because a disk write found
+        no room on the host."""
         ...
 
     async def status(self) -> str:

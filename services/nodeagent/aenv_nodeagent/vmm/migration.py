@@ -4,15 +4,15 @@ through a descriptor the node agent opens and passes over QMP (QEMU 7.2 has no f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from qemu.qmp import EventListener
 
 from aenv_common.errors import DeadlineExceeded, Internal, NotFound
+from aenv_nodeagent.vmm.disk_errors import QmpEvents
 
 T = TypeVar("T")
 
@@ -26,19 +26,8 @@ _STATE_FD_NAME = "aenv-state"
 UNTHROTTLED_BYTES_PER_S = 1 << 40
 
 
-class Migrating(Protocol):
-    """What a migration needs of its QEMU (QemuVm has it)."""
-
-    @property
-    def pid(self) -> int: ...
-
-    async def execute(
-        self, command: str, arguments: Mapping[str, object] | None = None
-    ) -> object: ...
-
-    async def status(self) -> str: ...
-
-    def listener(self, events: str) -> contextlib.AbstractContextManager[EventListener]: ...
+class Migrating(QmpEvents, Protocol):
+    """What a migration needs of its QEMU (QemuVm has it): its commands and events, and more."""
 
     async def pass_fd(self, fd: int, name: str) -> None: ...
 

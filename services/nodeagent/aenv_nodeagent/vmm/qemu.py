@@ -19,6 +19,7 @@ from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.vmm import jailed_files, migration, process, qemu_disks, qmp_connect, spawn
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles
 from aenv_nodeagent.vmm.confined import Confined, VmJail
+from aenv_nodeagent.vmm.disk_errors import wait_disk_full
 from aenv_nodeagent.vmm.frozen import FreezeChannel, FrozenCopy
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
 from aenv_nodeagent.vmm.spec import VmSpec
@@ -369,6 +370,20 @@ class QemuVm:
         except (QMPError, OSError) as err:
             raise Internal(f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
         await self.execute("getfd", {"fdname": name})
+
+    async def exit_status(self, time_limit: float = 1.0) -> int | None:
+        """The status of a QEMU that exited (negative: the signal that ended it), once reaped;
+        None when it cannot be known (an adopted QEMU is not this agent's child) or QEMU was
+        not reaped within `time_limit` s."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._proc.wait(), time_limit)
+        status = self._proc.returncode
+        return None if status is None or status == process.UNKNOWN_EXIT_STATUS else status
+
+    async def disk_full(self) -> str:
+        """Returns once QEMU stopped the guest for a disk write the host had no room for
+        (vmm/disk_errors.py); the disk's name."""
+        return await wait_disk_full(self)
 
     async def failure_reason(self) -> str:
         """QEMU's reason for a failed migration. A failed incoming migration makes QEMU exit,

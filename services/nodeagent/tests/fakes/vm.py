@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aenv_common.errors import Conflict, Internal, NotFound
+from aenv_nodeagent.confinement import VmCgroup
+from aenv_nodeagent.templates.model import ROOT_DISK_ID
 from aenv_nodeagent.vmm import Vm, VmFiles, VmmDriver, VmSpec
 from aenv_nodeagent.vmm.argv import block_node_name
 from aenv_nodeagent.vmm.frozen import FrozenCopy
@@ -73,6 +75,7 @@ class FakeVm:
         self._status = "inmigrate" if incoming else "running"
         self._awaiting_restore = incoming
         self._shut_down = False
+        self._disk_full = asyncio.Event()  # fill_disk(): its host's disk is full
         # Like QEMU's: its pidfile and (empty) stderr log; the QMP socket is not made.
         self.files.pidfile.write_text(f"{self._pid}\n")
         self.files.stderr_log.touch()
@@ -197,6 +200,22 @@ class FakeVm:
     async def freeze(self) -> FrozenCopy:
         await self._call("freeze")
         raise Internal(f"QEMU {self.pid} cannot be frozen: it was not launched to be")
+
+    @property
+    def cgroup(self) -> VmCgroup | None:
+        return None
+
+    async def exit_status(self, time_limit: float = 1.0) -> int | None:
+        return self.exit_code
+
+    async def disk_full(self) -> str:
+        await self._disk_full.wait()
+        return ROOT_DISK_ID
+
+    def fill_disk(self) -> None:
+        """The host's disk under the guest's is full: QEMU stops it, as werror=enospc does."""
+        self._status = "io-error"
+        self._disk_full.set()
 
     async def release(self) -> None:
         await self._call("release")

@@ -32,6 +32,7 @@ from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.node import base_template_inputs
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.restart.recovery import recover
+from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
@@ -116,7 +117,7 @@ async def build_node(
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
     pool_vms: int = 0, pool_cidr: str | None = None, snapstore: str = "",
     node_id: str = "test-node", own_templates: bool = False, share_templates: bool = False,
-    cgroups: VmCgroups | None = None,
+    cgroups: VmCgroups | None = None, events: SandboxEvents | None = None,
 ) -> Node:
     settings = NodeAgentSettings(state_dir=state_dir)
     driver = QemuDriver(node_jail(cgroups))
@@ -145,7 +146,8 @@ async def build_node(
     sandboxes = SandboxService(
         SandboxSettings(state_dir, ready_timeout_s=60), SandboxRegistry(node_id), templates,
         network, envd, records, driver, pool=pool, persistence=persistence,
-        publisher=SnapshotPublisher(records, node_id), allocation_changed=allocation.publish)
+        publisher=SnapshotPublisher(records, node_id), allocation_changed=allocation.publish,
+        events=events)
     return Node(sandboxes, records, network, session, state_dir, prefix, pool, node_id,
                 snapstore=snapstore, templates=templates, saved=saved, distribution=distribution,
                 allocation=allocation, cgroups=cgroups)
@@ -192,17 +194,21 @@ async def node_parts(
     pool_cidr: str | None = None, snapstore: str = "", node_id: str = "test-node",
     records: MemoryRecords | None = None, own_templates: bool = False,
     share_templates: bool = False, confined: bool = False,
+    events: Callable[[MemoryRecords], SandboxEvents] | None = None,
 ) -> AsyncIterator[Node]:
+    """A node over fresh state (`events`: its sandbox events over its records; default off)."""
     prefix = "alc" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
     try:
+        records = records or MemoryRecords()
         async with aiohttp.ClientSession() as session:
-            first = await build_node(state_dir, prefix, session, records or MemoryRecords(),
+            first = await build_node(state_dir, prefix, session, records,
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
                                      pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore,
                                      node_id=node_id, own_templates=own_templates,
                                      share_templates=share_templates,
-                                     cgroups=node_cgroups(state_dir) if confined else None)
+                                     cgroups=node_cgroups(state_dir) if confined else None,
+                                     events=events(records) if events else None)
             try:
                 yield first
             finally:

@@ -1,7 +1,8 @@
 """A confined node's sandboxes on real QEMU and this host's cgroups: every VM — created, from the
 warm pool, a fork child, resumed, adopted after a restart — runs in a cgroup of its own with its
 limits; the cgroup goes when its VM does (kill, crash, pause), and the memory limit bites: a
-guest that outgrows it loses its QEMU to the OOM killer and the node reports the sandbox lost."""
+guest that outgrows it loses its QEMU to the OOM killer and the sandbox dies of it (VMM_CRASH,
+the host's OOM killer named, told by its cgroup's OOM kill count)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ from pathlib import Path
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.confinement import VmCgroup
 
+from ..fakes.events import RecordingEvents
 from .conftest import Node, node_parts, spec, until
 from .guest import sh
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
 
 MIB = 1 << 20
-LOST = cluster_pb2.SANDBOX_STATE_LOST
+VMM_CRASH = cluster_pb2.DEATH_CAUSE_VMM_CRASH
 # base: 512 MiB of RAM, twice for its frozen copies, TCG's 32 MiB cache, the default overhead.
 BASE_MEMORY = str((2 * 512 + 32 + 256) * MIB)
 
@@ -45,14 +48,26 @@ def _memory_file(cgroup: VmCgroup, name_v1: str, name_v2: str) -> Path:
     raise AssertionError(f"{cgroup.name} has no memory controller")
 
 
-def _lost(node: Node, sandbox_id: str) -> bool:
-    """Marked lost (its record is deleted first, by the kill that removes it)."""
-    record = node.records.records.get(sandbox_id)
-    return record is not None and record.state == LOST
+def _died(node: Node, sandbox_id: str) -> bool:
+    """Removed, its record too, and certified dead."""
+    events = node.sandboxes.events
+    assert isinstance(events, RecordingEvents)
+    return (sandbox_id not in node.records.records and sandbox_id in events.deaths
+            and not node.sandboxes.registry.has(sandbox_id))
+
+
+def _death(node: Node, sandbox_id: str) -> tuple[int, str]:
+    events = node.sandboxes.events
+    assert isinstance(events, RecordingEvents)
+    return events.deaths[sandbox_id].cause, events.deaths[sandbox_id].detail
 
 
 def _gone(cgroup: VmCgroup) -> bool:
     return not any(d.exists() for d in cgroup.dirs)
+
+
+def _events(records: MemoryRecords) -> RecordingEvents:
+    return RecordingEvents(records, "test-node")
 
 
 @contextlib.asynccontextmanager
@@ -68,7 +83,7 @@ async def _exit_watch(node: Node) -> AsyncIterator[None]:
 
 
 async def test_every_vm_of_a_sandbox_runs_in_a_cgroup_of_its_own() -> None:
-    async with node_parts(pool_vms=1, confined=True) as node, _exit_watch(node):
+    async with node_parts(pool_vms=1, confined=True, events=_events) as node, _exit_watch(node):
         first = spec()
         await node.sandboxes.create(first)
         made = _cgroup_of(node, first.sandbox_id)
@@ -97,12 +112,13 @@ async def test_every_vm_of_a_sandbox_runs_in_a_cgroup_of_its_own() -> None:
 
         crashed = results[0].sandbox.sandbox_id
         os.kill(node.sandboxes.get(crashed).vm.pid, signal.SIGKILL)
-        await until(lambda: _lost(node, crashed), "crash noticed", 120)
+        await until(lambda: _died(node, crashed), "crash noticed", 120)
+        assert _death(node, crashed) == (VMM_CRASH, "qemu killed by signal 9")
         await until(lambda: _gone(children[0]), "crashed VM's cgroup removed", 60)
 
 
-async def test_a_guest_past_its_memory_limit_loses_its_vm_and_is_reported_lost() -> None:
-    async with node_parts(confined=True) as node, _exit_watch(node):
+async def test_a_guest_past_its_memory_limit_loses_its_vm_to_the_host_s_oom_killer() -> None:
+    async with node_parts(confined=True, events=_events) as node, _exit_watch(node):
         s = spec()
         sandbox = await node.sandboxes.create(s)
         cgroup = _cgroup_of(node, s.sandbox_id)
@@ -113,7 +129,10 @@ async def test_a_guest_past_its_memory_limit_loses_its_vm_and_is_reported_lost()
         hog = asyncio.create_task(sh(node.session, sandbox.host, s.envd_access_token,
                                      "tail /dev/zero", timeout_s=300))
         try:
-            await until(lambda: _lost(node, s.sandbox_id), "the OOM-killed VM noticed", 300)
+            await until(lambda: _died(node, s.sandbox_id), "the OOM-killed VM noticed", 300)
+            assert _death(node, s.sandbox_id) == (
+                VMM_CRASH,
+                "qemu killed by the host's OOM killer (its cgroup's oom_kill count rose)")
         finally:
             hog.cancel()
             with contextlib.suppress(BaseException):

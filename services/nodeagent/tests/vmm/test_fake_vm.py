@@ -69,9 +69,10 @@ def test_vm_methods_have_the_protocols_signatures(implementation: type) -> None:
 async def test_vm_properties_exist_on_a_fake(tmp_path: Path) -> None:
     vm = await launch(FakeDriver(), make_spec(tmp_path), tmp_path / "vm")
     properties = _protocol_properties(Vm)
-    assert properties == {"pid", "stopping", "logs_writes", "freezes"}
+    assert properties == {"pid", "stopping", "logs_writes", "freezes", "cgroup"}
     assert {name: type(getattr(vm, name)) for name in properties} == {
-        "pid": int, "stopping": bool, "logs_writes": bool, "freezes": bool}
+        "pid": int, "stopping": bool, "logs_writes": bool, "freezes": bool,
+        "cgroup": type(None)}  # a fake VM runs in no cgroup
 
 
 async def test_launch_makes_the_workdir_and_a_vm_with_a_pid_no_process_has(tmp_path: Path) -> None:
