@@ -142,6 +142,10 @@ class SandboxApi:
             params["sandboxID"] = sandbox_id
         return self._every_page("/snapshots", params)
 
+    def leases(self) -> list[Json]:
+        """The key's live experiment leases (`GET /leases`), oldest first."""
+        return _json_list(self._send("GET", "/leases"))
+
     def delete_snapshot(self, snapshot_id: str) -> None:
         """E2B deletes snapshots where it deletes templates."""
         self._send("DELETE", f"/templates/{_id(snapshot_id)}")

@@ -41,6 +41,7 @@ class FakeServer:
     logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     requests: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
     page_size: int = 100
+    leases: list[dict[str, Any]] = field(default_factory=list)
     reachable: bool = True
 
     def add(self, *shown: dict[str, Any]) -> None:
@@ -74,6 +75,8 @@ class FakeServer:
                                **body.get("metadata", {}))
                 self.add(made)
                 return _json(made, 201)
+            case "GET", ["leases"]:
+                return _json(self.leases)
             case "GET", ["snapshots"]:
                 return _json([s for s in self.snapshots.values()
                               if params.get("sandboxID") in (None, s["sandboxID"])])

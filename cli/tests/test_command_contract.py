@@ -102,7 +102,7 @@ SERVER_COMMANDS = [
     ["start", "--detach", "nope"], ["exec", ID, "true"], ["connect", ID],
     ["cp", f"{ID}:/etc/hosts", "."], ["template", "inspect", "nope"], ["template", "ls"],
     ["template", "rm", "nope"], ["template", "pull", "alpine:3", "--name", "a"],
-    ["auth", "status"],
+    ["auth", "status"], ["leases"],
 ]
 
 

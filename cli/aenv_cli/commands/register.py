@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from aenv_cli.commands import copy, sandboxes, shell, templates, top
+from aenv_cli.commands import copy, leases, sandboxes, shell, templates, top
 from aenv_cli.commands.auth import auth_app
 from aenv_cli.commands.keys import key_app
 from aenv_cli.commands.snapshots import snapshot_app
@@ -24,6 +24,7 @@ def register(app: typer.Typer, template_app: typer.Typer) -> None:
         app.command(command.__name__)(command)
     app.command("cp")(copy.cp)
     app.command("top")(top.top)
+    app.command("leases")(leases.leases)
     app.add_typer(snapshot_app, name="snapshot")
     template_app.command("inspect")(templates.inspect)
     template_app.command("pull")(templates.pull)

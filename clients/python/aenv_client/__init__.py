@@ -15,6 +15,7 @@ from aenv_client.errors import (
     Unavailable,
 )
 from aenv_client.execs import ExecResult, Execution, Output
+from aenv_client.leases import Lease, sandbox_filter
 from aenv_client.retries import RetryPolicy
 from aenv_client.sync import SyncGatewayClient
 
@@ -28,6 +29,7 @@ __all__ = [
     "ForkOutcome",
     "GatewayClient",
     "InvalidArgument",
+    "Lease",
     "NotFound",
     "OutOfRange",
     "Output",
@@ -39,4 +41,5 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "new_idempotency_key",
+    "sandbox_filter",
 ]

@@ -22,6 +22,7 @@ from aenv.gateway.v1 import gateway_pb2
 from aenv_client.errors import AenvError, item_error
 from aenv_client.events import EventCalls
 from aenv_client.guest import GuestCalls
+from aenv_client.leases import LeaseCalls
 
 # One batch item or fork child: its sandbox, or the typed error it failed with.
 CreateOutcome = cluster_pb2.SandboxRecord | AenvError
@@ -33,9 +34,9 @@ def new_idempotency_key() -> str:
 
 
 
-class GatewayClient(EventCalls, GuestCalls):
-    """Sandboxes, snapshots and forks (here), calls into a sandbox (guest.py), and their
-    lifecycle events (events.py)."""
+class GatewayClient(EventCalls, LeaseCalls, GuestCalls):
+    """Sandboxes, snapshots and forks (here), calls into a sandbox (guest.py), their
+    lifecycle events (events.py), experiment leases and bulk operations (leases.py)."""
 
     async def create_sandbox(
         self,
@@ -48,10 +49,11 @@ class GatewayClient(EventCalls, GuestCalls):
         lifecycle: cluster_pb2.Lifecycle | None = None,
         idempotency_key: str | None = None,
         volume_mounts: Sequence[VolumeMountArg] = (),
+        lease_id: str = "",
         timeout_s: float | None = None,
     ) -> cluster_pb2.SandboxRecord:
         """`volume_mounts`: `VolumeMountRequest`s, or `(path, volume id or name)` pairs, or
-        `(path, volume, read_only)`."""
+        `(path, volume, read_only)`. `lease_id`: the experiment lease it lives under."""
         request = gateway_pb2.CreateSandboxRequest(
             template_id=template_id,
             timeout_seconds=timeout_seconds,
@@ -61,6 +63,7 @@ class GatewayClient(EventCalls, GuestCalls):
             lifecycle=lifecycle,
             idempotency_key=idempotency_key or new_idempotency_key(),
             volume_mounts=[volume_mount(m) for m in volume_mounts],
+            lease_id=lease_id,
         )
         reply: gateway_pb2.CreateSandboxResponse = await self._call(
             self._stub.CreateSandbox, request, timeout_s, retry=True
@@ -80,6 +83,7 @@ class GatewayClient(EventCalls, GuestCalls):
         network: cluster_pb2.NetworkPolicy | None = None,
         lifecycle: cluster_pb2.Lifecycle | None = None,
         idempotency_key: str | None = None,
+        lease_id: str = "",
         timeout_s: float | None = None,
     ) -> list[CreateOutcome]:
         """`count` sandboxes of one spec, or one per item (its fields over the shared ones);
@@ -95,6 +99,7 @@ class GatewayClient(EventCalls, GuestCalls):
             network=network,
             lifecycle=lifecycle,
             idempotency_key=idempotency_key or new_idempotency_key(),
+            lease_id=lease_id,
         )
         reply: gateway_pb2.CreateSandboxesResponse = await self._call(
             self._stub.CreateSandboxes, request, timeout_s, retry=True

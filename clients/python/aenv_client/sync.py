@@ -67,6 +67,13 @@ class SyncGatewayClient:
     run = _blocking(GatewayClient.run)
     put_file = _blocking(GatewayClient.put_file)
     get_file = _blocking(GatewayClient.get_file)
+    # Leases (a sync caller renews its own: there is no background loop to do it).
+    renew_lease = _blocking(GatewayClient.renew_lease)
+    get_lease = _blocking(GatewayClient.get_lease)
+    list_leases = _blocking(GatewayClient.list_leases)
+    release_lease = _blocking(GatewayClient.release_lease)
+    kill_sandboxes = _blocking(GatewayClient.kill_sandboxes)
+    pause_sandboxes = _blocking(GatewayClient.pause_sandboxes)
 
 
 async def _open(target: str, api_key: str, options: dict[str, Any]) -> GatewayClient:
