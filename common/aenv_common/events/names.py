@@ -35,7 +35,9 @@ CAUSE_NAMES: dict[int, str] = {
 }
 
 # E2B's lifecycle event types (its events API and webhooks), by the native type they stand for.
-# E2B has no word for a death or a loss: it reports both as killed, with aenv's cause beside.
+# E2B has no word for a death: it is killed there, with aenv's cause beside. A loss is not: a
+# lost sandbox may come back with its node, and E2B's killed is final. Ready and forked have no
+# E2B name either; those three are served on aenv's own routes only.
 E2B_EVENT_TYPES: dict[int, str] = {
     c.SANDBOX_EVENT_TYPE_CREATED: "sandbox.lifecycle.created",
     c.SANDBOX_EVENT_TYPE_PAUSED: "sandbox.lifecycle.paused",
@@ -44,7 +46,6 @@ E2B_EVENT_TYPES: dict[int, str] = {
     c.SANDBOX_EVENT_TYPE_KILLED: "sandbox.lifecycle.killed",
     c.SANDBOX_EVENT_TYPE_TIMED_OUT: "sandbox.lifecycle.killed",
     c.SANDBOX_EVENT_TYPE_DIED: "sandbox.lifecycle.killed",
-    c.SANDBOX_EVENT_TYPE_LOST: "sandbox.lifecycle.killed",
     c.SANDBOX_EVENT_TYPE_UPDATED: "sandbox.lifecycle.updated",
 }
 
