@@ -107,6 +107,8 @@ async def platform(
             # (tests/e2e/test_volumes.py waits for them).
             "AENV_GATEWAY_VOLUME_SWEEP_INTERVAL_S": "2",
             "AENV_GATEWAY_VOLUME_SWEEP_GRACE_S": "30",
+            # The webhook tests' receivers listen on loopback.
+            "AENV_GATEWAY_WEBHOOKS_ALLOW_PRIVATE": "true",
         }
     )
     async with running_platform(home, env, net_prefix) as plat:

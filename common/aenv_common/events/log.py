@@ -137,6 +137,16 @@ class EventLog:
             result = await self._store.client.get_prefix(self.prefix(kind, scope))
         return [decode(c.SandboxEvent, kv.value) for kv in result.kvs]
 
+    async def retention_lease(self, replace: bool = False) -> int:
+        """The lease the current bucket's events are bound to: what lives as long as they do
+        (a webhook's delivery log) is put on it too. `replace`: the one given before is gone
+        (a write on it failed with "lease not found"), take a new one.
+
+        :raise Unavailable: etcd did not answer."""
+        if replace:
+            self._lease = None
+        return await self._retention_lease()
+
     def _death_key(self, sandbox_id: str) -> bytes:
         return self._store.keys.record(DEATHS, sandbox_id)
 

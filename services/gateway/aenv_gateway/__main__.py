@@ -33,6 +33,7 @@ async def _serve(settings: GatewaySettings) -> None:
     from aenv_gateway.server import start_gateway
     from aenv_gateway.templates.records import EtcdTemplateRecords
     from aenv_gateway.volumes.records import EtcdVolumeRecords
+    from aenv_gateway.webhooks.service import Webhooks
 
     api_key = load_or_create_api_key(settings.resolved_api_key_file())
     # Made here too when the launcher did not (a gateway started on its own); a cluster's nodes
@@ -53,7 +54,9 @@ async def _serve(settings: GatewaySettings) -> None:
                                           SecretStore(EtcdSecretRecords(view.store), secrets_key),
                                           secrets_key, EtcdVolumeRecords(view.store),
                                           EtcdLeaseStore(view.store),
-                                          event_store=EtcdEventStore(EventLog(view.store)))
+                                          event_store=EtcdEventStore(EventLog(view.store)),
+                                          webhooks=Webhooks.over_etcd(settings, view.store,
+                                                                      secrets_key))
             try:
                 await stop.wait()
             finally:

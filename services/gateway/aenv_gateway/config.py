@@ -92,6 +92,18 @@ class GatewaySettings(BaseSettings):
     # every event_heartbeat_s so idle proxies keep it open.
     event_queue_size: int = Field(default=1024, gt=0)
     event_heartbeat_s: float = Field(default=15.0, gt=0)
+    # Lifecycle webhooks (webhooks/, docs/webhooks.md): a delivery attempt gets timeout_s for
+    # the receiver's answer; failed ones are retried after backoff_initial_s doubling up to
+    # backoff_max_s (with jitter), until max_attempts attempts or max_age_s after the first.
+    # Receivers on loopback, private or link-local addresses are refused unless allow_private
+    # (tests; a cluster whose receivers are on its own network). A key has max_per_key at most.
+    webhooks_allow_private: bool = False
+    webhooks_timeout_s: float = Field(default=10.0, gt=0)
+    webhooks_backoff_initial_s: float = Field(default=1.0, gt=0)
+    webhooks_backoff_max_s: float = Field(default=300.0, gt=0)
+    webhooks_max_attempts: int = Field(default=10, ge=1)
+    webhooks_max_age_s: float = Field(default=3600.0, gt=0)
+    webhooks_max_per_key: int = Field(default=100, ge=1)
     # On stop, open streams (process output may flow for hours) get this long to finish before
     # their connections are closed.
     shutdown_grace_s: int = 3

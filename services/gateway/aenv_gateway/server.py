@@ -60,6 +60,7 @@ from aenv_gateway.routes.secrets import SecretRoutes
 from aenv_gateway.routes.snapshots import SnapshotRoutes
 from aenv_gateway.routes.templates import TemplateRoutes
 from aenv_gateway.routes.volumes import VolumeRoutes
+from aenv_gateway.routes.webhooks import WebhookRoutes
 from aenv_gateway.sandbox_metrics import SandboxMetrics
 from aenv_gateway.schemas import Presenter
 from aenv_gateway.secrets import GatewaySecrets
@@ -77,6 +78,7 @@ from aenv_gateway.volumes.mounts import VolumeMounts
 from aenv_gateway.volumes.records import InMemoryVolumeRecords, VolumeRecords
 from aenv_gateway.volumes.service import Volumes
 from aenv_gateway.volumes.sweep import VolumeSweep
+from aenv_gateway.webhooks.service import Webhooks
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +110,12 @@ class RunningGateway:
     # Lifecycle events: where they are read, and the hub that follows them for streams.
     event_store: EventStore | None = None
     event_hub: EventHub | None = None
+    # Lifecycle webhooks: their registry and, over etcd, their deliverer.
+    webhooks: Webhooks | None = None
 
     async def stop(self) -> None:
+        if self.webhooks is not None:
+            await self.webhooks.stop()
         if self.event_hub is not None:
             await self.event_hub.stop()  # its streams end first, with an error event
         await self.sweep.stop()
@@ -156,7 +162,7 @@ async def start_gateway(
     api_key: str, api_keys: ApiKeyRecords | None = None, key_claims: KeyClaims | None = None,
     secret_store: SecretStore | None = None, secrets_key: SecretsKey | None = None,
     volume_records: VolumeRecords | None = None, lease_store: LeaseStore | None = None,
-    event_store: EventStore | None = None,
+    event_store: EventStore | None = None, webhooks: Webhooks | None = None,
 ) -> RunningGateway:
     """Starts the edges (HTTP, HTTPS when configured, gRPC); call `stop()` on the result to shut
     them down. `api_keys` and `key_claims` (idempotency keys) are kept in memory when not given
@@ -240,6 +246,9 @@ async def start_gateway(
     # A 404 of a route naming a {sandbox_id} that died carries its death certificate.
     routes = [*with_deaths(routes, deaths),
               *EventRoutes(native_events.reader, hub, auth, settings.event_heartbeat_s).routes()]
+    # Lifecycle webhooks: kept in memory without `webhooks` (nothing to deliver without etcd).
+    hooks = webhooks if webhooks is not None else Webhooks.in_memory(settings, key)
+    routes += WebhookRoutes(hooks.registry, auth).routes()
     edge = GatewayApp(
         routes,
         DataPlane(service.wake, StreamingProxy(session), deaths),
@@ -276,10 +285,11 @@ async def start_gateway(
     sweep = VolumeSweep(volumes, directory, settings.volume_sweep_interval_s,
                         settings.volume_sweep_grace_s)
     sweep.start()
+    hooks.start()
     return RunningGateway(
         http_port, https_port, grpc_port, service, directory, routes, app, key_records, secrets,
         volumes, sweep, [(server, task) for server, task, _ in edges], grpc_server, session,
-        pool, builds, event_store=events_store, event_hub=hub,
+        pool, builds, event_store=events_store, event_hub=hub, webhooks=hooks,
     )
 
 

@@ -62,6 +62,12 @@ CONFIG = SchemathesisConfig.from_dict({
                    {"include-path-regex": "^/secrets",
                     "checks": {"positive_data_acceptance": {
                         "expected-statuses": ["2xx", "400", "401", "404", "409"]}}},
+                   # A webhook's URL must name a public address (an example may be a private
+                   # literal), a key has at most so many webhooks, and the ids the routes name
+                   # exist only once made: no schema can say so.
+                   {"include-path-regex": "^/events/webhooks",
+                    "checks": {"positive_data_acceptance": {
+                        "expected-statuses": ["2xx", "400", "401", "404", "429"]}}},
                    # The SSE stream never ends by itself: no case of it could finish.
                    {"include-path": "/events/sandboxes/stream", "enabled": False}],
     "generation": {"deterministic": True, "max-examples": 10, "with-security-parameters": False,

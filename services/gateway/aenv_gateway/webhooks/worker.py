@@ -1,0 +1,163 @@
+"""One webhook's deliveries: its events in commit order, each delivered (or given up on) before
+the next, its cursor advanced only then.
+
+That order is what makes delivery at least once: the cursor (in the webhook's record) moves past
+an event only after the receiver answered 2xx or the retries ran out, so whatever stops the
+worker — its gateway losing the leadership, a crash, etcd going away — the next one starts from
+the cursor and sends again what was not acknowledged. A receiver may thus see an event twice
+(the event's `id` tells it), never miss one still retained. Events the webhook did not subscribe
+to move the cursor too, written at most once a second (replaying them costs nothing).
+
+The worker reads its webhook's record from etcd before every attempt (a linearizable read, so
+never older than the event being sent): a new URL, secret or event list applies at once, and a
+webhook disabled or deleted before an event was committed is never sent it, however late the
+deliverer's own mirror of the records catches up (it cancels the worker then too). Skipping an
+event needs no such read: the mirror decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from aenv.cluster.v1 import cluster_pb2 as c
+from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
+from aenv_common.cluster.store import Versioned
+from aenv_common.errors import AenvError
+from aenv_common.secrets.sealing import SealBroken
+from aenv_gateway.webhooks import metrics, payload
+from aenv_gateway.webhooks.feed import EventFeed, Position, scope_of
+from aenv_gateway.webhooks.retry import RetryPolicy
+from aenv_gateway.webhooks.sender import Attempt
+
+log = logging.getLogger(__name__)
+
+# Skipped events' cursor is written at most this often.
+SKIPPED_CURSOR_EVERY_S = 1.0
+# After the feed failed (etcd away), the worker starts again after these waits.
+FEED_RETRY_S = (0.5, 1.0, 2.0, 5.0)
+
+Current = Callable[[], "Versioned[WebhookRecord] | None"]
+Fresh = Callable[[], Awaitable["Versioned[WebhookRecord] | None"]]
+Send = Callable[[str, str, str, bytes], Awaitable[Attempt]]
+OpenSecret = Callable[[WebhookRecord], str]
+
+
+class Journal(Protocol):
+    async def advance(self, webhook_id: str, cursor: str) -> bool:
+        """Stores the webhook's cursor; False when the webhook is gone."""
+        ...
+
+    async def log(self, delivery: WebhookDelivery) -> None: ...
+
+
+class Worker:
+    def __init__(
+        self, webhook_id: str, current: Current, fresh: Fresh, feed: EventFeed, send: Send,
+        journal: Journal, policy: RetryPolicy, open_secret: OpenSecret,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.webhook_id = webhook_id
+        self._current = current
+        self._fresh = fresh
+        self._feed = feed
+        self._send = send
+        self._journal = journal
+        self._policy = policy
+        self._open_secret = open_secret
+        self._clock = clock
+        self._sleep = sleep
+        self._written_at = float("-inf")
+
+    def _live(self) -> WebhookRecord | None:
+        entry = self._current()
+        return entry.record if entry is not None and entry.record.enabled else None
+
+    async def run(self) -> None:
+        """Delivers until the webhook is disabled or deleted (or the task is cancelled)."""
+        failures = 0
+        position: Position | None = None
+        while (entry := self._current()) is not None and entry.record.enabled:
+            scope = scope_of(entry.record.owner_key_id)
+            try:
+                if position is None:
+                    position = await self._feed.position(
+                        scope, entry.record.cursor_event_id, entry.create_revision)
+                async for revision, event in self._feed.follow(scope, position):
+                    failures = 0
+                    if not await self._handle(event):
+                        return
+                    position = Position(revision, event.event_id)
+            except AenvError as err:
+                log.warning("webhook worker interrupted", extra={
+                    "webhook_id": self.webhook_id, "error": err.message})
+            except Exception:
+                log.exception("webhook worker failed", extra={"webhook_id": self.webhook_id})
+            await self._sleep(FEED_RETRY_S[min(failures, len(FEED_RETRY_S) - 1)])
+            failures += 1
+
+    async def _handle(self, event: c.SandboxEvent) -> bool:
+        """Delivers the event if subscribed, then moves the cursor past it. False: the webhook
+        is gone or off."""
+        record = self._live()
+        if record is None:
+            return False
+        name = payload.e2b_type(event)
+        if name is None or name not in record.events:
+            if self._clock() - self._written_at >= SKIPPED_CURSOR_EVERY_S:
+                return await self._advance(event.event_id)
+            return True
+        if not await self._deliver(event, name):
+            return False
+        return await self._advance(event.event_id)
+
+    async def _advance(self, cursor: str) -> bool:
+        self._written_at = self._clock()
+        return await self._journal.advance(self.webhook_id, cursor)
+
+    async def _deliver(self, event: c.SandboxEvent, name: str) -> bool:
+        """Attempts until delivered or given up (True), or the webhook is gone or off, or no
+        longer subscribed to the type (True: nothing to deliver)."""
+        body = payload.body(event, name)
+        delivery = WebhookDelivery(webhook_id=self.webhook_id, event_id=event.event_id)
+        first = self._clock()
+        while True:
+            entry = await self._fresh()
+            record = entry.record if entry is not None and entry.record.enabled else None
+            if record is None:
+                return False
+            if name not in record.events:
+                return True
+            attempt = await self._attempt(record, body)
+            delivery.attempts += 1
+            delivery.last_status = attempt.status
+            delivery.last_error = attempt.error
+            delivery.last_attempt_at.GetCurrentTime()
+            if delivery.attempts == 1:
+                delivery.first_attempt_at.CopyFrom(delivery.last_attempt_at)
+            metrics.attempted(attempt)
+            if attempt.delivered:
+                delivery.delivered = True
+                metrics.finished(event, "delivered")
+            elif self._policy.exhausted(delivery.attempts, first, self._clock()):
+                delivery.gave_up = True
+                metrics.finished(event, "gave_up")
+                log.warning("webhook delivery given up", extra={
+                    "webhook_id": self.webhook_id, "event_id": event.event_id,
+                    "attempts": delivery.attempts, "error": attempt.error})
+            await self._journal.log(delivery)
+            if delivery.delivered or delivery.gave_up:
+                return True
+            await self._sleep(self._policy.delay(delivery.attempts))
+
+    async def _attempt(self, record: WebhookRecord, body: bytes) -> Attempt:
+        try:
+            secret = self._open_secret(record)
+        except SealBroken:
+            return Attempt(0, "the signature secret does not open with this cluster's secrets "
+                              "key", 0.0)
+        return await self._send(self.webhook_id, record.url, secret, body)
