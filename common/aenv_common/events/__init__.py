@@ -10,18 +10,24 @@ from aenv_common.events.log import EventLog
 from aenv_common.events.names import (
     CAUSE_NAMES,
     E2B_EVENT_TYPES,
+    E2B_NAMES,
+    TIMED_OUT_PAUSED,
     TYPE_NAMES,
     cause_name,
     death_message,
+    e2b_event_type,
     new_event_id,
 )
 
 __all__ = [
     "CAUSE_NAMES",
     "E2B_EVENT_TYPES",
+    "E2B_NAMES",
+    "TIMED_OUT_PAUSED",
     "TYPE_NAMES",
     "EventLog",
     "cause_name",
     "death_message",
+    "e2b_event_type",
     "new_event_id",
 ]

@@ -50,6 +50,20 @@ E2B_EVENT_TYPES: dict[int, str] = {
 }
 
 
+E2B_NAMES = frozenset(E2B_EVENT_TYPES.values())
+# The detail a node gives a timeout that paused its sandbox (the wing's expiry).
+TIMED_OUT_PAUSED = "paused"
+
+
+def e2b_event_type(event: c.SandboxEvent) -> str | None:
+    """E2B's name for an event; None for one E2B has no word for (ready, forked, lost). A timeout
+    that paused its sandbox (auto-pause) is E2B's pause: the sandbox lives on, and a receiver told
+    "killed" would forget it."""
+    if event.type == c.SANDBOX_EVENT_TYPE_TIMED_OUT and event.detail == TIMED_OUT_PAUSED:
+        return "sandbox.lifecycle.paused"
+    return E2B_EVENT_TYPES.get(event.type)
+
+
 def new_event_id(now_ns: int | None = None) -> str:
     """Sortable by time as a string: 20 digits of Unix nanoseconds, then 8 random hex digits."""
     stamp = time.time_ns() if now_ns is None else now_ns

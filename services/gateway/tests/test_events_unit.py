@@ -23,7 +23,7 @@ from aenv_gateway.events.deaths import Deaths, SandboxDied
 from aenv_gateway.events.memory import InMemoryEventStore
 from aenv_gateway.events.reader import EventFilter, EventReader, checked_page, checked_types
 from aenv_gateway.events.stream import EventHub
-from aenv_gateway.events.wire import e2b_event, e2b_types, native_event, native_types
+from aenv_gateway.events.wire import e2b_event, e2b_names, native_event, native_types
 
 CREATED, READY, PAUSED, KILLED, DIED, LOST, FORKED = (
     c.SANDBOX_EVENT_TYPE_CREATED, c.SANDBOX_EVENT_TYPE_READY, c.SANDBOX_EVENT_TYPE_PAUSED,
@@ -95,19 +95,25 @@ def test_unknown_types_are_refused() -> None:
     with pytest.raises(InvalidArgument):
         checked_types([c.SANDBOX_EVENT_TYPE_UNSPECIFIED])
     with pytest.raises(InvalidArgument):
-        e2b_types(["sandbox.lifecycle.ready"])
+        e2b_names(["sandbox.lifecycle.ready"])
     with pytest.raises(InvalidArgument):
         native_types(["exploded"])
     assert native_types(["died", "lost"]) == {DIED, LOST}
 
 
-def test_e2b_types_serve_only_what_e2b_names() -> None:
-    served = e2b_types([])
-    assert READY not in served and FORKED not in served and LOST not in served
-    # E2B's `killed` stands for an owner's kill, a timeout and a death.
-    assert e2b_types(["sandbox.lifecycle.killed"]) == {
-        KILLED, c.SANDBOX_EVENT_TYPE_TIMED_OUT, DIED}
-    assert e2b_types(["sandbox.lifecycle.checkpointed"]) == {c.SANDBOX_EVENT_TYPE_SNAPSHOTTED}
+def test_e2b_routes_serve_only_what_e2b_names() -> None:
+    served = EventFilter("k", e2b_names=e2b_names([]))
+    for kind in (READY, FORKED, LOST):
+        assert not served.admits(event("s", kind, "k"))
+    # E2B's `killed` stands for an owner's kill, a timeout that killed and a death.
+    killed = EventFilter("k", e2b_names=e2b_names(["sandbox.lifecycle.killed"]))
+    assert all(killed.admits(event("s", kind, "k", detail="killed"))
+               for kind in (KILLED, c.SANDBOX_EVENT_TYPE_TIMED_OUT, DIED))
+    # A timeout that paused is E2B's pause.
+    paused_timeout = event("s", c.SANDBOX_EVENT_TYPE_TIMED_OUT, "k", detail="paused")
+    assert not killed.admits(paused_timeout)
+    assert EventFilter("k", e2b_names=e2b_names(["sandbox.lifecycle.paused"])).admits(
+        paused_timeout)
 
 
 def test_e2b_wire_shape() -> None:

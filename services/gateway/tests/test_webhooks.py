@@ -15,6 +15,7 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.cluster.store import Versioned
 from aenv_common.errors import InvalidArgument, NotFound, ResourceExhausted
+from aenv_common.events import e2b_event_type
 from aenv_common.secrets.sealing import SealBroken, SecretsKey
 from aenv_common.testing.webhook_receiver import e2b_documented_signature
 from aenv_gateway.events.wire import e2b_event
@@ -64,16 +65,16 @@ def event(kind: int, event_id: str = "00000000000000000001-0000000a", **fields: 
 
 
 def test_types_are_e2bs_and_a_paused_timeout_is_a_pause() -> None:
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_CREATED)) == CREATED
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_DIED)) == KILLED
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_TIMED_OUT, detail="killed")) == KILLED
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_TIMED_OUT, detail="paused")) == (
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_CREATED)) == CREATED
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_DIED)) == KILLED
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_TIMED_OUT, detail="killed")) == KILLED
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_TIMED_OUT, detail="paused")) == (
         "sandbox.lifecycle.paused")
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_SNAPSHOTTED)) == (
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_SNAPSHOTTED)) == (
         "sandbox.lifecycle.checkpointed")
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_READY)) is None
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_FORKED)) is None
-    assert payload.e2b_type(event(c.SANDBOX_EVENT_TYPE_LOST)) is None
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_READY)) is None
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_FORKED)) is None
+    assert e2b_event_type(event(c.SANDBOX_EVENT_TYPE_LOST)) is None
 
 
 def test_the_body_is_e2bs_event_as_the_events_api_answers_it() -> None:
@@ -85,7 +86,7 @@ def test_the_body_is_e2bs_event_as_the_events_api_answers_it() -> None:
     assert document["eventData"]["aenv_cause"] == "guest_oom"
     assert document["eventData"]["sandbox_metadata"] == {"run": "7"}
     paused = event(c.SANDBOX_EVENT_TYPE_TIMED_OUT, detail="paused")
-    assert json.loads(payload.body(paused, payload.e2b_type(paused) or ""))["type"] == (
+    assert json.loads(payload.body(paused, e2b_event_type(paused) or ""))["type"] == (
         "sandbox.lifecycle.paused")
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.errors import InvalidArgument
-from aenv_common.events import TYPE_NAMES
+from aenv_common.events import TYPE_NAMES, e2b_event_type
 from aenv_common.events.log import EVENTS, KEY_EVENTS, NO_KEY, SANDBOX_EVENTS
 from aenv_gateway.auth import ADMIN_KEY_ID
 from aenv_gateway.events.store import EventStore
@@ -31,12 +31,15 @@ class EventFilter:
     types: frozenset[int] = frozenset()
     metadata: Mapping[str, str] = field(default_factory=dict)
     lease_id: str = ""
+    # E2B's routes: only events of these E2B names (empty: any event, named by E2B or not).
+    e2b_names: frozenset[str] = frozenset()
 
     def admits(self, event: c.SandboxEvent) -> bool:
         return (
             (self.caller == ADMIN_KEY_ID or (event.owner_key_id or NO_KEY) == self.caller)
             and (not self.sandbox_id or event.sandbox_id == self.sandbox_id)
             and (not self.types or event.type in self.types)
+            and (not self.e2b_names or e2b_event_type(event) in self.e2b_names)
             and (not self.lease_id or event.lease_id == self.lease_id)
             and all(event.metadata.get(k) == v for k, v in self.metadata.items())
         )

@@ -18,19 +18,12 @@ from typing import Any
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.errors import InvalidArgument
-from aenv_common.events import CAUSE_NAMES, E2B_EVENT_TYPES, TYPE_NAMES, cause_name
+from aenv_common.events import CAUSE_NAMES, E2B_NAMES, TYPE_NAMES, cause_name, e2b_event_type
 
 E2B_EVENT_VERSION = "v2"
 
-# The native types E2B's routes serve, by their E2B name.
-E2B_TYPES: dict[int, str] = {
-    t: name for t, name in E2B_EVENT_TYPES.items() if t != c.SANDBOX_EVENT_TYPE_LOST}
-E2B_NAMES = frozenset(E2B_TYPES.values())
-TYPES_BY_NAME: dict[str, int] = {name: t for t, name in TYPE_NAMES.items()}
-
-
-def e2b_types(names: list[str]) -> frozenset[int]:
-    """The native types E2B names stand for (all E2B-served types when none are given).
+def e2b_names(names: list[str]) -> frozenset[str]:
+    """The E2B names asked for (every one E2B has when none are given).
 
     :raise InvalidArgument: a name E2B does not have.
     """
@@ -38,8 +31,10 @@ def e2b_types(names: list[str]) -> frozenset[int]:
     if unknown:
         raise InvalidArgument(
             f"unknown event type {unknown[0]!r} (one of {', '.join(sorted(E2B_NAMES))})")
-    wanted = set(names) or E2B_NAMES
-    return frozenset(t for t, name in E2B_TYPES.items() if name in wanted)
+    return frozenset(names) or E2B_NAMES
+
+
+TYPES_BY_NAME: dict[str, int] = {name: t for t, name in TYPE_NAMES.items()}
 
 
 def native_types(names: list[str]) -> frozenset[int]:
@@ -64,7 +59,7 @@ def e2b_event(event: c.SandboxEvent) -> dict[str, Any]:
     return {
         "id": event.event_id,
         "version": E2B_EVENT_VERSION,
-        "type": E2B_TYPES[event.type],
+        "type": e2b_event_type(event),
         "eventData": data,
         "sandboxBuildId": "",
         "sandboxExecutionId": event.sandbox_id,

@@ -17,7 +17,7 @@ from aenv_gateway.auth import ApiKeyAuth, current_caller
 from aenv_gateway.events.deaths import Deaths, SandboxDied
 from aenv_gateway.events.reader import EventFilter, EventPage, EventReader, checked_page
 from aenv_gateway.events.stream import EventHub, Subscription
-from aenv_gateway.events.wire import e2b_event, e2b_types, native_event, native_types
+from aenv_gateway.events.wire import e2b_event, e2b_names, native_event, native_types
 from aenv_gateway.http_errors import Endpoint, typed_error_response
 from aenv_gateway.routes.sandboxes import authenticated
 from aenv_gateway.schemas import parse_metadata_filter
@@ -49,7 +49,7 @@ class EventRoutes:
     async def _list(self, request: Request, sandbox_id: str) -> Response:
         params = request.query_params
         wanted = EventFilter(current_caller(), sandbox_id=sandbox_id,
-                             types=e2b_types(params.getlist("types")))
+                             e2b_names=e2b_names(params.getlist("types")))
         events = await self._reader.list(wanted, _e2b_page(params))
         return JSONResponse([e2b_event(e) for e in events])
 

@@ -14,21 +14,12 @@ import hashlib
 import json
 
 from aenv.cluster.v1 import cluster_pb2 as c
-from aenv_gateway.events.wire import E2B_NAMES, E2B_TYPES, e2b_event
+from aenv_common.events import E2B_NAMES
+from aenv_gateway.events.wire import e2b_event
 
 SIGNATURE_VERSION = "v1"
-PAUSED = "sandbox.lifecycle.paused"
 # Every type a webhook may subscribe to (E2B's names).
 E2B_TYPES_SUBSCRIBABLE = E2B_NAMES
-
-
-def e2b_type(event: c.SandboxEvent) -> str | None:
-    """E2B's name for the event, None for one E2B has no word for (ready, forked, lost). A
-    timeout that paused its sandbox (auto-pause) is E2B's pause: the sandbox lives on, and a
-    receiver told "killed" would forget it."""
-    if event.type == c.SANDBOX_EVENT_TYPE_TIMED_OUT and event.detail == "paused":
-        return PAUSED
-    return E2B_TYPES.get(event.type)
 
 
 def body(event: c.SandboxEvent, e2b_name: str) -> bytes:

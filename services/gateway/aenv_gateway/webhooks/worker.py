@@ -27,6 +27,7 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.cluster.store import Versioned
 from aenv_common.errors import AenvError
+from aenv_common.events import e2b_event_type
 from aenv_common.secrets.sealing import SealBroken
 from aenv_gateway.webhooks import metrics, payload
 from aenv_gateway.webhooks.feed import EventFeed, Position, scope_of
@@ -106,7 +107,7 @@ class Worker:
         record = self._live()
         if record is None:
             return False
-        name = payload.e2b_type(event)
+        name = e2b_event_type(event)
         if name is None or name not in record.events:
             if self._clock() - self._written_at >= SKIPPED_CURSOR_EVERY_S:
                 return await self._advance(event.event_id)

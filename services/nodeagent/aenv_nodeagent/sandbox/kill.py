@@ -17,6 +17,7 @@ from opentelemetry import trace
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, NotFound
+from aenv_common.events import TIMED_OUT_PAUSED
 from aenv_common.rollout import sandbox_span
 from aenv_nodeagent.metrics import MetricsHistory
 from aenv_nodeagent.network import NetworkManager
@@ -112,7 +113,7 @@ class Kills:
             if sandbox is not None and sandbox.record.lifecycle.auto_pause:
                 return await self._pauses.pause(
                     sandbox_id, mode=sandbox.record.lifecycle.auto_pause_mode,
-                    event=TIMED_OUT, detail="paused")
+                    event=TIMED_OUT, detail=TIMED_OUT_PAUSED)
             record = await self._remove(sandbox_id)
             await self._events.announce(record, TIMED_OUT, detail="killed")
             return None
