@@ -19,6 +19,7 @@ from aenv_gateway.events.reader import EventFilter, EventPage, EventReader, chec
 from aenv_gateway.events.stream import EventHub, Subscription
 from aenv_gateway.events.wire import e2b_event, e2b_names, native_event, native_types
 from aenv_gateway.http_errors import Endpoint, typed_error_response
+from aenv_gateway.query import optional_int
 from aenv_gateway.routes.sandboxes import authenticated
 from aenv_gateway.schemas import parse_metadata_filter
 
@@ -93,17 +94,9 @@ def _e2b_page(params: Mapping[str, str]) -> EventPage:
     order = params.get("orderAsc", "false").lower()
     if order not in ("true", "false"):
         raise InvalidArgument("orderAsc must be true or false")
-    return checked_page(_int(params, "offset") or 0, _int(params, "limit"), order == "true")
+    offset = optional_int(params, "offset") or 0
+    return checked_page(offset, optional_int(params, "limit"), order == "true")
 
-
-def _int(params: Mapping[str, str], name: str) -> int | None:
-    value = params.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an integer") from None
 
 
 def with_deaths(routes: list[BaseRoute], deaths: Deaths) -> list[BaseRoute]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument
+from aenv_gateway.query import optional_int
 from aenv_gateway.templates.wire import present_entry
 
 MAX_ENTRIES = 100
@@ -28,8 +29,8 @@ def build_logs(
     direction = _choice(query, "direction", DIRECTIONS) or "forward"
     level = _choice(query, "level", LEVELS)
     _choice(query, "source", SOURCES)
-    limit = min(_integer(query, "limit") or MAX_ENTRIES, MAX_ENTRIES)
-    cursor = _integer(query, "cursor")
+    limit = min(optional_int(query, "limit") or MAX_ENTRIES, MAX_ENTRIES)
+    cursor = optional_int(query, "cursor")
     least = LEVELS.index(level) if level else 0
     picked = [e for e in entries if _rank(e.level) >= least]
     if direction == "backward":
@@ -55,11 +56,3 @@ def _choice(query: Mapping[str, str], name: str, allowed: Sequence[str]) -> str 
     return value
 
 
-def _integer(query: Mapping[str, str], name: str) -> int | None:
-    value = query.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an integer") from None
