@@ -122,6 +122,14 @@ class _Measured:
         GRPC_SECONDS.labels(self.method).observe(time.perf_counter() - self._started)
 
 
+# gRPC cancels a request its server has not picked up within this long (core's default: 30 s).
+# A server whose event loop is busy for that long (a node agent restoring 200 guests on two
+# cores) would answer CANCELLED to calls it never saw, and a create would fail that a few
+# seconds later would have run; every caller bounds its own wait with its deadline instead.
+UNREQUESTED_OPTION = "grpc.server_max_unrequested_time_in_server"
+UNREQUESTED_S = 3600
+
+
 async def start_grpc_server(
     address: str,
     services: Iterable[tuple[Registrar, Any, str]],
@@ -130,7 +138,8 @@ async def start_grpc_server(
     """Starts a grpc.aio server with the given (add_X_to_server, servicer, full service name)
     triples plus health and reflection. Returns the server and the bound port. `interceptors`
     run inside the error mapping: a typed error they raise is mapped like a servicer's."""
-    server = grpc.aio.server(interceptors=[ErrorMappingInterceptor(), *interceptors])
+    server = grpc.aio.server(interceptors=[ErrorMappingInterceptor(), *interceptors],
+                             options=[(UNREQUESTED_OPTION, UNREQUESTED_S)])
     names = [reflection.SERVICE_NAME, health.SERVICE_NAME]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

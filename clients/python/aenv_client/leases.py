@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Literal, Self
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 _ACTIONS = {"kill": cluster_pb2.LEASE_EXPIRY_ACTION_KILL,
             "pause": cluster_pb2.LEASE_EXPIRY_ACTION_PAUSE}
+# A renewal that failed is tried again after this long (and waits at least this long).
+RETRY_S = 1.0
 # The outcomes after which a sandbox is no longer this client's to call.
 _ENDED = frozenset({"OK", "NOT_FOUND"})
 
@@ -128,9 +131,9 @@ class LeaseCalls(Connection):
 
 class Lease:
     """A lease held through a client. `async with` renews it every ttl/3 in the background and
-    releases it on exit. A renewal that fails for a while (the gateway unreachable) is tried
-    again at the next tick; one answered NOT_FOUND means the lease lapsed: `lapsed` is set and
-    renewing stops (its sandboxes are being ended)."""
+    releases it on exit. A renewal that fails (the gateway slow or unreachable) is tried again
+    until the lease's time is up; one answered NOT_FOUND means the lease lapsed: `lapsed` is set
+    and renewing stops (its sandboxes are being ended)."""
 
     def __init__(self, client: LeaseCalls, record: cluster_pb2.LeaseRecord) -> None:
         self._client = client
@@ -169,17 +172,30 @@ class Lease:
         await self.release()
 
     async def _renew_every(self, interval_s: float) -> None:
+        """Every `interval_s` after the last renewal, until the lease lapses. A renewal waits
+        for its answer as long as the lease still lives (a slow gateway is not a dead one),
+        and one that failed is tried again within a second, not a tick later."""
+        ttl_s = float(self.record.ttl_seconds)
+        expires = time.monotonic() + ttl_s
         while not self.lapsed.is_set():
             await asyncio.sleep(interval_s)
-            try:
-                # A renewal in flight gets at most one interval: the next tick tries again.
-                await self._client.renew_lease(self.lease_id, timeout_s=interval_s)
-            except NotFound:
-                log.warning("lease lapsed", extra={"lease_id": self.lease_id})
-                self.lapsed.set()
-            except AenvError as err:
-                log.warning("lease renewal failed; trying again",
-                            extra={"lease_id": self.lease_id, "error": err.message})
+            while True:
+                asked = time.monotonic()
+                try:
+                    await self._client.renew_lease(
+                        self.lease_id, timeout_s=max(expires - asked, RETRY_S))
+                except NotFound:
+                    log.warning("lease lapsed", extra={"lease_id": self.lease_id})
+                    self.lapsed.set()
+                    return
+                except AenvError as err:
+                    log.warning("lease renewal failed; trying again",
+                                extra={"lease_id": self.lease_id, "error": err.message})
+                    await asyncio.sleep(RETRY_S)
+                    continue
+                # It lives its ttl from when the gateway renewed it: after it was asked.
+                expires = asked + ttl_s
+                break
 
     async def _stop(self) -> None:
         if self._renewing is not None:
