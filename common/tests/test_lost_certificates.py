@@ -15,7 +15,7 @@ from aenv_common.events.log import SANDBOX_EVENTS
 
 pytestmark = pytest.mark.etcd
 
-DETAIL = "node gone-1 stopped answering"
+DETAIL = "lost with its node gone-1, which stopped answering"
 
 
 def sandbox(sandbox_id: str, node_id: str) -> c.SandboxRecord:

@@ -84,7 +84,7 @@ class LostSandboxes:
             template_id=record.catalog_template_id or record.template_id,
             metadata=dict(record.metadata), owner_key_id=record.owner_key_id,
             lease_id=record.lease_id, cause=NODE_LOST,
-            detail=f"node {record.node_id} stopped answering")
+            detail=f"lost with its node {record.node_id}, which stopped answering")
         return event if self._events is None else self._events.stamp(event)
 
     async def _record_unrecorded(self) -> None:
