@@ -100,7 +100,7 @@ class NodeAgentSettings(BaseSettings):
     # `leases/` at once, else by the reconcile every interval; at most `lease_reap_concurrency`
     # at once.
     lease_reconcile_interval_s: float = Field(default=5.0, gt=0)
-    lease_reap_concurrency: int = Field(default=16, ge=1)
+    lease_reap_concurrency: int = Field(default=64, ge=1)
     # Snapstore gRPC address (host:port): snapshots are persisted there and restored from there
     # on nodes that lack them. Empty: persistence off.
     snapstore_address: str = ""
