@@ -12,7 +12,7 @@ from aenv_common.events.log import EVENTS, KEY_EVENTS, NO_KEY, SANDBOX_EVENTS
 pytestmark = pytest.mark.etcd
 
 
-def event(sandbox_id: str, kind: int, owner: str = "") -> c.SandboxEvent:
+def event(sandbox_id: str, kind: c.SandboxEventType, owner: str = "") -> c.SandboxEvent:
     return c.SandboxEvent(sandbox_id=sandbox_id, type=kind, owner_key_id=owner)
 
 

@@ -174,6 +174,7 @@ async def _renew_every(client: GatewayClient, lease_id: str, interval_s: float) 
         await client.renew_lease(lease_id)
 
 
+@pytest.mark.scale
 async def test_a_sigkilled_trainers_200_sandboxes_are_gone_within_its_lease(
     roomy: Platform, store: ClusterStore, tmp_path: Path,
 ) -> None:
