@@ -35,31 +35,30 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return handler
         method = handler_call_details.method
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(handler.stream_stream, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return wrap_handler(handler, lambda fn, _: _wrap_unary(fn, method),
+                            lambda fn, _: _wrap_stream(fn, method))
+
+
+# A wrapper of a method's behaviour, told whether requests come as a stream.
+Wrapper = Callable[[Any, bool], Any]
+_KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler, False, False),
+          ("unary_stream", grpc.unary_stream_rpc_method_handler, False, True),
+          ("stream_unary", grpc.stream_unary_rpc_method_handler, True, False),
+          ("stream_stream", grpc.stream_stream_rpc_method_handler, True, True))
+
+
+def wrap_handler(
+    handler: grpc.RpcMethodHandler, answers_once: Wrapper, answers_stream: Wrapper
+) -> grpc.RpcMethodHandler:
+    """A server interceptor's handler: the method's behaviour wrapped by `answers_once` (unary
+    responses) or `answers_stream` (server streams), whatever its kind."""
+    for attribute, make, streamed_in, streamed_out in _KINDS:
+        behaviour = getattr(handler, attribute)
+        if behaviour is not None:
+            wrapped = (answers_stream if streamed_out else answers_once)(behaviour, streamed_in)
+            return make(wrapped, request_deserializer=handler.request_deserializer,
+                        response_serializer=handler.response_serializer)
+    return handler
 
 
 def _wrap_unary(fn: Any, method: str) -> Any:

@@ -16,6 +16,7 @@ import grpc
 from google.protobuf.message import Message
 
 from aenv_common.errors import NotFound
+from aenv_common.grpc_server import wrap_handler
 from aenv_gateway.events.deaths import Deaths
 
 
@@ -59,17 +60,7 @@ class DeathsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        kinds = (("unary_unary", grpc.unary_unary_rpc_method_handler, False, False),
-                 ("unary_stream", grpc.unary_stream_rpc_method_handler, False, True),
-                 ("stream_unary", grpc.stream_unary_rpc_method_handler, True, False),
-                 ("stream_stream", grpc.stream_stream_rpc_method_handler, True, True))
-        for attribute, make, streamed_in, streamed_out in kinds:
-            behaviour = getattr(handler, attribute)
-            if behaviour is not None:
-                wrapped = (self._stream if streamed_out else self._unary)(behaviour, streamed_in)
-                return make(wrapped, request_deserializer=handler.request_deserializer,
-                            response_serializer=handler.response_serializer)
-        return handler
+        return wrap_handler(handler, self._unary, self._stream)
 
     def _unary(self, behaviour: Any, streamed_in: bool) -> Any:
         deaths = self._deaths
