@@ -43,6 +43,13 @@ def etcd_errors(what: str) -> Iterator[None]:
         raise errors.Internal(f"etcd error during {what}: {e}") from e
 
 
+def lease_gone(err: errors.AenvError) -> bool:
+    """The etcd write failed because its lease no longer exists (revoked, expired, or etcd
+    restored from an older state): the caller may take a new lease and write again."""
+    cause = err.__cause__
+    return isinstance(cause, aetcd.exceptions.ClientError) and "lease not found" in str(cause)
+
+
 @dataclass(frozen=True)
 class Versioned(Generic[M]):
     """A record with the etcd metadata of its key."""

@@ -19,12 +19,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import aetcd.exceptions
-
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common import errors
 from aenv_common.cluster.codec import decode, encode
-from aenv_common.cluster.store import ClusterStore, etcd_errors
+from aenv_common.cluster.store import ClusterStore, etcd_errors, lease_gone
 from aenv_common.events.names import new_event_id
 
 log = logging.getLogger(__name__)
@@ -114,7 +112,7 @@ class EventLog:
                     await self._store.client.transaction(compare=[], success=ops, failure=[])
                 return
             except errors.Internal as err:
-                if attempt or not _lease_gone(err):
+                if attempt or not lease_gone(err):
                     raise
                 self._lease = None  # revoked or expired early (etcd restored): take a new one
 
@@ -159,7 +157,3 @@ class EventLog:
                 self._lease = (granted.id, now)
             return self._lease[0]
 
-
-def _lease_gone(err: errors.Internal) -> bool:
-    cause = err.__cause__
-    return isinstance(cause, aetcd.exceptions.ClientError) and "lease not found" in str(cause)

@@ -9,11 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-import aetcd.exceptions
-
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore
-from aenv_common.cluster.store import etcd_errors
+from aenv_common.cluster.store import etcd_errors, lease_gone
 from aenv_common.errors import Internal
 from aenv_common.leases import LEASES
 
@@ -89,13 +87,9 @@ class EtcdLeaseStore:
             with etcd_errors("revoke a lease"):
                 await self._store.client.revoke_lease(etcd_lease)
         except Internal as err:
-            if not _lease_gone(err):
+            if not lease_gone(err):
                 raise
 
-
-def _lease_gone(err: Internal) -> bool:
-    cause = err.__cause__
-    return isinstance(cause, aetcd.exceptions.ClientError) and "lease not found" in str(cause)
 
 
 class InMemoryLeaseStore:

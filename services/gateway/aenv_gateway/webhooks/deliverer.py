@@ -24,7 +24,7 @@ from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.cluster import ClusterStore
 from aenv_common.cluster.cache import RecordCache
 from aenv_common.cluster.leader import LeaderElection
-from aenv_common.cluster.store import Versioned
+from aenv_common.cluster.store import Versioned, lease_gone
 from aenv_common.errors import Internal, NotFound
 from aenv_common.events import EventLog
 from aenv_common.secrets.sealing import SecretsKey
@@ -63,7 +63,7 @@ class EtcdJournal:
         try:
             await self._records.put_delivery(delivery, await self._events.retention_lease())
         except Internal as err:
-            if "lease not found" not in str(err.__cause__):
+            if not lease_gone(err):
                 raise
             # Revoked or expired early (etcd restored): once more on a new one.
             lease = await self._events.retention_lease(replace=True)
