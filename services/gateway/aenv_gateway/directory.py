@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import NotFound
@@ -33,6 +33,15 @@ class ClusterView(Protocol):
     def snapshot(self, snapshot_id: str) -> cluster_pb2.SnapshotRecord | None: ...
 
     def snapshots(self) -> Iterable[cluster_pb2.SnapshotRecord]: ...
+
+    def revision(self) -> int:
+        """The revision the sandbox mirror has caught up to."""
+        ...
+
+    def sandbox_deleted(self, sandbox_id: str) -> int | None:
+        """The revision at which the mirror saw the sandbox's record deleted, lately (and not
+        written again since); None if it did not."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class _Fresh(Generic[T]):
     value: T | None  # None = gone
     written: float
     expires: float
+    revision: int  # the mirror's when it was written
 
 
 class RecentWrites(Generic[T]):
@@ -67,17 +77,20 @@ class RecentWrites(Generic[T]):
         self._clock = clock
         self._entries: dict[str, _Fresh[T]] = {}
 
-    def put(self, key: str, value: T | None) -> None:
+    def put(self, key: str, value: T | None, revision: int = 0) -> None:
         now = self._clock()
-        self._entries[key] = _Fresh(value, now, now + self._ttl)
+        self._entries[key] = _Fresh(value, now, now + self._ttl, revision)
 
     def get(self, key: str) -> _Fresh[T] | None:
         self.expire()
         return self._entries.get(key)
 
     def items(self) -> list[tuple[str, T | None]]:
+        return [(key, entry.value) for key, entry in self.entries()]
+
+    def entries(self) -> list[tuple[str, _Fresh[T]]]:
         self.expire()
-        return [(key, entry.value) for key, entry in self._entries.items()]
+        return list(self._entries.items())
 
     def age(self, entry: _Fresh[T]) -> float:
         return self._clock() - entry.written
@@ -125,7 +138,8 @@ class SandboxDirectory:
 
     def remember(self, record: cluster_pb2.SandboxRecord, owner: Owner | None = None) -> None:
         """Records what an RPC just returned, so it is visible before the watch delivers it."""
-        self._fresh.put(record.sandbox_id, Located(record, owner) if owner else record)
+        self._fresh.put(record.sandbox_id, Located(record, owner) if owner else record,
+                        self._view.revision())
 
     def forget(self, sandbox_id: str) -> None:
         """Marks a sandbox as killed, even if the mirror still shows it for a moment."""
@@ -139,10 +153,16 @@ class SandboxDirectory:
             tag_current_span(located.record)
         return located
 
+    def _deleted_since(self, sandbox_id: str, fresh: _Fresh[Any]) -> bool:
+        """The mirror saw the record deleted after the gateway learned of it (e.g. its VM
+        crashed a moment after its create): the answer remembered is out of date."""
+        deleted = self._view.sandbox_deleted(sandbox_id)
+        return deleted is not None and deleted > fresh.revision
+
     def _find(self, sandbox_id: str) -> Located | None:
         fresh = self._fresh.get(sandbox_id)
         known = fresh.value if fresh is not None else None
-        if fresh is not None and known is None:
+        if fresh is not None and (known is None or self._deleted_since(sandbox_id, fresh)):
             return None
         if isinstance(known, Located) and fresh and self._fresh.age(fresh) < self._settle_s:
             return known
@@ -175,8 +195,9 @@ class SandboxDirectory:
     def records(self) -> list[cluster_pb2.SandboxRecord]:
         """Every known record: the mirror, plus just-created ones, minus just-killed ones."""
         recent = [
-            (sandbox_id, fresh.record if isinstance(fresh, Located) else fresh)
-            for sandbox_id, fresh in self._fresh.items()
+            (sandbox_id, None if self._deleted_since(sandbox_id, fresh)
+             else fresh.value.record if isinstance(fresh.value, Located) else fresh.value)
+            for sandbox_id, fresh in self._fresh.entries()
         ]
         return merged(self._view.sandboxes(), recent, lambda r: r.sandbox_id)
 
@@ -218,6 +239,9 @@ class InMemoryClusterView:
 
     def __init__(self) -> None:
         self.sandbox_records: dict[str, cluster_pb2.SandboxRecord] = {}
+        # What `delete_sandbox` removed, at which of `revision`'s counts.
+        self.deleted_sandboxes: dict[str, int] = {}
+        self.revisions = 0
         self.node_records: dict[str, cluster_pb2.NodeRecord] = {}
         self.snapshot_records: dict[str, cluster_pb2.SnapshotRecord] = {}
 
@@ -238,3 +262,15 @@ class InMemoryClusterView:
 
     def snapshots(self) -> Iterable[cluster_pb2.SnapshotRecord]:
         return list(self.snapshot_records.values())
+
+    def revision(self) -> int:
+        return self.revisions
+
+    def sandbox_deleted(self, sandbox_id: str) -> int | None:
+        return self.deleted_sandboxes.get(sandbox_id)
+
+    def delete_sandbox(self, sandbox_id: str) -> None:
+        """Removes the record as etcd's delete would, seen by the mirror."""
+        self.revisions += 1
+        self.sandbox_records.pop(sandbox_id, None)
+        self.deleted_sandboxes[sandbox_id] = self.revisions

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.cluster import NODES, SANDBOXES, SNAPSHOTS, ClusterStore, RecordCache
+from aenv_common.cluster import NODES, SANDBOXES, SNAPSHOTS, ClusterStore, RecordCache, Versioned
 from aenv_common.config import CommonSettings
+
+# How long a deletion is remembered: longer than the directory keeps an RPC's answer.
+DELETIONS_KEPT_S = 120.0
 
 
 class EtcdClusterView:
@@ -15,6 +19,9 @@ class EtcdClusterView:
         self._sandboxes = RecordCache(store, SANDBOXES, cluster_pb2.SandboxRecord)
         self._nodes = RecordCache(store, NODES, cluster_pb2.NodeRecord)
         self._snapshots = RecordCache(store, SNAPSHOTS, cluster_pb2.SnapshotRecord)
+        # sandbox id -> (the mirror's revision, time.monotonic()) when it saw the record deleted
+        self._deleted: dict[str, tuple[int, float]] = {}
+        self._sandboxes.add_listener(self._on_sandbox)
 
     @classmethod
     async def open(cls, settings: CommonSettings) -> EtcdClusterView:
@@ -44,6 +51,23 @@ class EtcdClusterView:
 
     def sandboxes(self) -> Iterable[cluster_pb2.SandboxRecord]:
         return self._sandboxes.values()
+
+    def revision(self) -> int:
+        return self._sandboxes.revision
+
+    def sandbox_deleted(self, sandbox_id: str) -> int | None:
+        deleted = self._deleted.get(sandbox_id)
+        return None if deleted is None else deleted[0]
+
+    def _on_sandbox(self, sandbox_id: str, entry: Versioned[cluster_pb2.SandboxRecord] | None
+                    ) -> None:
+        if entry is not None:
+            self._deleted.pop(sandbox_id, None)
+            return
+        now = time.monotonic()
+        for stale in [k for k, (_, at) in self._deleted.items() if now - at > DELETIONS_KEPT_S]:
+            del self._deleted[stale]
+        self._deleted[sandbox_id] = (self._sandboxes.revision, now)
 
     def node(self, node_id: str) -> cluster_pb2.NodeRecord | None:
         return self._nodes.get(node_id)
