@@ -1,7 +1,7 @@
 import os
 
 # Fixtures shared by every test in the repository.
-pytest_plugins = ["aenv_common.testing.etcd"]
+pytest_plugins = ["aenv_testing.etcd"]
 
 # Node agents of tests capture `code-interpreter-v1` on its first use, not at every start: the
 # code-interpreter tests wait for it, the rest never pay for it.

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
+from aenv_testing.platform_ports import free_platform_ports
 
 
 def artifact_cache() -> Path:
@@ -34,7 +34,7 @@ async def running_platform(
         if own_templates:
             base.update(AENV_NODEAGENT_TEMPLATES_DIR=str(Path(tmp) / "node-templates"),
                         AENV_NODEAGENT_IMAGE_CACHE_DIR=str(Path(tmp) / "node-images"))
-        plat = Platform(Path(tmp), PlatformPorts.free(), base_env=base)
+        plat = Platform(Path(tmp), free_platform_ports(), base_env=base)
         await plat.start()
         try:
             yield plat

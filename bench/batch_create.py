@@ -20,7 +20,7 @@ from e2b import AsyncSandbox
 
 from aenv_cli.platform import Platform
 from aenv_client import AenvError, GatewayClient
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.subnets import free_subnet
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 N = int(os.environ.get("BENCH_BATCH", "16"))

@@ -30,7 +30,7 @@ from aenv_common.capacity import refusal
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import ResourceExhausted
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.subnets import free_subnet
 
 BUDGET_MIB = int(os.environ.get("BUDGET_MIB", "1024"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))

@@ -37,10 +37,10 @@ from e2b import Sandbox, SandboxNetworkOpts
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.platform import Platform
 from aenv_common.cluster import ClusterStore
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.egress.startup import start_egress
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkConfig, NetworkManager
+from aenv_testing.subnets import free_subnet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.e2e.egress.internet import ALLOWED, WILD, Internet, running_internet

@@ -35,7 +35,7 @@ from aenv.gateway.v1 import gateway_pb2_grpc as gg
 from aenv_cli.platform import Platform
 from aenv_common.cluster import ClusterStore, EtcdKeys
 from aenv_common.events import EventLog
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.subnets import free_subnet
 
 SANDBOXES = int(os.environ.get("BENCH_SANDBOXES", "500"))
 CHANGES = int(os.environ.get("BENCH_CHANGES", "4"))

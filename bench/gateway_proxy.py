@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "gatew
 from tests.upstreams import MiniNodeProxy, serve
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.testing.ports import free_port
 from aenv_gateway.config import GatewaySettings
 from aenv_gateway.directory import InMemoryClusterView
+from aenv_testing.ports import free_port
 
 SANDBOX = "benchsandbox0001"
 

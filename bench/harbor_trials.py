@@ -39,8 +39,8 @@ from e2b import AsyncSandbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the Harbor test's helpers
 
-from aenv_common.testing.registry import docker_registry, push
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.registry import docker_registry, push
+from aenv_testing.subnets import free_subnet
 from tests.e2e.harbor.image import TAG, debian_python_layout
 from tests.e2e.harbor.jobs import (
     Trial,

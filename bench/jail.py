@@ -34,7 +34,6 @@ from _stats import emit, summary_ms
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
-from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
 from aenv_nodeagent.envd_client import EnvdClient
@@ -47,6 +46,7 @@ from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, QemuVm, VmJail, detect_accelerator
 from aenv_nodeagent.vmm.uids import UidRange, VmUids
+from aenv_testing.records import MemoryRecords
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "8"))
 FORK_ROUNDS = int(os.environ.get("BENCH_FORK_ROUNDS", "2"))

@@ -43,7 +43,6 @@ from _stats import emit, summary_ms
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
-from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import (
@@ -55,6 +54,7 @@ from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
+from aenv_testing.records import MemoryRecords
 
 
 def spec(template_id: str = BASE_TEMPLATE) -> cluster_pb2.SandboxSpec:

@@ -30,8 +30,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.cluster import ClusterStore
-from aenv_common.testing.etcd import EtcdServer
-from aenv_common.testing.ports import free_port
+from aenv_testing.etcd import EtcdServer
+from aenv_testing.ports import free_port
 
 ROUNDS = 3
 PER_ROUND = 3000

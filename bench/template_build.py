@@ -44,11 +44,11 @@ from image_base import REGISTRY, floor, medians, registry_config, sh
 from snapstore_persist import free_port, process
 
 from aenv_cli.platform import Platform
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.artifacts.rootfs import ensure_base_rootfs
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.images import BlobCache
 from aenv_nodeagent.vmm import detect_accelerator
+from aenv_testing.subnets import free_subnet
 
 NAME = "bench-debian-python"
 REPOSITORY = "bench/debian-python:1"

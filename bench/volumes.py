@@ -37,7 +37,7 @@ from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
 from aenv_client import AenvError
 from aenv_client.client import VolumeMode
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.subnets import free_subnet
 
 SEQ_MIB = int(os.environ.get("BENCH_VOL_SEQ_MIB", "64"))
 RAND_OPS = int(os.environ.get("BENCH_VOL_RAND_OPS", "2000"))

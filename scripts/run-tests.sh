@@ -9,7 +9,7 @@ pytest=${PYTEST:-.venv/bin/pytest}
 reports=$(mktemp -d)
 trap 'rm -rf "$reports"' EXIT
 status=0
-components=(common/tests services/envd/tests services/snapstore/tests services/scheduler/tests
+components=(common/tests testing/tests services/envd/tests services/snapstore/tests services/scheduler/tests
             services/nodeagent/tests services/gateway/tests services/codeinterp/tests clients/python/tests
             cli/tests tests)
 for component in "${components[@]}"; do

@@ -6,7 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 mypy=${MYPY:-.venv/bin/mypy}
 status=0
-for component in common services/gateway services/scheduler services/nodeagent services/snapstore \
+for component in common testing services/gateway services/scheduler services/nodeagent services/snapstore \
     services/envd services/codeinterp clients/python cli; do
   echo "mypy: $component"
   $mypy "$component" || status=1

@@ -15,10 +15,10 @@ import pytest_asyncio
 
 from aenv_cli.edge import PublicEdge
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement.choice import node_key
+from aenv_testing.platform_ports import free_platform_ports
+from aenv_testing.subnets import free_subnet
 
 # Host-based routing (`<port>-<id>.<domain>`) is on for the shared platform; the SDKs still
 # reach envd through E2B_SANDBOX_URL, which takes precedence over the returned domain.
@@ -123,7 +123,7 @@ async def running_platform(
     node forwards no guest traffic unless `env` names destinations: nothing a test's guest
     sends may leave the machine."""
     env = {FORWARD_DESTINATIONS: "[]"} | env
-    plat = Platform(home, PlatformPorts.free(), base_env=env, edge=edge)
+    plat = Platform(home, free_platform_ports(), base_env=env, edge=edge)
     await plat.start()
     try:
         yield plat

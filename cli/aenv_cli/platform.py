@@ -2,7 +2,7 @@
 
 `aenv up` and the end-to-end tests start it the same way:
 
-    platform = Platform(home, PlatformPorts.free())
+    platform = Platform(home, PlatformPorts())
     await platform.start()        # raises PlatformStartError (with the log tail) on failure
     ...platform.api_url, platform.api_key...
     await platform.stop()

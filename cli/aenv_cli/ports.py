@@ -1,10 +1,10 @@
-"""The loopback ports of a single-node platform, and how to pick free ones (for tests)."""
+"""The loopback ports of a single-node platform."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from aenv_common.testing.ports import LOOPBACK, free_port
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,6 @@ class PlatformPorts:
     scheduler_metrics: int = 9101
     nodeagent_metrics: int = 9102
     snapstore_metrics: int = 9103
-
-    @classmethod
-    def free(cls) -> PlatformPorts:
-        """Ports the kernel reports free right now, so tests can run beside a live platform."""
-        return cls(**{f.name: free_port() for f in fields(cls)})
 
 
 def address(port: int) -> str:

@@ -15,7 +15,7 @@ import pytest
 from aenv_cli_testkit import STANDIN_COMMANDS, PlatformFactory, standin_env
 
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
+from aenv_testing.platform_ports import free_platform_ports
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ async def make_platform(tmp_path: Path) -> AsyncIterator[PlatformFactory]:
     ) -> Platform:
         commands = {**STANDIN_COMMANDS, **(overrides or {})}
         home = home or tmp_path / "home"
-        platform = Platform(home, PlatformPorts.free(), commands=commands, base_env=standin_env())
+        platform = Platform(home, free_platform_ports(), commands=commands, base_env=standin_env())
         made.append(platform)
         return platform
 

@@ -24,7 +24,7 @@ from aenv_cli.commands import guests
 from aenv_cli.commands.context import Clients
 from aenv_cli.main import app
 from aenv_cli.server import Server
-from aenv_common.testing.ports import free_port
+from aenv_testing.ports import free_port
 
 KEY = "e2b_" + "cd" * 18
 ID = "sbxnope"

@@ -20,9 +20,9 @@ import pytest
 from aenv_cli_testkit import standin_env
 
 from aenv_cli.files import read_api_key
-from aenv_cli.ports import PlatformPorts
 from aenv_cli.state import load_ports, save_ports
 from aenv_cli.up import MAX_RESTARTS
+from aenv_testing.platform_ports import free_platform_ports
 
 pytestmark = pytest.mark.etcd
 
@@ -176,7 +176,7 @@ def test_sandbox_list_and_kill_through_native_api(running_up: RunningUp) -> None
 
 
 def test_status_of_a_home_where_nothing_runs(tmp_path: Path) -> None:
-    save_ports(tmp_path, PlatformPorts.free())  # nothing listens there
+    save_ports(tmp_path, free_platform_ports())  # nothing listens there
     result = aenv("status", "--home", str(tmp_path))
     assert result.returncode == 1
     assert "not running" in result.stdout

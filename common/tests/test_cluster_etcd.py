@@ -18,8 +18,8 @@ from aenv_common.cluster import (
     mark_lost_sandboxes,
 )
 from aenv_common.config import CommonSettings
-from aenv_common.testing.etcd import EtcdServer
-from aenv_common.testing.ports import free_port
+from aenv_testing.etcd import EtcdServer
+from aenv_testing.ports import free_port
 
 pytestmark = pytest.mark.etcd
 

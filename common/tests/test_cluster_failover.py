@@ -19,7 +19,7 @@ from aenv_common.cluster.registration import NodeRegistration
 from aenv_common.cluster.target import grpc_target
 from aenv_common.config import CommonSettings
 from aenv_common.errors import AenvError, Unavailable
-from aenv_common.testing.etcd_cluster import EtcdCluster, etcd_cluster
+from aenv_testing.etcd_cluster import EtcdCluster, etcd_cluster
 
 __all__ = ["etcd_cluster"]  # the fixture
 

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from aenv_common.errors import NotFound
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.metrics import MetricsEndpoint
-from aenv_common.testing.metrics import Samples
-from aenv_common.testing.metrics import scrape as scrape_url
+from aenv_testing.metrics import Samples
+from aenv_testing.metrics import scrape as scrape_url
 
 CHECK = "/grpc.health.v1.Health/Check"
 WATCH = "/grpc.health.v1.Health/Watch"

@@ -12,7 +12,7 @@ import pytest
 from e2b import InvalidArgumentException, Sandbox, SandboxException, SandboxNetworkOpts, Secret
 from e2b.sandbox.sandbox_api import SandboxNetworkRule
 
-from aenv_common.testing.certs import self_signed_ca_pem
+from aenv_testing.certs import self_signed_ca_pem
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 

@@ -27,8 +27,9 @@ from aenv_cli.ports import PlatformPorts, address
 from aenv_cli.readiness import GrpcHealthProbe, HttpHealthProbe, Probe
 from aenv_cli.services import ETCD_BINARY, service_environment
 from aenv_common.errors import NotFound
-from aenv_common.testing.ports import free_port
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.platform_ports import free_platform_ports
+from aenv_testing.ports import free_port
+from aenv_testing.subnets import free_subnet
 
 from ..conftest import FORWARD_DESTINATIONS, netns_names, qemu_pids_under, shared_cache_dir
 
@@ -188,7 +189,7 @@ async def running_cluster(
     subnet = ipaddress.IPv4Network(free_subnet(24))
     bridge_ip = str(subnet.network_address + 1)
     bridge = f"{tag}br"
-    ports = PlatformPorts.free()
+    ports = free_platform_ports()
     base = service_environment(home, ports, os.environ)
     # One secrets key for the cluster, as a deployment mounts it: every host seals and opens alike.
     base.setdefault("AENV_SECRETS_KEY_FILE", str(home / "secrets.key"))

@@ -22,8 +22,8 @@ from aenv_cli.readiness import GrpcHealthProbe
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import AenvError
-from aenv_common.testing.ports import free_port
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.ports import free_port
+from aenv_testing.subnets import free_subnet
 
 from ..conftest import netns_names, qemu_pids_under
 

@@ -23,7 +23,7 @@ from aenv_cli.platform import Platform
 from aenv_cli.ports import address
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.subnets import free_subnet
 
 from ..conftest import (
     netns_names,

@@ -23,9 +23,9 @@ import pytest
 import pytest_asyncio
 
 from aenv_cli.platform import Platform
-from aenv_common.testing.oci_layouts import busybox_layout
-from aenv_common.testing.ports import free_port
-from aenv_common.testing.registry import docker_registry, push
+from aenv_testing.oci_layouts import busybox_layout
+from aenv_testing.ports import free_port
+from aenv_testing.registry import docker_registry, push
 
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 

@@ -26,7 +26,7 @@ import pytest_asyncio
 
 from aenv_cli.edge import PublicEdge
 from aenv_cli.platform import Platform
-from aenv_common.testing.subnets import free_subnet
+from aenv_testing.subnets import free_subnet
 
 from ..conftest import running_platform, shared_cache_dir
 

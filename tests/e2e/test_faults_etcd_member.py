@@ -14,10 +14,10 @@ import pytest_asyncio
 
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
 from aenv_common.cluster import ClusterStore
-from aenv_common.testing.etcd_cluster import EtcdCluster
-from aenv_common.testing.ports import free_port
+from aenv_testing.etcd_cluster import EtcdCluster
+from aenv_testing.platform_ports import free_platform_ports
+from aenv_testing.ports import free_port
 
 from ..conftest import lone_platform_env, netns_names, qemu_pids_under
 from .conftest import FAULTS_NODE, create_once_back
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.etcd, pytest.mark.netns,
 async def cluster_platform(tmp_path: Path) -> AsyncIterator[tuple[Platform, EtcdCluster]]:
     prefix = "aem" + secrets.token_hex(2) + "x"
     home = tmp_path / "home"
-    ports = PlatformPorts.free()
+    ports = free_platform_ports()
     etcd = EtcdCluster([(ports.etcd_client, ports.etcd_peer),
                         (free_port(), free_port()), (free_port(), free_port())])
     env = lone_platform_env(

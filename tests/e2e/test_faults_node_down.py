@@ -17,7 +17,7 @@ from aenv_cli.platform import Platform
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import NotFound
-from aenv_common.testing.metrics import scrape, value
+from aenv_testing.metrics import scrape, value
 
 from .conftest import another_node_agent, until
 from .test_metrics import endpoints

@@ -11,7 +11,7 @@ from e2b import Sandbox
 
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
-from aenv_common.testing.metrics import Samples, moved, scrape, value
+from aenv_testing.metrics import Samples, moved, scrape, value
 
 from .conftest import until
 

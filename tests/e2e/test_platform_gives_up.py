@@ -18,8 +18,8 @@ from rich.console import Console
 
 from aenv_cli.client import GatewayClient
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
 from aenv_cli.up import EXIT_FAILED, MAX_RESTARTS, run_platform
+from aenv_testing.platform_ports import free_platform_ports
 
 from ..conftest import lone_platform_env, netns_names, qemu_pids_under
 
@@ -36,7 +36,7 @@ async def test_giving_up_on_the_node_agent_leaves_no_vm_or_netns(tmp_path: Path)
     prefix = "aeg" + secrets.token_hex(2) + "x"
     env = lone_platform_env(prefix, 24, AENV_NODEAGENT_WARM_POOL_VMS="1")
     home = tmp_path / "home"
-    platform = Platform(home, PlatformPorts.free(), base_env=env)
+    platform = Platform(home, free_platform_ports(), base_env=env)
     out = io.StringIO()
     up = asyncio.create_task(run_platform(platform, Console(file=out, width=200)))
     try:

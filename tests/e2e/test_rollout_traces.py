@@ -38,7 +38,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
-from aenv_common.testing.ports import free_port
+from aenv_testing.ports import free_port
 
 from ..conftest import lone_platform_env, running_platform, sdk_environment_of
 

@@ -25,8 +25,8 @@ from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_cli.platform import Platform
 from aenv_cli.ports import address
 from aenv_common.snapshots import snapstore_stub
-from aenv_common.testing.oci_layouts import busybox_layout, marker_layout, sh
-from aenv_common.testing.registry import Registry, bcrypt_hash, docker_registry, push
+from aenv_testing.oci_layouts import busybox_layout, marker_layout, sh
+from aenv_testing.registry import Registry, bcrypt_hash, docker_registry, push
 
 from ..conftest import shared_cache_dir
 from .conftest import another_node_agent, until

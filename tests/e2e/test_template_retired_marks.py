@@ -16,9 +16,9 @@ from e2b import AsyncTemplate
 from aenv.cluster.v1 import cluster_pb2
 from aenv_cli.platform import Platform
 from aenv_common.cluster import RETIRED_TEMPLATES, ClusterStore
-from aenv_common.testing.oci_layouts import busybox_layout
-from aenv_common.testing.registry import docker_registry, push
 from aenv_nodeagent.templates.retire import CLEARED
+from aenv_testing.oci_layouts import busybox_layout
+from aenv_testing.registry import docker_registry, push
 
 from .conftest import opened_store, until
 

@@ -20,7 +20,7 @@ from aiobotocore.session import get_session
 from e2b import AsyncSandbox, AsyncVolume
 
 from aenv_cli.platform import Platform
-from aenv_common.testing.ports import free_port
+from aenv_testing.ports import free_port
 
 from ..conftest import lone_platform_env, running_platform
 from .volumes.guest import SANDBOX_TIMEOUT_S, sdk_environment, sh, unique

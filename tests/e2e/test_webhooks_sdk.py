@@ -13,7 +13,7 @@ import pytest
 from e2b import AsyncSandbox
 
 from aenv_cli.platform import Platform
-from aenv_common.testing.webhook_receiver import Receiver, serving
+from aenv_testing.webhook_receiver import Receiver, serving
 
 from .conftest import until
 

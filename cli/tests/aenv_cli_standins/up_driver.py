@@ -11,13 +11,13 @@ from aenv_cli_testkit import STANDIN_COMMANDS, standin_env
 from rich.console import Console
 
 from aenv_cli.platform import Platform
-from aenv_cli.ports import PlatformPorts
 from aenv_cli.up import run_platform
+from aenv_testing.platform_ports import free_platform_ports
 
 
 def main(home: Path) -> int:
     platform = Platform(
-        home, PlatformPorts.free(), commands=STANDIN_COMMANDS, base_env=standin_env()
+        home, free_platform_ports(), commands=STANDIN_COMMANDS, base_env=standin_env()
     )
     return asyncio.run(run_platform(platform, Console(width=120)))
 

@@ -18,7 +18,7 @@ from aenv_common.egress import (
     rules_for,
 )
 from aenv_common.errors import InvalidArgument
-from aenv_common.testing.certs import self_signed_ca_pem
+from aenv_testing.certs import self_signed_ca_pem
 
 
 def policy(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.ports import free_port
+from aenv_testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 ENVD_PYTHONPATH = os.pathsep.join(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from aenv_common.testing.metrics import Samples, moved, parse
+from aenv_testing.metrics import Samples, moved, parse
 
 from .conftest import API_KEY, Stack
 

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from aenv_common.testing.webhook_receiver import e2b_documented_signature
 from aenv_gateway.webhooks.sender import Sender
 from aenv_gateway.webhooks.targets import GuardedResolver, TargetPolicy
+from aenv_testing.webhook_receiver import e2b_documented_signature
 
 BODY = b'{"id":"e1","type":"sandbox.lifecycle.created"}'
 

@@ -17,7 +17,6 @@ from aenv_common.cluster.store import Versioned
 from aenv_common.errors import InvalidArgument, NotFound, ResourceExhausted
 from aenv_common.events import e2b_event_type
 from aenv_common.secrets.sealing import SealBroken, SecretsKey
-from aenv_common.testing.webhook_receiver import e2b_documented_signature
 from aenv_gateway.events.wire import e2b_event
 from aenv_gateway.webhooks import payload
 from aenv_gateway.webhooks.feed import Position
@@ -32,6 +31,7 @@ from aenv_gateway.webhooks.retry import RetryPolicy
 from aenv_gateway.webhooks.sender import Attempt
 from aenv_gateway.webhooks.targets import TargetPolicy, TargetRefused
 from aenv_gateway.webhooks.worker import Worker
+from aenv_testing.webhook_receiver import e2b_documented_signature
 
 CREATED, KILLED = "sandbox.lifecycle.created", "sandbox.lifecycle.killed"
 

@@ -14,10 +14,10 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.cluster import SNAPSHOTS, ClusterStore, NodeRegistration
 from aenv_common.config import CommonSettings
-from aenv_common.testing.metrics import moved, scrape, value
 from aenv_scheduler.app import SchedulerApp
 from aenv_scheduler.config import SchedulerSettings
 from aenv_scheduler.scheduler import Scheduler
+from aenv_testing.metrics import moved, scrape, value
 
 pytestmark = pytest.mark.etcd
 

@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from aenv_common.snapshots import snapstore_stub
-from aenv_common.testing.ports import free_port
 from aenv_snapstore.server import open_backend, start_snapstore
+from aenv_testing.ports import free_port
 
 from .snapstore_harness import Harness, settings_for, wait_for_port
 

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from aenv_common.snapshots import pull_files, push_files, snapstore_stub
-from aenv_common.testing.metrics import moved, scrape
 from aenv_snapstore.server import start_snapstore
+from aenv_testing.metrics import moved, scrape
 
 from .snapstore_harness import settings_for, write_pattern
 

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from aenv_common.snapshots import pull_files, push_files, snapstore_stub
-from aenv_common.testing.ports import free_port
+from aenv_testing.ports import free_port
 
 from .snapstore_harness import wait_for_port, write_pattern
 

@@ -14,9 +14,9 @@ import pytest
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
-from aenv_common.testing.metrics import moved, scrape, value
 from aenv_snapstore.config import SnapstoreSettings
 from aenv_snapstore.server import RunningSnapstore, split_listen, start_snapstore
+from aenv_testing.metrics import moved, scrape, value
 
 from .nfs.nfs_client import RpcClient
 from .nfs.nfs_ops import Ops

@@ -45,8 +45,8 @@ import dns.exception
 import dns.message
 import dns.query
 
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.egress.certs import EgressCA
+from aenv_testing.subnets import free_subnet
 
 DOMAIN = "aenv-test.example"
 ALLOWED = f"allowed.{DOMAIN}"

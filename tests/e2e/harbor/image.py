@@ -11,9 +11,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from aenv_common.testing.oci_layouts import sh
 from aenv_nodeagent.artifacts.rootfs import SUITE, host_apt_sources
 from aenv_nodeagent.config import NodeAgentSettings
+from aenv_testing.oci_layouts import sh
 
 VERSION = "1"
 TAG = "1"

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from aenv_cli.platform import Platform
-from aenv_common.testing.registry import docker_registry, push
+from aenv_testing.registry import docker_registry, push
 
 from .image import TAG, debian_python_layout
 from .jobs import TASKS, kill_harbor_sandboxes, prepare_tasks, run_job

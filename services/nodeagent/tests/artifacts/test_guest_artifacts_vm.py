@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.ports import free_port
 from aenv_nodeagent.artifacts import GuestArtifacts, kernel_cmdline
 from aenv_nodeagent.artifacts.toolsdisk import python_command
 from aenv_nodeagent.vmm import detect_accelerator
+from aenv_testing.ports import free_port
 
 from .conftest import BuiltArtifacts
 

@@ -24,7 +24,6 @@ import dns.message
 import dns.query
 from pyroute2 import IPRoute
 
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import NetSlot, NetworkConfig, NetworkManager
 from aenv_nodeagent.network.namespaces import (
     create_and_enter_netns,
@@ -34,6 +33,7 @@ from aenv_nodeagent.network.namespaces import (
 )
 from aenv_nodeagent.network.nft import run_nft
 from aenv_nodeagent.network.slots import GATEWAY_IP
+from aenv_testing.subnets import free_subnet
 
 from ..network.helpers import INTERNET_SERVER_IP, remove_everything_named
 from ..policies import egress

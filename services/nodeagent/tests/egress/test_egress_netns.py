@@ -21,7 +21,6 @@ import dns.query
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.egress.certs import EgressCA
 from aenv_nodeagent.egress.control import Configure
 from aenv_nodeagent.egress.supervisor import EgressSupervisor, SupervisorSettings
@@ -33,6 +32,7 @@ from aenv_nodeagent.network.namespaces import (
 )
 from aenv_nodeagent.network.nft import run_nft
 from aenv_nodeagent.network.resolved_sets import ResolvedSets
+from aenv_testing.subnets import free_subnet
 
 from ..network.helpers import attach_fake_guest, remove_everything_named
 from .dnsnet import make_upstream_netns, query_in, start_dnsmasq

@@ -14,10 +14,10 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 import pytest
 
 from aenv_common.errors import NotFound
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import NetSlot, NetworkConfig, NetworkManager, slotops
 from aenv_nodeagent.network.namespaces import run_in_fresh_thread
 from aenv_nodeagent.network.resolved_sets import ResolvedSets, render_additions
+from aenv_testing.subnets import free_subnet
 
 from ..network.helpers import remove_everything_named
 from ..policies import egress

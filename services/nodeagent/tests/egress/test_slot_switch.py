@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkConfig, NetworkManager
 from aenv_nodeagent.network.firewall import EgressPorts
 from aenv_nodeagent.network.nft import NftError, run_nft
+from aenv_testing.subnets import free_subnet
 
 from ..network.helpers import in_netns, remove_everything_named
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.testing.records import MemoryRecords
+from aenv_testing.records import MemoryRecords
 
 
 class RecordingRecords(MemoryRecords):

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.oci_layouts import CAP_NET_RAW
 from aenv_nodeagent.artifacts.proc import run
 from aenv_nodeagent.images import (
     BlobCache,
@@ -31,6 +30,7 @@ from aenv_nodeagent.images.errors import (
 )
 from aenv_nodeagent.images.sources import Layer, PulledImage
 from aenv_nodeagent.images.unpack import UnpackStats, unpack_image
+from aenv_testing.oci_layouts import CAP_NET_RAW
 
 from .ext4 import Ext4
 from .layers import Entry, make_layer, opaque, whiteout, write_layout

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.oci_layouts import BUSYBOX, CAP_NET_RAW, busybox_layout, sh
-from aenv_common.testing.registry import REGISTRY_BIN, Registry, bcrypt_hash, docker_registry, push
 from aenv_nodeagent.images import (
     BlobCache,
     DockerArchiveSource,
@@ -29,6 +27,8 @@ from aenv_nodeagent.images.errors import (
     WrongArchitecture,
 )
 from aenv_nodeagent.images.guest_files import GUEST_FILES
+from aenv_testing.oci_layouts import BUSYBOX, CAP_NET_RAW, busybox_layout, sh
+from aenv_testing.registry import REGISTRY_BIN, Registry, bcrypt_hash, docker_registry, push
 
 from .ext4 import Ext4
 from .layers import Entry, make_layer, opaque, whiteout, write_layout

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.ports import free_port  # nothing listens there: refused
 from aenv_nodeagent.images import BlobCache, RegistryHosts, RegistrySource, build_base_disk
 from aenv_nodeagent.images.auth import Credentials, Login
 from aenv_nodeagent.images.errors import ImageNotFound, RegistryAuthFailed, RegistryUnavailable
 from aenv_nodeagent.images.registry import RegistryClient, new_session
 from aenv_nodeagent.images.sources import layer_line
+from aenv_testing.ports import free_port  # nothing listens there: refused
 
 from .emulator import PASSWORD, USER, Emulator, running
 from .layers import Entry, make_layer, write_layout

@@ -15,13 +15,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from aenv_common.testing.oci_layouts import busybox_layout
-from aenv_common.testing.ports import free_port
-from aenv_common.testing.registry import REGISTRY_BIN, Registry, push
 from aenv_nodeagent.images import BlobCache, RegistrySource, build_base_disk
 from aenv_nodeagent.images.errors import RegistryUnavailable
 from aenv_nodeagent.images.reference import RegistryHosts
 from aenv_nodeagent.images.registry import TIMEOUT
+from aenv_testing.oci_layouts import busybox_layout
+from aenv_testing.ports import free_port
+from aenv_testing.registry import REGISTRY_BIN, Registry, push
 
 from .test_registry import check_busybox
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from aenv_common.testing.oci_layouts import CAP_NET_RAW
 from aenv_nodeagent.images.errors import LayerCorrupt, UnsupportedImage
 from aenv_nodeagent.images.sources import Layer
 from aenv_nodeagent.images.unpack import UnpackStats, apply_layer
+from aenv_testing.oci_layouts import CAP_NET_RAW
 
 from .layers import MTIME, Entry, make_layer, opaque, whiteout
 

@@ -22,8 +22,6 @@ import pytest_asyncio
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
-from aenv_common.testing.records import MemoryRecords
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
 from aenv_nodeagent.envd_client import EnvdClient
@@ -43,6 +41,8 @@ from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.saved import SavedTemplates
 from aenv_nodeagent.vmm import QemuDriver, VmJail, detect_accelerator
 from aenv_nodeagent.vmm.uids import UidRange, VmUids
+from aenv_testing.records import MemoryRecords
+from aenv_testing.subnets import free_subnet
 
 # Apart from a node agent's default range, so a platform running on this host never shares one.
 JAIL_UIDS = UidRange(1_100_000_000, 4096)

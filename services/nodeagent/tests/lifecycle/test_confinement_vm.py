@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.confinement import VmCgroup
+from aenv_testing.records import MemoryRecords
 
 from ..fakes.events import RecordingEvents
 from .conftest import Node, node_parts, spec, until

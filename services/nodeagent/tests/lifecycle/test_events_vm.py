@@ -16,9 +16,9 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.cluster import ClusterStore
 from aenv_common.events import EventLog
 from aenv_common.events.log import SANDBOX_EVENTS
-from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
+from aenv_testing.records import MemoryRecords
 
 from .conftest import Node, node_parts, spec
 

@@ -8,7 +8,7 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict
-from aenv_common.testing.records import MemoryRecords
+from aenv_testing.records import MemoryRecords
 
 from ..stored import manifests
 from .conftest import node_parts, spec, until

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
+from aenv_testing.subnets import free_subnet
 
 from ..policies import egress
 from .conftest import netns_with, node_parts, spec, until

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_testing.subnets import free_subnet
 
 from .helpers import remove_everything_named
 

@@ -18,7 +18,6 @@ from typing import cast
 import pytest
 from pyroute2 import IPRoute
 
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import NetSlot, NetworkConfig, NetworkManager, netlink
 from aenv_nodeagent.network.host_nat import HostNat, uplinks
 from aenv_nodeagent.network.namespaces import (
@@ -28,6 +27,7 @@ from aenv_nodeagent.network.namespaces import (
     run_in_fresh_thread,
 )
 from aenv_nodeagent.network.nft import run_nft
+from aenv_testing.subnets import free_subnet
 
 from ..policies import egress
 from .helpers import attach_fake_guest, in_netns, remove_everything_named

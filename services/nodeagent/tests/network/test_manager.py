@@ -10,7 +10,6 @@ import pytest
 from pyroute2 import IPRoute
 
 from aenv_common.errors import Conflict, Internal, ResourceExhausted
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.network import (
     NetSlot,
     NetworkConfig,
@@ -21,6 +20,7 @@ from aenv_nodeagent.network import (
 from aenv_nodeagent.network.namespaces import list_netns, run_in_fresh_thread
 from aenv_nodeagent.network.nft import run_nft
 from aenv_nodeagent.network.slots import GATEWAY_IP, TAP_MAC, TAP_NAME
+from aenv_testing.subnets import free_subnet
 
 from ..policies import egress
 from .helpers import (

@@ -12,8 +12,8 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from aenv_common.testing.ports import free_port
 from aenv_snapstore.backends.s3 import S3Backend
+from aenv_testing.ports import free_port
 
 BUCKET = "faults"
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from aenv_common.config import CommonSettings
-from aenv_common.testing.records import MemoryRecords
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.restart.builds import end_abandoned_builds
 from aenv_nodeagent.restart.cleanup import clean_up
 from aenv_nodeagent.restart.recovery import recover
+from aenv_testing.records import MemoryRecords
+from aenv_testing.subnets import free_subnet
 
 pytestmark = pytest.mark.vm
 

@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.errors import Internal, Unavailable
-from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.restart.recovery import BACK, NOT_SURVIVED_DETAIL, recover
 from aenv_nodeagent.sandbox.events import EVENTS_TOTAL, SandboxEvents
 from aenv_nodeagent.sandbox.model import Chain, Paused
+from aenv_testing.records import MemoryRecords
 
 from ..fakes.events import RecordingEvents
 from ..fakes.network import FakeNetwork

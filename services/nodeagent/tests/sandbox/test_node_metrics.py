@@ -8,8 +8,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Internal
-from aenv_common.testing.metrics import parse, value
 from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
+from aenv_testing.metrics import parse, value
 
 from .conftest import Wing
 

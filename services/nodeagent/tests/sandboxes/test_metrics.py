@@ -15,7 +15,6 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument, NotFound, Unavailable
-from aenv_common.testing.records import MemoryRecords
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.metrics import MetricSample, MetricsHistory, MetricsSampler, Window
 from aenv_nodeagent.network import NetworkManager
@@ -26,6 +25,7 @@ from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.builds import TemplateBuilds
 from aenv_nodeagent.vmm.driver import VmmDriver
+from aenv_testing.records import MemoryRecords
 
 # These tests never build templates.
 NO_BUILDS = cast(TemplateBuilds, None)

@@ -19,8 +19,6 @@ import pytest_asyncio
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
-from aenv_common.testing.records import MemoryRecords
-from aenv_common.testing.subnets import free_subnet
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
@@ -31,6 +29,8 @@ from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
+from aenv_testing.records import MemoryRecords
+from aenv_testing.subnets import free_subnet
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from aenv_common.testing.oci_layouts import marker_layout
-from aenv_common.testing.registry import REGISTRY_BIN, docker_registry, push
 from aenv_nodeagent.images import BlobCache, Credentials, RegistryHosts
 from aenv_nodeagent.images.errors import ImageNotFound
 from aenv_nodeagent.templates.bases import ImageBases
+from aenv_testing.oci_layouts import marker_layout
+from aenv_testing.registry import REGISTRY_BIN, docker_registry, push
 
 pytestmark = [
     pytest.mark.registry,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.oci_layouts import busybox_layout
 from aenv_nodeagent.artifacts import RootfsImage
 from aenv_nodeagent.images import BlobCache, OciLayoutSource, build_base_disk
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.templates.recipe import Recipe
+from aenv_testing.oci_layouts import busybox_layout
 
 from ..lifecycle.conftest import node_parts, spec
 from ..lifecycle.guest import sh

@@ -17,8 +17,6 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError
-from aenv_common.testing.oci_layouts import busybox_layout
-from aenv_common.testing.registry import docker_registry, push
 from aenv_nodeagent.images import BlobCache, RegistryHosts
 from aenv_nodeagent.images.auth import NO_CREDENTIALS
 from aenv_nodeagent.servicer import NodeAgentServicer
@@ -27,6 +25,8 @@ from aenv_nodeagent.templates.builds import TemplateBuilds
 from aenv_nodeagent.templates.cache import TemplateCache
 from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, disk_digests
 from aenv_nodeagent.templates.model import with_disks
+from aenv_testing.oci_layouts import busybox_layout
+from aenv_testing.registry import docker_registry, push
 
 from ..lifecycle.conftest import Node, node_parts, spec
 from ..lifecycle.guest import sh

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from aenv_common.testing.ports import free_port
+from aenv_testing.ports import free_port
 
 REGISTRY_BIN = Path("/usr/bin/docker-registry")
 

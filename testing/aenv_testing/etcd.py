@@ -22,7 +22,7 @@ import pytest
 
 from aenv_common.cluster.store import ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_common.testing.ports import free_port
+from aenv_testing.ports import free_port
 
 ETCD_BINARY = "/usr/bin/etcd"
 START_TIMEOUT_SECONDS = 30.0

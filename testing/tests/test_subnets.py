@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from aenv_common.testing import subnets
-from aenv_common.testing.subnets import TEST_RANGE, free_subnet
+from aenv_testing import subnets
+from aenv_testing.subnets import TEST_RANGE, free_subnet
 
 
 def test_pools_are_in_the_range_disjoint_and_clear_of_the_host() -> None:

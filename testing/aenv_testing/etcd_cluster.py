@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from aenv_common.config import CommonSettings
-from aenv_common.testing.etcd import ETCD_BINARY, START_TIMEOUT_SECONDS
-from aenv_common.testing.ports import free_port
+from aenv_testing.etcd import ETCD_BINARY, START_TIMEOUT_SECONDS
+from aenv_testing.ports import free_port
 
 MEMBERS = 3
 

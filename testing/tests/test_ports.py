@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.testing.ports import LOOPBACK, LOWEST, free_port
+from aenv_testing.ports import LOOPBACK, LOWEST, free_port
 
 
 def test_free_ports_lie_below_the_ephemeral_range_and_can_be_bound() -> None:
@@ -18,9 +18,9 @@ def test_free_ports_lie_below_the_ephemeral_range_and_can_be_bound() -> None:
 def test_a_port_something_listens_on_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
     # Two adjacent ports free now, wherever they are: the host may have its own listeners at LOWEST.
     lowest = _two_adjacent_free_ports()
-    monkeypatch.setattr("aenv_common.testing.ports._handed_out", set())
-    monkeypatch.setattr("aenv_common.testing.ports.LOWEST", lowest)
-    monkeypatch.setattr("aenv_common.testing.ports._ephemeral_start", lambda: lowest + 2)
+    monkeypatch.setattr("aenv_testing.ports._handed_out", set())
+    monkeypatch.setattr("aenv_testing.ports.LOWEST", lowest)
+    monkeypatch.setattr("aenv_testing.ports._ephemeral_start", lambda: lowest + 2)
     with socket.socket() as listener:
         listener.bind((LOOPBACK, lowest))
         listener.listen()

@@ -1,1 +1,0 @@
-"""Test helpers shared by every package's tests (real components, not fakes)."""
