@@ -1,4 +1,4 @@
-"""What every `aenv` command keeps to (issue 17): `--help` with an example, and for bad input,
+"""What every `aenv` command keeps to: `--help` with an example, and for bad input,
 an unknown id, a wrong key and an unreachable server one line on stderr (no traceback) and a
 non-zero exit. The server is a real HTTP server on loopback answering every request with one
 error, so the REST client, the e2b SDK (exec, cp, connect, template pull) and the template API

@@ -1,5 +1,5 @@
-"""A 200-create burst through the gateway against a node with room for 40 sandboxes, real VMs
-(issue 19): every request ends in a sandbox or a clean 429 with Retry-After (the admission queue
+"""A 200-create burst through the gateway against a node with room for 40 sandboxes, real VMs:
+every request ends in a sandbox or a clean 429 with Retry-After (the admission queue
 full, or its wait over) — no 5xx, none left hanging; the sandboxes listed are exactly the
 successes, and once they are killed nothing of them is left: no QEMU, netns, tap, VM cgroup or
 etcd record."""

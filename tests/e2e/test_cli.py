@@ -1,4 +1,4 @@
-"""Step 8: the people-facing `aenv` CLI against the running single node, as a person runs it —
+"""The people-facing `aenv` CLI against the running single node, as a person runs it —
 a subprocess for the scripted commands, a pseudo-terminal for `aenv start` (raw mode, a window
 resize, Ctrl-C to the guest, the shell's exit code). Lean: three sandboxes, two fork children."""
 

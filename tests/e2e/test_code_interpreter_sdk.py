@@ -1,4 +1,4 @@
-"""Step 7 through the official `e2b-code-interpreter` SDK, unmodified, against the whole
+"""The code interpreter through the official `e2b-code-interpreter` SDK, unmodified, against the whole
 platform: `Sandbox.create()` gets `code-interpreter-v1` with warm kernels; state, streams,
 rich results, errors, contexts, languages, env vars and reconnects behave as the
 SDK expects; and the agent code built on it (smolagents' E2BExecutor, an open-r1-style batch)

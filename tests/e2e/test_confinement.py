@@ -1,4 +1,4 @@
-"""Issue 18's VMM jail on a running platform: `aenv status` says how the node confines its VMs,
+"""The VMM jail on a running platform: `aenv status` says how the node confines its VMs,
 and every QEMU of the node runs in a VM cgroup of its own (these hosts: cgroup v1)."""
 
 from __future__ import annotations

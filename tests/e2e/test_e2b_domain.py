@@ -1,4 +1,4 @@
-"""Issue 14, item 8: the SDK's default configuration, `E2B_API_KEY` + `E2B_DOMAIN` alone.
+"""The SDK's default configuration, `E2B_API_KEY` + `E2B_DOMAIN` alone.
 
 A platform with an HTTPS edge for a domain (its own CA), and a client network namespace whose
 resolver is Debian's dnsmasq answering the wildcard domain with the gateway's address. The

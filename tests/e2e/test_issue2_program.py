@@ -1,4 +1,4 @@
-"""Issue 2's acceptance: the unmodified E2B SDK program runs against a single-node install, and
+"""The first acceptance program: the unmodified E2B SDK program runs against a single-node install, and
 the platform's edges behave (auth, bad input, data-plane errors, tracing)."""
 
 from __future__ import annotations

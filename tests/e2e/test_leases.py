@@ -1,4 +1,4 @@
-"""Experiment leases and bulk operations on a real platform (issue 31), real VMs:
+"""Experiment leases and bulk operations on a real platform, real VMs:
 - a trainer, a process of its own (programs/lease_trainer.py, the native client), holds 200
   sandboxes under a lease of 10 s and is SIGKILLed: within the lease time and a few seconds every
   one is gone, each with a DIED event and a death certificate saying lease_expired, and nothing

@@ -1,5 +1,5 @@
 """A node agent SIGKILLed in the cluster (tests/e2e/cluster.py: three hosts in network
-namespaces of their own, VMs confined in cgroups and jailed), real VMs (issue 19): its running
+namespaces of their own, VMs confined in cgroups and jailed), real VMs: its running
 sandboxes are marked lost within the lease TTL and the API says so (get: 404 "lost with its
 node", unlisted); list and metrics keep working and new creates go to the other hosts;
 restarted, it rejoins: it re-adopts the VMs that outlived it (running again, answering the SDK)

@@ -1,4 +1,4 @@
-"""Rollout traces on a real platform, exported over OTLP/HTTP to a real receiver (issue 31).
+"""Rollout traces on a real platform, exported over OTLP/HTTP to a real receiver.
 
 The OpenTelemetry Collector and Jaeger are Go programs no registry here installs, so the receiver
 is the test's own: an HTTP server on loopback that decodes each `ExportTraceServiceRequest` with

@@ -1,4 +1,4 @@
-"""Volumes with real guests on the shared single-node platform (issue 28), through the unmodified
+"""Volumes with real guests on the shared single-node platform, through the unmodified
 E2B SDK and the native gRPC API: the content API with no sandbox; two sandboxes on one volume
 (a file closed in one is whole in the other, a name made by one is found by the other at once);
 a read-only mount (EROFS); a quota (the guest sees ENOSPC, nothing else breaks); pause/resume and

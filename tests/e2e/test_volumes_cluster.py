@@ -1,4 +1,4 @@
-"""Volumes across nodes (issue 28) in the cluster of tests/e2e/cluster.py (hosts in network
+"""Volumes across nodes in the cluster of tests/e2e/cluster.py (hosts in network
 namespaces of their own; snapstore serves NFS on the bridge, where only the hosts' relays
 reach it): a file written and closed in a sandbox on one host is whole in a sandbox on the
 other, and names each makes are found by the other; after the writer's host is lost (its agent

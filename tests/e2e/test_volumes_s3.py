@@ -1,4 +1,4 @@
-"""A volume on an S3-backed snapstore (a real moto server) with a real guest (issue 28): what the
+"""A volume on an S3-backed snapstore (a real moto server) with a real guest: what the
 guest wrote and closed is in the bucket; snapstore restarted with its local working copies
 wiped reads it back from S3 — to the same running guest (its NFS client re-dials through the
 relay), to the content API and to a new sandbox — and takes new writes."""

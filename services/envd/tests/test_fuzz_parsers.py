@@ -1,4 +1,4 @@
-"""Property-based fuzzing of envd's parsers and its files API (issue 18, the edges fuzzed):
+"""Property-based fuzzing of envd's parsers and its files API (the edges fuzzed):
 Connect envelopes, multipart bodies, header parameters, Basic user names and path arguments.
 Whatever arrives, envd answers a typed error (EnvdError, an HTTP 4xx), never a crash; what can
 be written can be read back the same (round trips); a path lands where envd says it does.

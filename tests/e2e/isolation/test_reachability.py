@@ -1,4 +1,4 @@
-"""Issue 18, guest isolation: from inside a sandbox, as root, nothing of the host, of another
+"""Guest isolation: from inside a sandbox, as root, nothing of the host, of another
 sandbox, of private, shared, link-local or IPv6 space answers — not the platform's services, not
 a listener on every host address or on the sandbox's own gateway, not a ping, not an ARP
 who-has. Each probe has a control showing it would have seen an answer, and the probe table in

@@ -1,4 +1,4 @@
-"""Issue 18, guest isolation: a fork bomb, a memory hog and a disk filler, each run as root in a
+"""Guest isolation: a fork bomb, a memory hog and a disk filler, each run as root in a
 fresh sandbox of its own, leave the victim sandbox and the node agent responsive (a command's
 round trip in the victim and a node agent RPC, timed before and during the attack), and are
 contained on the host: QEMU's threads within its cgroup's pids.max and its CPU within its quota,

@@ -1,4 +1,4 @@
-"""Issue 18, guest isolation: a guest that lies about who it is gets nothing out. Frames with
+"""Guest isolation: a guest that lies about who it is gets nothing out. Frames with
 another source address (another sandbox's, a public one, its gateway's), a forged MAC, IPv6,
 an address the guest gave itself, and gratuitous ARP claiming the gateway's or another
 sandbox's address are sent as root from inside the guest; on the host, the probe table counts

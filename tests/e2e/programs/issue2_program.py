@@ -1,4 +1,4 @@
-# The program of issue 2, verbatim: an unmodified E2B SDK program.
+# The first acceptance program, verbatim: an unmodified E2B SDK program.
 from e2b import Sandbox, CommandExitException
 sbx = Sandbox.create()                                   # the default template, "base"
 print(sbx.commands.run("uname -r; cat /etc/os-release").stdout)
