@@ -1,5 +1,5 @@
-"""The code interpreter through the official `e2b-code-interpreter` SDK, unmodified, against the whole
-platform: `Sandbox.create()` gets `code-interpreter-v1` with warm kernels; state, streams,
+"""The code interpreter through the official `e2b-code-interpreter` SDK, unmodified, against
+the whole platform: `Sandbox.create()` gets `code-interpreter-v1` with warm kernels; state, streams,
 rich results, errors, contexts, languages, env vars and reconnects behave as the
 SDK expects; and the agent code built on it (smolagents' E2BExecutor, an open-r1-style batch)
 runs as it does against E2B."""

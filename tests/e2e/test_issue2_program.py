@@ -1,5 +1,5 @@
-"""The first acceptance program: the unmodified E2B SDK program runs against a single-node install, and
-the platform's edges behave (auth, bad input, data-plane errors, tracing)."""
+"""The first acceptance program: the unmodified E2B SDK program runs against a single-node
+install, and the platform's edges behave (auth, bad input, data-plane errors, tracing)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Pause, resume, snapshot, fork and reset through the public APIs, proven with the official E2B SDK against the real platform:
-pause/resume keeps processes and files, snapshots (list, create from, delete), fork, auto-resume
-on traffic after an auto-pause, and the native gRPC reset."""
+"""Pause, resume, snapshot, fork and reset through the public APIs, proven with the official E2B
+SDK against the real platform: pause/resume keeps processes and files, snapshots (list, create
+from, delete), fork, auto-resume on traffic after an auto-pause, and the native gRPC reset."""
 
 from __future__ import annotations
 
