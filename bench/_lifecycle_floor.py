@@ -28,7 +28,7 @@ from aenv_nodeagent.network import (
     NetworkManager,
     netns_exec_prefix,
 )
-from aenv_nodeagent.node import base_template_inputs
+from aenv_nodeagent.server import base_template_inputs
 from aenv_nodeagent.templates import TemplateInputs, TemplateSnapshot, vm_spec
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuVm, detect_accelerator

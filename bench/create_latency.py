@@ -38,7 +38,7 @@ from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager, netns_exec_prefix
-from aenv_nodeagent.node import base_template_inputs
+from aenv_nodeagent.server import base_template_inputs
 from aenv_nodeagent.templates import load_snapshot, snapshot_dir, vm_spec
 from aenv_nodeagent.vmm import QemuVm, detect_accelerator
 

@@ -39,9 +39,10 @@ from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
-from aenv_nodeagent.node import base_template_inputs
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.server import base_template_inputs
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, QemuVm, VmJail, detect_accelerator
@@ -65,7 +66,7 @@ def spec() -> cluster_pb2.SandboxSpec:
 @dataclass
 class Side:
     name: str
-    sandboxes: SandboxService
+    sandboxes: SandboxWing
     network: NetworkManager
     creates: list[float]
     forks: list[float]
@@ -77,19 +78,19 @@ class Side:
 
     async def create_once(self) -> None:
         t0 = time.perf_counter()
-        sandbox = await self.sandboxes.create(spec())
+        sandbox = await self.sandboxes.creates.create(spec())
         self.creates.append(time.perf_counter() - t0)
         assert isinstance(sandbox.vm, QemuVm)
         self.exec_to_qmp.append(sandbox.vm.timings.get("exec_to_qmp", 0.0) / 1000)
-        await self.sandboxes.kill(sandbox.record.sandbox_id)
+        await self.sandboxes.kills.kill(sandbox.record.sandbox_id)
 
     async def fork_once(self) -> None:
-        parent = await self.sandboxes.create(spec())
+        parent = await self.sandboxes.creates.create(spec())
         pid = parent.record.sandbox_id
         try:
             before, load_before = cpu_stats(self.cgroups), cpu_seconds(self.load_pids)
             t0 = time.perf_counter()
-            results = await self.sandboxes.fork(pid, FORK_CHILDREN, timeout_s=3600)
+            results = await self.sandboxes.forks.fork(pid, FORK_CHILDREN, timeout_s=3600)
             took = time.perf_counter() - t0
             if self.load_pids:
                 self.load_cores.append((cpu_seconds(self.load_pids) - load_before) / took)
@@ -99,9 +100,9 @@ class Side:
             assert len(children) == FORK_CHILDREN, f"{self.name}: {len(children)} children"
             self.forks.append(took)
             for child in children:
-                await self.sandboxes.kill(child)
+                await self.sandboxes.kills.kill(child)
         finally:
-            await self.sandboxes.kill(pid)
+            await self.sandboxes.kills.kill(pid)
 
     def result(self) -> dict[str, object]:
         found: dict[str, object] = {"create_to_ready": summary_ms(self.creates),
@@ -170,9 +171,11 @@ async def run(state: Path, session: aiohttp.ClientSession) -> dict[str, object]:
                                   QemuDriver(jail), GuestCommands(session),
                                   boot_timeout_s=120, boot_attempts=3)
         templates.register(inputs)
-        sandboxes = SandboxService(SandboxSettings(state / name, ready_timeout_s=300),
-                                   SandboxRegistry(f"bench-{name}"), templates, network, envd,
-                                   MemoryRecords(), QemuDriver(jail))
+        sandboxes = SandboxWing(
+            WingContext.of(SandboxSettings(state / name, ready_timeout_s=300),
+                           SandboxRegistry(f"bench-{name}"), MemoryRecords(), templates, network,
+                           envd),
+            QemuDriver(jail))
         sides.append(Side(name, sandboxes, network, [], [], [], jail.cgroups))
     try:
         for side in sides:  # warm-up: the template's files in the page cache, not timed

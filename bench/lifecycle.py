@@ -1,6 +1,6 @@
 """Pause, resume, snapshot and fork through the node agent's sandbox wing, beside the QEMU floor.
 
-- node agent: a SandboxService over real QEMU, netns and envd (no gateway, scheduler or etcd):
+- node agent: a SandboxWing over real QEMU, netns and envd (no gateway, scheduler or etcd):
   pause; resume (until envd answers and took /init); snapshot after dirtying 1 GiB of disk and
   256 MiB of memory in the guest, the host's dirty page cache flushed (the call, the part of it
   the guest is stopped for, and when its memory image is ready); fork
@@ -49,9 +49,10 @@ from aenv_nodeagent.network import (
     NetworkConfig,
     NetworkManager,
 )
-from aenv_nodeagent.node import base_template_inputs
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.server import base_template_inputs
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
 from aenv_testing.records import MemoryRecords
@@ -128,18 +129,18 @@ SUB_PHASES = ("freeze",)
 
 
 class NodeBench:
-    def __init__(self, sandboxes: SandboxService, session: aiohttp.ClientSession) -> None:
+    def __init__(self, sandboxes: SandboxWing, session: aiohttp.ClientSession) -> None:
         self.lc = sandboxes
         self.session = session
 
     async def pause_resume(self) -> dict[str, object]:
-        sandbox = await self.lc.create(spec())
+        sandbox = await self.lc.creates.create(spec())
         sid = sandbox.record.sandbox_id
         pauses, resumes, host, wake, image = [], [], [], [], []
         try:
             for _ in range(ROUNDS):
-                pauses.append((await elapsed(self.lc.pause(sid)))[0])
-                took, resumed = await elapsed(self.lc.resume(sid, timeout_s=3600))
+                pauses.append((await elapsed(self.lc.pauses.pause(sid)))[0])
+                took, resumed = await elapsed(self.lc.pauses.resume(sid, timeout_s=3600))
                 guest = (
                     resumed.timings_ms.get("envd_ready", 0.0)
                     + resumed.timings_ms.get("envd_init", 0.0)
@@ -150,7 +151,7 @@ class NodeBench:
                 # Resumed at once: part of the host side waits for the pause's memory image.
                 image.append(resumed.timings_ms.get("memory_image", 0.0) / 1000)
         finally:
-            await self.lc.kill(sid)
+            await self.lc.kills.kill(sid)
         return {
             "pause": summary_ms(pauses),
             "resume_to_ready": summary_ms(resumes),
@@ -160,36 +161,37 @@ class NodeBench:
         }
 
     async def snapshots(self) -> dict[str, object]:
-        sandbox = await self.lc.create(spec())
+        sandbox = await self.lc.creates.create(spec())
         sid = sandbox.record.sandbox_id
         calls, materialize = [], []
         try:
             for _ in range(ROUNDS):
                 await guest_sh(self.session, sandbox.host, sandbox.record.envd_access_token, DIRTY)
                 await settle_host_writeback()
-                took, meta = await elapsed(self.lc.create_snapshot(sid))
+                took, meta = await elapsed(self.lc.snapshots.create(sid))
                 calls.append(took)
-                materialize.append((await elapsed(self.lc.memory_image(meta.snapshot_id)))[0])
+                image = self.lc.snapshots.memory_image(meta.snapshot_id)
+                materialize.append((await elapsed(image))[0])
         finally:
-            await self.lc.kill(sid)
-            for meta in self.lc.snapshots.listed():
-                await self.lc.delete_snapshot(meta.snapshot_id)
+            await self.lc.kills.kill(sid)
+            for meta in self.lc.snapshots.store.listed():
+                await self.lc.snapshots.delete(meta.snapshot_id)
         return {
             "snapshot_call": summary_ms(calls),
             "memory_image_ready_after_snapshot_returned": summary_ms(materialize),
         }
 
     async def fork(self, count: int) -> dict[str, object]:
-        parent = await self.lc.create(spec())
+        parent = await self.lc.creates.create(spec())
         pid = parent.record.sandbox_id
         try:
-            took, results = await elapsed(self.lc.fork(pid, count, timeout_s=3600))
+            took, results = await elapsed(self.lc.forks.fork(pid, count, timeout_s=3600))
             children = [r.sandbox.sandbox_id for r in results if r.HasField("sandbox")]
-            memory = child_memory([self.lc.get(c).vm.pid for c in children])
+            memory = child_memory([self.lc.registry.get(c).vm.pid for c in children])
             for child in children:
-                await self.lc.kill(child)
+                await self.lc.kills.kill(child)
         finally:
-            await self.lc.kill(pid)
+            await self.lc.kills.kill(pid)
         return {
             "children": count,
             "ok": len(children),
@@ -205,13 +207,9 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
     templates = template_store(settings, network, session)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
     records = MemoryRecords()
-    lc = SandboxService(
-        SandboxSettings(state_dir, ready_timeout_s=300),
-        SandboxRegistry("bench"),
-        templates,
-        network,
-        envd,
-        records,
+    lc = SandboxWing(
+        WingContext.of(SandboxSettings(state_dir, ready_timeout_s=300), SandboxRegistry("bench"),
+                       records, templates, network, envd),
         QemuDriver(),
     )
     bench = NodeBench(lc, session)

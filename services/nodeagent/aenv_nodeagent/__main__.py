@@ -23,7 +23,7 @@ def main() -> None:
         return
 
     def build() -> Service:
-        from aenv_nodeagent.node import NodeAgent
+        from aenv_nodeagent.server import NodeAgent
 
         return NodeAgent(settings)
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 from opentelemetry import trace
 
 from aenv_common.rollout import AboutSandbox, rollout_attributes, sandbox_span
-from aenv_nodeagent.node_metrics import OPERATION_SECONDS, PHASE_SECONDS
+from aenv_nodeagent.metrics import OPERATION_SECONDS, PHASE_SECONDS
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

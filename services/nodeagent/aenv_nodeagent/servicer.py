@@ -1,6 +1,6 @@
 """gRPC edge of the node agent (`aenv.nodeagent.v1.NodeAgentService`): requests to calls of the
-sandbox wing (sandbox/service.py), results to responses. Typed errors become gRPC statuses in the
-shared interceptor."""
+sandbox wing's operations (sandbox/wing.py), results to responses. Typed errors become gRPC
+statuses in the shared interceptor; a fork child's typed error becomes its result's status."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.images.auth import Login
-from aenv_nodeagent.metrics import Window
 from aenv_nodeagent.sandbox.logs import LogQuery
-from aenv_nodeagent.sandbox.service import SandboxService
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.sandbox_metrics import Window
 from aenv_nodeagent.snapshots.store import SnapshotMeta
 from aenv_nodeagent.templates.builds import BuildRequest, Built, TemplateBuilds
 from aenv_nodeagent.templates.recipe import Recipe
@@ -27,12 +27,21 @@ from aenv_nodeagent.templates.recipe import Recipe
 class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     def __init__(
         self,
-        sandboxes: SandboxService,
+        wing: SandboxWing,
         node_record: Callable[[], cluster_pb2.NodeRecord],
         builds: TemplateBuilds,
         capacity: NodeCapacity | None = None,
     ) -> None:
-        self._sandboxes = sandboxes
+        self._registry = wing.registry
+        self._creates = wing.creates
+        self._kills = wing.kills
+        self._pauses = wing.pauses
+        self._transfers = wing.transfers
+        self._snapshots = wing.snapshots
+        self._forks = wing.forks
+        self._changes = wing.changes
+        self._metrics = wing.guest_metrics
+        self._logs = wing.logs
         self._node_record = node_record
         self._builds = builds
         # The node's own limit on creates and forks (None: a test's wing without one).
@@ -65,35 +74,32 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.CreateSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSandboxResponse:
         with self._capacity.creating(request.spec) if self._capacity else nullcontext():
-            sandbox = await self._sandboxes.create(request.spec)
+            sandbox = await self._creates.create(request.spec)
         return nodeagent_pb2.CreateSandboxResponse(sandbox=sandbox.record)
 
     async def KillSandbox(
         self, request: nodeagent_pb2.KillSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.KillSandboxResponse:
         # A cause (an administrator's kill, a lapsed lease): a death, with its certificate.
-        await self._sandboxes.kill(request.sandbox_id, cause=request.cause,
-                                   detail=request.detail)
+        await self._kills.kill(request.sandbox_id, cause=request.cause, detail=request.detail)
         return nodeagent_pb2.KillSandboxResponse()
 
     async def GetSandbox(
         self, request: nodeagent_pb2.GetSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxResponse:
         return nodeagent_pb2.GetSandboxResponse(
-            sandbox=self._sandboxes.record(request.sandbox_id)
-        )
+            sandbox=self._registry.record(request.sandbox_id))
 
     async def ListSandboxes(
         self, request: nodeagent_pb2.ListSandboxesRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ListSandboxesResponse:
         return nodeagent_pb2.ListSandboxesResponse(
-            sandboxes=self._sandboxes.records()
-        )
+            sandboxes=self._registry.records())
 
     async def SetSandboxTimeout(
         self, request: nodeagent_pb2.SetSandboxTimeoutRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.SetSandboxTimeoutResponse:
-        record = await self._sandboxes.set_timeout(
+        record = await self._changes.set_timeout(
             request.sandbox_id, request.timeout_seconds, extend_only=request.extend_only)
         return nodeagent_pb2.SetSandboxTimeoutResponse(sandbox=record)
 
@@ -105,7 +111,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def GetSandboxMetrics(
         self, request: nodeagent_pb2.GetSandboxMetricsRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxMetricsResponse:
-        samples = await self._sandboxes.metrics(request.sandbox_id, Window.of(request))
+        samples = await self._metrics.metrics(request.sandbox_id, Window.of(request))
         return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[s.to_proto() for s in samples])
 
     async def GetLatestSandboxMetrics(
@@ -114,7 +120,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> nodeagent_pb2.GetLatestSandboxMetricsResponse:
         ids = list(dict.fromkeys(request.sandbox_ids))
-        latest = await asyncio.gather(*(self._sandboxes.latest_metric(sid) for sid in ids))
+        latest = await asyncio.gather(*(self._metrics.latest(sid) for sid in ids))
         return nodeagent_pb2.GetLatestSandboxMetricsResponse(metrics={
             sid: sample.to_proto() for sid, sample in zip(ids, latest, strict=True) if sample
         })
@@ -122,7 +128,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def GetSandboxLogs(
         self, request: nodeagent_pb2.GetSandboxLogsRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.GetSandboxLogsResponse:
-        entries = self._sandboxes.logs(request.sandbox_id, LogQuery.of(request))
+        entries = self._logs.read(request.sandbox_id, LogQuery.of(request))
         return nodeagent_pb2.GetSandboxLogsResponse(entries=[e.to_proto() for e in entries])
 
     async def UpdateSandboxNetwork(
@@ -130,7 +136,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         request: nodeagent_pb2.UpdateSandboxNetworkRequest,
         context: grpc.aio.ServicerContext,
     ) -> nodeagent_pb2.UpdateSandboxNetworkResponse:
-        record = await self._sandboxes.update_network(request.sandbox_id, request.network)
+        record = await self._changes.update_network(request.sandbox_id, request.network)
         return nodeagent_pb2.UpdateSandboxNetworkResponse(sandbox=record)
 
     async def PauseSandbox(
@@ -138,21 +144,21 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.PauseSandboxResponse:
         mode = (cluster_pb2.PAUSE_MODE_UNSPECIFIED if request.keep_memory
                 else cluster_pb2.PAUSE_MODE_FILESYSTEM)
-        record = await self._sandboxes.pause(
+        record = await self._pauses.pause(
             request.sandbox_id, mode, require_healthy_guest=request.require_healthy_guest)
         return nodeagent_pb2.PauseSandboxResponse(sandbox=record)
 
     async def ResumeSandbox(
         self, request: nodeagent_pb2.ResumeSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResumeSandboxResponse:
-        sandbox = await self._sandboxes.resume(
+        sandbox = await self._pauses.resume(
             request.sandbox_id, request.timeout_seconds, reboot=request.reboot)
         return nodeagent_pb2.ResumeSandboxResponse(sandbox=sandbox.record)
 
     async def TakeOverSandbox(
         self, request: nodeagent_pb2.TakeOverSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.TakeOverSandboxResponse:
-        paused = await self._sandboxes.take_over(request.sandbox_id, discard=request.discard)
+        paused = await self._transfers.take_over(request.sandbox_id, discard=request.discard)
         if paused is None:
             return nodeagent_pb2.TakeOverSandboxResponse()
         return nodeagent_pb2.TakeOverSandboxResponse(sandbox=paused.record)
@@ -160,7 +166,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def CreateSnapshot(
         self, request: nodeagent_pb2.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.CreateSnapshotResponse:
-        meta = await self._sandboxes.create_snapshot(
+        meta = await self._snapshots.create(
             request.sandbox_id, request.name, filesystem_only=not request.keep_memory)
         return nodeagent_pb2.CreateSnapshotResponse(snapshot=snapshot_info(meta))
 
@@ -168,22 +174,22 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self, request: nodeagent_pb2.ListSnapshotsRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ListSnapshotsResponse:
         return nodeagent_pb2.ListSnapshotsResponse(snapshots=[
-            snapshot_info(meta) for meta in self._sandboxes.snapshots.listed(request.sandbox_id)
+            snapshot_info(meta) for meta in self._snapshots.store.listed(request.sandbox_id)
         ])
 
     async def DeleteSnapshot(
         self, request: nodeagent_pb2.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.DeleteSnapshotResponse:
-        await self._sandboxes.delete_snapshot(request.snapshot_id)
+        await self._snapshots.delete(request.snapshot_id)
         return nodeagent_pb2.DeleteSnapshotResponse()
 
     async def ForkSandbox(
         self, request: nodeagent_pb2.ForkSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ForkSandboxResponse:
         count = request.count or 1
-        parent = self._sandboxes.record(request.sandbox_id).resources
+        parent = self._registry.record(request.sandbox_id).resources
         with self._capacity.forking(parent, count) if self._capacity else nullcontext():
-            results = await self._sandboxes.fork(
+            results = await self._forks.fork(
                 request.sandbox_id, count, request.timeout_seconds,
                 request.child_ids, request.child_tokens,
                 [list(child.mounts) for child in request.child_volume_mounts],
@@ -193,7 +199,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     async def ResetSandbox(
         self, request: nodeagent_pb2.ResetSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResetSandboxResponse:
-        record = await self._sandboxes.reset(request.sandbox_id, request.snapshot_id)
+        record = await self._forks.reset(request.sandbox_id, request.snapshot_id)
         return nodeagent_pb2.ResetSandboxResponse(sandbox=record)
 
 

@@ -26,9 +26,10 @@ from aenv_common.errors import Unavailable
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
 from aenv_nodeagent.templates import TemplateStore
 
 from .fakes.envd import FakeEnvd
@@ -44,7 +45,7 @@ WITHIN_S = 1.0
 
 @dataclass
 class Node:
-    service: SandboxService
+    service: SandboxWing
     records: RecordingRecords
     events: RecordingEvents
     network: FakeNetwork
@@ -56,7 +57,7 @@ class Node:
         """A running sandbox whose VM is a real process."""
         spec = cluster_pb2.SandboxSpec(sandbox_id=new_sandbox_id(), template_id="base",
                                        envd_access_token=new_secret())
-        sandbox = await self.service.create(spec)
+        sandbox = await self.service.creates.create(spec)
         process = await asyncio.create_subprocess_exec("sleep", "600")
         self.processes.append(process)
         assert isinstance(sandbox.vm, FakeVm)
@@ -76,12 +77,13 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     async def cut(sandbox_id: str) -> None:
         cuts.append((sandbox_id, time.monotonic()))
 
-    service = SandboxService(
+    service = SandboxWing(WingContext.of(
         SandboxSettings(state_dir, ready_timeout_s=5, boot_timeout_s=5),
-        SandboxRegistry("node"), cast(TemplateStore, templates), cast(NetworkManager, network),
-        cast(EnvdClient, FakeEnvd()), records, FakeDriver(), cut_traffic=cut, events=events)
+        SandboxRegistry("node"), records, cast(TemplateStore, templates),
+        cast(NetworkManager, network), cast(EnvdClient, FakeEnvd()), cut_traffic=cut,
+        events=events), FakeDriver())
     node = Node(service, records, events, network, state_dir, cuts)
-    watch = asyncio.create_task(service.run_exit_watch())
+    watch = asyncio.create_task(service.exits.run())
     try:
         yield node
     finally:
@@ -117,7 +119,7 @@ async def test_a_crashed_vm_s_sandbox_is_cut_removed_and_certified_dead(node: No
     assert await _gone(node, sandbox.sandbox_id) < WITHIN_S
     cut_at = next(at for sid, at in node.cuts if sid == sandbox.sandbox_id)
     assert cut_at - crashed < WITHIN_S
-    assert node.service.serving(sandbox.sandbox_id) is None
+    assert node.service.registry.serving(sandbox.sandbox_id) is None
     assert sandbox.sandbox_id not in node.records.records
     assert _died_of(node, sandbox.sandbox_id) == (
         VMM_CRASH, "qemu exited with a status this agent cannot know (it adopted the VM)")
@@ -133,13 +135,13 @@ async def test_the_other_sandboxes_run_on(node: Node) -> None:
     healthy, _ = await node.create()
     process.send_signal(signal.SIGKILL)
     await _gone(node, crashing.sandbox_id)
-    assert node.service.serving(healthy.sandbox_id) is healthy
+    assert node.service.registry.serving(healthy.sandbox_id) is healthy
     assert node.records.records[healthy.sandbox_id].state == cluster_pb2.SANDBOX_STATE_RUNNING
 
 
 async def test_a_killed_sandbox_is_not_reported_dead(node: Node) -> None:
     sandbox, process = await node.create()
-    await node.service.kill(sandbox.sandbox_id)
+    await node.service.kills.kill(sandbox.sandbox_id)
     process.send_signal(signal.SIGKILL)  # its VM's exit, once the kill ended it
     await asyncio.sleep(0.5)
     assert sandbox.sandbox_id not in node.records.records
@@ -161,7 +163,7 @@ async def test_a_dead_sandbox_whose_removal_fails_is_removed_on_a_later_pass(nod
     node.records.delete_failures.append(Unavailable("etcd is away"))
     process.send_signal(signal.SIGKILL)
     assert await _gone(node, sandbox.sandbox_id) < WITHIN_S
-    assert node.service.serving(sandbox.sandbox_id) is None
+    assert node.service.registry.serving(sandbox.sandbox_id) is None
     assert sandbox.sandbox_id not in node.records.records
     assert _died_of(node, sandbox.sandbox_id) is not None
 

@@ -1,7 +1,7 @@
 """The egress process as the node agent starts it: its settings gathered from the node's, the
 cluster's egress CA and secrets key, the blocked ranges, and the supervisor started.
 
-Called once from the composition root (node.py), before start-up recovery, so adopted sandboxes
+Called once from the composition root (server.py), before start-up recovery, so adopted sandboxes
 can be re-attached with their recorded policies.
 """
 

@@ -6,22 +6,22 @@ from __future__ import annotations
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_nodeagent.sandbox.records import SandboxRecords
-from aenv_nodeagent.sandbox.service import SandboxService
+from aenv_nodeagent.sandbox.wing import SandboxWing
 
 
 class WingSandboxes:
-    def __init__(self, sandboxes: SandboxService, records: SandboxRecords) -> None:
+    def __init__(self, sandboxes: SandboxWing, records: SandboxRecords) -> None:
         self._sandboxes = sandboxes
         self._records = records
 
     def records(self) -> list[cluster_pb2.SandboxRecord]:
-        return self._sandboxes.records()
+        return self._sandboxes.registry.records()
 
     async def kill(self, sandbox_id: str, *, cause: cluster_pb2.DeathCause, detail: str) -> None:
-        await self._sandboxes.kill(sandbox_id, cause=cause, detail=detail)
+        await self._sandboxes.kills.kill(sandbox_id, cause=cause, detail=detail)
 
     async def pause(self, sandbox_id: str, *, detail: str) -> None:
-        await self._sandboxes.pause(sandbox_id, detail=detail)
+        await self._sandboxes.pauses.pause(sandbox_id, detail=detail)
 
     async def detach(self, sandbox_id: str, lease_id: str) -> None:
         """:raise Conflict: another operation holds it (the next reconcile tries again)."""

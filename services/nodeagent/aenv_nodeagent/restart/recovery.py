@@ -232,8 +232,8 @@ def drop_paused_of_others(
     sandboxes_dir: Path, paused: set[str], ours: list[cluster_pb2.SandboxRecord]
 ) -> set[str]:
     """Remove the paused sandboxes the cluster no longer records on this node: another node took
-    them over (snapshots/handover.py) while this one was gone, or they were killed there. No API
-    could reach these copies any more."""
+    them over (snapshots/paused_claims.py) while this one was gone, or they were killed there. No
+    API could reach these copies any more."""
     dropped = paused - {rec.sandbox_id for rec in ours}
     for sandbox_id in dropped:
         shutil.rmtree(sandboxes_dir / sandbox_id, ignore_errors=True)

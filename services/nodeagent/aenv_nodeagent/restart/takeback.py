@@ -11,11 +11,9 @@ from pathlib import Path
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Internal
 from aenv_nodeagent.memory.deferred import finish_interrupted, recorded_copy
-from aenv_nodeagent.memory.images import MemoryImages, discard_interrupted
+from aenv_nodeagent.memory.images import discard_interrupted
 from aenv_nodeagent.restart.recovery import BACK, Adopted
-from aenv_nodeagent.sandbox.events import SandboxEvents
-from aenv_nodeagent.sandbox.handover import Handover
-from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.model import (
     DISK,
     OVERLAY_NODE,
@@ -25,11 +23,9 @@ from aenv_nodeagent.sandbox.model import (
     Paused,
     Sandbox,
 )
-from aenv_nodeagent.sandbox.records import SandboxRecords
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.paused_transfer import PausedTransfer
 from aenv_nodeagent.sandbox.snapshot import Snapshots
 from aenv_nodeagent.snapshots.store import SnapshotMeta
-from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.vmm.frozen import stray_copies
 
 log = logging.getLogger(__name__)
@@ -39,20 +35,18 @@ class TakeBack:
     """What a restarted node agent takes over, before it serves anything."""
 
     def __init__(
-        self, registry: SandboxRegistry, templates: TemplateStore, layers: DiskLayers,
-        snapshots: Snapshots, handover: Handover, memory_images: MemoryImages,
-        records: SandboxRecords, sandboxes_dir: Path, kill: Callable[[str], Awaitable[None]],
-        events: SandboxEvents,
+        self, wing: WingContext, snapshots: Snapshots, transfers: PausedTransfer,
+        kill: Callable[[str], Awaitable[None]],
     ) -> None:
-        self._events = events
-        self._records = records
-        self._registry = registry
-        self._templates = templates
-        self._layers = layers
+        self._events = wing.events
+        self._records = wing.records
+        self._registry = wing.registry
+        self._templates = wing.templates
+        self._layers = wing.disk
         self._snapshots = snapshots
-        self._handover = handover
-        self._images = memory_images
-        self._sandboxes_dir = sandboxes_dir
+        self._handover = transfers
+        self._images = wing.memory_images
+        self._sandboxes_dir = wing.sandboxes_dir
         self._kill = kill
 
     async def adopt(self, adopted: Sequence[Adopted]) -> None:
@@ -106,6 +100,19 @@ class TakeBack:
             self._handover.store_soon(paused)  # a push cut short by the last stop
         self._layers.collect()
         return self._registry.paused_ids()
+
+    async def republish_running(self) -> None:
+        """Writes the records of the running sandboxes again. Call once the node is registered:
+        until its lease stands, the leading scheduler's sweep may mark an adopted sandbox lost
+        after `adopt` wrote its record: one marked lost so is back (its certificate withdrawn,
+        READY "back with its node")."""
+        for sandbox in self._registry.all():
+            current = await self._records.get_sandbox(sandbox.sandbox_id)
+            if current is not None and current.state == cluster_pb2.SANDBOX_STATE_LOST:
+                await self._events.publish(sandbox.record, cluster_pb2.SANDBOX_EVENT_TYPE_READY,
+                                           detail=BACK, revived=True)
+            else:
+                await self._records.put_sandbox(sandbox.record)
 
     async def _chain_of(self, found: Adopted, templates: Mapping[Path, str]) -> Chain:
         """`templates`: template ids by their disk files.

@@ -12,15 +12,11 @@ from pathlib import Path
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError
 from aenv_nodeagent.phases import PhaseTimer
-from aenv_nodeagent.sandbox.events import SandboxEvents
+from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.records import check_resources, validate_spec
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.restore import Restorer
-from aenv_nodeagent.sandbox.sources import RestoreSources
-from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
-from aenv_nodeagent.snapshots.store import LayerStore, SnapshotMeta, SnapshotStore
-from aenv_nodeagent.templates import TemplateStore
+from aenv_nodeagent.snapshots.store import SnapshotMeta
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +27,15 @@ KILLED = cluster_pb2.SANDBOX_EVENT_TYPE_KILLED
 class Creates:
     """New sandboxes from templates and snapshots."""
 
-    def __init__(
-        self, registry: SandboxRegistry, templates: TemplateStore, snapshots: SnapshotStore,
-        layers: LayerStore, restorer: Restorer, sources: RestoreSources,
-        events: SandboxEvents, persistence: SnapshotPersistence | None = None,
-    ) -> None:
-        self._events = events
-        self._registry = registry
-        self._templates = templates
-        self._snapshots = snapshots
-        self._layers = layers
+    def __init__(self, wing: WingContext, restorer: Restorer) -> None:
+        self._events = wing.events
+        self._registry = wing.registry
+        self._templates = wing.templates
+        self._snapshots = wing.snapshot_store
+        self._layers = wing.disk.store
         self._restorer = restorer
-        self._sources = sources
-        self._persistence = persistence
+        self._sources = wing.sources
+        self._persistence = wing.persistence
 
     async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
         """From a template, or from a snapshot when `template_id` names one.

@@ -13,25 +13,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
-from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
+from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.create import Creates
-from aenv_nodeagent.sandbox.events import SandboxEvents
-from aenv_nodeagent.sandbox.layers import DiskLayers
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.pause import discard_memory
-from aenv_nodeagent.sandbox.records import SandboxRecords
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.restore import Restorer
 from aenv_nodeagent.sandbox.snapshot import Snapshots
-from aenv_nodeagent.sandbox.sources import RestoreSources
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +39,18 @@ class Forks:
     """Fork and reset of running sandboxes."""
 
     def __init__(
-        self, registry: SandboxRegistry, snapshots: Snapshots, creates: Creates,
-        restorer: Restorer, sources: RestoreSources, layers: DiskLayers,
-        network: NetworkManager, records: SandboxRecords,
-        cut_traffic: Callable[[str], Awaitable[None]], events: SandboxEvents,
+        self, wing: WingContext, snapshots: Snapshots, creates: Creates, restorer: Restorer
     ) -> None:
-        self._events = events
-        self._registry = registry
+        self._events = wing.events
+        self._registry = wing.registry
         self._snapshots = snapshots
         self._creates = creates
         self._restorer = restorer
-        self._sources = sources
-        self._layers = layers
-        self._network = network
-        self._records = records
-        self._cut_traffic = cut_traffic
+        self._sources = wing.sources
+        self._layers = wing.disk
+        self._network = wing.network
+        self._records = wing.records
+        self._cut_traffic = wing.cut_traffic
 
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int = 0,

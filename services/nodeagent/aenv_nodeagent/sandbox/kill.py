@@ -11,7 +11,6 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
 
 from opentelemetry import trace
 
@@ -19,15 +18,12 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_common.events import TIMED_OUT_PAUSED
 from aenv_common.rollout import sandbox_span
-from aenv_nodeagent.metrics import MetricsHistory
-from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
-from aenv_nodeagent.sandbox.events import SandboxEvents
-from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.pause import Pauses
-from aenv_nodeagent.sandbox.records import SandboxRecords, timestamp
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.records import timestamp
+from aenv_nodeagent.sandbox_metrics import MetricsHistory
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +39,17 @@ class Kills:
     """Kills and expiries of this node's sandboxes."""
 
     def __init__(
-        self, registry: SandboxRegistry, pauses: Pauses, layers: DiskLayers,
-        network: NetworkManager, records: SandboxRecords, metrics_history: MetricsHistory,
-        cut_traffic: Callable[[str], Awaitable[None]],
-        allocation_changed: Callable[[], Awaitable[None]], events: SandboxEvents,
+        self, wing: WingContext, pauses: Pauses, metrics_history: MetricsHistory
     ) -> None:
-        self._events = events
-        self._registry = registry
+        self._events = wing.events
+        self._registry = wing.registry
         self._pauses = pauses
-        self._layers = layers
-        self._network = network
-        self._records = records
+        self._layers = wing.disk
+        self._network = wing.network
+        self._records = wing.records
         self._metrics_history = metrics_history
-        self._cut_traffic = cut_traffic
-        self._allocation_changed = allocation_changed
+        self._cut_traffic = wing.cut_traffic
+        self._allocation_changed = wing.allocation_changed
         self._killing: set[str] = set()
 
     async def kill(

@@ -79,7 +79,7 @@ class Paused:
     record: cluster_pb2.SandboxRecord
     directory: Path
     chain: Chain
-    # The snapstore manifest its state is pushed to (snapshots/handover.py); "" while none is.
+    # The snapstore manifest its state is pushed to (snapshots/paused_claims.py); "" while none is.
     image_id: str = ""
 
     def save(self) -> None:

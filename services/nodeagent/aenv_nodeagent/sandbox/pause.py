@@ -17,28 +17,20 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, Unavailable
-from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.memory.capture import CaptureLedger
 from aenv_nodeagent.memory.images import (
     DELTA,
     DEVICES,
-    MemoryImages,
     discard_delta,
     discard_image,
     pin_base,
 )
 from aenv_nodeagent.memory.paused import PendingDelta
-from aenv_nodeagent.network import NetworkManager
 from aenv_nodeagent.phases import PhaseTimer
-from aenv_nodeagent.sandbox.background import SandboxTasks
-from aenv_nodeagent.sandbox.events import SandboxEvents
-from aenv_nodeagent.sandbox.handover import Handover
-from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.model import (
     FILESYSTEM,
     FULL,
@@ -47,10 +39,9 @@ from aenv_nodeagent.sandbox.model import (
     Paused,
     Sandbox,
 )
-from aenv_nodeagent.sandbox.records import SandboxRecords
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.paused_transfer import PausedTransfer
 from aenv_nodeagent.sandbox.restore import Restorer
-from aenv_nodeagent.sandbox.sources import RestoreSources, resumes_by_boot
+from aenv_nodeagent.sandbox.sources import resumes_by_boot
 from aenv_nodeagent.sandbox.vms import keep_running
 
 log = logging.getLogger(__name__)
@@ -68,28 +59,23 @@ class Pauses:
     """Pause, resume and kill of paused sandboxes."""
 
     def __init__(
-        self, registry: SandboxRegistry, restorer: Restorer, sources: RestoreSources,
-        layers: DiskLayers, handover: Handover, memory_images: MemoryImages,
-        ledger: CaptureLedger, network: NetworkManager, envd: EnvdClient,
-        records: SandboxRecords, cut_traffic: Callable[[str], Awaitable[None]],
-        allocation_changed: Callable[[], Awaitable[None]], quits: SandboxTasks,
-        events: SandboxEvents, *, ready_timeout_s: float,
+        self, wing: WingContext, restorer: Restorer, transfers: PausedTransfer
     ) -> None:
-        self._events = events
-        self._registry = registry
+        self._events = wing.events
+        self._registry = wing.registry
         self._restorer = restorer
-        self._sources = sources
-        self._layers = layers
-        self._handover = handover
-        self._images = memory_images
-        self._ledger = ledger
-        self._network = network
-        self._envd = envd
-        self._records = records
-        self._cut_traffic = cut_traffic
-        self._allocation_changed = allocation_changed
-        self._quits = quits  # paused sandboxes' VMs, quitting
-        self._ready_timeout_s = ready_timeout_s
+        self._sources = wing.sources
+        self._layers = wing.disk
+        self._handover = transfers
+        self._images = wing.memory_images
+        self._ledger = wing.ledger
+        self._network = wing.network
+        self._envd = wing.envd
+        self._records = wing.records
+        self._cut_traffic = wing.cut_traffic
+        self._allocation_changed = wing.allocation_changed
+        self._quits = wing.quits  # paused sandboxes' VMs, quitting
+        self._ready_timeout_s = wing.settings.ready_timeout_s
 
     async def pause(
         self, sandbox_id: str, mode: cluster_pb2.PauseMode = FULL, *,

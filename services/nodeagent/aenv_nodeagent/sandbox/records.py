@@ -26,7 +26,8 @@ class SandboxRecords(Protocol):
 
 
 class ClusterRecords(SandboxRecords, Protocol):
-    """The cluster state a claim of a paused sandbox reads and swaps (snapshots/handover.py)."""
+    """The cluster state a claim of a paused sandbox reads and swaps
+    (snapshots/paused_claims.py)."""
 
     async def get_sandbox(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None: ...
 

@@ -8,9 +8,10 @@ fork's children, a resume and a reset all run the same steps, with one undo stac
     volume mounts) → record → publish (with its event: READY, RESUMED, UPDATED for a reset, in
     the record's own etcd transaction, sandbox/events.py)
 
-What differs between them is the `RestorePlan` (sandbox/sources.py makes them): where the
-sandbox's directory is and whether the restore makes it, what its disk overlay stands on, the
-image its RAM comes back from (none: a cold boot), and whether it keeps a network slot it has.
+What differs between them is the plan, one kind per case (sandbox/plans.py; sandbox/sources.py
+makes them): where the sandbox's directory is and whether the restore makes it, what its disk
+overlay stands on, the image its RAM comes back from (none: a cold boot), and whether it keeps a
+network slot it has.
 Whatever fails is undone in reverse, so a failed restore leaves nothing but what it was given.
 """
 
@@ -19,78 +20,48 @@ from __future__ import annotations
 import asyncio
 import functools
 import shutil
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict
 from aenv_nodeagent.disks import create_overlay
-from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
+from aenv_nodeagent.network import EgressPolicy, NetSlot
 from aenv_nodeagent.phases import PhaseTimer, Undo
 from aenv_nodeagent.pool import PooledVm, WarmPool
-from aenv_nodeagent.sandbox.events import SandboxEvents
-from aenv_nodeagent.sandbox.model import BOOT_RAM, DISK, Chain, RestoreImage, Sandbox
-from aenv_nodeagent.sandbox.records import SandboxRecords, egress_policy
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
+from aenv_nodeagent.sandbox.context import WingContext
+from aenv_nodeagent.sandbox.model import BOOT_RAM, DISK, RestoreImage, Sandbox
+from aenv_nodeagent.sandbox.plans import (
+    FromTemplate,
+    Reset,
+    RestorePlan,
+    backing_of,
+    makes_directory,
+)
+from aenv_nodeagent.sandbox.records import egress_policy
+from aenv_nodeagent.templates import TemplateSnapshot
 from aenv_nodeagent.templates.launch import boot_from_disk, launch_restore_target
 from aenv_nodeagent.vmm.driver import Vm, VmmDriver
 from aenv_nodeagent.volumes import VolumeRelays, envd_mounts
 from aenv_nodeagent.volumes.endpoint import NO_SNAPSTORE
 
 
-@dataclass(frozen=True)
-class RestorePlan:
-    """One restore: the sandbox it makes, where it lives, and what it comes back from."""
-
-    record: cluster_pb2.SandboxRecord  # published once its guest answers
-    directory: Path
-    chain: Chain  # what its disk stands on once it runs
-    # The image its RAM comes back from, resolved once `directory` exists (it may pin files
-    # into it).
-    image: Callable[[Path], Awaitable[RestoreImage]]
-    # A new overlay `disk.qcow2` is made over this; None: the VM opens `chain.active` as it is.
-    backing: Path | None
-    # The restore makes `directory` (and removes it if it fails).
-    fresh: bool
-    # A template's own restore: a pre-started VM of it may be taken from the warm pool.
-    template: TemplateSnapshot | None = None
-    # Keep this network slot (a reset) instead of taking a new one.
-    slot: NetSlot | None = None
-
-    @property
-    def sandbox_id(self) -> str:
-        return self.record.sandbox_id
-
-
-@dataclass(frozen=True)
-class RestoreTimeouts:
-    ready_s: float  # a restored guest's envd answers within this
-    boot_s: float  # a cold-booted one's
-
-
 class Restorer:
     """Runs restore plans on this node."""
 
     def __init__(
-        self, registry: SandboxRegistry, templates: TemplateStore, network: NetworkManager,
-        envd: EnvdClient, records: SandboxRecords, driver: VmmDriver,
-        allocation_changed: Callable[[], Awaitable[None]], timeouts: RestoreTimeouts,
-        pool: WarmPool | None = None, relays: VolumeRelays | None = None,
-        events: SandboxEvents | None = None,
+        self, wing: WingContext, driver: VmmDriver, *, pool: WarmPool | None = None,
+        relays: VolumeRelays | None = None,
     ) -> None:
-        self._registry = registry
-        self._events = events or SandboxEvents.off(records, registry.node_id)
+        self._registry = wing.registry
+        self._events = wing.events
         self._relays = relays  # None: no snapstore, no volumes
-        self._templates = templates
-        self._network = network
-        self._envd = envd
-        self._records = records
+        self._templates = wing.templates
+        self._network = wing.network
+        self._envd = wing.envd
         self._driver = driver
-        self._allocation_changed = allocation_changed
-        self._timeouts = timeouts
+        self._allocation_changed = wing.allocation_changed
+        self._settings = wing.settings
         self._pool = pool
 
     async def restore(
@@ -153,7 +124,7 @@ class Restorer:
         undo.push(lambda: relays.stop(slot.netns))
 
     def _pooled(self, plan: RestorePlan) -> PooledVm | None:
-        if self._pool is None or plan.template is None:
+        if self._pool is None or not isinstance(plan, FromTemplate):
             return None
         template = plan.template
         self._pool.want_vms(template.template_id, functools.partial(self._launch_pooled, template))
@@ -182,16 +153,16 @@ class Restorer:
 
     async def _prepare(self, plan: RestorePlan, timer: PhaseTimer, undo: Undo) -> NetSlot:
         """The directory, and the slot built while the overlay is made."""
-        if plan.fresh:
+        if makes_directory(plan):
             plan.directory.mkdir(parents=True, exist_ok=False)
             undo.push(lambda: shutil.rmtree(plan.directory, ignore_errors=True))
-        kept, slot_task = plan.slot, None
+        kept, slot_task = plan.slot if isinstance(plan, Reset) else None, None
         if kept is None:
             policy = egress_policy(plan.record.network, plan.record.owner_key_id)
             slot_task = asyncio.ensure_future(timer.timed("network", self._new_slot(policy)))
         try:
-            if plan.backing is not None:
-                await timer.timed("overlay", self._overlay(plan, plan.backing))
+            if (backing := backing_of(plan)) is not None:
+                await timer.timed("overlay", self._overlay(plan, backing))
         finally:
             if slot_task is not None:
                 # Built meanwhile: whatever happened to the overlay, it is undone with the rest.
@@ -207,7 +178,7 @@ class Restorer:
 
     async def _overlay(self, plan: RestorePlan, backing: Path) -> None:
         target = plan.directory / DISK
-        if self._pool is not None and plan.template is not None:
+        if self._pool is not None and isinstance(plan, FromTemplate):
             await self._pool.take_overlay(backing, target)  # templates' overlays are pooled
         else:
             await create_overlay(backing, target)
@@ -234,7 +205,8 @@ class Restorer:
             state = await timer.timed("memory_image", image.later_state())
         if state is not None and not image.boots:
             await timer.timed("restore", vm.restore(state))
-        ready_s = self._timeouts.boot_s if image.boots else self._timeouts.ready_s
+        ready_s = (self._settings.boot_timeout_s if image.boots
+                   else self._settings.ready_timeout_s)
         await timer.timed("envd_ready", self._envd.wait_healthy(slot.ns_ip, ready_s))
         record.envd_version = await timer.timed("envd_init", self._envd.init(
             slot.ns_ip, env_vars=identity_env(record) | dict(record.env_vars),
@@ -242,7 +214,7 @@ class Restorer:
             current_token=image.guest_token or None,
             volume_mounts=envd_mounts(record.volume_mounts),
             # Many guests woken at once (a fork) share the host's CPUs: as long as /health.
-            timeout_s=self._timeouts.ready_s,
+            timeout_s=self._settings.ready_timeout_s,
         ))
 
 

@@ -16,57 +16,50 @@ import time
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
 
+from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, NotFound
-from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.memory.capture import CaptureLedger, MemoryCapture, pages_fields
+from aenv_nodeagent.memory.capture import MemoryCapture, pages_fields
 from aenv_nodeagent.memory.images import (
     DEVICE_STATE,
     MEMORY,
     MemoryImage,
-    MemoryImages,
     partial_image,
     publish_image,
 )
 from aenv_nodeagent.phases import PhaseTimer, ms_fields
-from aenv_nodeagent.sandbox.layers import DiskLayers, NextLayer
+from aenv_nodeagent.sandbox.context import WingContext
+from aenv_nodeagent.sandbox.layers import NextLayer
 from aenv_nodeagent.sandbox.model import Chain, Sandbox
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.sources import RestoreSources
 from aenv_nodeagent.sandbox.vms import keep_running
-from aenv_nodeagent.snapshots.persistence import SnapshotPersistence, layer_file
+from aenv_nodeagent.snapshots.persistence import layer_file
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.snapshots.store import (
     SNAPSHOT_META,
     SnapshotMeta,
-    SnapshotStore,
     new_snapshot_id,
 )
-from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.volumes import saved_mounts
 
 log = logging.getLogger(__name__)
+
+SNAPSHOTTED = cluster_pb2.SANDBOX_EVENT_TYPE_SNAPSHOTTED
 
 
 class Snapshots:
     """Takes, publishes, persists and deletes this node's snapshots."""
 
-    def __init__(
-        self, registry: SandboxRegistry, templates: TemplateStore, store: SnapshotStore,
-        layers: DiskLayers, memory_images: MemoryImages, ledger: CaptureLedger,
-        sources: RestoreSources, envd: EnvdClient, *, ready_timeout_s: float,
-        persistence: SnapshotPersistence | None = None,
-        publisher: SnapshotPublisher | None = None,
-    ) -> None:
-        self._registry = registry
-        self._templates = templates
-        self.store = store
-        self._layers = layers
-        self._images = memory_images
-        self._ledger = ledger
-        self._sources = sources
-        self._envd = envd
-        self._ready_timeout_s = ready_timeout_s
-        self._persistence = persistence
+    def __init__(self, wing: WingContext, publisher: SnapshotPublisher | None = None) -> None:
+        self._registry = wing.registry
+        self._events = wing.events
+        self._templates = wing.templates
+        self.store = wing.snapshot_store
+        self._layers = wing.disk
+        self._images = wing.memory_images
+        self._ledger = wing.ledger
+        self._sources = wing.sources
+        self._envd = wing.envd
+        self._ready_timeout_s = wing.settings.ready_timeout_s
+        self._persistence = wing.persistence
         self._publisher = publisher
 
     async def create(
@@ -90,6 +83,8 @@ class Snapshots:
             await self._publisher.publish(meta, sandbox.record.resources)
             if self.store.find(meta.snapshot_id) is None:  # its image was lost meanwhile
                 await self._publisher.withdraw(meta.snapshot_id)
+        if not hidden and (running := self._registry.find(sandbox_id)) is not None:
+            await self._events.announce(running, SNAPSHOTTED, detail=f"snapshot {meta.snapshot_id}")
         return meta
 
     async def delete(self, snapshot_id: str) -> None:

@@ -1,5 +1,5 @@
-"""Where a restore comes from: the plans (sandbox/restore.py) for a template, a snapshot, a
-paused sandbox and a reset, and the memory images behind them.
+"""Where a restore comes from: the one place its plans (sandbox/plans.py) are made, for a
+template, a snapshot, a paused sandbox and a reset, and the memory images behind them.
 
 A template's restore maps the template's RAM file; a snapshot's, the snapshot's memory image
 (hard-linked into the sandbox's directory, so that it outlives the snapshot), or, while that
@@ -39,8 +39,8 @@ from aenv_nodeagent.sandbox.model import (
     Sandbox,
     boot_image,
 )
+from aenv_nodeagent.sandbox.plans import FromSnapshot, FromTemplate, Reset, Resume
 from aenv_nodeagent.sandbox.records import end_at, new_record
-from aenv_nodeagent.sandbox.restore import RestorePlan
 from aenv_nodeagent.snapshots.store import LayerStore, SnapshotMeta
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
 from aenv_nodeagent.vmm.delta import mapped_memory
@@ -63,29 +63,29 @@ class RestoreSources:
 
     def from_template(
         self, spec: cluster_pb2.SandboxSpec, template: TemplateSnapshot
-    ) -> RestorePlan:
+    ) -> FromTemplate:
         inputs = self._templates.inputs(template.template_id)
         image = RestoreImage(inputs, template.memory, template.state, guest_token="")
-        return RestorePlan(
+        return FromTemplate(
             record=new_record(spec, self._node_id, template, template.envd_version),
             directory=self._sandboxes_dir / spec.sandbox_id, chain=Chain(spec.template_id, []),
-            image=_ready(image), backing=template.disk, fresh=True, template=template)
+            image=_ready(image), template=template)
 
     def from_snapshot(
         self, spec: cluster_pb2.SandboxSpec, snapshot: SnapshotMeta, template: TemplateSnapshot
-    ) -> RestorePlan:
+    ) -> FromSnapshot:
         """:raise Conflict, Internal: the snapshot cannot be restored here (`check`)."""
         self.check(snapshot)
-        return RestorePlan(
+        return FromSnapshot(
             record=new_record(spec, self._node_id, template, snapshot.envd_version),
             directory=self._sandboxes_dir / spec.sandbox_id,
             chain=Chain(snapshot.template_id, list(snapshot.layers)),
             image=lambda directory: self.snapshot_image(snapshot, directory),
-            backing=self._layers.path(snapshot.layers[0]), fresh=True)
+            backing=self._layers.path(snapshot.layers[0]))
 
     def for_resume(
         self, paused: Paused, timeout_s: int, *, boots: bool, timer: PhaseTimer
-    ) -> RestorePlan:
+    ) -> Resume:
         """The paused sandbox running again under its id, on its own files."""
         record = cluster_pb2.SandboxRecord()
         record.CopyFrom(paused.record)
@@ -94,18 +94,17 @@ class RestoreSources:
         record.paused_image = ""
         record.envd_unresponsive_at_pause = False
         record.end_at.CopyFrom(end_at(timeout_s))
-        return RestorePlan(
+        return Resume(
             record=record, directory=paused.directory, chain=paused.chain.resumed(),
-            image=lambda _: self.paused_image(paused, boots=boots, timer=timer),
-            backing=None, fresh=False)
+            image=lambda _: self.paused_image(paused, boots=boots, timer=timer))
 
-    def for_reset(self, sandbox: Sandbox, snapshot: SnapshotMeta) -> RestorePlan:
+    def for_reset(self, sandbox: Sandbox, snapshot: SnapshotMeta) -> Reset:
         """The sandbox rewound to `snapshot` in place: its directory, record and slot."""
-        return RestorePlan(
+        return Reset(
             record=sandbox.record, directory=sandbox.directory,
             chain=Chain(snapshot.template_id, list(snapshot.layers)),
             image=lambda directory: self.snapshot_image(snapshot, directory),
-            backing=self._layers.path(snapshot.layers[0]), fresh=False, slot=sandbox.slot)
+            backing=self._layers.path(snapshot.layers[0]), slot=sandbox.slot)
 
     def check(self, snapshot: SnapshotMeta) -> SnapshotMeta:
         """Refuse a snapshot taken under another accelerator, kernel or template build.

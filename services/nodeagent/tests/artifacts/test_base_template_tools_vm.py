@@ -34,7 +34,7 @@ async def node() -> AsyncIterator[Node]:
 
 async def test_base_template_has_e2b_base_tools(node: Node) -> None:
     sandbox_spec = spec()
-    sandbox = await node.sandboxes.create(sandbox_spec)
+    sandbox = await node.sandboxes.creates.create(sandbox_spec)
     token = sandbox_spec.envd_access_token
 
     async def run(script: str, user: str = "user") -> str:
@@ -90,4 +90,4 @@ async def test_base_template_has_e2b_base_tools(node: Node) -> None:
     log = await run("cd /tmp && git init -q repo && cd repo && git -c user.name=a "
                     "-c user.email=a@b commit -q --allow-empty -m first && git log --format=%s")
     assert log == "first\n", log
-    await node.sandboxes.kill(sandbox_spec.sandbox_id)
+    await node.sandboxes.kills.kill(sandbox_spec.sandbox_id)

@@ -47,11 +47,11 @@ async def test_creates_beyond_the_nominal_capacity_are_refused(wing: Wing) -> No
     for _ in range(2):
         spec = wing.spec()
         with capacity.creating(spec):
-            await wing.service.create(spec)
+            await wing.service.creates.create(spec)
     with pytest.raises(ResourceExhausted, match="2 of 2 vCPUs are taken"):
         capacity.creating(wing.spec()).__enter__()
     # A create sent again for a sandbox the node holds passes: it answers that sandbox.
-    again = wing.spec(sandbox_id=wing.service.all()[0].sandbox_id)
+    again = wing.spec(sandbox_id=wing.service.registry.all()[0].sandbox_id)
     with capacity.creating(again):
         pass
 
@@ -63,7 +63,7 @@ async def test_a_create_counts_once_between_running_and_its_end(wing: Wing) -> N
     capacity = guard(wing, vcpus=2)
     spec = wing.spec()
     with capacity.creating(spec):
-        await wing.service.create(spec)
+        await wing.service.creates.create(spec)
         assert wing.service.registry.allocated().vcpus == 1
         # A create sent again while the first attempt is in flight passes (Conflict follows).
         with capacity.creating(spec):

@@ -27,12 +27,13 @@ from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
-from aenv_nodeagent.node import base_template_inputs
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.restart.recovery import recover
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.server import base_template_inputs
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateStore
@@ -65,7 +66,7 @@ class AllocationSink:
 class Node:
     """One node agent's worth of parts over a state directory (re-creatable: a restart)."""
 
-    sandboxes: SandboxService
+    sandboxes: SandboxWing
     records: MemoryRecords
     network: NetworkManager
     session: aiohttp.ClientSession
@@ -86,7 +87,7 @@ class Node:
 
     async def settled(self) -> None:
         """Wait for what a pause leaves to the background: its VM's quit, then its slot."""
-        await self.sandboxes.settled()
+        await self.sandboxes.pauses.settled()
         await self.network.settled()
 
     async def restart(self) -> Node:
@@ -96,18 +97,18 @@ class Node:
         network = NetworkManager(self.network.config)
         # The dead agent's background work (memory image splits) ends with it, and so do its
         # QMP sessions (QEMU serves one at a time).
-        await self.sandboxes.memory_images.close()
-        if self.sandboxes.persistence is not None:
-            await self.sandboxes.persistence.close()
-        for sandbox in self.sandboxes.all():
+        await self.sandboxes.context.memory_images.close()
+        if self.sandboxes.context.persistence is not None:
+            await self.sandboxes.context.persistence.close()
+        for sandbox in self.sandboxes.registry.all():
             await sandbox.vm.release()
         cgroups = node_cgroups(self.state_dir) if self.cgroups else None
         recovered = await recover(self.node_id, self.state_dir, network, self.records,
                                   list(self.records.records.values()), node_jail(cgroups))
         node = await build_node(self.state_dir, self.prefix, self.session, self.records, network,
                                 snapstore=self.snapstore, node_id=self.node_id, cgroups=cgroups)
-        await node.sandboxes.adopt(recovered.adopted)
-        node.sandboxes.load()
+        await node.sandboxes.takeback.adopt(recovered.adopted)
+        node.sandboxes.takeback.load()
         self.successor = node
         return node
 
@@ -143,11 +144,11 @@ async def build_node(
                     vm_root=state_dir / "sandboxes")
     pool.start()
     allocation = AllocationSink()
-    sandboxes = SandboxService(
-        SandboxSettings(state_dir, ready_timeout_s=60), SandboxRegistry(node_id), templates,
-        network, envd, records, driver, pool=pool, persistence=persistence,
-        publisher=SnapshotPublisher(records, node_id), allocation_changed=allocation.publish,
-        events=events)
+    sandboxes = SandboxWing(
+        WingContext.of(SandboxSettings(state_dir, ready_timeout_s=60), SandboxRegistry(node_id),
+                       records, templates, network, envd, events=events,
+                       allocation_changed=allocation.publish, persistence=persistence),
+        driver, pool=pool, publisher=SnapshotPublisher(records, node_id))
     return Node(sandboxes, records, network, session, state_dir, prefix, pool, node_id,
                 snapstore=snapstore, templates=templates, saved=saved, distribution=distribution,
                 allocation=allocation, cgroups=cgroups)

@@ -32,7 +32,7 @@ BASE_MEMORY = str((2 * 512 + 32 + 256) * MIB)
 
 
 def _cgroup_of(node: Node, sandbox_id: str) -> VmCgroup:
-    vm = node.sandboxes.get(sandbox_id).vm
+    vm = node.sandboxes.registry.get(sandbox_id).vm
     cgroup = getattr(vm, "cgroup", None)
     assert isinstance(cgroup, VmCgroup), f"{sandbox_id} has no cgroup"
     for directory in cgroup.dirs:
@@ -50,14 +50,14 @@ def _memory_file(cgroup: VmCgroup, name_v1: str, name_v2: str) -> Path:
 
 def _died(node: Node, sandbox_id: str) -> bool:
     """Removed, its record too, and certified dead."""
-    events = node.sandboxes.events
+    events = node.sandboxes.context.events
     assert isinstance(events, RecordingEvents)
     return (sandbox_id not in node.records.records and sandbox_id in events.deaths
             and not node.sandboxes.registry.has(sandbox_id))
 
 
 def _death(node: Node, sandbox_id: str) -> tuple[int, str]:
-    events = node.sandboxes.events
+    events = node.sandboxes.context.events
     assert isinstance(events, RecordingEvents)
     return events.deaths[sandbox_id].cause, events.deaths[sandbox_id].detail
 
@@ -73,7 +73,7 @@ def _events(records: MemoryRecords) -> RecordingEvents:
 @contextlib.asynccontextmanager
 async def _exit_watch(node: Node) -> AsyncIterator[None]:
     """The node agent's watch on VMs that exit by themselves."""
-    task = asyncio.create_task(node.sandboxes.run_exit_watch())
+    task = asyncio.create_task(node.sandboxes.exits.run())
     try:
         yield
     finally:
@@ -85,33 +85,33 @@ async def _exit_watch(node: Node) -> AsyncIterator[None]:
 async def test_every_vm_of_a_sandbox_runs_in_a_cgroup_of_its_own() -> None:
     async with node_parts(pool_vms=1, confined=True, events=_events) as node, _exit_watch(node):
         first = spec()
-        await node.sandboxes.create(first)
+        await node.sandboxes.creates.create(first)
         made = _cgroup_of(node, first.sandbox_id)
         limit = _memory_file(made, "memory.limit_in_bytes", "memory.max")
         assert limit.read_text().strip() == BASE_MEMORY
 
         await until(lambda: node.pool.sizes()["vms"] == 1, "pre-started VM", 300)
         pooled = spec()
-        assert "pooled_vm" in (await node.sandboxes.create(pooled)).timings_ms
+        assert "pooled_vm" in (await node.sandboxes.creates.create(pooled)).timings_ms
         from_pool = _cgroup_of(node, pooled.sandbox_id)
 
-        results = await node.sandboxes.fork(first.sandbox_id, 2)
+        results = await node.sandboxes.forks.fork(first.sandbox_id, 2)
         assert all(r.HasField("sandbox") for r in results), results
         children = [_cgroup_of(node, r.sandbox.sandbox_id) for r in results]
         assert len({c.name for c in [made, from_pool, *children]}) == 4
 
-        await node.sandboxes.pause(pooled.sandbox_id)
+        await node.sandboxes.pauses.pause(pooled.sandbox_id)
         await node.settled()
         assert _gone(from_pool)
-        await node.sandboxes.resume(pooled.sandbox_id)
+        await node.sandboxes.pauses.resume(pooled.sandbox_id)
         assert _cgroup_of(node, pooled.sandbox_id).name != from_pool.name
 
-        await node.sandboxes.kill(first.sandbox_id)
+        await node.sandboxes.kills.kill(first.sandbox_id)
         # The fork's frozen copy may hold it until its memory image is written.
         await until(lambda: _gone(made), "killed VM's cgroup removed", 120)
 
         crashed = results[0].sandbox.sandbox_id
-        os.kill(node.sandboxes.get(crashed).vm.pid, signal.SIGKILL)
+        os.kill(node.sandboxes.registry.get(crashed).vm.pid, signal.SIGKILL)
         await until(lambda: _died(node, crashed), "crash noticed", 120)
         assert _death(node, crashed) == (VMM_CRASH, "qemu killed by signal 9")
         await until(lambda: _gone(children[0]), "crashed VM's cgroup removed", 60)
@@ -120,7 +120,7 @@ async def test_every_vm_of_a_sandbox_runs_in_a_cgroup_of_its_own() -> None:
 async def test_a_guest_past_its_memory_limit_loses_its_vm_to_the_host_s_oom_killer() -> None:
     async with node_parts(confined=True, events=_events) as node, _exit_watch(node):
         s = spec()
-        sandbox = await node.sandboxes.create(s)
+        sandbox = await node.sandboxes.creates.create(s)
         cgroup = _cgroup_of(node, s.sandbox_id)
         used = int(_memory_file(cgroup, "memory.usage_in_bytes", "memory.current").read_text())
         _memory_file(cgroup, "memory.limit_in_bytes", "memory.max").write_text(
@@ -143,9 +143,9 @@ async def test_a_guest_past_its_memory_limit_loses_its_vm_to_the_host_s_oom_kill
 async def test_an_adopted_sandbox_keeps_its_cgroup_until_it_ends() -> None:
     async with node_parts(confined=True) as node:
         s = spec()
-        await node.sandboxes.create(s)
+        await node.sandboxes.creates.create(s)
         before = _cgroup_of(node, s.sandbox_id)
         restarted = await node.restart()
         assert _cgroup_of(restarted, s.sandbox_id) == before
-        await restarted.sandboxes.kill(s.sandbox_id)
+        await restarted.sandboxes.kills.kill(s.sandbox_id)
         assert _gone(before)

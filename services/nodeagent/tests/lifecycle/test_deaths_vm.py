@@ -48,7 +48,7 @@ async def _node(store: ClusterStore) -> AsyncIterator[tuple[Node, EventLog]]:
     def events(records: MemoryRecords) -> SandboxEvents:
         return SandboxEvents(records, NODE_ID, log)
 
-    async with node_parts(events=events) as node, _running(node.sandboxes.run_exit_watch()):
+    async with node_parts(events=events) as node, _running(node.sandboxes.exits.run()):
         yield node, log
 
 
@@ -93,7 +93,7 @@ async def _in_guest(node: Node, sandbox: Sandbox, script: str) -> AsyncIterator[
 
 async def test_a_qemu_killed_by_signal_9_is_a_vmm_crash(cluster_store: ClusterStore) -> None:
     async with _node(cluster_store) as (node, log):
-        sandbox = await node.sandboxes.create(spec())
+        sandbox = await node.sandboxes.creates.create(spec())
         os.kill(sandbox.vm.pid, signal.SIGKILL)
         cert = await _certificate(node, log, sandbox.sandbox_id)
         assert (cert.cause, cert.detail) == (c.DEATH_CAUSE_VMM_CRASH, "qemu killed by signal 9")
@@ -101,7 +101,7 @@ async def test_a_qemu_killed_by_signal_9_is_a_vmm_crash(cluster_store: ClusterSt
 
 async def test_a_guest_kernel_panic_is_a_guest_crash(cluster_store: ClusterStore) -> None:
     async with _node(cluster_store) as (node, log):
-        sandbox = await node.sandboxes.create(spec())
+        sandbox = await node.sandboxes.creates.create(spec())
         async with _in_guest(node, sandbox, "echo c > /proc/sysrq-trigger"):
             cert = await _certificate(node, log, sandbox.sandbox_id)
         assert (cert.cause, cert.detail) == (
@@ -110,7 +110,7 @@ async def test_a_guest_kernel_panic_is_a_guest_crash(cluster_store: ClusterStore
 
 async def test_a_guest_out_of_memory_is_guest_oom(cluster_store: ClusterStore) -> None:
     async with _node(cluster_store) as (node, log):
-        sandbox = await node.sandboxes.create(spec())
+        sandbox = await node.sandboxes.creates.create(spec())
         # tail holds all of an endless line: the guest's memory grows until its kernel panics.
         async with _in_guest(node, sandbox, "echo 1 > /proc/sys/vm/panic_on_oom; tail /dev/zero"):
             cert = await _certificate(node, log, sandbox.sandbox_id)
@@ -121,8 +121,8 @@ async def test_a_guest_out_of_memory_is_guest_oom(cluster_store: ClusterStore) -
 async def test_an_envd_that_stops_answering_is_a_guest_hang(cluster_store: ClusterStore) -> None:
     async with _node(cluster_store) as (node, log):
         settings = LivenessSettings(interval_s=1.0, failures=3, timeout_s=1.0)
-        async with _running(node.sandboxes.run_liveness(settings)):
-            sandbox = await node.sandboxes.create(spec())
+        async with _running(node.sandboxes.liveness(settings).run()):
+            sandbox = await node.sandboxes.creates.create(spec())
             # envd runs this shell: its parent is stopped a second after the call returned.
             await sh(node.session, sandbox.host, sandbox.record.envd_access_token,
                      'E=$PPID; setsid sh -c "sleep 1; kill -STOP $E" </dev/null >/dev/null 2>&1 &')
@@ -133,10 +133,10 @@ async def test_an_envd_that_stops_answering_is_a_guest_hang(cluster_store: Clust
 
 async def test_memory_pressure_past_the_threshold_evicts(cluster_store: ClusterStore) -> None:
     async with _node(cluster_store) as (node, log):
-        sandbox = await node.sandboxes.create(spec())
+        sandbox = await node.sandboxes.creates.create(spec())
         # Above what the host has available: the node is under pressure whatever it frees.
         threshold = memory_available_mib() + (1 << 20)
-        evictions = Evictions(node.sandboxes.registry, node.sandboxes.kill, threshold)
+        evictions = Evictions(node.sandboxes.registry, node.sandboxes.kills.kill, threshold)
         async with _running(evictions.run(0.5)):
             cert = await _certificate(node, log, sandbox.sandbox_id)
         assert cert.cause == c.DEATH_CAUSE_EVICTED_MEMORY_PRESSURE
@@ -162,7 +162,7 @@ async def test_a_host_disk_without_room_for_the_guest_s_writes_is_disk_full(
 ) -> None:
     async with _node(cluster_store) as (node, log):
         with _tiny_disk(node.state_dir / "sandboxes", 48):
-            sandbox = await node.sandboxes.create(spec())
+            sandbox = await node.sandboxes.creates.create(spec())
             # Zeros are written as data (no detect-zeroes): 128 MiB into a 48 MiB host disk.
             async with _in_guest(node, sandbox,
                                  "dd if=/dev/zero of=/fill bs=1M count=128 conv=fsync"):

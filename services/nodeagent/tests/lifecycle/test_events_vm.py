@@ -65,17 +65,17 @@ async def test_a_sandboxs_whole_life_is_in_etcd(cluster_store: ClusterStore) -> 
         lc = node.sandboxes
         source = spec(metadata=METADATA, owner_key_id="key-1")
         sandbox_id = source.sandbox_id
-        await lc.create(source)
-        await lc.set_timeout(sandbox_id, 900)
-        await lc.pause(sandbox_id)
+        await lc.creates.create(source)
+        await lc.changes.set_timeout(sandbox_id, 900)
+        await lc.pauses.pause(sandbox_id)
         await node.settled()
-        await lc.resume(sandbox_id)
-        meta = await lc.create_snapshot(sandbox_id, "checkpoint")
-        results = await lc.fork(sandbox_id, 2)
+        await lc.pauses.resume(sandbox_id)
+        meta = await lc.snapshots.create(sandbox_id, "checkpoint")
+        results = await lc.forks.fork(sandbox_id, 2)
         children = sorted(r.sandbox.sandbox_id for r in results if r.HasField("sandbox"))
         assert len(children) == 2, results
-        await lc.kill(sandbox_id)
-        await lc.events.close()  # what was written in the background (CREATED) is in
+        await lc.kills.kill(sandbox_id)
+        await lc.context.events.close()  # what was written in the background (CREATED) is in
 
         story = await _story(log, sandbox_id)
         assert [(e.type, e.detail) for e in story] == [
@@ -97,9 +97,9 @@ async def test_a_sandbox_whose_timeout_comes_is_timed_out(cluster_store: Cluster
     async with _node(cluster_store) as (node, log):
         lc = node.sandboxes
         source = spec(metadata=METADATA, owner_key_id="key-1", timeout_seconds=2)
-        await lc.create(source)
-        assert await lc.kill_expired(time.time() + 5) == [source.sandbox_id]
-        await lc.events.close()
+        await lc.creates.create(source)
+        assert await lc.kills.expire_due(time.time() + 5) == [source.sandbox_id]
+        await lc.context.events.close()
 
         story = await _story(log, source.sandbox_id)
         assert [(e.type, e.detail) for e in story] == [

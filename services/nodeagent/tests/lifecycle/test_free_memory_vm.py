@@ -24,7 +24,7 @@ def private_mib(pid: int) -> float:
 
 async def test_a_sandbox_returns_the_memory_its_guest_frees(node: Node) -> None:
     s = spec()
-    sandbox = await node.sandboxes.create(s)
+    sandbox = await node.sandboxes.creates.create(s)
     assert node.templates is not None
     template_memory = (await node.templates.get(s.template_id)).memory
     before = hashlib.sha256(template_memory.read_bytes()).hexdigest()
@@ -38,4 +38,4 @@ async def test_a_sandbox_returns_the_memory_its_guest_frees(node: Node) -> None:
     # measured 16-35 MiB of the 128. Without reporting nothing comes back.
     await until(lambda: private_mib(sandbox.vm.pid) < filled - 64, "freed memory returned", 30)
     assert hashlib.sha256(template_memory.read_bytes()).hexdigest() == before
-    await node.sandboxes.kill(s.sandbox_id)
+    await node.sandboxes.kills.kill(s.sandbox_id)

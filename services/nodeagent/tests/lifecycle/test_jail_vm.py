@@ -44,16 +44,17 @@ def _binds(pid: int) -> dict[str, bool]:
 async def test_sandboxes_pool_vms_and_fork_children_run_jailed() -> None:
     async with node_parts(pool_vms=1) as node:
         first = spec()
-        await node.sandboxes.create(first)  # from now on VMs are pre-started for the template
+        # From now on VMs are pre-started for the template.
+        await node.sandboxes.creates.create(first)
         await until(lambda: node.pool.sizes()["vms"] == 1, "pre-started VM")
         pooled_spec = spec()
-        pooled = await node.sandboxes.create(pooled_spec)
+        pooled = await node.sandboxes.creates.create(pooled_spec)
         assert "pooled_vm" in pooled.timings_ms
         token = pooled_spec.envd_access_token
         await sh(node.session, pooled.host, token, "echo kept > /root/f")
-        children = await node.sandboxes.fork(pooled_spec.sandbox_id, 2, timeout_s=600)
-        sandboxes = [node.sandboxes.get(s.sandbox_id) for s in (first, pooled_spec)] + [
-            node.sandboxes.get(c.sandbox.sandbox_id) for c in children]
+        children = await node.sandboxes.forks.fork(pooled_spec.sandbox_id, 2, timeout_s=600)
+        sandboxes = [node.sandboxes.registry.get(s.sandbox_id) for s in (first, pooled_spec)] + [
+            node.sandboxes.registry.get(c.sandbox.sandbox_id) for c in children]
         uids = [_jailed(s.vm.pid) for s in sandboxes]
         assert len(set(uids)) == len(uids)  # one each
         for sandbox in sandboxes:
@@ -66,11 +67,11 @@ async def test_sandboxes_pool_vms_and_fork_children_run_jailed() -> None:
                                     sandbox.directory)
             assert not any(point.startswith(str(node.state_dir / "sandboxes")) and not rw
                            for point, rw in binds.items())  # no other sandbox's files
-        child = node.sandboxes.get(children[0].sandbox.sandbox_id)
+        child = node.sandboxes.registry.get(children[0].sandbox.sandbox_id)
         assert await sh(node.session, child.host, children[0].sandbox.envd_access_token,
                         "cat /root/f") == "kept\n"
         # Pause and resume under the jail: a new QEMU, a new uid, the same guest.
-        await node.sandboxes.pause(pooled_spec.sandbox_id)
-        resumed = await node.sandboxes.resume(pooled_spec.sandbox_id)
+        await node.sandboxes.pauses.pause(pooled_spec.sandbox_id)
+        resumed = await node.sandboxes.pauses.resume(pooled_spec.sandbox_id)
         assert _jailed(resumed.vm.pid) in JAIL_UIDS
         assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"

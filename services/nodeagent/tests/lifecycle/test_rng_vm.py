@@ -54,17 +54,17 @@ class Draws:
 async def test_fork_children_read_their_own_random_bytes(node: Node) -> None:
     ops = node.sandboxes
     parent_spec = spec()
-    parent = await ops.create(parent_spec)
+    parent = await ops.creates.create(parent_spec)
     ptoken = parent_spec.envd_access_token
     collided: dict[int, dict[str, list[str]]] = {}
     for cycle in range(4):  # forks after 0, 1, 2 and 3 pause/resume cycles
         if cycle:
-            await ops.pause(parent_spec.sandbox_id)
-            parent = await ops.resume(parent_spec.sandbox_id)
+            await ops.pauses.pause(parent_spec.sandbox_id)
+            parent = await ops.pauses.resume(parent_spec.sandbox_id)
         await sh(node.session, parent.host, ptoken, RESEED)
-        results = await ops.fork(parent_spec.sandbox_id, CHILDREN)
+        results = await ops.forks.fork(parent_spec.sandbox_id, CHILDREN)
         assert all(r.HasField("sandbox") for r in results), results
-        children = [ops.get(r.sandbox.sandbox_id) for r in results]
+        children = [ops.registry.get(r.sandbox.sandbox_id) for r in results]
         draws = Draws()
         for moment in ("at fork", "2 s later"):
             await asyncio.gather(
@@ -76,8 +76,8 @@ async def test_fork_children_read_their_own_random_bytes(node: Node) -> None:
         if collisions := draws.collisions():
             collided[cycle] = collisions
         for child in children:
-            await ops.kill(child.record.sandbox_id)
-    await ops.kill(parent_spec.sandbox_id)
+            await ops.kills.kill(child.record.sandbox_id)
+    await ops.kills.kill(parent_spec.sandbox_id)
     summary = {cycle: sorted({reader for who in found.values() for reader in who})
                for cycle, found in collided.items()}
     assert collided == {}, f"values read twice, by pause/resume cycles before the fork: {summary}"
@@ -86,21 +86,21 @@ async def test_fork_children_read_their_own_random_bytes(node: Node) -> None:
 async def test_restores_of_one_snapshot_read_their_own_random_bytes(node: Node) -> None:
     ops = node.sandboxes
     source_spec = spec()
-    source = await ops.create(source_spec)
+    source = await ops.creates.create(source_spec)
     token = source_spec.envd_access_token
     await sh(node.session, source.host, token, RESEED)
-    snapshot = await ops.create_snapshot(source_spec.sandbox_id)
+    snapshot = await ops.snapshots.create(source_spec.sandbox_id)
     draws = Draws()
     # Two sandboxes created from the snapshot, read at once...
     copies = [spec(template_id=snapshot.snapshot_id) for _ in range(2)]
-    created = await asyncio.gather(*(ops.create(s) for s in copies))
+    created = await asyncio.gather(*(ops.creates.create(s) for s in copies))
     await asyncio.gather(*(draws.read(node, sbx.host, s.envd_access_token, f"create {k}")
                            for k, (sbx, s) in enumerate(zip(created, copies, strict=True))))
     for s in copies:
-        await ops.kill(s.sandbox_id)
+        await ops.kills.kill(s.sandbox_id)
     # ...and the source reset to it twice, in place.
     for k in range(2):
-        await ops.reset(source_spec.sandbox_id, snapshot.snapshot_id)
+        await ops.forks.reset(source_spec.sandbox_id, snapshot.snapshot_id)
         await draws.read(node, source.host, token, f"reset {k}")
     assert draws.collisions() == {}
-    await ops.kill(source_spec.sandbox_id)
+    await ops.kills.kill(source_spec.sandbox_id)

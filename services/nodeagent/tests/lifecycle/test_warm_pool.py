@@ -102,55 +102,57 @@ async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
             await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays, "vms": 0},
                         "refill")
             await node.settled()  # a paused sandbox's slot goes after the pause
-            in_use = {sbx.slot.netns for sbx in node.sandboxes.all()}
+            in_use = {sbx.slot.netns for sbx in node.sandboxes.registry.all()}
             return set(netns_with(node.prefix)) - in_use
 
         pooled = await refilled(0)
-        first = await lc.create(spec())
+        first = await lc.creates.create(spec())
         assert first.slot.netns in pooled
         pooled = await refilled(1)  # the template's disk is pooled from its first create on
         pooled_overlays = set((node.state_dir / "pool").iterdir())
         second_spec = spec()
-        second = await lc.create(second_spec)
+        second = await lc.creates.create(second_spec)
         assert second.slot.netns in pooled
         assert not pooled_overlays & set((node.state_dir / "pool").iterdir())  # renamed away
         await sh(node.session, second.host, second_spec.envd_access_token, "echo x > /root/x")
-        await lc.pause(second_spec.sandbox_id)
+        await lc.pauses.pause(second_spec.sandbox_id)
         pooled = await refilled(1)
-        resumed = await lc.resume(second_spec.sandbox_id)
+        resumed = await lc.pauses.resume(second_spec.sandbox_id)
         assert resumed.slot.netns in pooled
         assert await sh(node.session, resumed.host, second_spec.envd_access_token,
                         "cat /root/x") == "x\n"
         pooled = await refilled(1)
-        results = await lc.fork(first.record.sandbox_id, 2)
-        assert {node.sandboxes.get(r.sandbox.sandbox_id).slot.netns for r in results} == pooled
+        results = await lc.forks.fork(first.record.sandbox_id, 2)
+        registry = node.sandboxes.registry
+        assert {registry.get(r.sandbox.sandbox_id).slot.netns for r in results} == pooled
 
 
 @pytest.mark.vm
 async def test_create_takes_a_prestarted_vm_that_then_lives_a_full_life() -> None:
     async with node_parts(pool_vms=1) as node:
         lc, pool = node.sandboxes, node.pool
-        await lc.create(spec())  # the template's first create: VMs are pre-started from now on
+        # The template's first create: VMs are pre-started from now on.
+        await lc.creates.create(spec())
         await until(lambda: pool.sizes()["vms"] == 1, "a pre-started VM")
         [waiting] = [d for d in (node.state_dir / "sandboxes").iterdir()
                      if d.name.startswith(".pool-")]
         s = spec()
-        sandbox = await lc.create(s)
+        sandbox = await lc.creates.create(s)
         assert "pooled_vm" in sandbox.timings_ms and "launch" not in sandbox.timings_ms
         assert not waiting.exists() and sandbox.directory.name == s.sandbox_id
         token = s.envd_access_token
         await sh(node.session, sandbox.host, token, "echo kept > /root/f")
         # Its disk was renamed after QEMU opened it: snapshot and pause/resume still find it.
-        snapshot = await lc.create_snapshot(s.sandbox_id, "after-pool")
+        snapshot = await lc.snapshots.create(s.sandbox_id, "after-pool")
         # Another QEMU (a sandbox restored from the snapshot) reads the frozen layer: the pooled
         # sandbox's QEMU must have dropped its write lock on it, or its next capture aborts.
         child = spec()
         child.template_id = snapshot.snapshot_id
-        restored = await lc.create(child)
+        restored = await lc.creates.create(child)
         assert await sh(node.session, restored.host, child.envd_access_token,
                         "cat /root/f") == "kept\n"
-        await lc.create_snapshot(s.sandbox_id, "second")
-        await lc.pause(s.sandbox_id)
-        resumed = await lc.resume(s.sandbox_id)
+        await lc.snapshots.create(s.sandbox_id, "second")
+        await lc.pauses.pause(s.sandbox_id)
+        resumed = await lc.pauses.resume(s.sandbox_id)
         assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"
         await until(lambda: pool.sizes()["vms"] == 1, "the refill")

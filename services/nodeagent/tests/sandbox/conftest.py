@@ -1,4 +1,4 @@
-"""A node's sandbox wing (`SandboxService`) assembled over fakes in tmp_path: FakeDriver's VMs,
+"""A node's sandbox wing (`SandboxWing`) assembled over fakes in tmp_path: FakeDriver's VMs,
 a fake network, envd and template store, and in-memory cluster records."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
 from aenv_nodeagent.volumes import VolumeRelays
@@ -50,7 +51,7 @@ class Allocations:
 class Wing:
     """One node agent's sandbox wing and the fakes behind it (re-creatable: a restart)."""
 
-    service: SandboxService
+    service: SandboxWing
     state_dir: Path
     records: RecordingRecords
     templates: FakeTemplates
@@ -71,7 +72,7 @@ class Wing:
         return cluster_pb2.SandboxSpec(**{**defaults, **fields})  # type: ignore[arg-type]
 
     async def create(self, **fields: object) -> Sandbox:
-        return await self.service.create(self.spec(**fields))
+        return await self.service.creates.create(self.spec(**fields))
 
     def directory(self, sandbox_id: str) -> Path:
         return self.state_dir / "sandboxes" / sandbox_id
@@ -87,15 +88,15 @@ class Wing:
     async def settled(self) -> None:
         """What a pause leaves to the background is done: its VM's quit, then its slot's
         release."""
-        await self.service.settled()
+        await self.service.pauses.settled()
         await self.network.settled()
 
     async def restart(self) -> Wing:
         """A new node agent over the same state dir and cluster records (templates stay
         cached), after this one's background work ended, as a crash would end it. Nothing is
-        taken back yet: that is its `service.load()`."""
+        taken back yet: that is its `service.takeback.load()`."""
         await self.settled()
-        await self.service.memory_images.close()
+        await self.service.context.memory_images.close()
         await self.relays.close()  # they die with the agent
         successor = build_wing(self.state_dir, self.records, self.templates, self.template)
         self.successor = successor
@@ -108,12 +109,13 @@ def build_wing(
 ) -> Wing:
     driver, network, envd, allocations = FakeDriver(), FakeNetwork(), FakeEnvd(), Allocations()
     network.relays = relays = loopback_relays()
-    service = SandboxService(
-        SandboxSettings(state_dir, ready_timeout_s=5, boot_timeout_s=5),
-        SandboxRegistry(NODE_ID), cast(TemplateStore, templates), cast(NetworkManager, network),
-        cast(EnvdClient, envd), records, driver,
-        publisher=SnapshotPublisher(records, NODE_ID), allocation_changed=allocations.publish,
-        relays=relays, events=RecordingEvents(records, NODE_ID))
+    service = SandboxWing(
+        WingContext.of(
+            SandboxSettings(state_dir, ready_timeout_s=5, boot_timeout_s=5),
+            SandboxRegistry(NODE_ID), records, cast(TemplateStore, templates),
+            cast(NetworkManager, network), cast(EnvdClient, envd),
+            events=RecordingEvents(records, NODE_ID), allocation_changed=allocations.publish),
+        driver, relays=relays, publisher=SnapshotPublisher(records, NODE_ID))
     return Wing(service, state_dir, records, templates, template, driver, network, envd,
                 allocations, relays)
 

@@ -31,11 +31,11 @@ CREATE_PHASES = {"template", "network", "overlay", "launch", "restore", "envd_re
 
 async def test_a_create_restores_the_template_and_publishes_a_running_record(wing: Wing) -> None:
     spec = wing.spec(metadata={"team": "a"}, env_vars={"K": "v"})
-    sandbox = await wing.service.create(spec)
+    sandbox = await wing.service.creates.create(spec)
     sandbox_id, directory = spec.sandbox_id, wing.directory(spec.sandbox_id)
 
-    assert wing.service.get(sandbox_id) is sandbox
-    assert wing.service.all() == [sandbox]
+    assert wing.service.registry.get(sandbox_id) is sandbox
+    assert wing.service.registry.all() == [sandbox]
     assert sandbox.directory == directory
     assert CREATE_PHASES <= set(sandbox.timings_ms)
     assert wing.records.states(sandbox_id) == [RUNNING]
@@ -84,7 +84,8 @@ async def test_sandboxes_get_slots_and_directories_of_their_own(wing: Wing) -> N
     assert first.slot != second.slot
     assert wing.network.live == [first.slot, second.slot]
     assert first.directory != second.directory
-    assert {s.sandbox_id for s in wing.service.all()} == {first.sandbox_id, second.sandbox_id}
+    running = wing.service.registry.all()
+    assert {s.sandbox_id for s in running} == {first.sandbox_id, second.sandbox_id}
 
 
 # --- a failure at each step --------------------------------------------------------------------
@@ -153,11 +154,11 @@ async def test_a_create_that_fails_at_any_step_leaves_nothing(
     spec = wing.spec()
 
     with pytest.raises(error):
-        await wing.service.create(spec)
+        await wing.service.creates.create(spec)
 
     sandbox_id = spec.sandbox_id
     assert not wing.service.registry.has(sandbox_id)
-    assert wing.service.all() == []
+    assert wing.service.registry.all() == []
     assert not wing.directory(sandbox_id).exists()
     assert wing.network.live == []
     assert sandbox_id not in wing.records.records
@@ -168,7 +169,7 @@ async def test_a_create_that_fails_at_any_step_leaves_nothing(
 
     # Nothing holds the id either: the same create succeeds once the fault is gone.
     heal()
-    sandbox = await wing.service.create(spec)
+    sandbox = await wing.service.creates.create(spec)
     assert wing.records.states(sandbox_id) == [RUNNING]
     assert wing.network.live == [sandbox.slot]
 
@@ -179,10 +180,11 @@ async def test_a_create_that_fails_at_any_step_leaves_nothing(
                                    pytest.param("", id="no-token")])
 async def test_a_taken_id_is_refused_and_its_sandbox_left_alone(wing: Wing, token: str) -> None:
     spec = wing.spec()
-    sandbox = await wing.service.create(spec)
+    sandbox = await wing.service.creates.create(spec)
     with pytest.raises(Conflict):  # not the same create sent again (no token: unknown)
-        await wing.service.create(wing.spec(sandbox_id=spec.sandbox_id, envd_access_token=token))
-    assert wing.service.get(spec.sandbox_id) is sandbox
+        await wing.service.creates.create(
+            wing.spec(sandbox_id=spec.sandbox_id, envd_access_token=token))
+    assert wing.service.registry.get(spec.sandbox_id) is sandbox
     assert len(wing.driver.launched) == 1
     assert wing.network.live == [sandbox.slot]
     assert wing.directory(spec.sandbox_id).is_dir()
@@ -190,29 +192,30 @@ async def test_a_taken_id_is_refused_and_its_sandbox_left_alone(wing: Wing, toke
 
 async def test_an_id_being_created_is_refused_to_a_second_create(wing: Wing) -> None:
     spec = wing.spec()
-    outcomes = await asyncio.gather(wing.service.create(spec), wing.service.create(spec),
+    creates = wing.service.creates
+    outcomes = await asyncio.gather(creates.create(spec), creates.create(spec),
                                     return_exceptions=True)
     assert sorted(type(o).__name__ for o in outcomes) == ["Conflict", "Sandbox"]
-    assert len(wing.service.all()) == 1
+    assert len(wing.service.registry.all()) == 1
     assert len(wing.network.live) == 1
 
 
 async def test_a_create_sent_again_gets_the_sandbox_it_made(wing: Wing) -> None:
     # The gateway sends a create again, same id and token, when its answer was lost.
     spec = wing.spec()
-    made = await wing.service.create(spec)
-    assert await wing.service.create(spec) is made
+    made = await wing.service.creates.create(spec)
+    assert await wing.service.creates.create(spec) is made
     assert len(wing.driver.launched) == 1 and len(wing.network.live) == 1
     assert wing.records.states(spec.sandbox_id) == [RUNNING]
 
 
 async def test_the_id_of_a_paused_sandbox_is_taken(wing: Wing) -> None:
     spec = wing.spec()
-    await wing.service.create(spec)
-    await wing.service.pause(spec.sandbox_id, cluster_pb2.PAUSE_MODE_FILESYSTEM)
+    await wing.service.creates.create(spec)
+    await wing.service.pauses.pause(spec.sandbox_id, cluster_pb2.PAUSE_MODE_FILESYSTEM)
     with pytest.raises(Conflict):
-        await wing.service.create(spec)
-    assert wing.service.paused_ids() == [spec.sandbox_id]
+        await wing.service.creates.create(spec)
+    assert wing.service.registry.paused_ids() == [spec.sandbox_id]
     assert wing.records.records[spec.sandbox_id].state == PAUSED
 
 
@@ -229,7 +232,7 @@ async def test_a_bad_spec_is_refused_before_any_work(
 ) -> None:
     spec = wing.spec(**fields)
     with pytest.raises(InvalidArgument):
-        await wing.service.create(spec)
+        await wing.service.creates.create(spec)
     assert wing.network.created == []
     assert wing.driver.launched == []
     assert list((wing.state_dir / "sandboxes").glob("*")) == []
@@ -245,21 +248,21 @@ async def test_an_unknown_template_is_not_found_before_any_work(wing: Wing) -> N
 
 async def test_a_busy_sandbox_refuses_other_operations(wing: Wing) -> None:
     spec = wing.spec()
-    await wing.service.create(spec)
+    await wing.service.creates.create(spec)
     sandbox_id = spec.sandbox_id
     gate = wing.envd.hold("sync")  # the pause holds the sandbox while /sync hangs
     pausing = asyncio.ensure_future(
-        wing.service.pause(sandbox_id, cluster_pb2.PAUSE_MODE_FILESYSTEM))
+        wing.service.pauses.pause(sandbox_id, cluster_pb2.PAUSE_MODE_FILESYSTEM))
     await wing.envd.held("sync")
 
     assert wing.service.registry.is_busy(sandbox_id)
-    assert sandbox_id not in wing.service.sampling_targets()
+    assert sandbox_id not in wing.service.guest_metrics.sampling_targets()
     for operation in (
-        wing.service.kill(sandbox_id),
-        wing.service.pause(sandbox_id),
-        wing.service.create_snapshot(sandbox_id, filesystem_only=True),
-        wing.service.create(spec),
-        wing.service.fork(sandbox_id, 1),
+        wing.service.kills.kill(sandbox_id),
+        wing.service.pauses.pause(sandbox_id),
+        wing.service.snapshots.create(sandbox_id, filesystem_only=True),
+        wing.service.creates.create(spec),
+        wing.service.forks.fork(sandbox_id, 1),
     ):
         with pytest.raises(Conflict):
             await operation
@@ -267,5 +270,5 @@ async def test_a_busy_sandbox_refuses_other_operations(wing: Wing) -> None:
     gate.set()
     record = await pausing
     assert record.state == PAUSED
-    assert wing.service.paused_ids() == [sandbox_id]
+    assert wing.service.registry.paused_ids() == [sandbox_id]
     assert not wing.service.registry.is_busy(sandbox_id)

@@ -30,7 +30,7 @@ UPDATED, DIED = c.SANDBOX_EVENT_TYPE_UPDATED, c.SANDBOX_EVENT_TYPE_DIED
 
 
 def recorded(wing: Wing) -> RecordingEvents:
-    events = wing.service.events
+    events = wing.service.context.events
     assert isinstance(events, RecordingEvents)
     return events
 
@@ -77,14 +77,15 @@ async def test_the_template_is_the_template_id_without_a_catalog_one(wing: Wing)
 async def test_each_operation_announces_its_event(wing: Wing) -> None:
     sandbox = await wing.create()
     sandbox_id = sandbox.sandbox_id
-    await wing.service.set_timeout(sandbox_id, 600)
-    await wing.service.update_network(sandbox_id, c.NetworkPolicy(allow_internet_access=False))
-    meta = await wing.service.create_snapshot(sandbox_id, filesystem_only=True)
-    await wing.service.reset(sandbox_id, meta.snapshot_id)
-    await wing.service.pause(sandbox_id, FILESYSTEM)
+    await wing.service.changes.set_timeout(sandbox_id, 600)
+    await wing.service.changes.update_network(
+        sandbox_id, c.NetworkPolicy(allow_internet_access=False))
+    meta = await wing.service.snapshots.create(sandbox_id, filesystem_only=True)
+    await wing.service.forks.reset(sandbox_id, meta.snapshot_id)
+    await wing.service.pauses.pause(sandbox_id, FILESYSTEM)
     await wing.settled()
-    await wing.service.resume(sandbox_id)
-    await wing.service.kill(sandbox_id)
+    await wing.service.pauses.resume(sandbox_id)
+    await wing.service.kills.kill(sandbox_id)
 
     events = (await settled(wing)).of(sandbox_id)
     assert [(e.type, e.detail) for e in events] == [
@@ -102,7 +103,7 @@ async def test_fork_children_name_their_parent_and_a_fork_of_none_is_no_fork(
     # A FakeVm's capture is no QEMU stream: the children fail (a fork that works, with FORKED
     # naming them, is lifecycle/test_events_vm.py's).
     parent = await wing.create()
-    await wing.service.fork(parent.sandbox_id, 2, child_ids=["childa", "childb"])
+    await wing.service.forks.fork(parent.sandbox_id, 2, child_ids=["childa", "childb"])
 
     events = await settled(wing)
     # No child lived: nothing happened to the parent; its hidden capture is no snapshot.
@@ -114,10 +115,10 @@ async def test_fork_children_name_their_parent_and_a_fork_of_none_is_no_fork(
 
 async def test_a_kill_with_a_cause_is_a_death_with_its_certificate(wing: Wing) -> None:
     running, paused = await wing.create(), await wing.create()
-    await wing.service.pause(paused.sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(paused.sandbox_id, FILESYSTEM)
     await wing.settled()
     for sandbox in (running, paused):
-        await wing.service.kill(sandbox.sandbox_id, cause=c.DEATH_CAUSE_LEASE_EXPIRED,
+        await wing.service.kills.kill(sandbox.sandbox_id, cause=c.DEATH_CAUSE_LEASE_EXPIRED,
                                 detail="lease l-1 lapsed")
 
     events = await settled(wing)
@@ -133,7 +134,7 @@ async def test_a_kill_with_a_cause_is_a_death_with_its_certificate(wing: Wing) -
 
 async def test_an_owners_kill_leaves_no_certificate(wing: Wing) -> None:
     sandbox = await wing.create()
-    await wing.service.kill(sandbox.sandbox_id)
+    await wing.service.kills.kill(sandbox.sandbox_id)
     events = await settled(wing)
     assert events.types(sandbox.sandbox_id)[-1] == KILLED
     assert events.deaths == {}
@@ -143,7 +144,7 @@ async def test_the_timeout_announces_timed_out_saying_what_it_did(wing: Wing) ->
     killed = await wing.create(timeout_seconds=1)
     paused = await wing.create(timeout_seconds=1, lifecycle=c.Lifecycle(
         auto_pause=True, auto_pause_mode=FILESYSTEM))
-    await wing.service.kill_expired(time.time() + 5)
+    await wing.service.kills.expire_due(time.time() + 5)
 
     events = await settled(wing)
     assert [(e.type, e.detail) for e in events.of(killed.sandbox_id)][-1] == (TIMED_OUT,
@@ -160,7 +161,7 @@ async def test_a_failed_event_write_never_fails_the_operation(wing: Wing) -> Non
     before = failed("killed")
     events.write_failures.append(Unavailable("etcd unavailable"))
 
-    await wing.service.kill(sandbox.sandbox_id)  # does not raise
+    await wing.service.kills.kill(sandbox.sandbox_id)  # does not raise
 
     assert not wing.service.registry.has(sandbox.sandbox_id)
     assert KILLED not in events.types(sandbox.sandbox_id)
@@ -175,7 +176,7 @@ async def test_a_death_etcd_refuses_is_written_once_it_answers(
     events = await settled(wing)
     events.write_failures += [Unavailable("etcd unavailable"), Internal("etcd error")]
 
-    await wing.service.kill(sandbox.sandbox_id, cause=c.DEATH_CAUSE_ADMIN_KILL,
+    await wing.service.kills.kill(sandbox.sandbox_id, cause=c.DEATH_CAUSE_ADMIN_KILL,
                             detail="killed by an administrator")
 
     assert sandbox.sandbox_id not in events.deaths  # not yet: retried in the background
@@ -188,7 +189,7 @@ async def test_a_create_that_fails_ends_its_story_with_killed(wing: Wing) -> Non
     wing.driver.launch_failures.append(Internal("QEMU failed to start"))
     spec = wing.spec()
     with pytest.raises(Internal):
-        await wing.service.create(spec)
+        await wing.service.creates.create(spec)
     events = (await settled(wing)).of(spec.sandbox_id)
     assert [e.type for e in events] == [CREATED, KILLED]
     assert events[1].detail == "its create failed: QEMU failed to start"

@@ -40,12 +40,12 @@ class Guests:
 
 
 def _events(wing: Wing) -> RecordingEvents:
-    assert isinstance(wing.service.events, RecordingEvents)
-    return wing.service.events
+    assert isinstance(wing.service.context.events, RecordingEvents)
+    return wing.service.context.events
 
 
 def _liveness(wing: Wing, guests: Guests, clock: Clock, failures: int = 3) -> Liveness:
-    return Liveness(wing.service.registry, guests.answers, wing.service.kill,
+    return Liveness(wing.service.registry, guests.answers, wing.service.kills.kill,
                     LivenessSettings(interval_s=30, failures=failures, timeout_s=5), clock)
 
 
@@ -94,11 +94,11 @@ async def test_paused_busy_and_fresh_sandboxes_are_never_probed(wing: Wing) -> N
     paused, busy = await wing.create(), await wing.create()
     await liveness.probe_all()
     guests.silent.update({paused.host, busy.host})
-    await wing.service.pause(paused.sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(paused.sandbox_id, FILESYSTEM)
     with wing.service.registry.exclusive(busy.sandbox_id):
         assert await _passes(liveness, clock, 3) == []
     assert guests.probes == []
-    resumed = await wing.service.resume(paused.sandbox_id)  # a new VM: fresh again
+    resumed = await wing.service.pauses.resume(paused.sandbox_id)  # a new VM: fresh again
     guests.silent.add(resumed.host)
     assert await liveness.probe_all() == [busy.sandbox_id]  # busy no more, missed once
     assert guests.probes == [busy.host]
@@ -114,7 +114,7 @@ async def test_a_probe_overtaken_by_an_operation_does_not_count(wing: Wing) -> N
         return False
 
     held = wing.service.registry.exclusive(sandbox.sandbox_id)
-    liveness = Liveness(wing.service.registry, answers, wing.service.kill,
+    liveness = Liveness(wing.service.registry, answers, wing.service.kills.kill,
                         LivenessSettings(30, 1, 5), clock)
     await liveness.probe_all()
     assert await _passes(liveness, clock, 1) == []
@@ -125,7 +125,7 @@ async def test_a_probe_overtaken_by_an_operation_does_not_count(wing: Wing) -> N
 async def test_switched_off_it_never_probes(wing: Wing) -> None:
     guests = Guests()
     await wing.create()
-    off = Liveness(wing.service.registry, guests.answers, wing.service.kill,
+    off = Liveness(wing.service.registry, guests.answers, wing.service.kills.kill,
                    LivenessSettings(interval_s=0))
     await asyncio.wait_for(off.run(), 1)  # returns at once
     assert guests.probes == []
@@ -134,7 +134,7 @@ async def test_switched_off_it_never_probes(wing: Wing) -> None:
 async def test_pressure_evicts_the_youngest_until_relieved(wing: Wing) -> None:
     oldest, middle, youngest = [await wing.create() for _ in range(3)]
     readings = iter([100, 100, 300])  # MiB available: under 200 twice, then relieved
-    evictions = Evictions(wing.service.registry, wing.service.kill, below_mib=200,
+    evictions = Evictions(wing.service.registry, wing.service.kills.kill, below_mib=200,
                           available_mib=lambda: next(readings), settle_s=0)
     assert await evictions.relieve() == [youngest.sandbox_id, middle.sandbox_id]
     assert wing.service.registry.is_running(oldest.sandbox_id)
@@ -144,7 +144,7 @@ async def test_pressure_evicts_the_youngest_until_relieved(wing: Wing) -> None:
 
 async def test_eviction_skips_busy_sandboxes_and_stops_when_none_is_left(wing: Wing) -> None:
     older, younger = await wing.create(), await wing.create()
-    evictions = Evictions(wing.service.registry, wing.service.kill, below_mib=200,
+    evictions = Evictions(wing.service.registry, wing.service.kills.kill, below_mib=200,
                           available_mib=lambda: 100, settle_s=0)
     with wing.service.registry.exclusive(younger.sandbox_id):
         assert await evictions.relieve() == [older.sandbox_id]
@@ -153,7 +153,7 @@ async def test_eviction_skips_busy_sandboxes_and_stops_when_none_is_left(wing: W
 
 async def test_eviction_is_off_at_zero(wing: Wing) -> None:
     sandbox = await wing.create()
-    off = Evictions(wing.service.registry, wing.service.kill, below_mib=0,
+    off = Evictions(wing.service.registry, wing.service.kills.kill, below_mib=0,
                     available_mib=lambda: 0, settle_s=0)
     await asyncio.wait_for(off.run(0.01), 1)
     assert wing.service.registry.is_running(sandbox.sandbox_id)

@@ -59,17 +59,17 @@ async def test_a_create_hands_the_slot_the_whole_policy(wing: Wing) -> None:
 
 async def test_pause_resume_and_a_restart_keep_the_policy_exactly(wing: Wing) -> None:
     sandbox = await rich_sandbox(wing)
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     await wing.settled()
 
-    resumed = await wing.service.resume(sandbox.sandbox_id)
+    resumed = await wing.service.pauses.resume(sandbox.sandbox_id)
     assert resumed.record.network == rich_policy()
     assert_enforces(applied(wing, resumed), rich_policy())
 
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     successor = await wing.restart()
-    successor.service.load()
-    again = await successor.service.resume(sandbox.sandbox_id)
+    successor.service.takeback.load()
+    again = await successor.service.pauses.resume(sandbox.sandbox_id)
     assert again.record.network == rich_policy()
     assert wing.records.records[sandbox.sandbox_id].network == rich_policy()
     assert_enforces(successor.network.policies[again.slot.netns], rich_policy())
@@ -77,15 +77,15 @@ async def test_pause_resume_and_a_restart_keep_the_policy_exactly(wing: Wing) ->
 
 async def test_a_reset_keeps_slot_and_policy(wing: Wing) -> None:
     sandbox = await rich_sandbox(wing)
-    meta = await wing.service.create_snapshot(sandbox.sandbox_id, filesystem_only=True)
-    record = await wing.service.reset(sandbox.sandbox_id, meta.snapshot_id)
+    meta = await wing.service.snapshots.create(sandbox.sandbox_id, filesystem_only=True)
+    record = await wing.service.forks.reset(sandbox.sandbox_id, meta.snapshot_id)
     assert record.network == rich_policy()
-    assert_enforces(applied(wing, wing.service.get(sandbox.sandbox_id)), rich_policy())
+    assert_enforces(applied(wing, wing.service.registry.get(sandbox.sandbox_id)), rich_policy())
 
 
 async def test_a_create_from_a_snapshot_enforces_its_own_create_policy(wing: Wing) -> None:
     parent = await rich_sandbox(wing)
-    meta = await wing.service.create_snapshot(parent.sandbox_id, filesystem_only=True)
+    meta = await wing.service.snapshots.create(parent.sandbox_id, filesystem_only=True)
     child = await wing.create(template_id=meta.snapshot_id, network=rich_policy(),
                               owner_key_id=OWNER)
     assert child.record.network == rich_policy()
@@ -107,7 +107,7 @@ async def test_an_update_with_a_bad_entry_changes_nothing(wing: Wing) -> None:
             cluster_pb2.HeaderTransform(set_headers={"X-A": "1"})])])
     with pytest.raises(InvalidArgument, match=r"network.rules\['api.example.com'\]: the host is "
                        "denied by network.denyOut"):
-        await wing.service.update_network(sandbox.sandbox_id, bad)
+        await wing.service.changes.update_network(sandbox.sandbox_id, bad)
     assert applied(wing, sandbox) is before
     assert sandbox.record.network == rich_policy() and len(wing.records.puts) == puts
 
@@ -119,7 +119,7 @@ async def test_an_update_whose_record_cannot_be_stored_puts_the_old_rules_back(
     wing.records.put_failures.append(Internal("etcd is gone"))
     closed = cluster_pb2.NetworkPolicy(allow_internet_access=False)
     with pytest.raises(Internal):
-        await wing.service.update_network(sandbox.sandbox_id, closed)
+        await wing.service.changes.update_network(sandbox.sandbox_id, closed)
     assert_enforces(applied(wing, sandbox), rich_policy())
     assert sandbox.record.network == rich_policy()
 
@@ -130,7 +130,7 @@ async def test_an_update_replaces_the_egress_fields_and_keeps_the_ingress_ones(
     sandbox = await rich_sandbox(wing)
     names = cluster_pb2.NetworkPolicy(allow_internet_access=True, allow_out=["other.example"],
                                       deny_out=["0.0.0.0/0"])
-    record = await wing.service.update_network(sandbox.sandbox_id, names)
+    record = await wing.service.changes.update_network(sandbox.sandbox_id, names)
     assert list(record.network.allow_out) == ["other.example"]
     assert not record.network.rules and not record.network.HasField("egress_proxy")
     assert record.network.private_traffic and list(record.network.https_ports) == [8443]

@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Internal
-from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
+from aenv_nodeagent.metrics import NodeCollector, NodeReadings
 from aenv_testing.metrics import parse, value
 
 from .conftest import Wing
@@ -26,7 +26,7 @@ async def test_operations_and_their_phases_are_timed(wing: Wing) -> None:
               sample("aenv_node_operation_phase_seconds_count", **publish),
               sample("aenv_node_operation_seconds_count", **killed)]
     sandbox = await wing.create()
-    await wing.service.kill(sandbox.sandbox_id)
+    await wing.service.kills.kill(sandbox.sandbox_id)
     after = [sample("aenv_node_operation_seconds_count", **ok),
              sample("aenv_node_operation_phase_seconds_count", **publish),
              sample("aenv_node_operation_seconds_count", **killed)]
@@ -43,7 +43,7 @@ async def test_a_fork_is_timed_with_its_capture_and_children(wing: Wing) -> None
     before = [sample("aenv_node_operation_seconds_count", **fork),
               sample("aenv_node_operation_phase_seconds_count", **children),
               sample("aenv_node_operation_seconds_count", **creates)]
-    results = await wing.service.fork(parent.sandbox_id, 2)
+    results = await wing.service.forks.fork(parent.sandbox_id, 2)
     assert [result.WhichOneof("result") for result in results] == ["error", "error"]
     after = [sample("aenv_node_operation_seconds_count", **fork),
              sample("aenv_node_operation_phase_seconds_count", **children),
@@ -64,8 +64,8 @@ async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> Non
     await wing.create()
     registry = CollectorRegistry()
     registry.register(NodeCollector(NodeReadings(
-        sandboxes_by_state=lambda: {"running": len(wing.service.all()),
-                                    "paused": len(wing.service.paused_ids())},
+        sandboxes_by_state=lambda: {"running": len(wing.service.registry.all()),
+                                    "paused": len(wing.service.registry.paused_ids())},
         pool_depth=lambda: {"slots": 3, "overlays": 2, "vms": 1},
         capacity=cluster_pb2.Resources(vcpus=8, memory_mib=4096),
         allocated=wing.service.registry.allocated,

@@ -17,13 +17,13 @@ async def test_the_owner_key_survives_every_lifecycle_step(wing: Wing) -> None:
     assert sandbox.record.owner_key_id == OWNER
     assert wing.records.records[sandbox.sandbox_id].owner_key_id == OWNER
 
-    paused = await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+    paused = await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     assert paused.owner_key_id == OWNER
-    resumed = await wing.service.resume(sandbox.sandbox_id)
+    resumed = await wing.service.pauses.resume(sandbox.sandbox_id)
     assert resumed.record.owner_key_id == OWNER
 
-    meta = await wing.service.create_snapshot(sandbox.sandbox_id, filesystem_only=True)
-    reset = await wing.service.reset(sandbox.sandbox_id, meta.snapshot_id)
+    meta = await wing.service.snapshots.create(sandbox.sandbox_id, filesystem_only=True)
+    reset = await wing.service.forks.reset(sandbox.sandbox_id, meta.snapshot_id)
     assert reset.owner_key_id == OWNER
 
     other = await wing.create(template_id=meta.snapshot_id, owner_key_id="key-other")

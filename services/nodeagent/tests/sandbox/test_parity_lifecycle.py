@@ -48,14 +48,14 @@ def end_of(record: cluster_pb2.SandboxRecord) -> float:
 async def test_a_timeout_of_zero_kills_at_once(wing: Wing) -> None:
     sandbox = await wing.create()
     before = time.time()
-    record = await wing.service.set_timeout(sandbox.sandbox_id, 0)
+    record = await wing.service.changes.set_timeout(sandbox.sandbox_id, 0)
     assert record.state == KILLING and before <= end_of(record) <= time.time()
     assert not wing.service.registry.has(sandbox.sandbox_id)
     assert sandbox.sandbox_id not in wing.records.records
     assert not sandbox.directory.exists()
     assert wing.vm(sandbox).stopping
     with pytest.raises(NotFound):
-        await wing.service.set_timeout(sandbox.sandbox_id, 0)
+        await wing.service.changes.set_timeout(sandbox.sandbox_id, 0)
 
 
 @pytest.mark.parametrize("mode", [FULL, FILESYSTEM], ids=["full", "filesystem"])
@@ -64,12 +64,12 @@ async def test_a_timeout_of_zero_pauses_who_asked_for_it(
 ) -> None:
     sandbox = await wing.create(
         lifecycle=cluster_pb2.Lifecycle(auto_pause=True, auto_pause_mode=mode))
-    record = await wing.service.set_timeout(sandbox.sandbox_id, 0)
+    record = await wing.service.changes.set_timeout(sandbox.sandbox_id, 0)
     assert (record.state, record.pause_mode) == (PAUSED, mode)
-    assert wing.service.paused_ids() == [sandbox.sandbox_id]
+    assert wing.service.registry.paused_ids() == [sandbox.sandbox_id]
     assert wing.records.records[sandbox.sandbox_id].state == PAUSED
     if mode == FILESYSTEM:  # (the fake VMs cannot load a full pause's memory stream)
-        resumed = await wing.service.resume(sandbox.sandbox_id, 60)
+        resumed = await wing.service.pauses.resume(sandbox.sandbox_id, 60)
         assert end_of(resumed.record) > time.time() + 50
 
 
@@ -78,11 +78,11 @@ async def test_a_timeout_of_zero_on_a_busy_sandbox_is_left_to_the_expiry_pass(
 ) -> None:
     sandbox = await wing.create()
     with wing.service.registry.exclusive(sandbox.sandbox_id):
-        record = await wing.service.set_timeout(sandbox.sandbox_id, 0)
+        record = await wing.service.changes.set_timeout(sandbox.sandbox_id, 0)
         assert record.state == RUNNING and end_of(record) <= time.time()
         assert wing.records.records[sandbox.sandbox_id].end_at == record.end_at
-        assert await wing.service.kill_expired() == []  # busy: skipped
-    assert await wing.service.kill_expired() == [sandbox.sandbox_id]
+        assert await wing.service.kills.expire_due() == []  # busy: skipped
+    assert await wing.service.kills.expire_due() == [sandbox.sandbox_id]
     assert not wing.service.registry.has(sandbox.sandbox_id)
 
 
@@ -92,29 +92,29 @@ async def test_a_timeout_of_zero_whose_pause_fails_runs_on_until_the_next_pass(
     sandbox = await wing.create(
         lifecycle=cluster_pb2.Lifecycle(auto_pause=True, auto_pause_mode=FILESYSTEM))
     wing.envd.fail_on["sync"] = Unavailable("the guest agent did not answer")
-    record = await wing.service.set_timeout(sandbox.sandbox_id, 0)
+    record = await wing.service.changes.set_timeout(sandbox.sandbox_id, 0)
     assert record.state == RUNNING and end_of(record) <= time.time()
     assert wing.records.records[sandbox.sandbox_id].end_at == record.end_at
     del wing.envd.fail_on["sync"]
-    assert await wing.service.kill_expired() == [sandbox.sandbox_id]
-    assert wing.service.paused_ids() == [sandbox.sandbox_id]
+    assert await wing.service.kills.expire_due() == [sandbox.sandbox_id]
+    assert wing.service.registry.paused_ids() == [sandbox.sandbox_id]
 
 
 async def test_extend_only_never_shortens(wing: Wing) -> None:
     sandbox = await wing.create(timeout_seconds=600)
     end = end_of(sandbox.record)
     puts = len(wing.records.puts)
-    kept = await wing.service.set_timeout(sandbox.sandbox_id, 30, extend_only=True)
+    kept = await wing.service.changes.set_timeout(sandbox.sandbox_id, 30, extend_only=True)
     assert end_of(kept) == end and len(wing.records.puts) == puts  # nothing to publish
-    kept = await wing.service.set_timeout(sandbox.sandbox_id, 0, extend_only=True)
-    assert kept.state == RUNNING and wing.service.is_running(sandbox.sandbox_id)
-    longer = await wing.service.set_timeout(sandbox.sandbox_id, 1200, extend_only=True)
+    kept = await wing.service.changes.set_timeout(sandbox.sandbox_id, 0, extend_only=True)
+    assert kept.state == RUNNING and wing.service.guest_metrics.is_running(sandbox.sandbox_id)
+    longer = await wing.service.changes.set_timeout(sandbox.sandbox_id, 1200, extend_only=True)
     assert end_of(longer) > end + 500
     assert wing.records.records[sandbox.sandbox_id].end_at == longer.end_at
-    shorter = await wing.service.set_timeout(sandbox.sandbox_id, 30)
+    shorter = await wing.service.changes.set_timeout(sandbox.sandbox_id, 30)
     assert end_of(shorter) < end
     with pytest.raises(InvalidArgument):
-        await wing.service.set_timeout(sandbox.sandbox_id, DEFAULT_TIMEOUT_S * 10**6)
+        await wing.service.changes.set_timeout(sandbox.sandbox_id, DEFAULT_TIMEOUT_S * 10**6)
 
 
 async def test_set_timeout_over_grpc(wing: Wing) -> None:
@@ -283,19 +283,19 @@ async def test_a_sandbox_keeps_its_logs_while_paused_and_loses_them_when_killed(
     sandbox = await wing.create()
     sandbox_id, console = sandbox.sandbox_id, sandbox.directory / CONSOLE_LOG
     append(console, envd("process started"))
-    assert messages(wing.service.logs(sandbox_id, LogQuery())) == ["process started"]
+    assert messages(wing.service.logs.read(sandbox_id, LogQuery())) == ["process started"]
     append(console, envd("written before the pause"))
-    await wing.service.pause(sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(sandbox_id, FILESYSTEM)
     await wing.settled()
-    assert messages(wing.service.logs(sandbox_id, LogQuery())) == [
+    assert messages(wing.service.logs.read(sandbox_id, LogQuery())) == [
         "process started", "written before the pause"]
-    await wing.service.resume(sandbox_id)
+    await wing.service.pauses.resume(sandbox_id)
     console.write_text(envd("after the resume"))  # the new QEMU's console file
-    assert messages(wing.service.logs(sandbox_id, LogQuery(backward=True, limit=2))) == [
+    assert messages(wing.service.logs.read(sandbox_id, LogQuery(backward=True, limit=2))) == [
         "after the resume", "written before the pause"]
-    await wing.service.kill(sandbox_id)
+    await wing.service.kills.kill(sandbox_id)
     with pytest.raises(NotFound):
-        wing.service.logs(sandbox_id, LogQuery())
+        wing.service.logs.read(sandbox_id, LogQuery())
 
 
 async def test_the_collection_pass_reads_every_sandbox_and_forgets_the_killed(
@@ -305,12 +305,12 @@ async def test_the_collection_pass_reads_every_sandbox_and_forgets_the_killed(
     for sandbox in (kept, killed):
         append(sandbox.directory / CONSOLE_LOG, envd(f"hello from {sandbox.sandbox_id}"))
     service = wing.service
-    service.console_logs.collect_all(service._consoles(), service._keeps_logs)
-    assert len(service.console_logs.query(killed.sandbox_id, LogQuery())) == 1
-    await service.kill(killed.sandbox_id)
-    service.console_logs.collect_all(service._consoles(), service._keeps_logs)
-    assert service.console_logs.query(killed.sandbox_id, LogQuery()) == []
-    assert messages(service.console_logs.query(kept.sandbox_id, LogQuery())) == [
+    service.logs.console.collect_all(service.logs._consoles(), service.logs._keeps_logs)
+    assert len(service.logs.console.query(killed.sandbox_id, LogQuery())) == 1
+    await service.kills.kill(killed.sandbox_id)
+    service.logs.console.collect_all(service.logs._consoles(), service.logs._keeps_logs)
+    assert service.logs.console.query(killed.sandbox_id, LogQuery()) == []
+    assert messages(service.logs.console.query(kept.sandbox_id, LogQuery())) == [
         f"hello from {kept.sandbox_id}"]
 
 

@@ -29,14 +29,14 @@ async def test_a_filesystem_pause_and_resume(wing: Wing) -> None:
     sandbox_id, directory = sandbox.sandbox_id, sandbox.directory
     first_vm = wing.vm(sandbox)
 
-    record = await wing.service.pause(sandbox_id, FILESYSTEM)
+    record = await wing.service.pauses.pause(sandbox_id, FILESYSTEM)
 
     assert (record.state, record.pause_mode) == (PAUSED, FILESYSTEM)
-    assert wing.service.paused_ids() == [sandbox_id]
-    assert not wing.service.is_running(sandbox_id)
+    assert wing.service.registry.paused_ids() == [sandbox_id]
+    assert not wing.service.guest_metrics.is_running(sandbox_id)
     with pytest.raises(NotFound):
-        wing.service.get(sandbox_id)
-    assert wing.service.record(sandbox_id).state == PAUSED
+        wing.service.registry.get(sandbox_id)
+    assert wing.service.registry.record(sandbox_id).state == PAUSED
     assert wing.records.states(sandbox_id) == [RUNNING, PAUSED]
     # The guest flushed its disk first; the marker holds the record and chain for a restart.
     assert [c.method for c in wing.envd.calls][-1] == "sync"
@@ -50,10 +50,10 @@ async def test_a_filesystem_pause_and_resume(wing: Wing) -> None:
     assert wing.network.live == []
     assert (directory / "disk.qcow2").is_file()
 
-    resumed = await wing.service.resume(sandbox_id)
+    resumed = await wing.service.pauses.resume(sandbox_id)
 
-    assert wing.service.get(sandbox_id) is resumed
-    assert wing.service.paused_ids() == []
+    assert wing.service.registry.get(sandbox_id) is resumed
+    assert wing.service.registry.paused_ids() == []
     assert resumed.directory == directory
     assert not (directory / PAUSED_MARKER).exists()
     assert wing.records.states(sandbox_id) == [RUNNING, PAUSED, RUNNING]
@@ -73,12 +73,12 @@ async def test_a_filesystem_pause_and_resume(wing: Wing) -> None:
 
 async def test_a_resume_boots_on_the_overlay_last_written(wing: Wing) -> None:
     sandbox = await wing.create()
-    await wing.service.create_snapshot(sandbox.sandbox_id, filesystem_only=True)
+    await wing.service.snapshots.create(sandbox.sandbox_id, filesystem_only=True)
     active = wing.service.registry.chain(sandbox.sandbox_id).active
     assert active != "disk.qcow2"
 
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
-    resumed = await wing.service.resume(sandbox.sandbox_id)
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
+    resumed = await wing.service.pauses.resume(sandbox.sandbox_id)
 
     assert wing.vm(resumed).spec.disks[0].path == sandbox.directory / active
     assert wing.service.registry.chain(sandbox.sandbox_id).active == active
@@ -106,15 +106,15 @@ async def test_a_failed_resume_leaves_it_paused_and_intact(
 ) -> None:
     sandbox = await wing.create()
     sandbox_id, directory = sandbox.sandbox_id, sandbox.directory
-    await wing.service.pause(sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(sandbox_id, FILESYSTEM)
     await wing.settled()
     arrange(wing)
 
     with pytest.raises(AenvError, match="stays paused"):
-        await wing.service.resume(sandbox_id)
+        await wing.service.pauses.resume(sandbox_id)
 
-    assert wing.service.paused_ids() == [sandbox_id]
-    assert not wing.service.is_running(sandbox_id)
+    assert wing.service.registry.paused_ids() == [sandbox_id]
+    assert not wing.service.guest_metrics.is_running(sandbox_id)
     assert not wing.service.registry.is_busy(sandbox_id)
     assert (directory / PAUSED_MARKER).is_file()
     assert (directory / "disk.qcow2").is_file()
@@ -125,7 +125,7 @@ async def test_a_failed_resume_leaves_it_paused_and_intact(
 
     # Intact: it resumes once the fault is gone.
     wing.envd.fail_on.clear()
-    resumed = await wing.service.resume(sandbox_id)
+    resumed = await wing.service.pauses.resume(sandbox_id)
     assert wing.records.records[sandbox_id].state == RUNNING
     assert wing.network.live == [resumed.slot]
 
@@ -133,22 +133,22 @@ async def test_a_failed_resume_leaves_it_paused_and_intact(
 async def test_pause_and_resume_refuse_what_is_not_theirs(wing: Wing) -> None:
     sandbox = await wing.create()
     with pytest.raises(Conflict):
-        await wing.service.resume(sandbox.sandbox_id)  # running
+        await wing.service.pauses.resume(sandbox.sandbox_id)  # running
     with pytest.raises(NotFound):
-        await wing.service.resume("nosuch")
+        await wing.service.pauses.resume("nosuch")
     with pytest.raises(NotFound):
-        await wing.service.pause("nosuch")
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+        await wing.service.pauses.pause("nosuch")
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     with pytest.raises(Conflict):
-        await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)  # paused already
+        await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)  # paused already
     assert wing.records.states(sandbox.sandbox_id) == [RUNNING, PAUSED]
 
 
 async def test_a_resume_waits_for_the_paused_vm_to_quit(wing: Wing) -> None:
     sandbox = await wing.create()
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     # No settling: the quit still runs in the background.
-    resumed = await wing.service.resume(sandbox.sandbox_id)
+    resumed = await wing.service.pauses.resume(sandbox.sandbox_id)
     assert wing.vm(sandbox).stopping
     await wing.network.settled()
     assert wing.network.live == [resumed.slot]
@@ -157,7 +157,7 @@ async def test_a_resume_waits_for_the_paused_vm_to_quit(wing: Wing) -> None:
 async def test_a_full_pause_of_a_guest_on_no_image_captures_it_whole(wing: Wing) -> None:
     # A FakeVm maps no memory image (its pid is no process): the pause takes a full capture.
     sandbox = await wing.create()
-    record = await wing.service.pause(sandbox.sandbox_id)
+    record = await wing.service.pauses.pause(sandbox.sandbox_id)
     assert (record.state, record.pause_mode) == (PAUSED, FULL)
     assert (sandbox.directory / PAUSED_STATE).is_file()
     assert "capture" in wing.vm(sandbox).methods_called
@@ -166,12 +166,12 @@ async def test_a_full_pause_of_a_guest_on_no_image_captures_it_whole(wing: Wing)
 
     # The capture is no QEMU stream: a restore of it fails, and the sandbox stays paused.
     with pytest.raises(AenvError, match="stays paused"):
-        await wing.service.resume(sandbox.sandbox_id)
-    assert wing.service.paused_ids() == [sandbox.sandbox_id]
+        await wing.service.pauses.resume(sandbox.sandbox_id)
+    assert wing.service.registry.paused_ids() == [sandbox.sandbox_id]
     assert (sandbox.directory / PAUSED_STATE).is_file()
     assert wing.network.live == []
     # A cold boot brings it back, and drops the capture.
-    resumed = await wing.service.resume(sandbox.sandbox_id, reboot=True)
+    resumed = await wing.service.pauses.resume(sandbox.sandbox_id, reboot=True)
     assert not wing.vm(resumed).incoming
     assert not (sandbox.directory / PAUSED_STATE).exists()
     assert wing.records.states(sandbox.sandbox_id) == [RUNNING, PAUSED, RUNNING]
@@ -181,9 +181,9 @@ async def test_a_pause_whose_guest_cannot_flush_leaves_it_running(wing: Wing) ->
     sandbox = await wing.create()
     wing.envd.fail_on["sync"] = Unavailable("the guest agent did not answer")
     with pytest.raises(Unavailable):
-        await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
-    assert wing.service.get(sandbox.sandbox_id) is sandbox
-    assert wing.service.paused_ids() == []
+        await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
+    assert wing.service.registry.get(sandbox.sandbox_id) is sandbox
+    assert wing.service.registry.paused_ids() == []
     assert not (sandbox.directory / PAUSED_MARKER).exists()
     assert wing.records.states(sandbox.sandbox_id) == [RUNNING]
     assert not wing.vm(sandbox).stopping
@@ -195,8 +195,8 @@ async def test_a_pause_whose_capture_fails_leaves_it_running(wing: Wing) -> None
     vm = wing.vm(sandbox)
     vm.fail_on["capture"] = Internal("QMP migrate failed")
     with pytest.raises(Internal):
-        await wing.service.pause(sandbox.sandbox_id)
-    assert wing.service.get(sandbox.sandbox_id) is sandbox
+        await wing.service.pauses.pause(sandbox.sandbox_id)
+    assert wing.service.registry.get(sandbox.sandbox_id) is sandbox
     assert not (sandbox.directory / PAUSED_STATE).exists()
     assert not (sandbox.directory / PAUSED_MARKER).exists()
     assert wing.records.states(sandbox.sandbox_id) == [RUNNING]
@@ -206,9 +206,9 @@ async def test_a_pause_whose_capture_fails_leaves_it_running(wing: Wing) -> None
 
 async def test_a_resume_gives_the_sandbox_its_new_timeout(wing: Wing) -> None:
     sandbox = await wing.create()
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     started = time.time()
-    resumed = await wing.service.resume(sandbox.sandbox_id, timeout_s=60)
+    resumed = await wing.service.pauses.resume(sandbox.sandbox_id, timeout_s=60)
     end = resumed.record.end_at.ToNanoseconds() / 1e9
     assert started + 60 <= end <= time.time() + 60
     assert wing.records.records[sandbox.sandbox_id].end_at == resumed.record.end_at
@@ -218,7 +218,7 @@ async def test_a_pause_that_raises_leaves_node_and_cluster_agreeing(wing: Wing) 
     sandbox = await wing.create()
     wing.records.put_failures.append(Unavailable("etcd is unavailable"))
     with pytest.raises(Unavailable):
-        await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+        await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     # Its docstring: the sandbox runs on when the pause raises. Either way, both sides agree.
-    assert wing.service.record(sandbox.sandbox_id).state == (
+    assert wing.service.registry.record(sandbox.sandbox_id).state == (
         wing.records.records[sandbox.sandbox_id].state)

@@ -14,12 +14,12 @@ from .conftest import RUNNING, Wing
 async def test_a_reset_boots_the_snapshot_in_place(wing: Wing) -> None:
     sandbox = await wing.create()
     sandbox_id = sandbox.sandbox_id
-    meta = await wing.service.create_snapshot(sandbox_id, filesystem_only=True)
-    later = await wing.service.create_snapshot(sandbox_id, filesystem_only=True)
+    meta = await wing.service.snapshots.create(sandbox_id, filesystem_only=True)
+    later = await wing.service.snapshots.create(sandbox_id, filesystem_only=True)
 
-    record = await wing.service.reset(sandbox_id, meta.snapshot_id)
+    record = await wing.service.forks.reset(sandbox_id, meta.snapshot_id)
 
-    reset = wing.service.get(sandbox_id)
+    reset = wing.service.registry.get(sandbox_id)
     assert reset is not sandbox
     assert (reset.directory, reset.slot) == (sandbox.directory, sandbox.slot)
     assert record.envd_access_token == sandbox.record.envd_access_token
@@ -27,7 +27,8 @@ async def test_a_reset_boots_the_snapshot_in_place(wing: Wing) -> None:
     assert wing.vm(sandbox).stopping
     vm = wing.vm(reset)
     assert not vm.incoming
-    assert vm.chains["root"].backing_files[0] == wing.service.layers.path(meta.layers[0])
+    layers = wing.service.context.disk.store
+    assert vm.chains["root"].backing_files[0] == layers.path(meta.layers[0])
     chain = wing.service.registry.chain(sandbox_id)
     assert (chain.layers, chain.active) == (meta.layers, "disk.qcow2")
     assert not any(sandbox.directory.glob("*.active.qcow2"))  # the old overlays are gone
@@ -39,25 +40,25 @@ async def test_a_reset_boots_the_snapshot_in_place(wing: Wing) -> None:
 
 async def test_a_failed_reset_leaves_nothing_of_the_sandbox(wing: Wing) -> None:
     sandbox = await wing.create()
-    meta = await wing.service.create_snapshot(sandbox.sandbox_id, filesystem_only=True)
+    meta = await wing.service.snapshots.create(sandbox.sandbox_id, filesystem_only=True)
     wing.driver.launch_failures.append(Internal("QEMU failed to start"))
 
     with pytest.raises(Internal):
-        await wing.service.reset(sandbox.sandbox_id, meta.snapshot_id)
+        await wing.service.forks.reset(sandbox.sandbox_id, meta.snapshot_id)
 
     assert not wing.service.registry.has(sandbox.sandbox_id)
     assert not sandbox.directory.exists()
     assert wing.network.live == []
     assert sandbox.sandbox_id not in wing.records.records
-    assert wing.service.snapshots.find(meta.snapshot_id) is meta  # the snapshot stays
+    assert wing.service.snapshots.store.find(meta.snapshot_id) is meta  # the snapshot stays
     assert wing.layer_files() == set(meta.layers)
 
 
 async def test_a_reset_to_an_unknown_snapshot_touches_nothing(wing: Wing) -> None:
     sandbox = await wing.create()
     with pytest.raises(NotFound):
-        await wing.service.reset(sandbox.sandbox_id, "snap-nosuch")
-    assert wing.service.get(sandbox.sandbox_id) is sandbox
+        await wing.service.forks.reset(sandbox.sandbox_id, "snap-nosuch")
+    assert wing.service.registry.get(sandbox.sandbox_id) is sandbox
     assert not wing.vm(sandbox).stopping
 
 
@@ -66,11 +67,11 @@ async def test_a_fork_whose_children_fail_leaves_the_parent_alone(wing: Wing) ->
     parent = await wing.create()
     children = ["childa", "childb"]
 
-    results = await wing.service.fork(parent.sandbox_id, 2, child_ids=children)
+    results = await wing.service.forks.fork(parent.sandbox_id, 2, child_ids=children)
 
     assert [result.WhichOneof("result") for result in results] == ["error", "error"]
     assert all(result.error.code == 500 for result in results)
-    assert wing.service.all() == [parent]
+    assert wing.service.registry.all() == [parent]
     assert not wing.vm(parent).stopping
     assert wing.network.live == [parent.slot]
     for child in children:
@@ -78,7 +79,7 @@ async def test_a_fork_whose_children_fail_leaves_the_parent_alone(wing: Wing) ->
         assert child not in wing.records.records
     # The fork's hidden capture is gone and was never published; its layer, which the parent
     # continues on, stays.
-    assert wing.service.snapshots.listed() == []
+    assert wing.service.snapshots.store.listed() == []
     assert list((wing.state_dir / "snapshots").iterdir()) == []
     assert wing.records.by_kind.get(SNAPSHOTS, {}) == {}
     assert wing.layer_files() == set(wing.service.registry.chain(parent.sandbox_id).layers)

@@ -73,7 +73,7 @@ async def test_the_timeouts_kill_is_in_the_trainers_trace(
 ) -> None:
     sandbox = await wing.create(metadata=ROLLOUT, trace_parent=TRAINER)
     spans.clear()
-    assert await wing.service.kill_expired(now=time.time() + DEFAULT_TIMEOUT_S + 1) == [
+    assert await wing.service.kills.expire_due(now=time.time() + DEFAULT_TIMEOUT_S + 1) == [
         sandbox.sandbox_id]
     (expire,) = named(spans, "sandbox.expire")
     (killed,) = named(spans, "sandbox.kill")
@@ -91,7 +91,7 @@ async def test_a_call_in_another_trace_keeps_it_and_links_the_creator(
     other = parse_traceparent(OTHER)
     assert other is not None
     with trace.use_span(NonRecordingSpan(other)):  # a kill whose call came with OTHER
-        await wing.service.kill(sandbox.sandbox_id)
+        await wing.service.kills.kill(sandbox.sandbox_id)
     (killed,) = named(spans, "sandbox.kill")
     assert killed.context is not None and killed.context.trace_id == other.trace_id
     assert killed.parent is not None and killed.parent.span_id == other.span_id
@@ -104,7 +104,7 @@ async def test_fork_children_stay_in_their_parents_rollout_trace(
 ) -> None:
     parent = await wing.create(metadata=ROLLOUT, trace_parent=TRAINER)
     # A FakeVm's capture is no QEMU stream: its children fail; the fork's span is the parent's.
-    await wing.service.fork(parent.sandbox_id, 1)
+    await wing.service.forks.fork(parent.sandbox_id, 1)
     (forked,) = named(spans, "sandbox.fork")
     assert in_trainer_trace(forked)
     assert (forked.attributes or {})["aenv.sandbox_id"] == parent.sandbox_id

@@ -23,7 +23,7 @@ async def published(wing: Wing, snapshot_id: str) -> cluster_pb2.SnapshotRecord 
 
 
 async def snapshot(wing: Wing, sandbox: Sandbox, name: str = "") -> SnapshotMeta:
-    return await wing.service.create_snapshot(sandbox.sandbox_id, name, filesystem_only=True)
+    return await wing.service.snapshots.create(sandbox.sandbox_id, name, filesystem_only=True)
 
 
 async def test_a_snapshot_freezes_the_overlay_into_a_layer(wing: Wing) -> None:
@@ -36,7 +36,7 @@ async def test_a_snapshot_freezes_the_overlay_into_a_layer(wing: Wing) -> None:
     assert not meta.has_memory and not meta.hidden
     assert wing.layer_files() == {layer}
     assert (meta.directory / SNAPSHOT_META).is_file()
-    assert wing.service.snapshots.find(meta.snapshot_id) is meta
+    assert wing.service.snapshots.store.find(meta.snapshot_id) is meta
     # The sandbox continues on a new overlay over the layer; what it wrote is in the layer.
     chain = wing.service.registry.chain(sandbox.sandbox_id)
     assert chain.layers == [layer]
@@ -44,7 +44,7 @@ async def test_a_snapshot_freezes_the_overlay_into_a_layer(wing: Wing) -> None:
     active = sandbox.directory / chain.active
     [switch] = [call for call in vm.calls if call.method == "switch_disk_to_overlay"]
     assert switch.arguments == {"top_node": ROOT_NODE, "new_node": "ovl1", "overlay": active}
-    layer_file = wing.service.layers.path(layer)
+    layer_file = wing.service.context.disk.store.path(layer)
     assert vm.chains["root"].top_file == active
     assert vm.chains["root"].backing_files == [layer_file, wing.template.disk]
     assert layer_file.samefile(sandbox.directory / "disk.qcow2")  # frozen in place
@@ -80,7 +80,8 @@ async def test_a_create_from_a_snapshot_boots_over_its_layer(wing: Wing) -> None
     assert not vm.incoming and "restore" not in vm.methods_called
     assert "boot" in child.timings_ms
     assert vm.spec.disks[0].path == child.directory / "disk.qcow2"
-    assert vm.chains["root"].backing_files == [wing.service.layers.path(layer), wing.template.disk]
+    layers = wing.service.context.disk.store
+    assert vm.chains["root"].backing_files == [layers.path(layer), wing.template.disk]
     assert wing.service.registry.chain(child.sandbox_id).layers == [layer]
     record = wing.records.records[child.sandbox_id]
     assert (record.template_id, record.base_template_id) == (meta.snapshot_id, TEMPLATE)
@@ -95,25 +96,25 @@ async def test_a_deleted_snapshot_keeps_its_layer_while_a_sandbox_stands_on_it(
     child = await wing.create(template_id=meta.snapshot_id)
     [layer] = meta.layers
 
-    await wing.service.delete_snapshot(meta.snapshot_id)
+    await wing.service.snapshots.delete(meta.snapshot_id)
 
     assert await published(wing, meta.snapshot_id) is None
-    assert wing.service.snapshots.find(meta.snapshot_id) is None
+    assert wing.service.snapshots.store.find(meta.snapshot_id) is None
     assert not meta.directory.exists()
     assert wing.layer_files() == {layer}
-    await wing.service.kill(parent.sandbox_id)
+    await wing.service.kills.kill(parent.sandbox_id)
     assert wing.layer_files() == {layer}  # the child stands on it
-    await wing.service.kill(child.sandbox_id)
+    await wing.service.kills.kill(child.sandbox_id)
     assert wing.layer_files() == set()
 
 
 async def test_a_paused_sandbox_holds_its_layers_too(wing: Wing) -> None:
     sandbox = await wing.create()
     meta = await snapshot(wing, sandbox)
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
-    await wing.service.delete_snapshot(meta.snapshot_id)
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
+    await wing.service.snapshots.delete(meta.snapshot_id)
     assert wing.layer_files() == set(meta.layers)
-    await wing.service.kill(sandbox.sandbox_id)
+    await wing.service.kills.kill(sandbox.sandbox_id)
     assert wing.layer_files() == set()
 
 
@@ -122,9 +123,9 @@ async def test_a_snapshot_nothing_stands_on_any_more_is_collected_at_its_deletio
 ) -> None:
     sandbox = await wing.create()
     meta = await snapshot(wing, sandbox)
-    await wing.service.kill(sandbox.sandbox_id)
+    await wing.service.kills.kill(sandbox.sandbox_id)
     assert wing.layer_files() == set(meta.layers)  # the snapshot stands on it
-    await wing.service.delete_snapshot(meta.snapshot_id)
+    await wing.service.snapshots.delete(meta.snapshot_id)
     assert wing.layer_files() == set()
 
 
@@ -141,7 +142,7 @@ async def test_a_failed_capture_leaves_the_sandbox_as_it_was(wing: Wing) -> None
     assert (chain.layers, chain.active, chain.top_node) == ([], "disk.qcow2", ROOT_NODE)
     assert wing.layer_files() == set()
     assert {path.name for path in sandbox.directory.iterdir()} == before
-    assert wing.service.snapshots.listed() == []
+    assert wing.service.snapshots.store.listed() == []
     assert list((wing.state_dir / "snapshots").iterdir()) == []
     assert wing.records.by_kind.get(SNAPSHOTS, {}) == {}
     assert await vm.status() == "running"
@@ -177,24 +178,24 @@ async def test_a_snapshot_of_other_template_inputs_is_refused_before_any_work(
 async def test_deleting_a_snapshot_the_node_lost_withdraws_its_record(wing: Wing) -> None:
     sandbox = await wing.create()
     meta = await snapshot(wing, sandbox)
-    wing.service.snapshots.remove(meta.snapshot_id)  # lost (its record's withdrawal failed)
+    wing.service.snapshots.store.remove(meta.snapshot_id)  # lost (its record's withdrawal failed)
 
     with pytest.raises(NotFound):
-        await wing.service.delete_snapshot(meta.snapshot_id)
+        await wing.service.snapshots.delete(meta.snapshot_id)
     assert await published(wing, meta.snapshot_id) is None
 
 
 # --- compaction ----------------------------------------------------------------------------------
 
 async def test_layers_past_max_layers_are_merged_into_the_overlay(wing: Wing) -> None:
-    wing.service.max_layers = 1
+    wing.service.context.disk.max_layers = 1
     sandbox = await wing.create()
     vm = wing.vm(sandbox)
     first = await snapshot(wing, sandbox)
     assert "stream_disk" not in vm.methods_called  # one layer is not past the limit
     second = await snapshot(wing, sandbox)
 
-    await wing.service.compacted(sandbox.sandbox_id)
+    await wing.service.context.disk.compacted(sandbox.sandbox_id)
 
     [stream] = [call for call in vm.calls if call.method == "stream_disk"]
     chain = wing.service.registry.chain(sandbox.sandbox_id)
@@ -204,32 +205,32 @@ async def test_layers_past_max_layers_are_merged_into_the_overlay(wing: Wing) ->
     assert vm.chains["root"].backing_files == [wing.template.disk]
     # The snapshots still stand on the layers; once they go, nothing does.
     assert wing.layer_files() == set(second.layers)
-    await wing.service.delete_snapshot(first.snapshot_id)
-    await wing.service.delete_snapshot(second.snapshot_id)
+    await wing.service.snapshots.delete(first.snapshot_id)
+    await wing.service.snapshots.delete(second.snapshot_id)
     assert wing.layer_files() == set()
     assert await vm.status() == "running"
 
 
 async def test_a_compaction_collects_the_layers_nobody_else_uses(wing: Wing) -> None:
-    wing.service.max_layers = 1
+    wing.service.context.disk.max_layers = 1
     sandbox = await wing.create()
     first = await snapshot(wing, sandbox)
     second = await snapshot(wing, sandbox)
     # Held before it ran: a compaction starts by looking up the template's disk.
     wing.templates.gets_open.clear()
-    await wing.service.delete_snapshot(first.snapshot_id)
-    await wing.service.delete_snapshot(second.snapshot_id)
+    await wing.service.snapshots.delete(first.snapshot_id)
+    await wing.service.snapshots.delete(second.snapshot_id)
     assert wing.layer_files() == set(second.layers)  # the sandbox stands on them until merged
 
     wing.templates.gets_open.set()
-    await asyncio.wait_for(wing.service.compacted(sandbox.sandbox_id), 5)
+    await asyncio.wait_for(wing.service.context.disk.compacted(sandbox.sandbox_id), 5)
 
     assert wing.service.registry.chain(sandbox.sandbox_id).layers == []
     assert wing.layer_files() == set()
 
 
 async def test_a_snapshot_waits_for_a_running_compaction(wing: Wing) -> None:
-    wing.service.max_layers = 1
+    wing.service.context.disk.max_layers = 1
     sandbox = await wing.create()
     await snapshot(wing, sandbox)
     await snapshot(wing, sandbox)
@@ -244,12 +245,12 @@ async def test_a_snapshot_waits_for_a_running_compaction(wing: Wing) -> None:
 
 
 async def test_a_failed_compaction_keeps_the_chain(wing: Wing) -> None:
-    wing.service.max_layers = 1
+    wing.service.context.disk.max_layers = 1
     sandbox = await wing.create()
     wing.vm(sandbox).fail_on["stream_disk"] = Internal("QMP block-stream failed")
     await snapshot(wing, sandbox)
     second = await snapshot(wing, sandbox)
-    await wing.service.compacted(sandbox.sandbox_id)
+    await wing.service.context.disk.compacted(sandbox.sandbox_id)
     assert wing.service.registry.chain(sandbox.sandbox_id).layers == second.layers
     assert wing.layer_files() == set(second.layers)
 
@@ -257,12 +258,12 @@ async def test_a_failed_compaction_keeps_the_chain(wing: Wing) -> None:
 async def test_a_create_in_flight_holds_its_snapshots_layers(wing: Wing) -> None:
     parent = await wing.create()
     meta = await snapshot(wing, parent)
-    await wing.service.kill(parent.sandbox_id)  # the snapshot alone stands on its layer now
+    await wing.service.kills.kill(parent.sandbox_id)  # the snapshot alone stands on its layer now
     released = wing.envd.hold("wait_healthy")
     creating = asyncio.ensure_future(wing.create(template_id=meta.snapshot_id))
     await asyncio.wait_for(wing.envd.held("wait_healthy"), 5)  # its VM runs over the layer
 
-    await wing.service.delete_snapshot(meta.snapshot_id)
+    await wing.service.snapshots.delete(meta.snapshot_id)
     released.set()
     child = await asyncio.wait_for(creating, 5)
 

@@ -46,7 +46,7 @@ async def test_a_create_carries_its_mounts_to_record_relay_and_envd(wing: Wing) 
         {"path": "/ro", "server": "169.254.0.22", "port": 2049,
          "export": "/vol-bbbbbbbbbbbbbbbbbbbb", "readOnly": True}]
 
-    await wing.service.kill(sandbox.sandbox_id)
+    await wing.service.kills.kill(sandbox.sandbox_id)
     assert wing.relays.running() == {}
 
 
@@ -58,14 +58,14 @@ async def test_a_sandbox_without_mounts_has_no_relay(wing: Wing) -> None:
 
 async def test_pause_keeps_the_mounts_and_resume_brings_the_relay_back(wing: Wing) -> None:
     sandbox = await wing.create(volume_mounts=mounts())
-    paused = await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+    paused = await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     assert paused.state == PAUSED
     assert list(paused.volume_mounts) == mounts()
     await wing.settled()  # its VM quit and its slot went, with the relay
     assert wing.relays.running() == {}
     assert list(wing.records.records[sandbox.sandbox_id].volume_mounts) == mounts()
 
-    resumed = await wing.service.resume(sandbox.sandbox_id)
+    resumed = await wing.service.pauses.resume(sandbox.sandbox_id)
     assert list(resumed.record.volume_mounts) == mounts()
     assert list(wing.relays.running()) == [resumed.slot.netns]
     assert preamble_of(wing, resumed.slot.netns).startswith(b"AENV-VOLUMES 1 " + TICKET.encode())
@@ -75,17 +75,17 @@ async def test_pause_keeps_the_mounts_and_resume_brings_the_relay_back(wing: Win
 
 async def test_a_paused_sandbox_taken_back_after_a_restart_keeps_its_mounts(wing: Wing) -> None:
     sandbox = await wing.create(volume_mounts=mounts())
-    await wing.service.pause(sandbox.sandbox_id, FILESYSTEM)
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
     successor = await wing.restart()
-    successor.service.load()
-    resumed = await successor.service.resume(sandbox.sandbox_id)
+    successor.service.takeback.load()
+    resumed = await successor.service.pauses.resume(sandbox.sandbox_id)
     assert list(resumed.record.volume_mounts) == mounts()
     assert list(successor.relays.running()) == [resumed.slot.netns]
 
 
 async def test_a_snapshot_records_the_mounts_without_tickets(wing: Wing) -> None:
     sandbox = await wing.create(volume_mounts=mounts())
-    meta = await wing.service.create_snapshot(sandbox.sandbox_id, filesystem_only=True)
+    meta = await wing.service.snapshots.create(sandbox.sandbox_id, filesystem_only=True)
     record = await wing.records.get_record(SNAPSHOTS, meta.snapshot_id,
                                            cluster_pb2.SnapshotRecord)
     assert record is not None
@@ -103,9 +103,9 @@ async def test_a_snapshot_records_the_mounts_without_tickets(wing: Wing) -> None
 
 async def test_a_reset_keeps_the_relay_of_its_slot(wing: Wing) -> None:
     sandbox = await wing.create(volume_mounts=mounts())
-    meta = await wing.service.create_snapshot(sandbox.sandbox_id, filesystem_only=True)
+    meta = await wing.service.snapshots.create(sandbox.sandbox_id, filesystem_only=True)
     relay = wing.relays.running()[sandbox.slot.netns]
-    await wing.service.reset(sandbox.sandbox_id, meta.snapshot_id)
+    await wing.service.forks.reset(sandbox.sandbox_id, meta.snapshot_id)
     assert wing.relays.running() == {sandbox.slot.netns: relay}
 
 
@@ -120,7 +120,7 @@ async def test_a_failed_restore_leaves_no_relay(wing: Wing) -> None:
 async def test_without_snapstore_a_create_with_mounts_fails_before_anything(
     wing: Wing,
 ) -> None:
-    wing.service._creates._restorer._relays = VolumeRelays(  # a node with no snapstore_address
+    wing.service.creates._restorer._relays = VolumeRelays(  # a node with no snapstore_address
         VolumeEndpoint(""), open_listener=loopback_listener)
     with pytest.raises(Conflict, match="volumes need a snapstore"):
         await wing.create(volume_mounts=mounts())
@@ -163,7 +163,7 @@ async def test_fork_children_that_fail_leave_no_relay(wing: Wing) -> None:
     # A FakeVm's capture is no QEMU stream: each child fails after its relay started.
     parent = await wing.create(volume_mounts=mounts())
     own = [mounts(f"tk.child{i}") for i in range(2)]
-    results = await wing.service.fork(parent.sandbox_id, 2, child_mounts=own)
+    results = await wing.service.forks.fork(parent.sandbox_id, 2, child_mounts=own)
     assert [r.WhichOneof("result") for r in results] == ["error", "error"]
     assert list(wing.relays.running()) == [parent.slot.netns]
 
@@ -171,6 +171,6 @@ async def test_fork_children_that_fail_leave_no_relay(wing: Wing) -> None:
 async def test_a_fork_refuses_child_mounts_not_one_per_child(wing: Wing) -> None:
     parent = await wing.create(volume_mounts=mounts())
     with pytest.raises(InvalidArgument):
-        await wing.service.fork(parent.sandbox_id, 2, child_mounts=[mounts()])
-    assert wing.service.snapshots.listed() == []
-    assert cast(object, wing.service.get(parent.sandbox_id)) is parent
+        await wing.service.forks.fork(parent.sandbox_id, 2, child_mounts=[mounts()])
+    assert wing.service.snapshots.store.listed() == []
+    assert cast(object, wing.service.registry.get(parent.sandbox_id)) is parent

@@ -16,11 +16,12 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument, NotFound, Unavailable
 from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.metrics import MetricSample, MetricsHistory, MetricsSampler, Window
 from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.model import Chain, Paused, Sandbox
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.sandbox_metrics import MetricSample, MetricsHistory, MetricsSampler, Window
 from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.builds import TemplateBuilds
@@ -217,12 +218,12 @@ class FakeNetwork:
         return None
 
 
-async def _manager(tmp_path: Path, envd: FakeEnvd) -> SandboxService:
-    manager = SandboxService(
+async def _manager(tmp_path: Path, envd: FakeEnvd) -> SandboxWing:
+    manager = SandboxWing(WingContext.of(
         SandboxSettings(tmp_path, ready_timeout_s=1, metrics_max_samples=4),
-        SandboxRegistry("node"), cast(TemplateStore, None), cast(NetworkManager, FakeNetwork()),
-        cast(EnvdClient, envd), MemoryRecords(), cast(VmmDriver, None),
-    )
+        SandboxRegistry("node"), MemoryRecords(), cast(TemplateStore, None),
+        cast(NetworkManager, FakeNetwork()), cast(EnvdClient, envd),
+    ), cast(VmmDriver, None))
     record = cluster_pb2.SandboxRecord(sandbox_id="sbx1", state=cluster_pb2.SANDBOX_STATE_RUNNING)
     slot: Any = SimpleNamespace(ns_ip="10.0.0.2")
     manager.registry.add_running(
@@ -233,35 +234,36 @@ async def _manager(tmp_path: Path, envd: FakeEnvd) -> SandboxService:
 async def test_a_fresh_sandbox_answers_with_one_live_sample(tmp_path: Path) -> None:
     envd = FakeEnvd()
     manager = await _manager(tmp_path, envd)
-    [sample] = await manager.metrics("sbx1")
+    [sample] = await manager.guest_metrics.metrics("sbx1")
     assert sample.cpu_used_pct == 3.0 and abs(sample.ts - time.time()) < 5
     # Later reads are the history; the live sample is part of it.
-    assert await manager.metrics("sbx1") == [sample] and envd.calls == 1
-    assert await manager.metrics("sbx1", Window(end=int(sample.ts) - 1)) == []
+    assert await manager.guest_metrics.metrics("sbx1") == [sample] and envd.calls == 1
+    assert await manager.guest_metrics.metrics("sbx1", Window(end=int(sample.ts) - 1)) == []
     with pytest.raises(NotFound):
-        await manager.metrics("nosuch")
+        await manager.guest_metrics.metrics("nosuch")
 
 
 async def test_a_busy_or_silent_sandbox_is_not_probed_by_a_read(tmp_path: Path) -> None:
     envd = FakeEnvd()
     manager = await _manager(tmp_path, envd)
     with manager.registry.exclusive("sbx1"):
-        assert await manager.metrics("sbx1") == [] and envd.calls == 0
-        assert manager.sampling_targets() == []
+        assert await manager.guest_metrics.metrics("sbx1") == [] and envd.calls == 0
+        assert manager.guest_metrics.sampling_targets() == []
     envd.down = True
     with pytest.raises(Unavailable):
-        await manager.metrics("sbx1")
-    assert await manager.latest_metric("sbx1") is None
-    assert await manager.latest_metric("nosuch") is None
+        await manager.guest_metrics.metrics("sbx1")
+    assert await manager.guest_metrics.latest("sbx1") is None
+    assert await manager.guest_metrics.latest("nosuch") is None
 
 
 async def test_kill_drops_the_history(tmp_path: Path) -> None:
     manager = await _manager(tmp_path, FakeEnvd())
     for ts in range(6):
-        manager.metrics_history.add("sbx1", _sample(ts))
-    assert [s.ts for s in await manager.metrics("sbx1")] == [2, 3, 4, 5]  # the ring's bound
-    await manager.kill("sbx1")
-    assert not manager.metrics_history.has("sbx1")
+        manager.guest_metrics.history.add("sbx1", _sample(ts))
+    kept = await manager.guest_metrics.metrics("sbx1")
+    assert [s.ts for s in kept] == [2, 3, 4, 5]  # the ring's bound
+    await manager.kills.kill("sbx1")
+    assert not manager.guest_metrics.history.has("sbx1")
 
 
 async def test_servicer_windows_and_paused_history(tmp_path: Path) -> None:
@@ -269,14 +271,14 @@ async def test_servicer_windows_and_paused_history(tmp_path: Path) -> None:
     servicer = NodeAgentServicer(manager, cluster_pb2.NodeRecord, NO_BUILDS)
     context: Any = None
     for ts in (100.0, 105.0, 110.0):
-        manager.metrics_history.add("sbx1", _sample(ts))
+        manager.guest_metrics.history.add("sbx1", _sample(ts))
     request = nodeagent_pb2.GetSandboxMetricsRequest
     got = await servicer.GetSandboxMetrics(request(sandbox_id="sbx1", start=101), context)
     assert [m.timestamp.seconds for m in got.metrics] == [105, 110]
     got = await servicer.GetSandboxMetrics(request(sandbox_id="sbx1"), context)
     assert len(got.metrics) == 3
     # Paused: what was kept, never a probe of the stopped guest.
-    manager.metrics_history.add("paused1", _sample(50.0))
+    manager.guest_metrics.history.add("paused1", _sample(50.0))
     manager.registry.add_paused(Paused(cluster_pb2.SandboxRecord(
         sandbox_id="paused1", state=cluster_pb2.SANDBOX_STATE_PAUSED), tmp_path / "p1",
         Chain("base", [])))

@@ -23,9 +23,10 @@ from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
-from aenv_nodeagent.node import base_template_inputs
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.server import base_template_inputs
 from aenv_nodeagent.templates import TemplateStore
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
@@ -40,7 +41,7 @@ def _netns(prefix: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
 
 
-Env = tuple[SandboxService, MemoryRecords, str, TemplateStore]
+Env = tuple[SandboxWing, MemoryRecords, str, TemplateStore]
 
 
 @pytest_asyncio.fixture
@@ -55,9 +56,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                                   boot_timeout_s=90, boot_attempts=3)
         templates.register(await base_template_inputs(settings, detect_accelerator(None)))
         records = MemoryRecords()
-        manager = SandboxService(
+        manager = SandboxWing(WingContext.of(
             SandboxSettings(settings.resolved_state_dir(), ready_timeout_s=60),
-            SandboxRegistry("test-node"), templates, network, envd, records, QemuDriver())
+            SandboxRegistry("test-node"), records, templates, network, envd), QemuDriver())
         try:
             yield manager, records, prefix, templates
         finally:
@@ -78,7 +79,7 @@ async def test_create_restores_and_kill_removes_everything(env: Env) -> None:
     manager, records, prefix, _ = env
     spec = _spec()
     spec.env_vars["FOO"] = "bar"
-    sandbox = await manager.create(spec)
+    sandbox = await manager.creates.create(spec)
     assert records.records[spec.sandbox_id].state == cluster_pb2.SANDBOX_STATE_RUNNING
     assert records.records[spec.sandbox_id].envd_version
     # Host-side phases are measured for every create; a create never cold-boots.
@@ -90,13 +91,13 @@ async def test_create_restores_and_kill_removes_everything(env: Env) -> None:
             assert (await resp.json())["FOO"] == "bar"
     assert len(_netns(prefix)) == 1
     directory, pid = sandbox.directory, sandbox.vm.pid
-    await manager.kill(spec.sandbox_id)
+    await manager.kills.kill(spec.sandbox_id)
     assert spec.sandbox_id not in records.records
     assert not directory.exists()
     assert _netns(prefix) == []
     assert not Path(f"/proc/{pid}").exists()
     with pytest.raises(NotFound):
-        await manager.kill(spec.sandbox_id)
+        await manager.kills.kill(spec.sandbox_id)
 
 
 async def test_failed_restore_leaks_nothing(env: Env, tmp_path: Path) -> None:
@@ -111,8 +112,8 @@ async def test_failed_restore_leaks_nothing(env: Env, tmp_path: Path) -> None:
     templates._ready[BASE_TEMPLATE] = replace(good, directory=broken_dir)
     spec = _spec()
     with pytest.raises(AenvError):
-        await manager.create(spec)
-    assert manager.all() == []
+        await manager.creates.create(spec)
+    assert manager.registry.all() == []
     assert records.records == {}
     assert _netns(prefix) == []
     assert not (tmp_path / "state" / "sandboxes" / spec.sandbox_id).exists()
@@ -121,17 +122,17 @@ async def test_failed_restore_leaks_nothing(env: Env, tmp_path: Path) -> None:
 async def test_bad_specs_are_rejected_before_any_work(env: Env) -> None:
     manager, _, prefix, _ = env
     with pytest.raises(InvalidArgument):
-        await manager.create(_spec(sandbox_id="Bad-Id"))
+        await manager.creates.create(_spec(sandbox_id="Bad-Id"))
     with pytest.raises(NotFound):
-        await manager.create(_spec(template_id="nope"))
+        await manager.creates.create(_spec(template_id="nope"))
     assert _netns(prefix) == []
 
 
 async def test_expired_sandboxes_are_killed(env: Env) -> None:
     manager, records, _, _ = env
     spec = _spec(timeout_seconds=1)
-    await manager.create(spec)
+    await manager.creates.create(spec)
     end = records.records[spec.sandbox_id].end_at.ToNanoseconds() / 1e9
-    assert await manager.kill_expired(now=end - 0.5) == []
-    assert await manager.kill_expired(now=end + 0.1) == [spec.sandbox_id]
-    assert manager.all() == []
+    assert await manager.kills.expire_due(now=end - 0.5) == []
+    assert await manager.kills.expire_due(now=end + 0.1) == [spec.sandbox_id]
+    assert manager.registry.all() == []

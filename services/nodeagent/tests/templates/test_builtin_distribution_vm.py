@@ -51,10 +51,10 @@ async def test_base_is_captured_once_and_restored_by_every_node_on_the_disks_it_
         assert pulled.directory.is_relative_to(b.state_dir)
         assert pulled.boot_seconds == captured.boot_seconds
         s = spec()
-        sandbox = await b.sandboxes.create(s)
+        sandbox = await b.sandboxes.creates.create(s)
         assert await sh(b.session, sandbox.host, s.envd_access_token, "echo restored") == (
             "restored\n")
-        await b.sandboxes.kill(s.sandbox_id)
+        await b.sandboxes.kills.kill(s.sandbox_id)
 
         # Node c's disks: the same inputs digests and guest content, other bytes (as built
         # again on another host). It pulls a's capture with a's rootfs and tools disk.
@@ -73,11 +73,11 @@ async def test_base_is_captured_once_and_restored_by_every_node_on_the_disks_it_
         assert now.artifacts.tools_disk.parent == now.rootfs.path.parent
         assert await disk_digests(now) == await disk_digests(base)
         s = spec()
-        sandbox = await c.sandboxes.create(s)
+        sandbox = await c.sandboxes.creates.create(s)
         # Reading files the capture's page cache lacks reads a's disk blocks.
         read = "cat /usr/bin/* | md5sum >/dev/null && echo read"
         assert await sh(c.session, sandbox.host, s.envd_access_token, read) == "read\n"
-        await c.sandboxes.kill(s.sandbox_id)
+        await c.sandboxes.kills.kill(s.sandbox_id)
 
         # c again after a restart: its own disks registered, the capture's backing.json puts
         # the template back on a's (a store that cannot boot: it must not capture).

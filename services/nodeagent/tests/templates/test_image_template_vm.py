@@ -51,7 +51,7 @@ async def test_a_busybox_image_becomes_a_template_whose_app_answers_at_once(
             rootfs=RootfsImage(disk.path, disk.digest, ())))
 
         s = spec(template_id="busybox-app")
-        sandbox = await node.sandboxes.create(s)
+        sandbox = await node.sandboxes.creates.create(s)
 
         async def run(script: str, user: str | None = None) -> str:
             return await sh(node.session, sandbox.host, s.envd_access_token, script, user=user)
@@ -62,4 +62,4 @@ async def test_a_busybox_image_becomes_a_template_whose_app_answers_at_once(
         assert await run('id -un; echo "$PATH"; ls /etc/os-release 2>&1 || true') == (
             f"user\n{GUEST_PATH}\nls: /etc/os-release: No such file or directory\n")
         assert await run("id -un", user="root") == "root\n"
-        await node.sandboxes.kill(s.sandbox_id)
+        await node.sandboxes.kills.kill(s.sandbox_id)

@@ -63,7 +63,7 @@ async def test_a_recipes_sandboxes_start_with_its_app_running() -> None:
             "readyCmd": "curl -sf http://127.0.0.1:8000/index.html",
         }))
         s = spec(template_id="recipe-app", env_vars={"OWN": "sandbox's"})
-        sandbox = await node.sandboxes.create(s)
+        sandbox = await node.sandboxes.creates.create(s)
 
         async def run(script: str, user: str | None = None) -> str:
             return await sh(node.session, sandbox.host, s.envd_access_token, script, user=user)
@@ -79,7 +79,7 @@ async def test_a_recipes_sandboxes_start_with_its_app_running() -> None:
             "runner\n/home/runner/app\nhello world\nbuilt\n")
         assert await run("stat -c '%U %a' www www/index.html") == "runner 755\nrunner 755\n"
         assert await run("sudo -n id -un") == "root\n"  # USER runner true: a sudoer
-        await node.sandboxes.kill(s.sandbox_id)
+        await node.sandboxes.kills.kill(s.sandbox_id)
 
 
 async def test_a_failing_step_fails_the_create_naming_it_and_leaves_nothing() -> None:
@@ -90,7 +90,7 @@ async def test_a_failing_step_fails_the_create_naming_it_and_leaves_nothing() ->
             _step("RUN", "touch /never"),
         ]}))
         with pytest.raises(InvalidArgument) as failed:
-            await node.sandboxes.create(spec(template_id="recipe-broken"))
+            await node.sandboxes.creates.create(spec(template_id="recipe-broken"))
         assert failed.value.message == "step 2 (RUN): exited with code 3: boom: no such thing"
         assert qemus_under(node.state_dir) == []
         # No build directory, no snapshot, no lock: nothing of it is left.
@@ -125,11 +125,11 @@ async def test_a_rebuild_runs_only_the_steps_after_its_unchanged_ones() -> None:
         for template_id, expected in (("layered-b", "one\nthree\none\n1\n\nno two\n"),
                                       ("layered-a", "one\n\ntwo\n")):
             s = spec(template_id=template_id)
-            sandbox = await node.sandboxes.create(s)
+            sandbox = await node.sandboxes.creates.create(s)
             script = ("cat /srv-one; cat /srv-three /copied 2>/dev/null; echo $X; "
                       "cat /srv-two 2>/dev/null || echo no two")
             assert await sh(node.session, sandbox.host, s.envd_access_token, script) == expected
-            await node.sandboxes.kill(s.sandbox_id)
+            await node.sandboxes.kills.kill(s.sandbox_id)
 
         # skip_cache: every step runs again.
         forced = await built("layered-c", [*first], reuse=False)

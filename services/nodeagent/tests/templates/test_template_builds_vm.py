@@ -92,10 +92,10 @@ async def test_images_from_a_registry_become_templates_and_outlive_a_restart(
         assert {"base_pull", "base_unpack", "capture", "total"} <= set(result.phases_ms)
 
         s = spec(template_id="web")
-        sandbox = await node.sandboxes.create(s)
+        sandbox = await node.sandboxes.creates.create(s)
         assert await sh(node.session, sandbox.host, s.envd_access_token,
                         "wget -q -O- http://127.0.0.1:8000/index.html") == "v1\n"
-        await node.sandboxes.kill(s.sandbox_id)
+        await node.sandboxes.kills.kill(s.sandbox_id)
 
         # On top of it: its steps, then ours; its start command.
         _, child = await _build(servicer, _request(
@@ -103,19 +103,19 @@ async def test_images_from_a_registry_become_templates_and_outlive_a_restart(
             steps=[_run("echo child > /www/child.html", "root")]))
         assert child.template.template_id == "web-child"
         s = spec(template_id="web-child")
-        sandbox = await node.sandboxes.create(s)
+        sandbox = await node.sandboxes.creates.create(s)
         assert await sh(node.session, sandbox.host, s.envd_access_token,
                         "wget -q -O- http://127.0.0.1:8000/index.html "
                         "http://127.0.0.1:8000/child.html") == "v1\nchild\n"
-        await node.sandboxes.kill(s.sandbox_id)
+        await node.sandboxes.kills.kill(s.sandbox_id)
 
         # A failed rebuild names the image and keeps the version that works.
         with pytest.raises(AenvError, match=r"image .*tools/nosuch:1 not found"):
             await _build(servicer, _request("web", from_image=f"{registry.host}/tools/nosuch:1"))
         assert node.templates is not None and node.templates.has("web")
         s = spec(template_id="web")
-        await node.sandboxes.create(s)
-        await node.sandboxes.kill(s.sandbox_id)
+        await node.sandboxes.creates.create(s)
+        await node.sandboxes.kills.kill(s.sandbox_id)
 
         # A failed build of another size leaves no base disk of its own; web's stays.
         bases = node.state_dir / "images" / "bases"
@@ -168,7 +168,7 @@ async def test_a_template_built_on_one_node_is_created_on_another(
             disk.truncate(disk.seek(0, 2) + (1 << 20))
         monkeypatch.setattr(b.saved, "_defaults", with_disks(own, own.rootfs.path, tools))
         s = spec(template_id="shared-web")
-        sandbox = await b.sandboxes.create(s)
+        sandbox = await b.sandboxes.creates.create(s)
         assert await sh(b.session, sandbox.host, s.envd_access_token,
                         "wget -q -O- http://127.0.0.1:8000/index.html") == "shared\n"
         pulled = await b.templates.get("shared-web")
@@ -177,7 +177,7 @@ async def test_a_template_built_on_one_node_is_created_on_another(
         on = b.templates.inputs("shared-web")
         assert on.artifacts.tools_disk.parent == b.state_dir / "templates" / PULLED_DISKS_DIR
         assert await disk_digests(on) == await disk_digests(a.templates.inputs("shared-web"))
-        await b.sandboxes.kill(s.sandbox_id)
+        await b.sandboxes.kills.kill(s.sandbox_id)
         assert not list((b.state_dir / "templates").glob(".pull-*"))
         assert b.saved is not None and b.saved.path("shared-web").is_file()
 
@@ -189,12 +189,12 @@ async def test_a_template_built_on_one_node_is_created_on_another(
                               min_idle_s=0)
         assert await cache.trim() == ["shared-web"] and not pulled.directory.exists()
         s = spec(template_id="shared-web")
-        sandbox = await b.sandboxes.create(s)
+        sandbox = await b.sandboxes.creates.create(s)
         assert await sh(b.session, sandbox.host, s.envd_access_token,
                         "wget -q -O- http://127.0.0.1:8000/index.html") == "shared\n"
         assert (await b.templates.get("shared-web")).boot_seconds == built.boot_seconds
         assert await cache.trim() == []  # in use now
-        await b.sandboxes.kill(s.sandbox_id)
+        await b.sandboxes.kills.kill(s.sandbox_id)
 
         # An id snapstore does not hold stays unknown.
         with pytest.raises(AenvError, match="not found"):

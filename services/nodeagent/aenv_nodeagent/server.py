@@ -42,18 +42,19 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.images import BlobCache, RegistryHosts, load_credentials
 from aenv_nodeagent.leases import LeaseReaper, WingSandboxes
-from aenv_nodeagent.metrics import MetricsSampler
+from aenv_nodeagent.metrics import NodeCollector, NodeReadings
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.network.host_nat import HostNat
 from aenv_nodeagent.network.resolved_sets import ResolvedSets
-from aenv_nodeagent.node_metrics import NodeCollector, NodeReadings
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.proxy import SandboxConnections, build_proxy_app
 from aenv_nodeagent.restart.recovery import recover
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.liveness import LivenessSettings
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.service import SandboxService, SandboxSettings
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.sandbox_metrics import MetricsSampler
 from aenv_nodeagent.servicer import NodeAgentServicer
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.snapshots.records import SnapshotPublisher
@@ -152,7 +153,7 @@ class NodeAgent:
         self.accel: AcceleratorChoice | None = None
         self.kernel_version = ""
         self.registry = SandboxRegistry(settings.node_id)
-        self.sandboxes: SandboxService | None = None
+        self.sandboxes: SandboxWing | None = None
         self.templates: TemplateStore | None = None
         self.grpc_port = 0
         self.confinement: Confinement | None = None
@@ -209,20 +210,21 @@ class NodeAgent:
         # Stopped after the sandboxes are killed: until then the cluster sees the node alive.
         registration = NodeRegistration(store, self.node_record, ttl=s.heartbeat_ttl_s)
         stack.push_async_callback(registration.stop)
-        self.sandboxes = sandboxes = SandboxService(
+        wing = WingContext.of(
             SandboxSettings(s.resolved_state_dir(), ready_timeout_s=s.restore_ready_timeout_s,
                             persist_paused=s.snapstore_persist_paused,
                             metrics_max_samples=s.metrics_max_samples),
-            self.registry, templates, network, envd, store, driver, pool=pool,
-            persistence=persistence, publisher=publisher,
+            self.registry, store, templates, network, envd, events=events,
             cut_traffic=connections.cut, allocation_changed=registration.publish,
-            relays=relays, events=events)
+            persistence=persistence)
+        self.sandboxes = sandboxes = SandboxWing(wing, driver, pool=pool, relays=relays,
+                                                 publisher=publisher)
         stack.push_async_callback(sandboxes.stop)
         self.capacity = capacity = NodeCapacity.of_host(
-            s, self.registry, templates, sandboxes.snapshots, self.node_record)
-        await sandboxes.adopt(recovered.adopted)
-        paused = sandboxes.load()
-        await publisher.sync(sandboxes.snapshots.listed())
+            s, self.registry, templates, wing.snapshot_store, self.node_record)
+        await sandboxes.takeback.adopt(recovered.adopted)
+        paused = sandboxes.takeback.load()
+        await publisher.sync(wing.snapshot_store.listed())
         grpc_server, self.grpc_port = await start_grpc_server(
             s.listen,
             [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server,
@@ -234,22 +236,22 @@ class NodeAgent:
         await self._serve_metrics(pool)
         await capacity.meter.sample()  # the first record says what the node uses already
         await registration.start()
-        await sandboxes.republish_running()
+        await sandboxes.takeback.republish_running()
         self._run(capacity.meter.run(registration.publish, s.pressure_interval_s))
-        self._run(sandboxes.run_expiry())
-        self._run(sandboxes.run_exit_watch())
+        self._run(sandboxes.kills.run_expiry())
+        self._run(sandboxes.exits.run())
         # Experiment leases: this node's sandboxes end when their lease lapses (leases/).
         reaper = LeaseReaper(store, WingSandboxes(sandboxes, store),
                              interval_s=s.lease_reconcile_interval_s,
                              concurrency=s.lease_reap_concurrency)
         await reaper.start()
         stack.push_async_callback(reaper.stop)
-        self._run(sandboxes.run_liveness(LivenessSettings(
-            s.liveness_interval_s, s.liveness_failures, s.liveness_timeout_s)))
-        self._run(Evictions(self.registry, sandboxes.kill, s.evict_below_available_mib).run(
+        self._run(sandboxes.liveness(LivenessSettings(
+            s.liveness_interval_s, s.liveness_failures, s.liveness_timeout_s)).run())
+        self._run(Evictions(self.registry, sandboxes.kills.kill, s.evict_below_available_mib).run(
             s.pressure_interval_s))
         self._run(self._metrics_sampler(sandboxes).run())
-        self._run(sandboxes.run_log_collection())
+        self._run(sandboxes.logs.run())
         self._run(TemplateCache(
             templates, int(s.template_cache_max_gib * (1 << 30)), sandboxes.templates_in_use,
             pool.forget_template).run(s.template_cache_trim_interval_s))
@@ -336,13 +338,13 @@ class NodeAgent:
                                    on_persisted=publisher.mark_persisted,
                                    push_nice=s.snapstore_push_nice)
 
-    def _metrics_sampler(self, sandboxes: SandboxService) -> MetricsSampler:
+    def _metrics_sampler(self, sandboxes: SandboxWing) -> MetricsSampler:
         s = self.settings
         return MetricsSampler(
-            sandboxes, sandboxes.metrics_history,
+            sandboxes.guest_metrics, sandboxes.guest_metrics.history,
             interval_s=s.metrics_interval_s, timeout_s=s.metrics_sample_timeout_s,
             # Paused sandboxes keep their history (no new samples) until they are killed.
-            kept=lambda: {record.sandbox_id for record in sandboxes.records()},
+            kept=lambda: {record.sandbox_id for record in sandboxes.registry.records()},
         )
 
     async def _prepare_templates(

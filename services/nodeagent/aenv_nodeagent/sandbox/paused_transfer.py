@@ -1,5 +1,6 @@
-"""Paused sandboxes in snapstore: a pause's state pushed so it outlives this node, and the
-paused sandbox of a node that is gone taken over here (the rules: snapshots/handover.py)."""
+"""A paused sandbox moved between nodes through snapstore: a pause's state pushed so it outlives
+this node, and the paused sandbox of a node that is gone taken over here (the rules:
+snapshots/paused_claims.py)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,18 @@ from pathlib import Path
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict, Internal, NotFound, Unavailable
 from aenv_nodeagent.memory.images import delta_image
-from aenv_nodeagent.sandbox.background import SandboxTasks
-from aenv_nodeagent.sandbox.events import SandboxEvents
-from aenv_nodeagent.sandbox.layers import DiskLayers
+from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.model import FILESYSTEM, PAUSED_MARKER, Paused
-from aenv_nodeagent.sandbox.records import ClusterRecords
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
-from aenv_nodeagent.sandbox.sources import RestoreSources
-from aenv_nodeagent.snapshots.handover import claim, new_paused_image_id, orphaned, paused_files
+from aenv_nodeagent.snapshots.paused_claims import (
+    claim,
+    new_paused_image_id,
+    orphaned,
+    paused_files,
+)
 from aenv_nodeagent.snapshots.persistence import (
-    SnapshotPersistence,
     place_layers,
     rebase_pulled,
 )
-from aenv_nodeagent.snapshots.store import SnapshotStore
-from aenv_nodeagent.templates import TemplateStore
 
 log = logging.getLogger(__name__)
 
@@ -34,27 +32,22 @@ CREATED = cluster_pb2.SANDBOX_EVENT_TYPE_CREATED
 KILLED = cluster_pb2.SANDBOX_EVENT_TYPE_KILLED
 
 
-class Handover:
+class PausedTransfer:
     """Pushes paused sandboxes to snapstore and takes orphaned ones over from it."""
 
-    def __init__(
-        self, registry: SandboxRegistry, records: ClusterRecords, templates: TemplateStore,
-        snapshots: SnapshotStore, layers: DiskLayers, sources: RestoreSources,
-        quits: SandboxTasks, sandboxes_dir: Path, persistence: SnapshotPersistence | None,
-        events: SandboxEvents, *, persist_paused: bool = True,
-    ) -> None:
-        self._events = events
-        self._registry = registry
-        self._records = records
-        self._templates = templates
-        self._snapshots = snapshots
-        self._layers = layers
-        self._sources = sources
-        self._quits = quits
-        self._sandboxes_dir = sandboxes_dir
-        self._persistence = persistence
+    def __init__(self, wing: WingContext) -> None:
+        self._events = wing.events
+        self._registry = wing.registry
+        self._records = wing.records
+        self._templates = wing.templates
+        self._snapshots = wing.snapshot_store
+        self._layers = wing.disk
+        self._sources = wing.sources
+        self._quits = wing.quits
+        self._sandboxes_dir = wing.sandboxes_dir
+        self._persistence = wing.persistence
         # Paused sandboxes pushed too, so they outlive this node (needs `persistence`).
-        self.persist_paused = persist_paused and persistence is not None
+        self.persist_paused = wing.settings.persist_paused and wing.persistence is not None
 
     def store_soon(self, paused: Paused) -> None:
         """Push what the pause kept; the record names the manifest once it is complete."""
@@ -79,7 +72,8 @@ class Handover:
         this node's CREATED (the contract's word for a sandbox a node accepts), or KILLED.
 
         :raise Unavailable: this node has no snapstore.
-        :raise NotFound, Conflict: it is not a sandbox this node may claim (snapshots/handover.py).
+        :raise NotFound, Conflict: it is not a sandbox this node may claim
+            (snapshots/paused_claims.py).
         :raise Internal: its stored state is gone.
         """
         if self._persistence is None:
