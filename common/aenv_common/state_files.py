@@ -15,9 +15,11 @@ cleanly instead of misreading state a newer one left (Firecracker refuses a snap
 unsupported version the same way, before touching its contents).
 
 Fields this code does not know, in a document of a format it does know, are a per-kind choice
-(`unknown`): REFUSE where every field can change what the state means (a disk chain, a token),
-so adding one there must raise the format; IGNORE where a newer agent may add hints an older
-one can do without.
+(`unknown`): REFUSE (`UnknownStateFields`) where every field can change what the state means (a
+disk chain, a token), so a field added there must raise the format; IGNORE where a newer agent
+may add hints an older one can do without. Both refusals are not ValueErrors: a caller that
+skips a malformed file (`MalformedStateFile`, a ValueError) as unreadable lets them through,
+so the program stops at start rather than drop state it cannot read.
 """
 
 from __future__ import annotations
@@ -55,8 +57,14 @@ class NewerStateFormat(StateFileError):
         self.newest = newest
 
 
-class MalformedStateFile(StateFileError):
-    """Not a document of its kind: not JSON, no object, a bad format value or unknown fields."""
+class UnknownStateFields(StateFileError):
+    """Fields this program does not know, in a file kind that refuses them: written by a newer
+    program (or by hand), and reading it without them could misread it."""
+
+
+class MalformedStateFile(StateFileError, ValueError):
+    """Not a document of its kind: not JSON, not an object, a bad format value. A ValueError
+    too: callers that skip an unreadable file skip it as before."""
 
 
 class Unknown(enum.Enum):
@@ -93,6 +101,7 @@ class StateFormat:
         """The fields of the document `data` (named `source` in errors), in the current format.
 
         :raise NewerStateFormat: written in a format newer than this code reads.
+        :raise UnknownStateFields: fields this kind refuses to ignore.
         :raise MalformedStateFile: not a document of this kind.
         """
         try:
@@ -118,7 +127,7 @@ class StateFormat:
         """The fields of the file at `path`, in the current format. Blocking.
 
         :raise OSError: the file cannot be read (FileNotFoundError: there is none).
-        :raise NewerStateFormat, MalformedStateFile: see `decode`.
+        :raise StateFileError: see `decode`.
         """
         return self.decode(path.read_bytes(), str(path))
 
@@ -127,8 +136,9 @@ class StateFormat:
         if not extra:
             return document
         if self.unknown is Unknown.REFUSE:
-            raise MalformedStateFile(
-                f"{source} holds fields this {self.reader} does not know: {', '.join(extra)}")
+            raise UnknownStateFields(
+                f"{source} holds fields this {self.reader} does not know ({', '.join(extra)}): "
+                f"written by a newer {self.reader}? upgrade the {self.reader}")
         return {name: value for name, value in document.items() if name in self.fields}
 
 

@@ -15,6 +15,7 @@ from aenv_common.state_files import (
     NewerStateFormat,
     StateFormat,
     Unknown,
+    UnknownStateFields,
     defaulted,
     renamed,
     write_atomically,
@@ -53,12 +54,14 @@ def test_a_newer_format_is_refused_naming_the_file_its_format_and_the_newest_rea
     assert str(caught.value) == (f"{path} is format 3; this node agent reads formats up to 1: "
                                  "upgrade the node agent")
     assert (caught.value.found, caught.value.newest) == (3, 1)
+    assert not isinstance(caught.value, ValueError)  # a refusal, not a file to skip
 
 
 def test_unknown_fields_are_refused_or_dropped_as_the_kind_says() -> None:
     data = json.dumps({"a": 1, "b": 2, "later": 3})
-    with pytest.raises(MalformedStateFile, match="later"):
+    with pytest.raises(UnknownStateFields, match=r"x.json holds fields .* \(later\)") as caught:
         V1.decode(data, "x.json")
+    assert not isinstance(caught.value, ValueError)  # a refusal, not a file to skip
     lenient = StateFormat("thing", 1, frozenset({"a", "b"}), Unknown.IGNORE)
     assert lenient.decode(data, "x.json") == {"a": 1, "b": 2}
 
@@ -66,8 +69,9 @@ def test_unknown_fields_are_refused_or_dropped_as_the_kind_says() -> None:
 @pytest.mark.parametrize("data", ["not json", "[1]", '{"format": "2"}', '{"format": 0}',
                                   '{"format": true}'])
 def test_what_is_not_a_document_of_a_known_shape_is_malformed(data: str) -> None:
-    with pytest.raises(MalformedStateFile):
+    with pytest.raises(MalformedStateFile) as caught:
         V1.decode(data, "x.json")
+    assert isinstance(caught.value, ValueError)  # skipped where unreadable files are
 
 
 def test_a_format_without_every_upgrade_step_is_a_programming_error() -> None:
