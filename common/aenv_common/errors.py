@@ -1,8 +1,9 @@
-"""Typed errors shared by all services.
+"""Typed errors shared by all services: kinds of failure, not protocol statuses.
 
-Services raise these; the edges map them: gRPC servers to status codes (see `grpc_code`), the
-gateway to HTTP statuses (see `http_status`), and gRPC clients back to the same typed errors with
-`from_rpc_error`, so a NotFound raised on a node agent surfaces as NotFound in the gateway.
+Services raise these; only the edges name them on a protocol, through one table per protocol
+(aenv_common.status_tables: `http_status`, `grpc_status`), and gRPC clients rebuild the same
+kinds with `status_tables.from_rpc_error`, so a NotFound raised on a node agent surfaces as
+NotFound in the gateway.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class AlreadyExists(AenvError):
     grpc_code = grpc.StatusCode.ALREADY_EXISTS
 
 
-class _Retriable(AenvError):
+class Retriable(AenvError):
     """`retry_after_s`: the request may succeed when sent again this much later, sent on as
     gRPC RetryInfo and HTTP Retry-After; None: nothing is said of retrying."""
 
@@ -75,7 +76,7 @@ class _Retriable(AenvError):
         self.retry_after_s = retry_after_s
 
 
-class ResourceExhausted(_Retriable):
+class ResourceExhausted(Retriable):
     """Retry after: a full or timed-out admission queue; without: nothing can ever hold it."""
 
     http_status = 429
@@ -90,7 +91,7 @@ def at_capacity(detail: str, retry_after_s: float) -> ResourceExhausted:
         "retry later", retry_after_s)
 
 
-class Unavailable(_Retriable):
+class Unavailable(Retriable):
     """Retry after: e.g. a standby scheduler while a leader is elected."""
 
     http_status = 503
@@ -107,35 +108,49 @@ class Internal(AenvError):
     grpc_code = grpc.StatusCode.INTERNAL
 
 
-_BY_GRPC_CODE: dict[grpc.StatusCode, type[AenvError]] = {
-    cls.grpc_code: cls
-    for cls in (
-        InvalidArgument,
-        Unauthenticated,
-        PermissionDenied,
-        NotFound,
-        OutOfRange,
-        Conflict,
-        AlreadyExists,
-        ResourceExhausted,
-        Unavailable,
-        DeadlineExceeded,
-        Internal,
-    )
-}
+class Unimplemented(AenvError):
+    """An operation this service knows of but does not do (a route not built yet, an NFS
+    procedure a volume does not support)."""
+
+    http_status = 501
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class BadGateway(Internal):
+    """An upstream a proxy relays to could not be reached or failed before answering."""
+
+    http_status = 502
+
+
+class Relayed(AenvError):
+    """An upstream's own refusal passed on as it is: `status` is the HTTP status it answered."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BodyTooLarge(AenvError):
+    """A request body larger than the edge accepts."""
+
+    http_status = 413
+
+
+class RequestTimeout(AenvError):
+    """A client too slow to send its request."""
+
+    http_status = 408
 
 
 def from_rpc_error(err: grpc.aio.AioRpcError) -> AenvError:
-    """Rebuild the typed error a remote service raised from its gRPC status."""
-    message = err.details() or err.code().name.lower()
-    typed = _BY_GRPC_CODE.get(err.code(), Internal)
-    if issubclass(typed, _Retriable):
-        from aenv_common.retry_info import retry_after_from
+    """Kept for importers not yet moved to status_tables.from_rpc_error."""
+    from aenv_common import status_tables
 
-        return typed(message, retry_after_from(err.trailing_metadata()))
-    return from_status(err.code(), message)
+    return status_tables.from_rpc_error(err)
 
 
 def from_status(code: grpc.StatusCode, message: str) -> AenvError:
-    """The typed error of a gRPC status code (Internal for a code no error has)."""
-    return _BY_GRPC_CODE.get(code, Internal)(message)
+    """Kept for importers not yet moved to status_tables.from_status."""
+    from aenv_common import status_tables
+
+    return status_tables.from_status(code, message)
