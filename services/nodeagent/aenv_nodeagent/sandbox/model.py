@@ -10,14 +10,13 @@ restarted agent take it back.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_nodeagent.network import NetSlot
-from aenv_nodeagent.private_files import write_private_json
+from aenv_nodeagent.sandbox.paused_file import PausedDocument, read_paused, write_paused
 from aenv_nodeagent.templates import TemplateInputs
 from aenv_nodeagent.templates.model import ROOT_DISK_ID, ROOT_NODE
 from aenv_nodeagent.vmm.driver import Vm
@@ -83,23 +82,20 @@ class Paused:
     image_id: str = ""
 
     def save(self) -> None:
-        write_private_json(self.directory / PAUSED_MARKER, {
-            "record": self.record.SerializeToString().hex(),
-            "template_id": self.chain.template_id,
-            "layers": self.chain.layers,
-            "active": self.chain.active,
-        })
+        write_paused(self.directory / PAUSED_MARKER, PausedDocument(
+            self.record.SerializeToString(), self.chain.template_id, self.chain.layers,
+            self.chain.active))
 
     @classmethod
     def read(cls, marker: Path) -> Paused:
         """A paused sandbox from its `sandbox.json`, living in the marker's directory.
 
         :raise OSError, ValueError, KeyError: the marker is unreadable.
+        :raise StateFileError: written by a newer agent (sandbox/paused_file.py).
         """
-        data = json.loads(marker.read_text())
-        record = cluster_pb2.SandboxRecord.FromString(bytes.fromhex(data["record"]))
-        chain = Chain(str(data["template_id"]), [str(x) for x in data["layers"]],
-                      str(data["active"]))
+        document = read_paused(marker)
+        record = cluster_pb2.SandboxRecord.FromString(document.record)
+        chain = Chain(document.template_id, document.layers, document.active)
         return cls(record, marker.parent, chain)
 
 
