@@ -1,31 +1,31 @@
 """Captured sandbox states on this node: snapshot metadata and the frozen disk layers they use.
 
-A snapshot is a directory `snapshots/<id>/` holding `snapshot.json` and `state` (device state
-plus guest RAM), which memory/images.py turns into `memory` + `device.state` (the stream is then
-gone). Its disk is a frozen qcow2 layer in `layers/`, shared with the sandbox it was taken from
-and with every sandbox created from it. Layers are reference-counted by chains: a
-layer file is removed only when no snapshot and no sandbox (running or paused) has it in its
-chain, so deleting a snapshot that live sandboxes still use is safe (the disk stays until they
-are gone).
+A snapshot is a directory `snapshots/<id>/` holding `snapshot.json` (snapshots/meta.py) and
+`state` (device state plus guest RAM), which memory/images.py turns into `memory` +
+`device.state` (the stream is then gone). Its disk is a frozen qcow2 layer in `layers/`, shared
+with the sandbox it was taken from and with every sandbox created from it. Layers are
+reference-counted by chains: a layer file is removed only when no snapshot and no sandbox
+(running or paused) has it in its chain, so deleting a snapshot that live sandboxes still use is
+safe (the disk stays until they are gone).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aenv_common.errors import Conflict, NotFound
-from aenv_nodeagent.private_files import write_private_json
+from aenv_nodeagent.snapshots.meta import SNAPSHOT_META, SnapshotMeta, read_meta, write_meta
+
+# The metadata (snapshots/meta.py) is exported with the store the wing finds it in.
+__all__ = ["SNAPSHOT_META", "LayerStore", "SnapshotMeta", "SnapshotStore", "new_layer_id",
+           "new_snapshot_id", "read_meta"]
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_META = "snapshot.json"
 _META = SNAPSHOT_META
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -36,52 +36,6 @@ def new_snapshot_id() -> str:
 
 def new_layer_id() -> str:
     return "layer-" + "".join(secrets.choice(_ALPHABET) for _ in range(16))
-
-
-@dataclass
-class SnapshotMeta:
-    snapshot_id: str
-    sandbox_id: str
-    name: str
-    # The template the captured guest was restored from, and the exact inputs it was built with
-    # (accelerator, kernel, artifacts, size): a restore elsewhere would not boot the same guest.
-    template_id: str
-    template_key: str
-    accelerator: str
-    kernel_version: str
-    artifacts_digest: str
-    # Frozen disk layers, newest first; the first is this snapshot's own.
-    layers: list[str]
-    # The access token the captured envd enforces (a secret: the file is 0600, never logged).
-    guest_token: str
-    envd_version: str
-    created_at: float
-    has_memory: bool = True
-    # Internal snapshots (a fork's capture) are not listed and go away with their operation.
-    hidden: bool = False
-    # Stored in snapstore (snapshots/persistence.py): another node can restore it.
-    persisted: bool = False
-    # Its memory image is still being made from a frozen copy of the guest (memory/capture.py); a
-    # node agent that finds it so on start makes it (memory/deferred.py), or drops the snapshot.
-    image_pending: bool = False
-    directory: Path = field(default=Path("."), compare=False)
-    # The volumes its guest had mounted, without tickets (volumes/mounts.py `saved_mounts`):
-    # its record says them, and the gateway grants a create from it its own.
-    volume_mounts: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def state(self) -> Path:
-        return self.directory / "state"
-
-    @property
-    def captured(self) -> bool:
-        """The capture stream, or the memory image made from it, is on disk (or being made)."""
-        return (self.image_pending or self.state.is_file()
-                or (self.directory / "device.state").is_file())
-
-    @property
-    def names(self) -> list[str]:
-        return [self.name] if self.name else [self.snapshot_id]
 
 
 class LayerStore:
@@ -118,13 +72,13 @@ class SnapshotStore:
         return directory
 
     def add(self, meta: SnapshotMeta) -> None:
-        write_private_json(meta.directory / _META, asdict(meta))
+        write_meta(meta)
         self._snapshots[meta.snapshot_id] = meta
 
     def save(self, meta: SnapshotMeta) -> None:
         """Rewrite the metadata of a snapshot still held (it may have been deleted meanwhile)."""
         if self._snapshots.get(meta.snapshot_id) is meta:
-            write_private_json(meta.directory / _META, asdict(meta))
+            write_meta(meta)
 
     def staging_directory(self, snapshot_id: str) -> Path:
         """Where a pull lands first; `load` removes it if a crash leaves it behind."""
@@ -178,10 +132,3 @@ class SnapshotStore:
             ):
                 shutil.rmtree(leftover, ignore_errors=True)  # a capture or pull cut short
         return list(self._snapshots.values())
-
-
-def read_meta(meta_file: Path, directory: Path) -> SnapshotMeta:
-    """A snapshot.json, for a snapshot living in `directory` (not necessarily its own)."""
-    data = json.loads(meta_file.read_text())
-    data["directory"] = directory
-    return SnapshotMeta(**data)
