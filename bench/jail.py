@@ -40,6 +40,7 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
+from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.wing import SandboxWing
 from aenv_nodeagent.server import base_template_inputs
@@ -96,7 +97,7 @@ class Side:
                 self.load_cores.append((cpu_seconds(self.load_pids) - load_before) / took)
             if self.cgroups is not None:
                 self.throttled.append(_delta(before, cpu_stats(self.cgroups)))
-            children = [r.sandbox.sandbox_id for r in results if r.HasField("sandbox")]
+            children = [r.sandbox_id for r in results if isinstance(r, Sandbox)]
             assert len(children) == FORK_CHILDREN, f"{self.name}: {len(children)} children"
             self.forks.append(took)
             for child in children:

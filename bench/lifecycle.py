@@ -50,6 +50,7 @@ from aenv_nodeagent.network import (
     NetworkManager,
 )
 from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
+from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.wing import SandboxWing
 from aenv_nodeagent.server import base_template_inputs
@@ -186,7 +187,7 @@ class NodeBench:
         pid = parent.record.sandbox_id
         try:
             took, results = await elapsed(self.lc.forks.fork(pid, count, timeout_s=3600))
-            children = [r.sandbox.sandbox_id for r in results if r.HasField("sandbox")]
+            children = [r.sandbox_id for r in results if isinstance(r, Sandbox)]
             memory = child_memory([self.lc.registry.get(c).vm.pid for c in children])
             for child in children:
                 await self.lc.kills.kill(child)

@@ -14,9 +14,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from aenv_common.errors import AenvError
 from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.images.auth import Login
 from aenv_nodeagent.sandbox.logs import LogQuery
+from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.wing import SandboxWing
 from aenv_nodeagent.sandbox_metrics import Window
 from aenv_nodeagent.snapshots.store import SnapshotMeta
@@ -189,18 +191,28 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         count = request.count or 1
         parent = self._registry.record(request.sandbox_id).resources
         with self._capacity.forking(parent, count) if self._capacity else nullcontext():
-            results = await self._forks.fork(
+            outcomes = await self._forks.fork(
                 request.sandbox_id, count, request.timeout_seconds,
                 request.child_ids, request.child_tokens,
                 [list(child.mounts) for child in request.child_volume_mounts],
             )
-        return nodeagent_pb2.ForkSandboxResponse(results=results)
+        return nodeagent_pb2.ForkSandboxResponse(results=[fork_result(o) for o in outcomes])
 
     async def ResetSandbox(
         self, request: nodeagent_pb2.ResetSandboxRequest, context: grpc.aio.ServicerContext
     ) -> nodeagent_pb2.ResetSandboxResponse:
         record = await self._forks.reset(request.sandbox_id, request.snapshot_id)
         return nodeagent_pb2.ResetSandboxResponse(sandbox=record)
+
+
+def fork_result(outcome: Sandbox | AenvError) -> nodeagent_pb2.ForkResult:
+    """A child, or its failure's kind (its gRPC status's name) and message."""
+    if isinstance(outcome, Sandbox):
+        return nodeagent_pb2.ForkResult(sandbox=outcome.record)
+    return nodeagent_pb2.ForkResult(error=nodeagent_pb2.ForkError(
+        status=outcome.grpc_code.name, message=outcome.message,
+        # Read by gateways that predate `status`.
+        code=outcome.http_status))
 
 
 def snapshot_info(meta: SnapshotMeta) -> nodeagent_pb2.SnapshotInfo:

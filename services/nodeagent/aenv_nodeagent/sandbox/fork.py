@@ -16,8 +16,7 @@ import shutil
 from collections.abc import Sequence
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv.nodeagent.v1 import nodeagent_pb2
-from aenv_common.errors import AenvError, InvalidArgument
+from aenv_common.errors import AenvError, Internal, InvalidArgument
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_nodeagent.phases import PhaseTimer
@@ -56,8 +55,9 @@ class Forks:
         self, sandbox_id: str, count: int, timeout_s: int = 0,
         child_ids: Sequence[str] = (), child_tokens: Sequence[str] = (),
         child_mounts: Sequence[Sequence[cluster_pb2.VolumeMount]] = (),
-    ) -> list[nodeagent_pb2.ForkResult]:
-        """`count` children of the sandbox as it is now, one result per child. Child i mounts
+    ) -> list[Sandbox | AenvError]:
+        """`count` children of the sandbox as it is now, one outcome per child: the child, or
+        the typed error its restore failed with (the others live). Child i mounts
         `child_mounts[i]` (its copy-on-write clones, each with its own tickets), or with none
         given its parent's volumes, shared.
 
@@ -85,7 +85,7 @@ class Forks:
             children = [child.sandbox_id for child in outcomes if isinstance(child, Sandbox)]
             if children:
                 await self._events.announce(parent, FORKED, related=children)
-        return [_fork_result(outcome) for outcome in outcomes]
+        return [_child_outcome(outcome) for outcome in outcomes]
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
         """Rewind a running sandbox to one of the snapshots in place: same id, token, network.
@@ -181,13 +181,12 @@ def _child_spec(
     )
 
 
-def _fork_result(outcome: Sandbox | BaseException) -> nodeagent_pb2.ForkResult:
-    if isinstance(outcome, Sandbox):
-        return nodeagent_pb2.ForkResult(sandbox=outcome.record)
+def _child_outcome(outcome: Sandbox | BaseException) -> Sandbox | AenvError:
+    """A child, or the typed error it failed with; an unexpected one is logged and told as an
+    internal error. A cancellation ends the fork."""
+    if isinstance(outcome, Sandbox | AenvError):
+        return outcome
     if not isinstance(outcome, Exception):
         raise outcome
-    code = outcome.http_status if isinstance(outcome, AenvError) else 500
-    message = outcome.message if isinstance(outcome, AenvError) else "internal error"
-    if not isinstance(outcome, AenvError):
-        log.error("fork child failed", exc_info=outcome)
-    return nodeagent_pb2.ForkResult(error=nodeagent_pb2.ForkError(code=code, message=message))
+    log.error("fork child failed", exc_info=outcome)
+    return Internal("internal error")

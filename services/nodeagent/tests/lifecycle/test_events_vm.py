@@ -17,6 +17,7 @@ from aenv_common.cluster import ClusterStore
 from aenv_common.events import EventLog
 from aenv_common.events.log import SANDBOX_EVENTS
 from aenv_nodeagent.sandbox.events import SandboxEvents
+from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_testing.records import MemoryRecords
 
@@ -72,7 +73,7 @@ async def test_a_sandboxs_whole_life_is_in_etcd(cluster_store: ClusterStore) -> 
         await lc.pauses.resume(sandbox_id)
         meta = await lc.snapshots.create(sandbox_id, "checkpoint")
         results = await lc.forks.fork(sandbox_id, 2)
-        children = sorted(r.sandbox.sandbox_id for r in results if r.HasField("sandbox"))
+        children = sorted(r.sandbox_id for r in results if isinstance(r, Sandbox))
         assert len(children) == 2, results
         await lc.kills.kill(sandbox_id)
         await lc.context.events.close()  # what was written in the background (CREATED) is in

@@ -104,7 +104,8 @@ async def test_a_fork_child_pauses_and_captures_as_deltas_of_its_own_base(
 ) -> None:
     parent_spec, _, filled = await _filled(node)
     [result] = await node.sandboxes.forks.fork(parent_spec.sandbox_id, 1)
-    child = result.sandbox
+    assert isinstance(result, Sandbox), result
+    child = result.record
     # The fork's snapshot is gone; the child maps the image pinned in its own directory.
     assert node.sandboxes.snapshots.store.listed() == []
     child_dir = node.state_dir / "sandboxes" / child.sandbox_id

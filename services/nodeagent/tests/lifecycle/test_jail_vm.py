@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from aenv_nodeagent.sandbox.model import Sandbox
+
 from .conftest import JAIL_UIDS, node_parts, spec, until
 from .guest import sh
 
@@ -54,7 +56,8 @@ async def test_sandboxes_pool_vms_and_fork_children_run_jailed() -> None:
         await sh(node.session, pooled.host, token, "echo kept > /root/f")
         children = await node.sandboxes.forks.fork(pooled_spec.sandbox_id, 2, timeout_s=600)
         sandboxes = [node.sandboxes.registry.get(s.sandbox_id) for s in (first, pooled_spec)] + [
-            node.sandboxes.registry.get(c.sandbox.sandbox_id) for c in children]
+            node.sandboxes.registry.get(c.sandbox_id) for c in children if isinstance(c, Sandbox)]
+        assert len(sandboxes) == 4, children
         uids = [_jailed(s.vm.pid) for s in sandboxes]
         assert len(set(uids)) == len(uids)  # one each
         for sandbox in sandboxes:
@@ -67,8 +70,8 @@ async def test_sandboxes_pool_vms_and_fork_children_run_jailed() -> None:
                                     sandbox.directory)
             assert not any(point.startswith(str(node.state_dir / "sandboxes")) and not rw
                            for point, rw in binds.items())  # no other sandbox's files
-        child = node.sandboxes.registry.get(children[0].sandbox.sandbox_id)
-        assert await sh(node.session, child.host, children[0].sandbox.envd_access_token,
+        child = sandboxes[2]
+        assert await sh(node.session, child.host, child.record.envd_access_token,
                         "cat /root/f") == "kept\n"
         # Pause and resume under the jail: a new QEMU, a new uid, the same guest.
         await node.sandboxes.pauses.pause(pooled_spec.sandbox_id)

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.errors import NotFound
+from aenv_common.errors import Conflict, InvalidArgument, NotFound
+from aenv_nodeagent.sandbox.model import Sandbox
 
 from .conftest import Node, netns_with, pss_mib, qemus_under, spec
 from .guest import counter, sh, start_counter
@@ -65,8 +66,8 @@ async def test_fork_children_share_the_past_and_diverge(node: Node) -> None:
     started = time.monotonic()
     results = await node.sandboxes.forks.fork(parent_spec.sandbox_id, CHILDREN)
     fork_s = time.monotonic() - started
-    children = [r.sandbox for r in results]
-    assert all(r.HasField("sandbox") for r in results), results
+    children = [r.record for r in results if isinstance(r, Sandbox)]
+    assert len(children) == len(results), results
     assert len({c.sandbox_id for c in children} | {parent_spec.sandbox_id}) == CHILDREN + 1
     assert len({c.envd_access_token for c in children}) == CHILDREN
     hosts = [node.sandboxes.registry.get(c.sandbox_id).host for c in children]
@@ -103,8 +104,9 @@ async def test_fork_with_failing_children_reports_them_and_leaks_nothing(node: N
     await node.sandboxes.creates.create(parent_spec)
     ids = ["forkgood1", parent_spec.sandbox_id, "forkgood2", "Bad-Id!"]
     results = await node.sandboxes.forks.fork(parent_spec.sandbox_id, len(ids), child_ids=ids)
-    assert [r.WhichOneof("result") for r in results] == ["sandbox", "error", "sandbox", "error"]
-    assert results[1].error.code == 409 and results[3].error.code == 400
+    good, taken, good2, bad = results
+    assert isinstance(good, Sandbox) and isinstance(good2, Sandbox), results
+    assert isinstance(taken, Conflict) and isinstance(bad, InvalidArgument), results
     assert sorted(sbx.record.sandbox_id for sbx in node.sandboxes.registry.all()) == sorted(
         [parent_spec.sandbox_id, "forkgood1", "forkgood2"])
     assert len(netns_with(node.prefix)) == 3 and len(qemus_under(node.state_dir)) == 3

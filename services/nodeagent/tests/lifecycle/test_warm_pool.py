@@ -16,6 +16,7 @@ import pytest_asyncio
 
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
+from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_testing.subnets import free_subnet
 
 from ..policies import egress
@@ -124,7 +125,8 @@ async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
         pooled = await refilled(1)
         results = await lc.forks.fork(first.record.sandbox_id, 2)
         registry = node.sandboxes.registry
-        assert {registry.get(r.sandbox.sandbox_id).slot.netns for r in results} == pooled
+        forked = [r for r in results if isinstance(r, Sandbox)]
+        assert {registry.get(r.sandbox_id).slot.netns for r in forked} == pooled
 
 
 @pytest.mark.vm

@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.errors import Internal
+from aenv_common.errors import AenvError, Internal
 from aenv_nodeagent.metrics import NodeCollector, NodeReadings
 from aenv_testing.metrics import parse, value
 
@@ -44,7 +44,7 @@ async def test_a_fork_is_timed_with_its_capture_and_children(wing: Wing) -> None
               sample("aenv_node_operation_phase_seconds_count", **children),
               sample("aenv_node_operation_seconds_count", **creates)]
     results = await wing.service.forks.fork(parent.sandbox_id, 2)
-    assert [result.WhichOneof("result") for result in results] == ["error", "error"]
+    assert len(results) == 2 and all(isinstance(result, AenvError) for result in results)
     after = [sample("aenv_node_operation_seconds_count", **fork),
              sample("aenv_node_operation_phase_seconds_count", **children),
              sample("aenv_node_operation_seconds_count", **creates)]

@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import grpc
 import pytest
 
+from aenv.cluster.v1 import cluster_pb2
+from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.cluster import SNAPSHOTS
-from aenv_common.errors import Internal, NotFound
+from aenv_common.errors import Conflict, Internal, NotFound
+from aenv_nodeagent.servicer import NodeAgentServicer, fork_result
+from aenv_nodeagent.templates.builds import TemplateBuilds
 
 from .conftest import RUNNING, Wing
 
@@ -69,8 +76,7 @@ async def test_a_fork_whose_children_fail_leaves_the_parent_alone(wing: Wing) ->
 
     results = await wing.service.forks.fork(parent.sandbox_id, 2, child_ids=children)
 
-    assert [result.WhichOneof("result") for result in results] == ["error", "error"]
-    assert all(result.error.code == 500 for result in results)
+    assert len(results) == 2 and all(isinstance(result, Internal) for result in results)
     assert wing.service.registry.all() == [parent]
     assert not wing.vm(parent).stopping
     assert wing.network.live == [parent.slot]
@@ -83,3 +89,23 @@ async def test_a_fork_whose_children_fail_leaves_the_parent_alone(wing: Wing) ->
     assert list((wing.state_dir / "snapshots").iterdir()) == []
     assert wing.records.by_kind.get(SNAPSHOTS, {}) == {}
     assert wing.layer_files() == set(wing.service.registry.chain(parent.sandbox_id).layers)
+
+
+async def test_the_grpc_edge_tells_each_failed_child_by_its_kind(wing: Wing) -> None:
+    parent = await wing.create()
+    servicer = NodeAgentServicer(wing.service, cluster_pb2.NodeRecord,
+                                 cast(TemplateBuilds, None))
+
+    answer = await servicer.ForkSandbox(nodeagent_pb2.ForkSandboxRequest(
+        sandbox_id=parent.sandbox_id, count=2), cast(grpc.aio.ServicerContext, None))
+
+    assert [r.WhichOneof("result") for r in answer.results] == ["error", "error"]
+    assert {r.error.status for r in answer.results} == {"INTERNAL"}
+    assert all(r.error.message for r in answer.results)
+
+
+def test_a_child_refused_by_kind_keeps_its_kind_and_message_on_the_wire() -> None:
+    result = fork_result(Conflict("sandbox \"a\" already exists"))
+
+    assert result.error.status == "FAILED_PRECONDITION"
+    assert result.error.message == "sandbox \"a\" already exists"
