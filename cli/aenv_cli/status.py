@@ -15,7 +15,8 @@ from aenv_cli.homelock import lock_holder
 from aenv_cli.ports import PlatformPorts, address
 from aenv_cli.services import default_service_table
 from aenv_cli.state import load_ports
-from aenv_common.errors import AenvError, from_rpc_error
+from aenv_common.errors import AenvError
+from aenv_common.status_tables import from_rpc_error
 
 RPC_TIMEOUT_S = 5.0
 

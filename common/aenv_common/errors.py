@@ -128,6 +128,7 @@ class Relayed(AenvError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+        self.http_status = status
 
 
 class BodyTooLarge(AenvError):

@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from aenv_common.errors import AenvError
 from aenv_common.metrics import GRPC_REQUESTS, GRPC_SECONDS
 from aenv_common.retry_info import retry_metadata
+from aenv_common.status_tables import grpc_status
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def _wrap_unary(fn: Any, method: str) -> Any:
             try:
                 return await fn(request, context)
             except AenvError as err:
-                measured.code = err.grpc_code.name
+                measured.code = grpc_status(err).name
                 await _abort(context, err)
 
     return wrapped
@@ -80,7 +81,7 @@ def _wrap_stream(fn: Any, method: str) -> Any:
                 async for item in fn(request, context):
                     yield item
             except AenvError as err:
-                measured.code = err.grpc_code.name
+                measured.code = grpc_status(err).name
                 await _abort(context, err)
 
     return wrapped
@@ -88,10 +89,10 @@ def _wrap_stream(fn: Any, method: str) -> Any:
 
 async def _abort(context: grpc.aio.ServicerContext, err: AenvError) -> None:
     """Aborts the call with the error's status (and, when it says so, when to retry)."""
+    code = grpc_status(err)
     retry_after_s = getattr(err, "retry_after_s", None)
-    metadata = () if retry_after_s is None else retry_metadata(
-        err.grpc_code, err.message, retry_after_s)
-    await context.abort(err.grpc_code, err.message, (*metadata, *err.trailing_metadata()))
+    metadata = () if retry_after_s is None else retry_metadata(code, err.message, retry_after_s)
+    await context.abort(code, err.message, (*metadata, *err.trailing_metadata()))
 
 
 class _Measured:

@@ -33,7 +33,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from yarl import URL
 
 from aenv_common.connect_end import EnvelopeTracker, end_stream_envelope, is_connect_stream
-from aenv_common.errors import AenvError
+from aenv_common.errors import AenvError, BadGateway, Relayed
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,12 @@ _SKIP_AUTO_HEADERS = ("Accept-Encoding", "User-Agent", "Content-Type")
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
 
 
-class UpstreamRefused(AenvError):
+class UpstreamRefused(BadGateway):
     """Nothing listens on the upstream port (connection refused)."""
 
-    http_status = 502
 
-
-class UpstreamUnavailable(AenvError):
+class UpstreamUnavailable(BadGateway):
     """The upstream could not be reached or failed before sending a response."""
-
-    http_status = 502
 
 
 class StreamBroken(Exception):
@@ -96,12 +92,8 @@ class _QuietBreaks(logging.Filter):
 logging.getLogger("uvicorn.error").addFilter(_QuietBreaks())
 
 
-class HandshakeRejected(AenvError):
+class HandshakeRejected(Relayed):
     """The upstream answered a WebSocket handshake with an HTTP error: passed on as it is."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.http_status = status
 
 
 def forwardable_headers(

@@ -21,9 +21,8 @@ from aenv_common.errors import (
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
-    from_rpc_error,
-    from_status,
 )
+from aenv_common.status_tables import from_rpc_error, from_status
 
 __all__ = [
     "AenvError",

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
-from aenv_common.errors import from_rpc_error
+from aenv_common.status_tables import from_rpc_error
 
 
 def snapstore_stub(channel: grpc.aio.Channel) -> Any:

@@ -43,6 +43,7 @@ from aenv_common.sandbox_routing import (
     stream_ended,
     target_from_headers,
 )
+from aenv_common.status_tables import http_status
 from aenv_nodeagent.sandbox.model import Sandbox
 
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -188,4 +189,5 @@ def build_proxy_app(manager: ServingSandboxes, connections: SandboxConnections) 
 
 
 def _error(err: AenvError) -> JSONResponse:
-    return JSONResponse({"code": err.http_status, "message": err.message}, err.http_status)
+    status = http_status(err)
+    return JSONResponse({"code": status, "message": err.message}, status)

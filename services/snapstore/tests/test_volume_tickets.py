@@ -70,8 +70,10 @@ def test_signed_but_malformed_grants_are_refused(body: bytes) -> None:
 
 def test_bad_ticket_maps_to_permission_denied() -> None:
     import grpc
-    assert BadTicket("x").grpc_code == grpc.StatusCode.PERMISSION_DENIED
-    assert BadTicket("x").http_status == 403
+
+    from aenv_common.status_tables import grpc_status, http_status
+    assert grpc_status(BadTicket("x")) == grpc.StatusCode.PERMISSION_DENIED
+    assert http_status(BadTicket("x")) == 403
 
 
 def test_short_key_rejected() -> None:

@@ -32,7 +32,8 @@ from typing import Any
 
 import grpc
 
-from aenv_common.errors import AenvError, Internal, InvalidArgument, Unavailable, from_status
+from aenv_common.errors import AenvError, Internal, InvalidArgument, Unavailable
+from aenv_common.status_tables import from_status, grpc_status
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class Channel:
             reply: Message = {**(body or {}), "id": ident, "ok": True}
         except AenvError as err:
             reply = {"id": ident, "ok": False,
-                     "error": {"code": err.grpc_code.name, "message": err.message}}
+                     "error": {"code": grpc_status(err).name, "message": err.message}}
         except Exception as err:  # a bug on this side must not hang the requester
             log.exception("egress control request failed", extra={"op": op})
             reply = {"id": ident, "ok": False,

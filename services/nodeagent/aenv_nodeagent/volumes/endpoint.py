@@ -10,7 +10,8 @@ from typing import Any
 import grpc
 
 from aenv.snapstore.v1 import snapstore_pb2, snapstore_pb2_grpc
-from aenv_common.errors import Conflict, Internal, from_rpc_error
+from aenv_common.errors import Conflict, Internal
+from aenv_common.status_tables import from_rpc_error
 
 NO_SNAPSTORE = "volumes need a snapstore: this node has no snapstore_address"
 

@@ -12,6 +12,7 @@ import pytest
 from aenv.snapstore.v1 import snapstore_pb2, snapstore_pb2_grpc
 from aenv_common.errors import Conflict, Internal, Unavailable
 from aenv_common.grpc_server import start_grpc_server
+from aenv_common.status_tables import grpc_status
 from aenv_nodeagent.volumes import VolumeEndpoint
 from aenv_nodeagent.volumes.endpoint import parse_address
 
@@ -73,7 +74,7 @@ async def test_no_snapstore_is_a_failed_precondition() -> None:
     assert not endpoint.configured
     with pytest.raises(Conflict, match="volumes need a snapstore") as caught:
         await endpoint.address()
-    assert caught.value.grpc_code == grpc.StatusCode.FAILED_PRECONDITION
+    assert grpc_status(caught.value) == grpc.StatusCode.FAILED_PRECONDITION
 
 
 @pytest.mark.parametrize("bad", ["", "host", "host:", ":2049", "host:0", "host:99999", "h:x"])

@@ -1,21 +1,19 @@
 """The volume store's typed errors.
 
-Each subclasses the `aenv_common.errors` class whose gRPC code the VolumeService edge answers, and
-carries the NFSv3 status (`nfs_status`) the NFS server answers, so neither edge keeps a table of
-its own and the two agree on what each failure means.
+Each subclasses the `aenv_common.errors` kind whose status the VolumeService edge answers (from
+aenv_common.status_tables), and carries the NFSv3 status (`nfs_status`) the NFS server answers,
+so the two edges agree on what each failure means.
 """
 
 from __future__ import annotations
 
-import grpc
-
 from aenv_common.errors import (
-    AenvError,
     AlreadyExists,
     Conflict,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
+    Unimplemented,
 )
 
 # NFSv3 status codes (RFC 1813, section 2.6) the store's errors map to.
@@ -77,11 +75,9 @@ class StaleHandle(NotFound):
     nfs_status = NFS3ERR_STALE
 
 
-class NotSupported(AenvError):
-    """aenv_common has no UNIMPLEMENTED error, so this one carries the code itself."""
+class NotSupported(Unimplemented):
+    """An operation a volume does not do."""
 
-    http_status = 501
-    grpc_code = grpc.StatusCode.UNIMPLEMENTED
     nfs_status = NFS3ERR_NOTSUPP
 
 
