@@ -12,12 +12,12 @@ or as the reference's; the guest holds it free and does not read it.)
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from aenv_common.errors import Internal
+from aenv_nodeagent.memory.frozen_file import FROZEN_FILE
 from aenv_nodeagent.memory.images import (
     MemoryImage,
     complete_image,
@@ -25,7 +25,6 @@ from aenv_nodeagent.memory.images import (
     partial_image,
     publish_image,
 )
-from aenv_nodeagent.private_files import write_private_json
 from aenv_nodeagent.vmm.delta import (
     ImageParts,
     PageRun,
@@ -50,14 +49,18 @@ class FrozenRecord:
     mappings: list[RamMapping]
 
     def write(self, directory: Path) -> None:
-        write_private_json(directory / RECORD, {
+        FROZEN_FILE.write(directory / RECORD, {
             "pid": self.pid, "start_time": self.start_time,
             "mappings": [[m.address, m.length, m.file_offset] for m in self.mappings]})
 
     @classmethod
     def read(cls, directory: Path) -> FrozenRecord | None:
+        """None when there is none, or it is unreadable.
+
+        :raise StateFileError: written by a newer agent (memory/frozen_file.py).
+        """
         try:
-            data = json.loads((directory / RECORD).read_text())
+            data = FROZEN_FILE.read(directory / RECORD)
             return cls(int(data["pid"]), int(data["start_time"]),
                        [RamMapping(*(int(n) for n in m)) for m in data["mappings"]])
         except (OSError, ValueError, KeyError, TypeError):
@@ -86,7 +89,8 @@ def fill(pid: int, runs: list[PageRun], directory: Path) -> dict[str, float]:
 def forget(directory: Path) -> None:
     """What only the making of the image needed."""
     record = directory / RECORD
-    for path in (directory / REFERENCE, record, record.with_suffix(".tmp")):  # .tmp: a cut write
+    cut_writes = (record.with_suffix(".tmp"), record.with_name(f".{RECORD}.tmp"))
+    for path in (directory / REFERENCE, record, *cut_writes):
         path.unlink(missing_ok=True)
 
 
