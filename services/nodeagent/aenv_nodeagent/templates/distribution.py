@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -44,9 +43,15 @@ from aenv_nodeagent.disks import flatten_onto, rebase_overlay
 from aenv_nodeagent.snapshots.persistence import PUSHES_PENDING, SnapshotPersistence
 from aenv_nodeagent.templates.bounds import mark_used
 from aenv_nodeagent.templates.code_interpreter import CODE_INTERPRETER_TEMPLATE
+from aenv_nodeagent.templates.disk_files import (
+    DISKS_FILE,
+    read_digests,
+    write_backing,
+    write_digests,
+)
 from aenv_nodeagent.templates.guest_disks import GuestDisks, disk_digests, disk_paths
+from aenv_nodeagent.templates.inputs_file import read_inputs
 from aenv_nodeagent.templates.model import (
-    BACKING_FILE,
     BASE_TEMPLATE,
     DISK_FILE,
     MEMORY_FILE,
@@ -65,7 +70,6 @@ log = logging.getLogger(__name__)
 INPUTS_FILE = "inputs.json"
 ROOTFS_FILE = "rootfs"
 SNAPSHOT_FILES = (DISK_FILE, MEMORY_FILE, STATE_FILE, META_FILE)
-DISKS_FILE = "disks.json"
 # Every node makes these from its own artifacts: only their captures travel, with their disks.
 BUILTIN_TEMPLATES = frozenset({BASE_TEMPLATE, CODE_INTERPRETER_TEMPLATE})
 
@@ -159,7 +163,7 @@ class TemplateDistribution:
             # Its disk stands on step layers only this node has: sent merged onto the rootfs.
             share.mkdir(parents=True, exist_ok=True)
             await flatten_onto(snapshot.disk, inputs.rootfs.path, flat)
-            disks.write_text(json.dumps(await disk_digests(inputs), sort_keys=True))
+            await asyncio.to_thread(write_digests, disks, await disk_digests(inputs))
             files = {name: snapshot.directory / name for name in SNAPSHOT_FILES}
             return {**files, DISK_FILE: flat, DISKS_FILE: disks}
 
@@ -219,7 +223,7 @@ class TemplateDistribution:
                                                      staging / "inputs")
             except NotFound:
                 return None
-            data = json.loads(files[INPUTS_FILE].read_text())
+            data = read_inputs(files[INPUTS_FILE])
             if data.get("template_id") != template_id:
                 raise Internal(f"snapstore's template {template_id} names another template")
             rootfs = self._place_rootfs(data, files[ROOTFS_FILE])
@@ -290,7 +294,7 @@ class TemplateDistribution:
         on = inputs
         if (recorded := files.get(DISKS_FILE)) is not None:  # older pushes carry none
             try:
-                on = await self._disks.adopt(inputs, json.loads(recorded.read_text()),
+                on = await self._disks.adopt(inputs, read_digests(recorded),
                                              pulled.parent)
             except NotFound:
                 log.info("template capture made on disks snapstore lacks: captured here instead",
@@ -298,8 +302,7 @@ class TemplateDistribution:
                 return None
             recorded.unlink()
         if on != inputs:
-            (pulled / BACKING_FILE).write_text(json.dumps(
-                {name: str(path) for name, path in disk_paths(on).items()}))
+            write_backing(pulled, disk_paths(on))
         await rebase_overlay(files[DISK_FILE], on.rootfs.path)
         for path in files.values():  # pulled private (mkstemp): read as a capture made here
             if path.exists():

@@ -22,6 +22,7 @@ from pathlib import Path
 from aenv_nodeagent.artifacts.cache import CacheKey
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.templates.bounds import mark_used
+from aenv_nodeagent.templates.layer_index_file import LAYER_INDEX_FORMAT
 from aenv_nodeagent.templates.model import DISK_FILE, ROOT_NODE, TemplateInputs
 from aenv_nodeagent.templates.steps import GuestDefaults
 from aenv_nodeagent.vmm import Vm
@@ -74,17 +75,16 @@ class StepLayers:
 
     def index(self, key: str, disk: Path, defaults: GuestDefaults, rootfs: Path) -> StepLayer:
         """Record `disk` (linked in) as the newest layer of `key`."""
-        tmp = self._root / f".{key}.json.tmp"
-        tmp.write_text(json.dumps(
-            {"disk": disk.name, "defaults": asdict(defaults), "rootfs": str(rootfs)}))
-        tmp.replace(self._root / f"{key}.json")
+        LAYER_INDEX_FORMAT.write(
+            self._root / f"{key}.json",
+            {"disk": disk.name, "defaults": asdict(defaults), "rootfs": str(rootfs)}, mode=0o644)
         return StepLayer(key, disk, defaults)
 
     def _find(self, key: str, rootfs: Path) -> StepLayer | None:
         meta = self._root / f"{key}.json"
         if not meta.is_file():
             return None
-        data = json.loads(meta.read_text())
+        data = LAYER_INDEX_FORMAT.read(meta)
         disk = self._root / str(data["disk"])
         if data.get("rootfs") != str(rootfs) or not disk.is_file():
             return None

@@ -10,14 +10,15 @@ kernel: both are in the key, so a node never restores a snapshot taken under ano
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from aenv_common.errors import NotFound
 from aenv_nodeagent.artifacts import GuestArtifacts, RootfsImage
 from aenv_nodeagent.artifacts.cache import CacheKey
+from aenv_nodeagent.templates.disk_files import read_backing
 from aenv_nodeagent.templates.recipe import Recipe
+from aenv_nodeagent.templates.template_file import STALE_DIRECTORY, TEMPLATE_FILE
 from aenv_nodeagent.vmm import AcceleratorChoice, DiskSpec, NetSpec, VmSpec
 from aenv_nodeagent.vmm.argv import block_node_name
 
@@ -29,10 +30,7 @@ TOOLS_DISK_ID = "tools"
 DISK_FILE = "disk.qcow2"
 MEMORY_FILE = "memory"
 STATE_FILE = "state"
-META_FILE = "template.json"
-# In a snapshot captured on disks other than this node's own artifacts (a built-in template's
-# capture pulled with the disks it was made on): the rootfs and tools disk it stands on.
-BACKING_FILE = "backing.json"
+META_FILE = "template.json"  # templates/template_file.py
 # Where a node keeps the rootfs of templates pulled from snapstore, by digest (under its
 # templates folder).
 PULLED_ROOTFS_DIR = "rootfs"
@@ -115,13 +113,11 @@ def with_disks(inputs: TemplateInputs, rootfs: Path, tools_disk: Path) -> Templa
 
 
 def backed_inputs(inputs: TemplateInputs, directory: Path) -> TemplateInputs:
-    """`inputs` on the disks the snapshot in `directory` was captured on (its BACKING_FILE),
-    else as they are."""
-    try:
-        backing = json.loads((directory / BACKING_FILE).read_text())
-    except FileNotFoundError:
+    """`inputs` on the disks the snapshot in `directory` was captured on (its `backing.json`:
+    templates/disk_files.py), else as they are."""
+    if (backing := read_backing(directory)) is None:
         return inputs
-    return with_disks(inputs, Path(backing["rootfs"]), Path(backing["tools_disk"]))
+    return with_disks(inputs, backing["rootfs"], backing["tools_disk"])
 
 
 def vm_spec(
@@ -185,13 +181,15 @@ def snapshot_dir(root: Path, inputs: TemplateInputs) -> Path:
 
 
 def save_snapshot(snapshot: TemplateSnapshot, directory: Path) -> None:
-    (directory / META_FILE).write_text(json.dumps(asdict(snapshot), default=str))
+    document = asdict(snapshot)
+    del document[STALE_DIRECTORY]
+    TEMPLATE_FILE.write(directory / META_FILE, document, mode=0o644)
 
 
 def load_snapshot(directory: Path) -> TemplateSnapshot | None:
     meta = directory / META_FILE
     if not meta.is_file():
         return None
-    data = json.loads(meta.read_text())
-    data["directory"] = directory
+    data = TEMPLATE_FILE.read(meta)
+    data[STALE_DIRECTORY] = directory
     return TemplateSnapshot(**data)

@@ -21,7 +21,6 @@ template's warm VMs and overlays of the old capture go first.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,9 +30,10 @@ from aenv_nodeagent.artifacts.digest import SUFFIX as DIGEST_SUFFIX
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
 from aenv_nodeagent.templates.bounds import chain_of, run_every
 from aenv_nodeagent.templates.cache import Forget
+from aenv_nodeagent.templates.disk_files import read_backing
 from aenv_nodeagent.templates.distribution import BUILTIN_TEMPLATES, snapshot_manifest
 from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, GuestDisks
-from aenv_nodeagent.templates.model import BACKING_FILE, META_FILE, TemplateSnapshot
+from aenv_nodeagent.templates.model import META_FILE, TemplateSnapshot
 from aenv_nodeagent.templates.store import TemplateStore
 
 log = logging.getLogger(__name__)
@@ -115,10 +115,10 @@ class OutdatedCaptures:
         used = set()
         for snap in self._store.on_disk():
             try:
-                backing = json.loads((snap.directory / BACKING_FILE).read_text())
+                backing = read_backing(snap.directory)
             except (OSError, ValueError):
                 continue
-            used |= {Path(path) for path in backing.values()}
+            used |= set((backing or {}).values())
         registered = [self._store.inputs(t) for t in self._store.registered()]
         used |= {inputs.rootfs.path for inputs in registered}
         used |= {inputs.artifacts.tools_disk for inputs in registered}

@@ -6,12 +6,11 @@ defaults complete them at load."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from aenv_nodeagent.artifacts import RootfsImage
-from aenv_nodeagent.private_files import write_private_json
+from aenv_nodeagent.templates.inputs_file import read_inputs, write_inputs
 from aenv_nodeagent.templates.model import TemplateInputs
 from aenv_nodeagent.templates.recipe import Recipe
 
@@ -49,7 +48,7 @@ class SavedTemplates:
 
     def save(self, inputs: TemplateInputs) -> None:
         self._directory.mkdir(parents=True, exist_ok=True)
-        write_private_json(self.path(inputs.template_id), inputs_to_json(inputs))
+        write_inputs(self.path(inputs.template_id), inputs_to_json(inputs))
 
     def ids(self) -> list[str]:
         return sorted(path.stem for path in self._directory.glob("*.json"))
@@ -60,5 +59,5 @@ class SavedTemplates:
     def load_all(self) -> list[TemplateInputs]:
         if not self._directory.is_dir():
             return []
-        return [inputs_from_json(self._defaults, json.loads(path.read_text()))
+        return [inputs_from_json(self._defaults, read_inputs(path))
                 for path in sorted(self._directory.glob("*.json"))]

@@ -14,14 +14,13 @@ import grpc
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.templates.disk_files import BACKING_FILE, DISKS_FILE
 from aenv_nodeagent.templates.distribution import (
-    DISKS_FILE,
     TemplateDistribution,
     snapshot_manifest,
 )
 from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, disk_digests, disk_manifest
 from aenv_nodeagent.templates.model import (
-    BACKING_FILE,
     BASE_TEMPLATE,
     DISK_FILE,
     TemplateInputs,

@@ -18,9 +18,9 @@ from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.snapshots.persistence import SnapshotPersistence
+from aenv_nodeagent.templates.disk_files import BACKING_FILE
 from aenv_nodeagent.templates.guest_disks import PULLED_DISKS_DIR, PUSHED_AT, GuestDisks
 from aenv_nodeagent.templates.model import (
-    BACKING_FILE,
     BASE_TEMPLATE,
     META_FILE,
     TemplateInputs,
