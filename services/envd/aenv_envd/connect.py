@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from .errors import EnvdError
+from .status_table import http_status
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ RpcMethod = Unary[Any] | ServerStream[Any] | ClientStream[Any]
 
 def unary_error_response(error: EnvdError) -> Response:
     body = json.dumps({"code": error.code, "message": error.message}, separators=(",", ":"))
-    return Response(body, status_code=error.http_status, media_type="application/json")
+    return Response(body, status_code=http_status(error), media_type="application/json")
 
 
 def _stream_error(error: EnvdError, content_type: str) -> Response:

@@ -1,26 +1,16 @@
-"""The one error type of envd: a Connect error code plus message, mapped to HTTP statuses."""
+"""envd's errors: a kind (its Connect code) and a message; the edges name them on HTTP through
+status_table."""
 
 from __future__ import annotations
 
-# Connect code -> HTTP status (Connect protocol spec; e2b-compat §3.2.5).
-CONNECT_CODE_TO_HTTP: dict[str, int] = {
-    "canceled": 499,
-    "unknown": 500,
-    "invalid_argument": 400,
-    "deadline_exceeded": 504,
-    "not_found": 404,
-    "already_exists": 409,
-    "permission_denied": 403,
-    "resource_exhausted": 429,
-    "failed_precondition": 400,
-    "aborted": 409,
-    "out_of_range": 400,
-    "unimplemented": 501,
-    "internal": 500,
-    "unavailable": 503,
-    "data_loss": 500,
-    "unauthenticated": 401,
-}
+# The kinds of failure, named by their Connect codes (the protocol envd's clients speak); what
+# each is on HTTP is status_table's.
+CONNECT_CODES = frozenset({
+    "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
+    "already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
+    "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
+    "unauthenticated",
+})
 
 
 UNAUTHORIZED_MESSAGE = (
@@ -31,13 +21,26 @@ UNAUTHORIZED_MESSAGE = (
 class EnvdError(Exception):
     """An expected failure, reported to the client as a Connect error or an HTTP error body."""
 
-    def __init__(self, code: str, message: str, http_status: int | None = None) -> None:
-        if code not in CONNECT_CODE_TO_HTTP:
+    def __init__(self, code: str, message: str) -> None:
+        if code not in CONNECT_CODES:
             raise ValueError(f"unknown connect code {code!r}")
         super().__init__(message)
         self.code = code
         self.message = message
-        self.http_status = http_status or CONNECT_CODE_TO_HTTP[code]
+
+
+class NoSpace(EnvdError):
+    """The guest's disk has no room for a write (HTTP says so apart from other exhaustion)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("resource_exhausted", message)
+
+
+class UnsupportedEncoding(EnvdError):
+    """A request body in a content encoding envd does not decode."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_argument", message)
 
 
 def invalid_argument(message: str) -> EnvdError:

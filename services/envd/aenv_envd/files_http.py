@@ -21,11 +21,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .entry_info import XATTR_UNSUPPORTED, metadata_problem, read_metadata, write_metadata
-from .errors import EnvdError, invalid_argument
+from .errors import EnvdError, NoSpace, UnsupportedEncoding, invalid_argument
 from .files_download import DISK_CHUNK, download
 from .multipart import MultipartParser, PartData, PartEnd, PartStart, parse_header_params
 from .signing import signature_error
 from .state import SandboxState
+from .status_table import http_status
 from .users import User, chown_to, make_dirs_owned, os_error_to_envd, resolve_path
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ METADATA_HEADER_PREFIX = "x-metadata-"
 
 
 def http_error(error: EnvdError) -> JSONResponse:
-    return JSONResponse({"code": error.http_status, "message": error.message}, error.http_status)
+    status = http_status(error)
+    return JSONResponse({"code": status, "message": error.message}, status)
 
 
 class FilesEndpoint:
@@ -284,7 +286,7 @@ def _writev_fully(fd: int, pieces: list[bytes | memoryview]) -> None:
 
 def _upload_error(exc: OSError, path: str) -> EnvdError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return EnvdError("resource_exhausted", f"not enough disk space to write '{path}'", 507)
+        return NoSpace(f"not enough disk space to write '{path}'")
     return os_error_to_envd(exc, path)
 
 
@@ -313,7 +315,7 @@ async def _decoded_body(request: Request) -> AsyncIterator[bytes]:
                 yield chunk
         return
     if encoding not in ("gzip", "deflate"):
-        raise EnvdError("invalid_argument", f"unsupported content encoding '{encoding}'", 415)
+        raise UnsupportedEncoding(f"unsupported content encoding '{encoding}'")
     inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
     try:
         async for chunk in request.stream():

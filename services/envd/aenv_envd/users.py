@@ -10,7 +10,7 @@ import os
 import pwd
 from dataclasses import dataclass
 
-from .errors import EnvdError, invalid_argument, unauthenticated
+from .errors import EnvdError, NoSpace, invalid_argument, unauthenticated
 
 FALLBACK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -139,5 +139,5 @@ def os_error_to_envd(exc: OSError, path: str) -> EnvdError:
     if exc.errno == errno.EEXIST:
         return EnvdError("already_exists", f"path '{path}' already exists")
     if exc.errno == errno.ENOSPC:
-        return EnvdError("resource_exhausted", f"no space left on device: '{path}'", 507)
+        return NoSpace(f"no space left on device: '{path}'")
     return EnvdError("internal", f"{exc.strerror or exc} ('{path}')")

@@ -20,6 +20,7 @@ from aenv_envd.config import EnvdConfig
 from aenv_envd.errors import EnvdError
 from aenv_envd.mounts import is_network_filesystem, mounted_at, parse_mountinfo
 from aenv_envd.state import SandboxState
+from aenv_envd.status_table import http_status
 from aenv_envd.volume_mounts import (
     MNT_DETACH,
     MS_BIND,
@@ -238,7 +239,7 @@ async def test_a_failed_mount_names_the_path_and_the_errno(kernel: FakeKernel,
     path = str(tmp_path / "data")
     with pytest.raises(EnvdError) as raised:
         await VolumeMounter(5).ensure(parse_volume_mounts([spec(path)]))
-    assert raised.value.http_status == 500
+    assert http_status(raised.value) == 500
     assert raised.value.message == (f"cannot mount volume 169.254.0.22:/vol-abc at {path}: "
                                     "Permission denied (EACCES)")
 
