@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "gatew
 from tests.upstreams import MiniNodeProxy, serve
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_gateway.cluster.directory import InMemoryClusterView
 from aenv_gateway.config import GatewaySettings
-from aenv_gateway.directory import InMemoryClusterView
 from aenv_testing.ports import free_port
 
 SANDBOX = "benchsandbox0001"
@@ -129,8 +129,8 @@ def _throughput(url: str, headers: dict[str, str], n: int, concurrency: int) -> 
 
 
 async def run(requests: int, concurrency: int) -> dict[str, object]:
+    from aenv_gateway.core.templates.records import InMemoryTemplateRecords
     from aenv_gateway.server import start_gateway
-    from aenv_gateway.templates.records import InMemoryTemplateRecords
 
     async with contextlib.AsyncExitStack() as stack:
         upstream_port = await stack.enter_async_context(

@@ -22,8 +22,8 @@ from _stats import emit, summary_ms
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore
-from aenv_gateway.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
-from aenv_gateway.idempotency_etcd import EtcdKeyClaims
+from aenv_gateway.core.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
+from aenv_gateway.core.idempotency_etcd import EtcdKeyClaims
 from aenv_testing.etcd import EtcdServer
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "200"))

@@ -31,10 +31,10 @@ from aenv_cli.state import save_ports
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.snapshots import snapstore_stub
 from aenv_common.snapshots.contexts import pull_context
+from aenv_gateway.cluster.directory import InMemoryClusterView
 from aenv_gateway.config import GatewaySettings
-from aenv_gateway.directory import InMemoryClusterView
+from aenv_gateway.core.templates.records import InMemoryTemplateRecords
 from aenv_gateway.server import start_gateway
-from aenv_gateway.templates.records import InMemoryTemplateRecords
 from aenv_snapstore.config import SnapstoreSettings
 from aenv_snapstore.server import start_snapstore
 from aenv_testing.builds import build_result, build_steps, image_digest

@@ -9,8 +9,8 @@ from aenv_common.events import EventLog
 from aenv_common.logging import setup_logging
 from aenv_common.secrets import EtcdSecretRecords, SecretStore, create_key_file
 from aenv_common.telemetry import setup_telemetry
-from aenv_gateway.auth import load_or_create_api_key
 from aenv_gateway.config import GatewaySettings
+from aenv_gateway.keys.auth import load_or_create_api_key
 
 
 def instrument_http() -> None:
@@ -25,15 +25,15 @@ def instrument_http() -> None:
 
 async def _serve(settings: GatewaySettings) -> None:
     # Imported after telemetry set-up: gRPC instrumentation must precede channels and servers.
-    from aenv_gateway.api_keys import EtcdApiKeyRecords
-    from aenv_gateway.etcd_view import EtcdClusterView
-    from aenv_gateway.events.store import EtcdEventStore
-    from aenv_gateway.idempotency_etcd import EtcdKeyClaims
-    from aenv_gateway.leases import EtcdLeaseStore
+    from aenv_gateway.cluster.etcd_view import EtcdClusterView
+    from aenv_gateway.core.events.store import EtcdEventStore
+    from aenv_gateway.core.idempotency_etcd import EtcdKeyClaims
+    from aenv_gateway.core.leases import EtcdLeaseStore
+    from aenv_gateway.core.templates.records import EtcdTemplateRecords
+    from aenv_gateway.core.volumes.records import EtcdVolumeRecords
+    from aenv_gateway.core.webhooks.service import Webhooks
+    from aenv_gateway.keys.records import EtcdApiKeyRecords
     from aenv_gateway.server import start_gateway
-    from aenv_gateway.templates.records import EtcdTemplateRecords
-    from aenv_gateway.volumes.records import EtcdVolumeRecords
-    from aenv_gateway.webhooks.service import Webhooks
 
     api_key = load_or_create_api_key(settings.resolved_api_key_file())
     # Made here too when the launcher did not (a gateway started on its own); a cluster's nodes

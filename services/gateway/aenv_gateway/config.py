@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aenv_common.config import CommonSettings
 from aenv_common.limits import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
-from aenv_gateway.edge_limits import EdgeLimits
+from aenv_gateway.rest.edge_limits import EdgeLimits
 
 
 class TlsCertificate(NamedTuple):

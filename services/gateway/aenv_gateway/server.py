@@ -25,60 +25,62 @@ from aenv_common.http_server import EmbeddedServer, start_http_server
 from aenv_common.httpproxy import StreamingProxy
 from aenv_common.secrets import InMemorySecretRecords, SecretsKey, SecretStore
 from aenv_common.snapshots import snapstore_stub
-from aenv_gateway.api_keys import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex
-from aenv_gateway.app import GatewayApp, control_routes, instrumented
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.bulk import BulkOperations
-from aenv_gateway.clients import ChannelPool, NodeAgentClients, SchedulerClient
+from aenv_gateway.cluster.clients import ChannelPool, NodeAgentClients, SchedulerClient
+from aenv_gateway.cluster.directory import ClusterView, SandboxDirectory
 from aenv_gateway.config import GatewaySettings, TlsCertificate
-from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
-from aenv_gateway.dataplane import DataPlane
-from aenv_gateway.directory import ClusterView, SandboxDirectory
-from aenv_gateway.edge_limits import guarded_http_protocol
-from aenv_gateway.egress_checks import EgressChecks
-from aenv_gateway.events.deaths import Deaths
-from aenv_gateway.events.grpc_deaths import DeathsInterceptor
-from aenv_gateway.events.memory import InMemoryEventStore
-from aenv_gateway.events.reader import EventReader
-from aenv_gateway.events.service import SandboxEvents
-from aenv_gateway.events.store import EventStore
-from aenv_gateway.events.stream import EventHub
-from aenv_gateway.exec_stream import ExecStreams
-from aenv_gateway.file_transfer import FileTransfers
-from aenv_gateway.gateway_metrics import SANDBOX_STATES
-from aenv_gateway.grpc_api import SERVICE_NAME, GatewayServicer
-from aenv_gateway.guest_envd import GuestEnvd
-from aenv_gateway.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
-from aenv_gateway.leases import InMemoryLeaseStore, Leases, LeaseStore
-from aenv_gateway.logs import SandboxLogs
-from aenv_gateway.revocation import OpenRequests, RevocableRequests
-from aenv_gateway.routes.events import EventRoutes, with_deaths
-from aenv_gateway.routes.keys import KeyRoutes
-from aenv_gateway.routes.leases import LeaseRoutes
-from aenv_gateway.routes.sandboxes import SandboxRoutes
-from aenv_gateway.routes.secrets import SecretRoutes
-from aenv_gateway.routes.snapshots import SnapshotRoutes
-from aenv_gateway.routes.templates import TemplateRoutes
-from aenv_gateway.routes.volumes import VolumeRoutes
-from aenv_gateway.routes.webhooks import WebhookRoutes
-from aenv_gateway.sandbox_metrics import SandboxMetrics
-from aenv_gateway.schemas import Presenter
-from aenv_gateway.secrets import GatewaySecrets
-from aenv_gateway.service import SandboxService
-from aenv_gateway.signed_urls import SignedFileRouter
-from aenv_gateway.snapshots import SnapshotService
-from aenv_gateway.templates.builds import TemplateBuilds
-from aenv_gateway.templates.catalog import TemplateCatalog
-from aenv_gateway.templates.cleanup import TemplateCleanup
-from aenv_gateway.templates.records import TemplateRecords
-from aenv_gateway.templates.snapshot_catalog import SnapshotCatalog
-from aenv_gateway.templates.uploads import ContextUploads
-from aenv_gateway.volumes.client import VolumeClient
-from aenv_gateway.volumes.mounts import VolumeMounts
-from aenv_gateway.volumes.records import InMemoryVolumeRecords, VolumeRecords
-from aenv_gateway.volumes.service import Volumes
-from aenv_gateway.volumes.sweep import VolumeSweep
-from aenv_gateway.webhooks.service import Webhooks
+from aenv_gateway.core.bulk import BulkOperations
+from aenv_gateway.core.creates import CreateRetryPolicy, NodeCreates
+from aenv_gateway.core.egress_checks import EgressChecks
+from aenv_gateway.core.events.deaths import Deaths
+from aenv_gateway.core.events.memory import InMemoryEventStore
+from aenv_gateway.core.events.reader import EventReader
+from aenv_gateway.core.events.service import SandboxEvents
+from aenv_gateway.core.events.store import EventStore
+from aenv_gateway.core.events.stream import EventHub
+from aenv_gateway.core.guest_envd import GuestEnvd
+from aenv_gateway.core.idempotency import IdempotentCreates, InMemoryKeyClaims, KeyClaims
+from aenv_gateway.core.leases import InMemoryLeaseStore, Leases, LeaseStore
+from aenv_gateway.core.sandbox_metrics import SandboxMetrics
+from aenv_gateway.core.sandboxes import SandboxService
+from aenv_gateway.core.secrets import GatewaySecrets
+from aenv_gateway.core.snapshots import SnapshotService
+from aenv_gateway.core.templates.builds import TemplateBuilds
+from aenv_gateway.core.templates.catalog import TemplateCatalog
+from aenv_gateway.core.templates.cleanup import TemplateCleanup
+from aenv_gateway.core.templates.records import TemplateRecords
+from aenv_gateway.core.templates.snapshot_catalog import SnapshotCatalog
+from aenv_gateway.core.templates.uploads import ContextUploads
+from aenv_gateway.core.volumes.client import VolumeClient
+from aenv_gateway.core.volumes.mounts import VolumeMounts
+from aenv_gateway.core.volumes.records import InMemoryVolumeRecords, VolumeRecords
+from aenv_gateway.core.volumes.service import Volumes
+from aenv_gateway.core.volumes.sweep import VolumeSweep
+from aenv_gateway.core.webhooks.service import Webhooks
+from aenv_gateway.grpc.deaths import DeathsInterceptor
+from aenv_gateway.grpc.exec_stream import ExecStreams
+from aenv_gateway.grpc.file_transfer import FileTransfers
+from aenv_gateway.grpc.key_holding import KeyHoldingInterceptor
+from aenv_gateway.grpc.servicer import SERVICE_NAME, GatewayServicer
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.keys.open_requests import OpenRequests
+from aenv_gateway.keys.records import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex
+from aenv_gateway.metrics import SANDBOX_STATES
+from aenv_gateway.rest.app import GatewayApp, control_routes, instrumented
+from aenv_gateway.rest.dataplane import DataPlane
+from aenv_gateway.rest.edge_limits import guarded_http_protocol
+from aenv_gateway.rest.key_holding import RevocableRequests
+from aenv_gateway.rest.logs import SandboxLogs
+from aenv_gateway.rest.routes.events import EventRoutes, with_deaths
+from aenv_gateway.rest.routes.keys import KeyRoutes
+from aenv_gateway.rest.routes.leases import LeaseRoutes
+from aenv_gateway.rest.routes.sandboxes import SandboxRoutes
+from aenv_gateway.rest.routes.secrets import SecretRoutes
+from aenv_gateway.rest.routes.snapshots import SnapshotRoutes
+from aenv_gateway.rest.routes.templates import TemplateRoutes
+from aenv_gateway.rest.routes.volumes import VolumeRoutes
+from aenv_gateway.rest.routes.webhooks import WebhookRoutes
+from aenv_gateway.rest.schemas import Presenter
+from aenv_gateway.rest.signed_urls import SignedFileRouter
 
 log = logging.getLogger(__name__)
 
@@ -263,13 +265,14 @@ async def start_gateway(
         [
             (
                 gateway_pb2_grpc.add_GatewayServiceServicer_to_server,
-                GatewayServicer(service, snapshots, auth, settings.default_timeout_s,
-                                ExecStreams(guests), FileTransfers(guests), open_requests,
-                                metrics, bulk, events=native_events),
+                GatewayServicer(service, snapshots, settings.default_timeout_s,
+                                ExecStreams(guests), FileTransfers(guests), metrics, bulk,
+                                events=native_events),
                 SERVICE_NAME,
             )
         ],
-        [DeathsInterceptor(deaths)],
+        # Outermost first: the key's hold spans the whole call, death certificates included.
+        [KeyHoldingInterceptor(auth, open_requests, SERVICE_NAME), DeathsInterceptor(deaths)],
     )
     edges = [await _serve_edge(instrumented(app), settings, settings.listen, None)]
     if settings.tls is not None:

@@ -12,11 +12,11 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.grpc_server import start_grpc_server
+from aenv_gateway.cluster.directory import InMemoryClusterView
 from aenv_gateway.config import GatewaySettings
-from aenv_gateway.directory import InMemoryClusterView
-from aenv_gateway.idempotency import KeyClaims
+from aenv_gateway.core.idempotency import KeyClaims
+from aenv_gateway.core.templates.records import InMemoryTemplateRecords, TemplateRecords
 from aenv_gateway.server import RunningGateway, start_gateway
-from aenv_gateway.templates.records import InMemoryTemplateRecords, TemplateRecords
 
 from .fakes import NODE_ID, FakeNodeAgent, FakeScheduler
 from .upstreams import GuestApp, MiniNodeProxy, serve

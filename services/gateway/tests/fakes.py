@@ -14,7 +14,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.errors import AenvError, Conflict, NotFound, Unavailable
-from aenv_gateway.directory import InMemoryClusterView
+from aenv_gateway.cluster.directory import InMemoryClusterView
 from aenv_testing.builds import build_result, build_steps, image_digest
 
 NODE_ID = "node1"

@@ -17,8 +17,8 @@ from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.errors import ResourceExhausted, Unavailable
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.retry_info import retry_after_from
-from aenv_gateway.clients import ChannelPool, SchedulerClient
-from aenv_gateway.service import NODE_REFUSALS
+from aenv_gateway.cluster.clients import ChannelPool, SchedulerClient
+from aenv_gateway.core.sandboxes import NODE_REFUSALS
 
 from .conftest import API_KEY, Stack
 from .fakes import FakeScheduler

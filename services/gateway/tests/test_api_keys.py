@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from aenv_gateway.api_keys import key_digest
+from aenv_gateway.keys.records import key_digest
 
 from .conftest import API_KEY, Stack
 

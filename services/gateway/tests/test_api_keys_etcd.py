@@ -13,7 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1.cluster_pb2 import ApiKeyRecord
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_gateway.api_keys import API_KEYS, EtcdApiKeyRecords, KeyIndex, key_digest
+from aenv_gateway.keys.records import API_KEYS, EtcdApiKeyRecords, KeyIndex, key_digest
 
 pytestmark = pytest.mark.etcd
 KEY = "e2b_" + "c0ffee" * 6 + "beef"

@@ -15,8 +15,8 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv_common.errors import Internal, ResourceExhausted
 from aenv_common.limits import MAX_BATCH_CREATE
-from aenv_gateway.batch import BatchCreates
-from aenv_gateway.service import CreateRequest
+from aenv_gateway.core.batch import BatchCreates
+from aenv_gateway.core.sandboxes import CreateRequest
 
 from .conftest import API_KEY, Stack
 

@@ -18,8 +18,8 @@ from aenv_common.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from aenv_gateway.clients import NodeAgentClients
-from aenv_gateway.creates import CreateRetryPolicy, NodeCreates
+from aenv_gateway.cluster.clients import NodeAgentClients
+from aenv_gateway.core.creates import CreateRetryPolicy, NodeCreates
 
 ADDRESS = "node:1"
 POLICY = CreateRetryPolicy(retry_s=5.0, interval_s=1.0, abandon_s=10.0)

@@ -12,7 +12,7 @@ from aenv_common.egress import IPAddress
 from aenv_common.egress.rules import PROXY_PASSWORD_AAD
 from aenv_common.errors import InvalidArgument
 from aenv_common.secrets.sealing import SecretsKey, open_sealed
-from aenv_gateway.egress_checks import EgressChecks
+from aenv_gateway.core.egress_checks import EgressChecks
 
 
 class Secrets:

@@ -17,7 +17,7 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv_client import GatewayClient, OutOfRange, SandboxDied
 from aenv_common.errors import Unavailable
-from aenv_gateway.events.memory import InMemoryEventStore
+from aenv_gateway.core.events.memory import InMemoryEventStore
 
 from .conftest import API_KEY, Stack, running_stack
 

@@ -12,10 +12,10 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.cluster import ClusterStore
 from aenv_common.errors import OutOfRange
 from aenv_common.events import EventLog
-from aenv_gateway.auth import ADMIN_KEY_ID
-from aenv_gateway.events.reader import EventFilter
-from aenv_gateway.events.store import EtcdEventStore
-from aenv_gateway.events.stream import EventHub
+from aenv_gateway.core.events.reader import EventFilter
+from aenv_gateway.core.events.store import EtcdEventStore
+from aenv_gateway.core.events.stream import EventHub
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 
 pytestmark = pytest.mark.etcd
 

@@ -17,13 +17,13 @@ from aenv_common.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from aenv_gateway.auth import ADMIN_KEY_ID
-from aenv_gateway.directory import InMemoryClusterView, SandboxDirectory
-from aenv_gateway.events.deaths import Deaths, SandboxDied
-from aenv_gateway.events.memory import InMemoryEventStore
-from aenv_gateway.events.reader import EventFilter, EventReader, checked_page, checked_types
-from aenv_gateway.events.stream import EventHub
-from aenv_gateway.events.wire import e2b_event, e2b_names, native_event, native_types
+from aenv_gateway.cluster.directory import InMemoryClusterView, SandboxDirectory
+from aenv_gateway.core.events.deaths import Deaths, SandboxDied
+from aenv_gateway.core.events.memory import InMemoryEventStore
+from aenv_gateway.core.events.reader import EventFilter, EventReader, checked_page, checked_types
+from aenv_gateway.core.events.stream import EventHub
+from aenv_gateway.core.events.wire import e2b_event, e2b_names, native_event, native_types
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 
 CREATED, READY, PAUSED, KILLED, DIED, LOST, FORKED = (
     c.SANDBOX_EVENT_TYPE_CREATED, c.SANDBOX_EVENT_TYPE_READY, c.SANDBOX_EVENT_TYPE_PAUSED,

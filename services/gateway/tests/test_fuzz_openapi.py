@@ -21,7 +21,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.python import asgi
 from starlette.types import Receive, Scope, Send
 
-from aenv_gateway.routes.health import openapi_document
+from aenv_gateway.rest.routes.health import openapi_document
 
 from .conftest import API_KEY, Stack
 from .volume_stack import volume_stack

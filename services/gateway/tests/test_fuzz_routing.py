@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from aenv_common.errors import InvalidArgument
 from aenv_common.ids import SANDBOX_ID_LENGTH
 from aenv_common.sandbox_routing import SandboxTarget, parse_port, target_from_headers
-from aenv_gateway.dispatch import target_from_host
+from aenv_gateway.rest.dispatch import target_from_host
 
 from .conftest import API_KEY, Stack
 

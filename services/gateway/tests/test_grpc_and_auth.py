@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from aenv_gateway.auth import load_or_create_api_key
+from aenv_gateway.keys.auth import load_or_create_api_key
 
 from .conftest import API_KEY, Stack
 

@@ -11,7 +11,7 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Unavailable
-from aenv_gateway.idempotency import (
+from aenv_gateway.core.idempotency import (
     Claim,
     Held,
     IdempotentCreates,

@@ -18,10 +18,10 @@ from aenv.cluster.v1.cluster_pb2 import ApiKeyRecord
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_gateway.api_keys import key_digest
-from aenv_gateway.idempotency import scoped_name
-from aenv_gateway.idempotency_etcd import EtcdKeyClaims
-from aenv_gateway.templates.records import InMemoryTemplateRecords
+from aenv_gateway.core.idempotency import scoped_name
+from aenv_gateway.core.idempotency_etcd import EtcdKeyClaims
+from aenv_gateway.core.templates.records import InMemoryTemplateRecords
+from aenv_gateway.keys.records import key_digest
 
 from .conftest import API_KEY, Stack, stack_over
 

@@ -15,8 +15,8 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv.cluster.v1.cluster_pb2 import ApiKeyRecord
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from aenv_gateway.api_keys import key_digest
-from aenv_gateway.leases import InMemoryLeaseStore
+from aenv_gateway.core.leases import InMemoryLeaseStore
+from aenv_gateway.keys.records import key_digest
 
 from .conftest import API_KEY, Stack
 

@@ -13,7 +13,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.errors import NotFound
-from aenv_gateway.leases import EtcdLeaseStore, Leases
+from aenv_gateway.core.leases import EtcdLeaseStore, Leases
 
 pytestmark = pytest.mark.etcd
 KILL, PAUSE = cluster_pb2.LEASE_EXPIRY_ACTION_KILL, cluster_pb2.LEASE_EXPIRY_ACTION_PAUSE

@@ -12,7 +12,7 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from aenv_gateway.auth import ADMIN_KEY_ID
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 from aenv_testing.certs import self_signed_ca_pem
 
 from .conftest import API_KEY, Stack

@@ -16,7 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.limits import MAX_TIMEOUT_S
-from aenv_gateway.http_errors import NotImplementedYet, typed_error_response
+from aenv_gateway.rest.errors import NotImplementedYet, typed_error_response
 
 from .conftest import API_KEY, Stack
 

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_gateway.directory import InMemoryClusterView, Owner, SandboxDirectory
+from aenv_gateway.cluster.directory import InMemoryClusterView, Owner, SandboxDirectory
 
 TRAINER_SPAN = 0xB7AD6B7169203331
 TRAINER = f"00-0af7651916cd43dd8448eb211c80319c-{TRAINER_SPAN:016x}-01"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_gateway.directory import InMemoryClusterView, Owner, SandboxDirectory
+from aenv_gateway.cluster.directory import InMemoryClusterView, Owner, SandboxDirectory
 
 RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
 NODE = cluster_pb2.NodeRecord(node_id="n1", nodeagent_address="127.0.0.1:1",

@@ -16,7 +16,7 @@ from e2b.api.client.types import Unset
 from e2b.exceptions import GuestUnresponsiveException, RateLimitException
 
 from aenv_common.errors import ResourceExhausted
-from aenv_gateway.service import NODE_REFUSALS
+from aenv_gateway.core.sandboxes import NODE_REFUSALS
 
 from .conftest import API_KEY, Stack
 

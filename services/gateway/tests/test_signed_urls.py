@@ -11,7 +11,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Unauthenticated
 from aenv_common.sandbox_routing import ENVD_PORT, SandboxTarget
 from aenv_envd.signing import file_signature
-from aenv_gateway.signed_urls import SignedFileRouter
+from aenv_gateway.rest.signed_urls import SignedFileRouter
 
 RECORDS = [
     cluster_pb2.SandboxRecord(sandbox_id="a", envd_access_token="token-a"),

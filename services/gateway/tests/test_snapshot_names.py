@@ -10,8 +10,8 @@ import pytest
 
 from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.templates.records import NAMES, InMemoryTemplateRecords
-from aenv_gateway.templates.snapshot_names import SnapshotName, parse_snapshot_name
+from aenv_gateway.core.templates.records import NAMES, InMemoryTemplateRecords
+from aenv_gateway.core.templates.snapshot_names import SnapshotName, parse_snapshot_name
 
 from .conftest import API_KEY, Stack
 

@@ -7,9 +7,9 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument, NotFound
-from aenv_gateway.templates.catalog import TemplateCatalog
-from aenv_gateway.templates.names import DEFAULT_TAG, parse_name, split_name
-from aenv_gateway.templates.records import InMemoryTemplateRecords
+from aenv_gateway.core.templates.catalog import TemplateCatalog
+from aenv_gateway.core.templates.names import DEFAULT_TAG, parse_name, split_name
+from aenv_gateway.core.templates.records import InMemoryTemplateRecords
 
 
 def test_names_and_tags() -> None:

@@ -26,8 +26,8 @@ from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.grpc_server import start_grpc_server
-from aenv_gateway.directory import InMemoryClusterView
-from aenv_gateway.templates.records import EtcdTemplateRecords
+from aenv_gateway.cluster.directory import InMemoryClusterView
+from aenv_gateway.core.templates.records import EtcdTemplateRecords
 from aenv_testing.ports import free_port
 
 from .conftest import API_KEY

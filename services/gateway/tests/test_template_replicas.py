@@ -16,10 +16,10 @@ from e2b import AsyncTemplate, BuildException, TemplateClass
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import RETIRED_TEMPLATES, ClusterStore
 from aenv_common.config import CommonSettings
-from aenv_gateway.templates import builds
-from aenv_gateway.templates.catalog import TemplateCatalog
-from aenv_gateway.templates.names import parse_name
-from aenv_gateway.templates.records import NAMES, EtcdTemplateRecords
+from aenv_gateway.core.templates import builds
+from aenv_gateway.core.templates.catalog import TemplateCatalog
+from aenv_gateway.core.templates.names import parse_name
+from aenv_gateway.core.templates.records import NAMES, EtcdTemplateRecords
 
 from .conftest import API_KEY, Stack, stack_over
 

@@ -19,7 +19,7 @@ from e2b.template.logger import LogEntry
 from aenv.cluster.v1 import cluster_pb2
 from aenv.snapstore.v1 import snapstore_pb2
 from aenv_common.snapshots import snapstore_stub
-from aenv_gateway.templates.records import InMemoryTemplateRecords
+from aenv_gateway.core.templates.records import InMemoryTemplateRecords
 from aenv_snapstore.config import SnapstoreSettings
 from aenv_snapstore.server import start_snapstore
 

@@ -13,7 +13,7 @@ import pytest
 from aenv.cluster.v1 import cluster_pb2
 from aenv_client import GatewayClient
 from aenv_common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
-from aenv_gateway.volumes.names import check_disjoint, check_mount_path
+from aenv_gateway.core.volumes.names import check_disjoint, check_mount_path
 
 from .conftest import API_KEY
 from .volume_stack import VolumeStack, volume_stack

@@ -8,8 +8,8 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore
-from aenv_gateway.volumes.names import new_volume_id
-from aenv_gateway.volumes.records import VOLUME_NAMES, EtcdVolumeRecords
+from aenv_gateway.core.volumes.names import new_volume_id
+from aenv_gateway.core.volumes.records import VOLUME_NAMES, EtcdVolumeRecords
 
 pytestmark = pytest.mark.etcd
 

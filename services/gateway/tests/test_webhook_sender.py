@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from aenv_gateway.webhooks.sender import Sender
-from aenv_gateway.webhooks.targets import GuardedResolver, TargetPolicy
+from aenv_gateway.core.webhooks.sender import Sender
+from aenv_gateway.core.webhooks.targets import GuardedResolver, TargetPolicy
 from aenv_testing.webhook_receiver import e2b_documented_signature
 
 BODY = b'{"id":"e1","type":"sandbox.lifecycle.created"}'

@@ -17,20 +17,20 @@ from aenv_common.cluster.store import Versioned
 from aenv_common.errors import InvalidArgument, NotFound, ResourceExhausted
 from aenv_common.events import e2b_event_type
 from aenv_common.secrets.sealing import SealBroken, SecretsKey
-from aenv_gateway.events.wire import e2b_event
-from aenv_gateway.webhooks import payload
-from aenv_gateway.webhooks.feed import Position
-from aenv_gateway.webhooks.records import InMemoryWebhookRecords
-from aenv_gateway.webhooks.registry import (
+from aenv_gateway.core.events.wire import e2b_event
+from aenv_gateway.core.webhooks import payload
+from aenv_gateway.core.webhooks.feed import Position
+from aenv_gateway.core.webhooks.records import InMemoryWebhookRecords
+from aenv_gateway.core.webhooks.registry import (
     WebhookChanges,
     WebhookRegistry,
     WebhookSpec,
     open_secret,
 )
-from aenv_gateway.webhooks.retry import RetryPolicy
-from aenv_gateway.webhooks.sender import Attempt
-from aenv_gateway.webhooks.targets import TargetPolicy, TargetRefused
-from aenv_gateway.webhooks.worker import Worker
+from aenv_gateway.core.webhooks.retry import RetryPolicy
+from aenv_gateway.core.webhooks.sender import Attempt
+from aenv_gateway.core.webhooks.targets import TargetPolicy, TargetRefused
+from aenv_gateway.core.webhooks.worker import Worker
 from aenv_testing.webhook_receiver import e2b_documented_signature
 
 CREATED, KILLED = "sandbox.lifecycle.created", "sandbox.lifecycle.killed"

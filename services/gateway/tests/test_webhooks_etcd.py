@@ -17,12 +17,12 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.cluster import ClusterStore
 from aenv_common.events import EventLog
 from aenv_common.secrets.sealing import SecretsKey
-from aenv_gateway.webhooks.deliverer import WebhookDeliverer
-from aenv_gateway.webhooks.records import EtcdWebhookRecords
-from aenv_gateway.webhooks.registry import WebhookChanges, WebhookRegistry, WebhookSpec
-from aenv_gateway.webhooks.retry import RetryPolicy
-from aenv_gateway.webhooks.sender import Sender
-from aenv_gateway.webhooks.targets import TargetPolicy
+from aenv_gateway.core.webhooks.deliverer import WebhookDeliverer
+from aenv_gateway.core.webhooks.records import EtcdWebhookRecords
+from aenv_gateway.core.webhooks.registry import WebhookChanges, WebhookRegistry, WebhookSpec
+from aenv_gateway.core.webhooks.retry import RetryPolicy
+from aenv_gateway.core.webhooks.sender import Sender
+from aenv_gateway.core.webhooks.targets import TargetPolicy
 from aenv_testing.webhook_receiver import Receiver, serving
 
 pytestmark = pytest.mark.etcd

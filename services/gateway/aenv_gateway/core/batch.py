@@ -17,7 +17,7 @@ from typing import Protocol
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Internal, InvalidArgument
 from aenv_common.limits import MAX_BATCH_CREATE
-from aenv_gateway.service import CreateRequest
+from aenv_gateway.core.sandboxes import CreateRequest
 
 log = logging.getLogger(__name__)
 

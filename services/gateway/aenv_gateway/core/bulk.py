@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Internal, InvalidArgument
-from aenv_gateway.auth import ADMIN_KEY_ID
-from aenv_gateway.listing import RUNNING, VISIBLE_STATES, ListQuery
-from aenv_gateway.service import SandboxService
+from aenv_gateway.core.listing import RUNNING, VISIBLE_STATES, ListQuery
+from aenv_gateway.core.sandboxes import SandboxService
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 
 log = logging.getLogger(__name__)
 

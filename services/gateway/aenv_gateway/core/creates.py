@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, NotFound, Unavailable
-from aenv_gateway.clients import NodeAgentClients
-from aenv_gateway.gateway_metrics import CREATE_RETRIES, CREATES_ABANDONED
+from aenv_gateway.cluster.clients import NodeAgentClients
+from aenv_gateway.metrics import CREATE_RETRIES, CREATES_ABANDONED
 
 log = logging.getLogger(__name__)
 

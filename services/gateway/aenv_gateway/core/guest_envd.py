@@ -24,7 +24,7 @@ from aenv_common.errors import (
     Unavailable,
 )
 from aenv_common.sandbox_routing import ENVD_PORT, NOT_FOUND_MESSAGE, SandboxTarget
-from aenv_gateway.service import SandboxService
+from aenv_gateway.core.sandboxes import SandboxService
 
 # envd's (Connect's) error codes -> the typed errors; anything else is Internal.
 _BY_CONNECT_CODE: dict[str, type[AenvError]] = {

@@ -22,7 +22,7 @@ from aenv_common import errors
 from aenv_common.cluster import ClusterStore
 from aenv_common.cluster.codec import decode, encode
 from aenv_common.cluster.store import etcd_errors
-from aenv_gateway.idempotency import Claim, Held, Record
+from aenv_gateway.core.idempotency import Claim, Held, Record
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict
-from aenv_gateway.clients import NodeAgentClients
-from aenv_gateway.directory import Located, SandboxDirectory
+from aenv_gateway.cluster.clients import NodeAgentClients
+from aenv_gateway.cluster.directory import Located, SandboxDirectory
 
 # Sets a sandbox's time to live from now (SandboxService.set_timeout).
 SetTimeout = Callable[[str, int], Awaitable[cluster_pb2.SandboxRecord]]

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument
-from aenv_gateway.clients import NodeAgentClients
-from aenv_gateway.directory import SandboxDirectory
-from aenv_gateway.listing import VISIBLE_STATES
-from aenv_gateway.service import SandboxService
+from aenv_gateway.cluster.clients import NodeAgentClients
+from aenv_gateway.cluster.directory import SandboxDirectory
+from aenv_gateway.core.listing import VISIBLE_STATES
+from aenv_gateway.core.sandboxes import SandboxService
 
 log = logging.getLogger(__name__)
 

@@ -28,15 +28,13 @@ from aenv_common.errors import (
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_common.rollout import create_span
-from aenv_gateway.auth import ADMIN_KEY_ID, current_caller
-from aenv_gateway.clients import NodeAgentClients, SchedulerClient
-from aenv_gateway.creates import NodeCreates
-from aenv_gateway.directory import Located, Owner, SandboxDirectory
-from aenv_gateway.egress_checks import EgressChecks
-from aenv_gateway.handover import Handover
-from aenv_gateway.idempotency import IdempotentCreates
-from aenv_gateway.leases import Leases
-from aenv_gateway.listing import (
+from aenv_gateway.cluster.clients import NodeAgentClients, SchedulerClient
+from aenv_gateway.cluster.directory import Located, Owner, SandboxDirectory
+from aenv_gateway.core.creates import NodeCreates
+from aenv_gateway.core.egress_checks import EgressChecks
+from aenv_gateway.core.idempotency import IdempotentCreates
+from aenv_gateway.core.leases import Leases
+from aenv_gateway.core.listing import (
     PAUSED,
     RUNNING,
     VISIBLE_STATES,
@@ -45,10 +43,13 @@ from aenv_gateway.listing import (
     matches,
     order_key,
 )
-from aenv_gateway.paging import paginate
-from aenv_gateway.resumes import Connected, Resumes
-from aenv_gateway.templates.catalog import Source
-from aenv_gateway.volumes.mounts import MountRequest, VolumeMounts
+from aenv_gateway.core.paging import paginate
+from aenv_gateway.core.policy import default_network
+from aenv_gateway.core.resumes import Connected, Resumes
+from aenv_gateway.core.takeovers import Handover
+from aenv_gateway.core.templates.catalog import Source
+from aenv_gateway.core.volumes.mounts import MountRequest, VolumeMounts
+from aenv_gateway.keys.auth import ADMIN_KEY_ID, current_caller
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -74,9 +75,7 @@ class CreateRequest:
     timeout_s: int
     env_vars: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
-    network: cluster_pb2.NetworkPolicy = field(
-        default_factory=lambda: cluster_pb2.NetworkPolicy(allow_internet_access=True)
-    )
+    network: cluster_pb2.NetworkPolicy = field(default_factory=default_network)
     lifecycle: cluster_pb2.Lifecycle = field(default_factory=cluster_pb2.Lifecycle)
     idempotency_key: str | None = None
     volume_mounts: tuple[MountRequest, ...] = ()

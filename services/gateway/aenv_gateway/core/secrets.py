@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from aenv.cluster.v1.cluster_pb2 import SecretRecord
 from aenv_common.secrets import SecretStore
-from aenv_gateway.paging import paginate
+from aenv_gateway.core.paging import paginate
 
 log = logging.getLogger(__name__)
 

@@ -17,18 +17,18 @@ from typing import Generic, TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, NotFound, Unavailable
-from aenv_gateway.clients import NodeAgentClients
-from aenv_gateway.directory import SandboxDirectory
-from aenv_gateway.paging import OrderKey, paginate
-from aenv_gateway.service import SandboxService
-from aenv_gateway.templates.names import DEFAULT_TAG
-from aenv_gateway.templates.snapshot_catalog import (
+from aenv_gateway.cluster.clients import NodeAgentClients
+from aenv_gateway.cluster.directory import SandboxDirectory
+from aenv_gateway.core.paging import OrderKey, paginate
+from aenv_gateway.core.sandboxes import SandboxService
+from aenv_gateway.core.templates.names import DEFAULT_TAG
+from aenv_gateway.core.templates.snapshot_catalog import (
     SnapshotCatalog,
     SnapshotInfo,
     template_info,
     unnamed_info,
 )
-from aenv_gateway.templates.snapshot_names import (
+from aenv_gateway.core.templates.snapshot_names import (
     SNAPSHOT_ID_PREFIX,
     SnapshotName,
     lookup_name,

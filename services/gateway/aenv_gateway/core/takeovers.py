@@ -15,8 +15,8 @@ import random
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Unavailable
-from aenv_gateway.clients import NodeAgentClients, SchedulerClient
-from aenv_gateway.directory import Located, Owner, SandboxDirectory
+from aenv_gateway.cluster.clients import NodeAgentClients, SchedulerClient
+from aenv_gateway.cluster.directory import Located, Owner, SandboxDirectory
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 
 from aenv_common.errors import NotFound
 from aenv_common.grpc_server import wrap_handler
-from aenv_gateway.events.deaths import Deaths
+from aenv_gateway.core.events.deaths import Deaths
 
 
 def sandbox_id_of(request: Any) -> str:

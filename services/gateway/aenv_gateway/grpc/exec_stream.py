@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 
 from aenv.gateway.v1 import gateway_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound, Unavailable
-from aenv_gateway.guest_envd import Guest, GuestEnvd, connect_error, http_refusal
+from aenv_gateway.core.guest_envd import Guest, GuestEnvd, connect_error, http_refusal
 from envd.process import process_pb2 as pb
 
 log = logging.getLogger(__name__)

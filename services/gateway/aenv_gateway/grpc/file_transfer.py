@@ -10,7 +10,7 @@ import aiohttp
 
 from aenv.gateway.v1 import gateway_pb2
 from aenv_common.errors import Internal, InvalidArgument
-from aenv_gateway.guest_envd import Guest, GuestEnvd, http_refusal
+from aenv_gateway.core.guest_envd import Guest, GuestEnvd, http_refusal
 
 _FILES = "/files"
 # gRPC's default message limit is 4 MiB; this leaves room and keeps memory per call small.

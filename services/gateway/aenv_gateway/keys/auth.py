@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aenv_common.errors import PermissionDenied, Unauthenticated
 from aenv_common.ids import new_api_key
-from aenv_gateway.api_keys import KeyIndex
+from aenv_gateway.keys.records import KeyIndex
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a key has open (issue 18): every request made with an API key, on either edge, runs
+"""What a key has open: every request made with an API key, on either edge, runs
 held by its key (`OpenRequests.held`). Revoking a stored key cancels the tasks it holds at
 once: a request cut before its answer started is answered 401 / UNAUTHENTICATED, one whose
 answer was flowing (a stream) ends there. And a key holds at most `limit` requests at a time:
@@ -19,12 +19,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from aenv_common.errors import ResourceExhausted, Unauthenticated
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.http_errors import typed_error_response
 
 
 class KeyRevoked(Unauthenticated):
@@ -77,33 +72,3 @@ class OpenRequests:
             for task in self._by_key.pop(key_id, set()):
                 self._revoked.add(task)
                 task.cancel()
-
-
-class RevocableRequests:
-    """The ASGI app around the edge's that holds each request made with a key."""
-
-    def __init__(self, app: ASGIApp, auth: ApiKeyAuth, requests: OpenRequests) -> None:
-        self._app = app
-        self._auth = auth
-        self._requests = requests
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key_id = None
-        if scope["type"] in ("http", "websocket"):
-            key_id = self._auth.identify(Headers(scope=scope).get("x-api-key"))
-        if key_id is None:
-            await self._app(scope, receive, send)
-            return
-        started = False
-
-        async def watched(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] in ("http.response.start", "websocket.accept")
-            await send(message)
-
-        try:
-            async with self._requests.held(key_id):
-                await self._app(scope, receive, watched)
-        except (ResourceExhausted, KeyRevoked) as err:
-            if not started and scope["type"] == "http":
-                await typed_error_response(err)(scope, receive, send)

@@ -16,17 +16,17 @@ from starlette.websockets import WebSocket
 from aenv_common.errors import AenvError
 from aenv_common.httpproxy import deny_websocket
 from aenv_common.sandbox_routing import target_from_headers
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.dataplane import DataPlane, drain_body
-from aenv_gateway.dispatch import target_from_host
-from aenv_gateway.edge_limits import EdgeLimits, bounded_body
-from aenv_gateway.gateway_metrics import RequestMetrics
-from aenv_gateway.http_errors import error_response, typed_error_response
-from aenv_gateway.routes import health
-from aenv_gateway.routes.sandboxes import SandboxRoutes
-from aenv_gateway.routes.snapshots import SnapshotRoutes
-from aenv_gateway.routes.templates import TemplateRoutes
-from aenv_gateway.signed_urls import SignedFileRouter
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.metrics import RequestMetrics
+from aenv_gateway.rest.dataplane import DataPlane, drain_body
+from aenv_gateway.rest.dispatch import target_from_host
+from aenv_gateway.rest.edge_limits import EdgeLimits, bounded_body
+from aenv_gateway.rest.errors import error_response, typed_error_response
+from aenv_gateway.rest.routes import health
+from aenv_gateway.rest.routes.sandboxes import SandboxRoutes
+from aenv_gateway.rest.routes.snapshots import SnapshotRoutes
+from aenv_gateway.rest.routes.templates import TemplateRoutes
+from aenv_gateway.rest.signed_urls import SignedFileRouter
 
 
 def control_routes(

@@ -27,8 +27,8 @@ from aenv_common.sandbox_routing import (
     sandbox_not_found,
     stream_ended,
 )
-from aenv_gateway.directory import Located
-from aenv_gateway.events.deaths import Deaths
+from aenv_gateway.cluster.directory import Located
+from aenv_gateway.core.events.deaths import Deaths
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from aenv_common.errors import AenvError, ResourceExhausted
-from aenv_gateway.edge_limits import BodyRefused
+from aenv_gateway.rest.edge_limits import BodyRefused
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,4 @@
-"""Leases and bulk operations on the wire: the gRPC messages and the REST JSON (camelCase, as
-the rest of the REST API), both made from the same service types."""
+"""Leases and bulk operations in the REST JSON (camelCase, as the rest of the REST API)."""
 
 from __future__ import annotations
 
@@ -7,44 +6,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv.gateway.v1 import gateway_pb2
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.bulk import Outcome, SandboxFilter
-from aenv_gateway.json_fields import json_field, json_strings
-from aenv_gateway.leases.service import LeaseView, timestamp
-from aenv_gateway.listing import PAUSED, RUNNING
+from aenv_gateway.core.bulk import Outcome, SandboxFilter
+from aenv_gateway.core.leases.service import LeaseView, timestamp
+from aenv_gateway.core.listing import PAUSED, RUNNING
+from aenv_gateway.rest.json_fields import json_field, json_strings
 
 # The create body's own rule for a map of strings (one rule for every body of the API).
-from aenv_gateway.schemas import _string_map, rfc3339
+from aenv_gateway.rest.schemas import _string_map, rfc3339
 
 ACTIONS = {"kill": cluster_pb2.LEASE_EXPIRY_ACTION_KILL,
            "pause": cluster_pb2.LEASE_EXPIRY_ACTION_PAUSE}
 ACTION_NAMES = {v: k for k, v in ACTIONS.items()}
 STATES = {"running": RUNNING, "paused": PAUSED}
-
-
-# gRPC ---------------------------------------------------------------------------------------
-
-
-def lease_message(view: LeaseView) -> gateway_pb2.GetLeaseResponse:
-    return gateway_pb2.GetLeaseResponse(
-        lease=view.record, expires_at=timestamp(view.expires_at),
-        sandbox_count=view.sandbox_count)
-
-
-def filter_of(message: gateway_pb2.SandboxFilter) -> SandboxFilter:
-    return SandboxFilter(
-        metadata=dict(message.metadata), states=frozenset(message.states),
-        template=message.template_id or None, lease_id=message.lease_id or None,
-        every=message.all)
-
-
-def outcome_message(outcome: Outcome) -> gateway_pb2.SandboxOutcome:
-    return gateway_pb2.SandboxOutcome(
-        sandbox_id=outcome.sandbox_id, code=outcome.status, message=outcome.message)
-
-
-# REST ---------------------------------------------------------------------------------------
 
 
 def parse_new_lease(body: Mapping[str, Any]) -> tuple[int, int, str, dict[str, str]]:

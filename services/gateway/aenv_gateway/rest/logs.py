@@ -19,9 +19,9 @@ from typing import Any
 
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.clients import NodeAgentClients
-from aenv_gateway.schemas import MAX_INT64, rfc3339
-from aenv_gateway.service import SandboxService
+from aenv_gateway.cluster.clients import NodeAgentClients
+from aenv_gateway.core.sandboxes import SandboxService
+from aenv_gateway.rest.schemas import MAX_INT64, rfc3339
 
 WEEK_MS = 7 * 24 * 3600 * 1000
 DEFAULT_LIMIT = 1000

@@ -19,7 +19,7 @@ from aenv_common.egress import EgressRules
 from aenv_common.egress.rules import MAX_PROXY_CREDENTIAL
 from aenv_common.errors import InvalidArgument
 from aenv_common.sandbox_routing import ENVD_PORT
-from aenv_gateway.json_fields import json_field, json_strings
+from aenv_gateway.rest.json_fields import json_field, json_strings
 
 _MAX_PORT = 65535
 _RULE_KEYS = frozenset({"transform"})
@@ -217,22 +217,6 @@ def _present_proxy(proxy: cluster_pb2.EgressProxy) -> dict[str, Any]:
             shown["tls"]["serverName"] = proxy.tls_server_name
     return shown
 
-
-def without_proxy_secrets(record: cluster_pb2.SandboxRecord) -> cluster_pb2.SandboxRecord:
-    """A record as the native API shows it: the egress proxy's sealed password and CA
-    certificate left out, as from sandbox info, and its volume mounts' tickets (secrets that
-    only node agents and snapstore see: volumes/mounts.py)."""
-    tickets = any(m.ticket for m in record.volume_mounts)
-    if not record.network.HasField("egress_proxy") and not tickets:
-        return record
-    shown = cluster_pb2.SandboxRecord()
-    shown.CopyFrom(record)
-    if shown.network.HasField("egress_proxy"):
-        shown.network.egress_proxy.ClearField("sealed_password")
-        shown.network.egress_proxy.ClearField("tls_ca_cert")
-    for mount in shown.volume_mounts:
-        mount.ClearField("ticket")
-    return shown
 
 
 def present_internet_access(network: cluster_pb2.NetworkPolicy) -> bool | None:

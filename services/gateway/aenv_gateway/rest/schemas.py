@@ -17,22 +17,22 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.batch import batch_size
-from aenv_gateway.idempotency import checked_key
-from aenv_gateway.json_fields import json_field as json_field
-from aenv_gateway.json_fields import json_strings as json_strings
-from aenv_gateway.listing import PAUSED, RUNNING, VISIBLE_STATES, ListQuery
-from aenv_gateway.network_schema import (
+from aenv_gateway.core.batch import batch_size
+from aenv_gateway.core.idempotency import checked_key
+from aenv_gateway.core.listing import PAUSED, RUNNING, VISIBLE_STATES, ListQuery
+from aenv_gateway.core.policy import MAX_PAGE, item_over_shared
+from aenv_gateway.core.sandboxes import REFRESH_MAX_S, CreateRequest
+from aenv_gateway.core.snapshots import SnapshotQuery
+from aenv_gateway.core.volumes.mounts import MountRequest
+from aenv_gateway.rest.json_fields import json_field as json_field
+from aenv_gateway.rest.json_fields import json_strings as json_strings
+from aenv_gateway.rest.network_schema import (
     PasswordSealer,
     parse_network,
     present_internet_access,
     present_network,
 )
-from aenv_gateway.service import REFRESH_MAX_S, CreateRequest
-from aenv_gateway.snapshots import SnapshotQuery
-from aenv_gateway.volumes.mounts import MountRequest
 
-MAX_PAGE = 100
 # Times the node agent takes (unix seconds or ms) are int64.
 MAX_INT64 = 2**63 - 1
 _STATE_NAMES = {RUNNING: "running", PAUSED: "paused"}
@@ -136,7 +136,7 @@ def _over(shared: Mapping[str, Any], item: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("metadata", "envVars"):
         below, above = shared.get(name), item.get(name)
         if isinstance(below, dict) and isinstance(above, dict):
-            spec[name] = {**below, **above}
+            spec[name] = item_over_shared(below, above)
     return spec
 
 

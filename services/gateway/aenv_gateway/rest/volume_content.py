@@ -23,11 +23,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.errors import AenvError, InvalidArgument, ResourceExhausted, Unauthenticated
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.http_errors import error_response, typed_error_response
-from aenv_gateway.schemas import parse_json_object
-from aenv_gateway.volumes.records import VolumeRecord
-from aenv_gateway.volumes.service import Volumes, not_found
+from aenv_gateway.core.volumes.records import VolumeRecord
+from aenv_gateway.core.volumes.service import Volumes, not_found
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.errors import error_response, typed_error_response
+from aenv_gateway.rest.schemas import parse_json_object
 
 # The most one gRPC message of an upload carries (snapstore's WriteFile bound).
 MAX_MESSAGE = 1 << 20

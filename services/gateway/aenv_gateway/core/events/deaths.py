@@ -15,8 +15,8 @@ import logging
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.errors import AenvError, NotFound
 from aenv_common.events import cause_name, death_message
-from aenv_gateway.directory import SandboxDirectory
-from aenv_gateway.events.store import EventStore
+from aenv_gateway.cluster.directory import SandboxDirectory
+from aenv_gateway.core.events.store import EventStore
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common import errors
 from aenv_common.events.log import EVENTS, KEY_EVENTS, NO_KEY, SANDBOX_EVENTS
 from aenv_common.events.names import new_event_id
-from aenv_gateway.events.store import Recorded, Replay, check_event_id, expired
+from aenv_gateway.core.events.store import Recorded, Replay, check_event_id, expired
 
 
 class InMemoryEventStore:

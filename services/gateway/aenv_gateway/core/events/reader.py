@@ -14,8 +14,8 @@ from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.errors import InvalidArgument
 from aenv_common.events import TYPE_NAMES, e2b_event_type
 from aenv_common.events.log import EVENTS, KEY_EVENTS, NO_KEY, SANDBOX_EVENTS
-from aenv_gateway.auth import ADMIN_KEY_ID
-from aenv_gateway.events.store import EventStore
+from aenv_gateway.core.events.store import EventStore
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 
 DEFAULT_LIMIT = 10  # E2B's
 MAX_LIMIT = 100

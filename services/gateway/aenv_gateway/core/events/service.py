@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from aenv.gateway.v1 import gateway_pb2
-from aenv_gateway.events.reader import EventFilter, EventReader, checked_page, checked_types
-from aenv_gateway.events.stream import EventHub
+from aenv_gateway.core.events.reader import EventFilter, EventReader, checked_page, checked_types
+from aenv_gateway.core.events.stream import EventHub
 
 
 class SandboxEvents:

@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.errors import AenvError, ResourceExhausted, Unavailable
-from aenv_gateway.events.reader import EventFilter
-from aenv_gateway.events.store import EventStore, Recorded
+from aenv_gateway.core.events.reader import EventFilter
+from aenv_gateway.core.events.store import EventStore, Recorded
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from aenv_common.leases import (
     is_lease_id,
     new_lease_id,
 )
-from aenv_gateway.auth import ADMIN_KEY_ID
-from aenv_gateway.leases.records import LeaseRecord, LeaseStore
-from aenv_gateway.listing import VISIBLE_STATES
+from aenv_gateway.core.leases.records import LeaseRecord, LeaseStore
+from aenv_gateway.core.listing import VISIBLE_STATES
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1.scheduler_pb2 import Placement
 from aenv_common.errors import AenvError, Conflict, NotFound
 from aenv_common.ids import new_sandbox_id
-from aenv_gateway.clients import NodeAgentClients, SchedulerClient
-from aenv_gateway.templates.catalog import TemplateCatalog, now_timestamp
-from aenv_gateway.templates.records import INPUTS, BuildRecord, Claim
-from aenv_gateway.templates.wire import BuildStart
+from aenv_gateway.cluster.clients import NodeAgentClients, SchedulerClient
+from aenv_gateway.core.templates.build_spec import BuildStart
+from aenv_gateway.core.templates.catalog import TemplateCatalog, now_timestamp
+from aenv_gateway.core.templates.records import INPUTS, BuildRecord, Claim
 
 log = logging.getLogger(__name__)
 

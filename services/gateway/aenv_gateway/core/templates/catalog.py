@@ -19,8 +19,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict, InvalidArgument, NotFound
 from aenv_common.ids import new_template_id
-from aenv_gateway.templates.names import DEFAULT_TAG, TemplateName, check_tag, split_name
-from aenv_gateway.templates.records import (
+from aenv_gateway.core.templates.names import DEFAULT_TAG, TemplateName, check_tag, split_name
+from aenv_gateway.core.templates.records import (
     INPUTS,
     NAMES,
     BuildRecord,

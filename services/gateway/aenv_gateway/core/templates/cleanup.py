@@ -17,8 +17,8 @@ from typing import Any
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.errors import AenvError
-from aenv_gateway.clients import call
-from aenv_gateway.templates.records import BuildRecord, TemplateRecords
+from aenv_gateway.cluster.clients import call
+from aenv_gateway.core.templates.records import BuildRecord, TemplateRecords
 
 log = logging.getLogger(__name__)
 

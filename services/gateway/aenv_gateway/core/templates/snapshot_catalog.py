@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import NotFound
-from aenv_gateway.templates.catalog import Source, TemplateCatalog, name_taken
-from aenv_gateway.templates.names import DEFAULT_TAG
-from aenv_gateway.templates.records import NAMES, CatalogTemplate
-from aenv_gateway.templates.snapshot_names import (
+from aenv_gateway.core.templates.catalog import Source, TemplateCatalog, name_taken
+from aenv_gateway.core.templates.names import DEFAULT_TAG
+from aenv_gateway.core.templates.records import NAMES, CatalogTemplate
+from aenv_gateway.core.templates.snapshot_names import (
     SNAPSHOT_ID_PREFIX,
     SnapshotName,
     full_name,

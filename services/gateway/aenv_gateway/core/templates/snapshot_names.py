@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.templates.names import DEFAULT_TAG
+from aenv_gateway.core.templates.names import DEFAULT_TAG
 
 NAMESPACE = "aenv"
 # Ids the node agent gives snapshots (its snapshots/store.py).

@@ -11,7 +11,7 @@ import grpc
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.errors import from_rpc_error
-from aenv_gateway.clients import call
+from aenv_gateway.cluster.clients import call
 
 
 class VolumeClient:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
-from aenv_gateway.volumes.names import check_disjoint, check_mount_path, clone_name
-from aenv_gateway.volumes.records import VolumeRecord
-from aenv_gateway.volumes.service import Volumes
+from aenv_gateway.core.volumes.names import check_disjoint, check_mount_path, clone_name
+from aenv_gateway.core.volumes.records import VolumeRecord
+from aenv_gateway.core.volumes.service import Volumes
 
 log = logging.getLogger(__name__)
 

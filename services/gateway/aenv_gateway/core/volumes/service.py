@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, AlreadyExists, Conflict, NotFound, Unavailable
 from aenv_common.ids import new_secret
-from aenv_gateway.directory import SandboxDirectory
-from aenv_gateway.volumes.client import VolumeClient
-from aenv_gateway.volumes.names import check_name, is_volume_id, new_volume_id
-from aenv_gateway.volumes.records import VolumeRecord, VolumeRecords
+from aenv_gateway.cluster.directory import SandboxDirectory
+from aenv_gateway.core.volumes.client import VolumeClient
+from aenv_gateway.core.volumes.names import check_name, is_volume_id, new_volume_id
+from aenv_gateway.core.volumes.records import VolumeRecord, VolumeRecords
 
 log = logging.getLogger(__name__)
 

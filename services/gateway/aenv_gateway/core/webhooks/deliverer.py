@@ -28,12 +28,12 @@ from aenv_common.cluster.store import Versioned, lease_gone
 from aenv_common.errors import Internal, NotFound
 from aenv_common.events import EventLog
 from aenv_common.secrets.sealing import SecretsKey
-from aenv_gateway.webhooks.feed import EtcdEventFeed
-from aenv_gateway.webhooks.records import WEBHOOKS, EtcdWebhookRecords
-from aenv_gateway.webhooks.registry import open_secret
-from aenv_gateway.webhooks.retry import RetryPolicy
-from aenv_gateway.webhooks.sender import Sender
-from aenv_gateway.webhooks.worker import Worker
+from aenv_gateway.core.webhooks.feed import EtcdEventFeed
+from aenv_gateway.core.webhooks.records import WEBHOOKS, EtcdWebhookRecords
+from aenv_gateway.core.webhooks.registry import open_secret
+from aenv_gateway.core.webhooks.retry import RetryPolicy
+from aenv_gateway.core.webhooks.sender import Sender
+from aenv_gateway.core.webhooks.worker import Worker
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from aenv_common.cluster.store import etcd_errors
 from aenv_common.errors import Unavailable
 from aenv_common.events import EventLog
 from aenv_common.events.log import EVENTS, KEY_EVENTS, NO_KEY
-from aenv_gateway.auth import ADMIN_KEY_ID
-from aenv_gateway.webhooks.registry import REVISION_CURSOR
+from aenv_gateway.core.webhooks.registry import REVISION_CURSOR
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 
 log = logging.getLogger(__name__)
 

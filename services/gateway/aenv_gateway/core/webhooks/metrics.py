@@ -9,7 +9,7 @@ from prometheus_client import Counter, Histogram
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.metrics import LATENCY_BUCKETS
-from aenv_gateway.webhooks.sender import Attempt
+from aenv_gateway.core.webhooks.sender import Attempt
 
 ATTEMPTS = Counter("aenv_webhook_attempts", "Webhook delivery attempts, by outcome",
                    ["outcome"])

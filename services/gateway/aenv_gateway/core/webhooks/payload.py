@@ -15,7 +15,7 @@ import json
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.events import E2B_NAMES
-from aenv_gateway.events.wire import e2b_event
+from aenv_gateway.core.events.wire import e2b_event
 
 SIGNATURE_VERSION = "v1"
 # Every type a webhook may subscribe to (E2B's names).

@@ -20,9 +20,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
 from aenv_common.secrets.sealing import SecretsKey, open_sealed, seal
-from aenv_gateway.webhooks.payload import E2B_TYPES_SUBSCRIBABLE as E2B_TYPES
-from aenv_gateway.webhooks.records import WebhookRecords
-from aenv_gateway.webhooks.targets import TargetPolicy
+from aenv_gateway.core.webhooks.payload import E2B_TYPES_SUBSCRIBABLE as E2B_TYPES
+from aenv_gateway.core.webhooks.records import WebhookRecords
+from aenv_gateway.core.webhooks.targets import TargetPolicy
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from aenv_gateway.webhooks import payload
-from aenv_gateway.webhooks.targets import TargetPolicy, TargetRefused, connector
+from aenv_gateway.core.webhooks import payload
+from aenv_gateway.core.webhooks.targets import TargetPolicy, TargetRefused, connector
 
 # What a receiver's answer may be read to (it is thrown away).
 _DRAIN_BYTES = 64 * 1024

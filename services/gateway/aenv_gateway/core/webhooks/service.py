@@ -7,16 +7,16 @@ from aenv_common.cluster import ClusterStore
 from aenv_common.events import EventLog
 from aenv_common.secrets.sealing import SecretsKey
 from aenv_gateway.config import GatewaySettings
-from aenv_gateway.webhooks.deliverer import WebhookDeliverer
-from aenv_gateway.webhooks.records import (
+from aenv_gateway.core.webhooks.deliverer import WebhookDeliverer
+from aenv_gateway.core.webhooks.records import (
     EtcdWebhookRecords,
     InMemoryWebhookRecords,
     WebhookRecords,
 )
-from aenv_gateway.webhooks.registry import WebhookRegistry
-from aenv_gateway.webhooks.retry import RetryPolicy
-from aenv_gateway.webhooks.sender import Sender
-from aenv_gateway.webhooks.targets import Resolve, TargetPolicy, system_resolve
+from aenv_gateway.core.webhooks.registry import WebhookRegistry
+from aenv_gateway.core.webhooks.retry import RetryPolicy
+from aenv_gateway.core.webhooks.sender import Sender
+from aenv_gateway.core.webhooks.targets import Resolve, TargetPolicy, system_resolve
 
 
 def retry_policy(settings: GatewaySettings) -> RetryPolicy:

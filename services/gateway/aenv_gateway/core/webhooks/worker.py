@@ -29,10 +29,10 @@ from aenv_common.cluster.store import Versioned
 from aenv_common.errors import AenvError
 from aenv_common.events import e2b_event_type
 from aenv_common.secrets.sealing import SealBroken
-from aenv_gateway.webhooks import metrics, payload
-from aenv_gateway.webhooks.feed import EventFeed, Position, scope_of
-from aenv_gateway.webhooks.retry import RetryPolicy
-from aenv_gateway.webhooks.sender import Attempt
+from aenv_gateway.core.webhooks import metrics, payload
+from aenv_gateway.core.webhooks.feed import EventFeed, Position, scope_of
+from aenv_gateway.core.webhooks.retry import RetryPolicy
+from aenv_gateway.core.webhooks.sender import Attempt
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
-from aenv_gateway.auth import ApiKeyAuth, current_caller
-from aenv_gateway.events.deaths import Deaths, SandboxDied
-from aenv_gateway.events.reader import EventFilter, EventPage, EventReader, checked_page
-from aenv_gateway.events.stream import EventHub, Subscription
-from aenv_gateway.events.wire import e2b_event, e2b_names, native_event, native_types
-from aenv_gateway.http_errors import Endpoint, typed_error_response
-from aenv_gateway.query import optional_int
-from aenv_gateway.routes.sandboxes import authenticated
-from aenv_gateway.schemas import parse_metadata_filter
+from aenv_gateway.core.events.deaths import Deaths, SandboxDied
+from aenv_gateway.core.events.reader import EventFilter, EventPage, EventReader, checked_page
+from aenv_gateway.core.events.stream import EventHub, Subscription
+from aenv_gateway.core.events.wire import e2b_event, e2b_names, native_event, native_types
+from aenv_gateway.keys.auth import ApiKeyAuth, current_caller
+from aenv_gateway.rest.errors import Endpoint, typed_error_response
+from aenv_gateway.rest.query import optional_int
+from aenv_gateway.rest.routes.sandboxes import authenticated
+from aenv_gateway.rest.schemas import parse_metadata_filter
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 

@@ -24,7 +24,7 @@ async def metrics(_: Request) -> Response:
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    text = resources.files("aenv_gateway").joinpath("openapi.json").read_text(encoding="utf-8")
+    text = resources.files("aenv_gateway.rest").joinpath("openapi.json").read_text(encoding="utf-8")
     document: dict[str, Any] = json.loads(text)
     return document
 

@@ -15,10 +15,10 @@ from starlette.routing import Route
 from aenv.cluster.v1.cluster_pb2 import ApiKeyRecord
 from aenv_common.errors import InvalidArgument, NotFound
 from aenv_common.ids import new_api_key
-from aenv_gateway.api_keys import ApiKeyRecords, key_digest
-from aenv_gateway.auth import ADMIN_KEY_ID, ApiKeyAuth
-from aenv_gateway.http_errors import Endpoint, json_errors
-from aenv_gateway.schemas import json_field, parse_json_object, rfc3339
+from aenv_gateway.keys.auth import ADMIN_KEY_ID, ApiKeyAuth
+from aenv_gateway.keys.records import ApiKeyRecords, key_digest
+from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.schemas import json_field, parse_json_object, rfc3339
 
 log = logging.getLogger(__name__)
 MAX_NAME = 128

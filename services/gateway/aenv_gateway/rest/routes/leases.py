@@ -9,18 +9,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.bulk import BulkOperations
-from aenv_gateway.http_errors import Endpoint, json_errors
-from aenv_gateway.leases import Leases
-from aenv_gateway.leases.service import timestamp
-from aenv_gateway.leases.wire import (
+from aenv_gateway.core.bulk import BulkOperations
+from aenv_gateway.core.leases import Leases
+from aenv_gateway.core.leases.service import timestamp
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.lease_wire import (
     parse_filter,
     parse_new_lease,
     present_lease,
     present_outcome,
 )
-from aenv_gateway.schemas import parse_json_object, parse_memory, rfc3339
+from aenv_gateway.rest.schemas import parse_json_object, parse_memory, rfc3339
 
 # An endpoint given the id of the key the request was checked with.
 _CallerEndpoint = Callable[[Request, str], Awaitable[Response]]

@@ -11,21 +11,22 @@ from starlette.routing import Route
 
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.batch import BatchCreates, BatchResult
-from aenv_gateway.grpc_api import FORK_DEFAULT_TIMEOUT_S
-from aenv_gateway.http_errors import Endpoint, json_errors
-from aenv_gateway.idempotency import checked_key
-from aenv_gateway.logs import (
+from aenv_gateway.core.batch import BatchCreates, BatchResult
+from aenv_gateway.core.idempotency import checked_key
+from aenv_gateway.core.policy import FORK_DEFAULT_TIMEOUT_S
+from aenv_gateway.core.sandbox_metrics import SandboxMetrics
+from aenv_gateway.core.sandboxes import SandboxService
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.logs import (
     SandboxLogs,
     parse_logs_v1,
     parse_logs_v2,
     present_entry,
     present_line,
 )
-from aenv_gateway.network_schema import parse_network_update
-from aenv_gateway.sandbox_metrics import SandboxMetrics
-from aenv_gateway.schemas import (
+from aenv_gateway.rest.network_schema import parse_network_update
+from aenv_gateway.rest.schemas import (
     MAX_INT64,
     Presenter,
     json_field,
@@ -38,7 +39,6 @@ from aenv_gateway.schemas import (
     parse_timeout,
     present_metric,
 )
-from aenv_gateway.service import SandboxService
 
 
 def authenticated(auth: ApiKeyAuth, endpoint: Endpoint) -> Endpoint:

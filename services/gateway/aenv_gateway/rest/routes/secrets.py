@@ -16,11 +16,11 @@ from starlette.routing import Route
 from aenv.cluster.v1.cluster_pb2 import SecretRecord
 from aenv_common.errors import InvalidArgument
 from aenv_common.secrets.rules import check_metadata
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.http_errors import Endpoint, json_errors
-from aenv_gateway.json_fields import json_field
-from aenv_gateway.schemas import parse_json_object, parse_limit, rfc3339
-from aenv_gateway.secrets import GatewaySecrets
+from aenv_gateway.core.secrets import GatewaySecrets
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.json_fields import json_field
+from aenv_gateway.rest.schemas import parse_json_object, parse_limit, rfc3339
 
 
 def present_secret(record: SecretRecord) -> dict[str, Any]:

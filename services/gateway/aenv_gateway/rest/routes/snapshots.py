@@ -11,11 +11,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.routes.sandboxes import authenticated
-from aenv_gateway.schemas import parse_json_object, parse_memory, parse_snapshot_query
-from aenv_gateway.snapshots import SnapshotService
-from aenv_gateway.templates.snapshot_catalog import SnapshotInfo
+from aenv_gateway.core.snapshots import SnapshotService
+from aenv_gateway.core.templates.snapshot_catalog import SnapshotInfo
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.routes.sandboxes import authenticated
+from aenv_gateway.rest.schemas import parse_json_object, parse_memory, parse_snapshot_query
 
 
 def present_snapshot(info: SnapshotInfo) -> dict[str, Any]:

@@ -12,22 +12,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aenv_common.errors import InvalidArgument, NotFound
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.http_errors import Endpoint, json_errors
-from aenv_gateway.paging import paginate
-from aenv_gateway.routes.sandboxes import authenticated
-from aenv_gateway.schemas import parse_json_object
-from aenv_gateway.snapshots import SnapshotService
-from aenv_gateway.templates import tag_views
-from aenv_gateway.templates.build_logs import build_logs
-from aenv_gateway.templates.builds import MAX_LOG_ENTRIES, TemplateBuilds
-from aenv_gateway.templates.catalog import TemplateCatalog
-from aenv_gateway.templates.cleanup import TemplateCleanup
-from aenv_gateway.templates.names import split_name
-from aenv_gateway.templates.public import NOT_YOUR_ALIAS, PublicTemplates, present_builtin
-from aenv_gateway.templates.records import CatalogTemplate
-from aenv_gateway.templates.uploads import ContextUploads
-from aenv_gateway.templates.wire import (
+from aenv_gateway.core.paging import paginate
+from aenv_gateway.core.policy import MAX_PAGE
+from aenv_gateway.core.snapshots import SnapshotService
+from aenv_gateway.core.templates.builds import MAX_LOG_ENTRIES, TemplateBuilds
+from aenv_gateway.core.templates.catalog import TemplateCatalog
+from aenv_gateway.core.templates.cleanup import TemplateCleanup
+from aenv_gateway.core.templates.names import split_name
+from aenv_gateway.core.templates.records import CatalogTemplate
+from aenv_gateway.core.templates.uploads import ContextUploads
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.routes.sandboxes import authenticated
+from aenv_gateway.rest.schemas import parse_json_object
+from aenv_gateway.rest.templates import tag_views
+from aenv_gateway.rest.templates.build_logs import build_logs
+from aenv_gateway.rest.templates.public import NOT_YOUR_ALIAS, PublicTemplates, present_builtin
+from aenv_gateway.rest.templates.wire import (
     NO_TEAMS,
     parse_build_request,
     parse_build_start,
@@ -42,7 +43,6 @@ from aenv_gateway.templates.wire import (
 # The status route answers at most this many log entries per call (as E2B's).
 MAX_LOG_PAGE = 100
 # Template and build listings answer at most this many per page (E2B's default and most).
-MAX_PAGE = 100
 
 
 class _TextConvertor(Convertor[str]):

@@ -12,12 +12,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aenv_common.errors import AenvError
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.http_errors import Endpoint, error_response
-from aenv_gateway.routes.sandboxes import authenticated
-from aenv_gateway.volumes.content import VolumeContent, content_error, parse_new_volume
-from aenv_gateway.volumes.records import VolumeRecord
-from aenv_gateway.volumes.service import Volumes
+from aenv_gateway.core.volumes.records import VolumeRecord
+from aenv_gateway.core.volumes.service import Volumes
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.errors import Endpoint, error_response
+from aenv_gateway.rest.routes.sandboxes import authenticated
+from aenv_gateway.rest.volume_content import VolumeContent, content_error, parse_new_volume
 
 log = logging.getLogger(__name__)
 

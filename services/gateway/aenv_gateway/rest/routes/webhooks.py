@@ -19,11 +19,11 @@ from starlette.routing import Route
 
 from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.auth import ApiKeyAuth
-from aenv_gateway.http_errors import Endpoint, json_errors
-from aenv_gateway.json_fields import json_field, json_strings
-from aenv_gateway.schemas import parse_json_object, rfc3339
-from aenv_gateway.webhooks.registry import WebhookChanges, WebhookRegistry, WebhookSpec
+from aenv_gateway.core.webhooks.registry import WebhookChanges, WebhookRegistry, WebhookSpec
+from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.json_fields import json_field, json_strings
+from aenv_gateway.rest.schemas import parse_json_object, rfc3339
 
 DEFAULT_DELIVERIES = 100
 MAX_DELIVERIES = 1000

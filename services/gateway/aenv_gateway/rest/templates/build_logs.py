@@ -13,8 +13,8 @@ from typing import Any
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.query import optional_int
-from aenv_gateway.templates.wire import present_entry
+from aenv_gateway.rest.query import optional_int
+from aenv_gateway.rest.templates.wire import present_entry
 
 MAX_ENTRIES = 100
 LEVELS = ("debug", "info", "warn", "error")

@@ -16,11 +16,11 @@ from typing import Any
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import PermissionDenied
-from aenv_gateway.schemas import rfc3339
-from aenv_gateway.templates.catalog import TagInfo, TemplateCatalog
-from aenv_gateway.templates.names import DEFAULT_TAG, split_name
-from aenv_gateway.templates.records import CatalogTemplate
-from aenv_gateway.templates.tag_views import Assignment
+from aenv_gateway.core.templates.catalog import TagInfo, TemplateCatalog
+from aenv_gateway.core.templates.names import DEFAULT_TAG, split_name
+from aenv_gateway.core.templates.records import CatalogTemplate
+from aenv_gateway.rest.schemas import rfc3339
+from aenv_gateway.rest.templates.tag_views import Assignment
 
 BuiltIn = cluster_pb2.TemplateRecord
 # A built-in template's one build has an id derived from its name and envd version (the SDK

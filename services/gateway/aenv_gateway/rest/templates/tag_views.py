@@ -17,8 +17,8 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from aenv_common.errors import InvalidArgument
-from aenv_gateway.schemas import rfc3339
-from aenv_gateway.templates.names import check_tag
+from aenv_gateway.core.templates.names import check_tag
+from aenv_gateway.rest.schemas import rfc3339
 
 # E2B's defaults and bounds (its dashboard API's, which the SDK's client is generated from).
 ASSIGNMENTS_PER_GROUP = (6, 25)
