@@ -85,6 +85,8 @@ class StateFormat:
     unknown: Unknown
     reader: str = "node agent"  # the program that reads it, named in a refusal
     upgrades: Mapping[int, Upgrade] = field(default_factory=dict)
+    # The document's key for its format: `format`, or what documents of this kind always had.
+    version_key: str = FORMAT_KEY
 
     def __post_init__(self) -> None:
         missing = [n for n in range(UNVERSIONED, self.current) if n not in self.upgrades]
@@ -93,9 +95,10 @@ class StateFormat:
 
     def encode(self, document: Mapping[str, Any]) -> bytes:
         """The document in the current format, as the file's bytes."""
-        if FORMAT_KEY in document:
-            raise ValueError(f"{self.kind}: the writer sets {FORMAT_KEY!r}")
-        return json.dumps({FORMAT_KEY: self.current, **document}, default=str).encode()
+        if self.version_key in document:
+            raise ValueError(f"{self.kind}: the writer sets {self.version_key!r}")
+        return json.dumps({self.version_key: self.current, **document}, default=str,
+                          separators=(",", ":")).encode()
 
     def decode(self, data: bytes | str, source: str) -> Document:
         """The fields of the document `data` (named `source` in errors), in the current format.
@@ -110,7 +113,7 @@ class StateFormat:
             raise MalformedStateFile(f"{source} is not JSON: {exc}") from exc
         if not isinstance(document, dict):
             raise MalformedStateFile(f"{source} is not a JSON object")
-        found = document.pop(FORMAT_KEY, UNVERSIONED)
+        found = document.pop(self.version_key, UNVERSIONED)
         if not isinstance(found, int) or isinstance(found, bool) or found < UNVERSIONED:
             raise MalformedStateFile(f"{source} has a bad format: {found!r}")
         if found > self.current:

@@ -79,6 +79,17 @@ def test_a_format_without_every_upgrade_step_is_a_programming_error() -> None:
         StateFormat("thing", 3, frozenset(), Unknown.REFUSE, upgrades={1: renamed("a", "b")})
 
 
+def test_a_kind_may_keep_the_version_key_its_documents_always_had() -> None:
+    kind = StateFormat("head", 1, frozenset({"seq"}), Unknown.REFUSE, reader="snapstore",
+                       version_key="v")
+    assert json.loads(kind.encode({"seq": 3})) == {"v": 1, "seq": 3}
+    assert kind.decode('{"v": 1, "seq": 3}', "volumes/heads/x") == {"seq": 3}
+    with pytest.raises(NewerStateFormat, match=(
+            "volumes/heads/x is format 2; this snapstore reads formats up to 1: "
+            "upgrade the snapstore")):
+        kind.decode('{"v": 2, "seq": 3}', "volumes/heads/x")
+
+
 def test_the_writer_owns_the_format_key() -> None:
     document: dict[str, Any] = {"format": 9, "a": 1}
     with pytest.raises(ValueError):

@@ -11,18 +11,23 @@ Heads live in their own directory so listing every volume does not walk the chun
 sharded by their first byte so no directory of the filesystem backend grows without bound. A
 head is written only after everything it names is flushed, so the backend always holds a
 consistent state, and objects past the head (a sync cut short by a crash) are never read.
+
+Heads and segments carry their format (`"v"`, aenv_common.state_files): format 1 is what every
+snapstore has written. One of a newer format is refused, naming its key, and unknown fields in
+either are refused too: a head's numbers and a segment's rows are the volume, and a reader that
+dropped one would serve another file tree.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import zstandard
 
 from aenv_common.errors import Internal, NotFound
+from aenv_common.state_files import StateFormat, Unknown
 from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.volumes.errors import VolumeNotFound
 
@@ -30,6 +35,13 @@ PREFIX = "volumes/"
 CHUNK_PREFIX = "volumes/chunks/"
 HEAD_PREFIX = "volumes/heads/"
 FORMAT = 1
+HEAD_FORMAT = StateFormat(
+    "volume head", FORMAT,
+    frozenset({"incarnation", "seq", "checkpoint", "quota", "used", "files"}), Unknown.REFUSE,
+    reader="snapstore", version_key="v")
+SEGMENT_FORMAT = StateFormat(
+    "volume segment", FORMAT, frozenset({"meta", "inodes", "dirents", "chunks"}), Unknown.REFUSE,
+    reader="snapstore", version_key="v")
 
 # Row layouts, shared by the SQLite tables and the segments:
 # inode: [kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, ctime_ns, parent, target]
@@ -73,13 +85,12 @@ class Head:
     files: int
 
     def encode(self) -> bytes:
-        return json.dumps({"v": FORMAT, **vars(self)}, separators=(",", ":")).encode()
+        return HEAD_FORMAT.encode(vars(self))
 
     @classmethod
-    def decode(cls, data: bytes) -> Head:
-        raw = json.loads(data)
-        if raw.get("v") != FORMAT:
-            raise Internal(f"volume head of unknown format {raw.get('v')!r}")
+    def decode(cls, data: bytes, source: str = "volume head") -> Head:
+        """:raise StateFileError: not a head this snapstore reads (`source` names it)."""
+        raw = HEAD_FORMAT.decode(data, source)
         return cls(raw["incarnation"], raw["seq"], raw["checkpoint"], raw["quota"], raw["used"],
                    raw["files"])
 
@@ -96,20 +107,17 @@ class Segment:
 
     def encode(self) -> bytes:
         doc = {
-            "v": FORMAT,
             "meta": self.meta,
             "inodes": [[ino, row] for ino, row in self.inodes.items()],
             "dirents": [[d, n, v] for (d, n), v in self.dirents.items()],
             "chunks": [[i, x, v] for (i, x), v in self.chunks.items()],
         }
-        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
-        return zstandard.ZstdCompressor(level=3).compress(text.encode())
+        return zstandard.ZstdCompressor(level=3).compress(SEGMENT_FORMAT.encode(doc))
 
     @classmethod
-    def decode(cls, data: bytes) -> Segment:
-        doc = json.loads(zstandard.ZstdDecompressor().decompress(data))
-        if doc.get("v") != FORMAT:
-            raise Internal(f"volume segment of unknown format {doc.get('v')!r}")
+    def decode(cls, data: bytes, source: str = "volume segment") -> Segment:
+        """:raise StateFileError: not a segment this snapstore reads (`source` names it)."""
+        doc = SEGMENT_FORMAT.decode(zstandard.ZstdDecompressor().decompress(data), source)
         return cls(
             meta=doc["meta"],
             inodes={ino: row for ino, row in doc["inodes"]},
@@ -139,7 +147,8 @@ def _fold(table: dict[K, V | None], changes: dict[K, V | None]) -> None:
 
 async def read_head(backend: Backend, volume_id: str) -> Head:
     try:
-        return Head.decode(await backend.get(head_key(volume_id)))
+        key = head_key(volume_id)
+        return Head.decode(await backend.get(key), key)
     except NotFound:
         raise VolumeNotFound(f"volume {volume_id} not found") from None
 
@@ -147,12 +156,12 @@ async def read_head(backend: Backend, volume_id: str) -> Head:
 async def load_state(backend: Backend, volume_id: str, head: Head) -> Segment:
     """The volume's every row as of `head`: its checkpoint with the later logs applied. Raises
     NotFound when an object is gone (a compaction since `head` was read: see `read_state`)."""
-    state = Segment.decode(await backend.get(checkpoint_key(volume_id, head.checkpoint)))
-    logs = await asyncio.gather(*(
-        backend.get(log_key(volume_id, seq)) for seq in range(head.checkpoint + 1, head.seq + 1)
-    ))
-    for data in logs:
-        state.apply(Segment.decode(data))
+    checkpoint = checkpoint_key(volume_id, head.checkpoint)
+    state = Segment.decode(await backend.get(checkpoint), checkpoint)
+    keys = [log_key(volume_id, seq) for seq in range(head.checkpoint + 1, head.seq + 1)]
+    logs = await asyncio.gather(*(backend.get(key) for key in keys))
+    for key, data in zip(keys, logs, strict=True):
+        state.apply(Segment.decode(data, key))
     return state
 
 
