@@ -7,7 +7,10 @@ installs it at /init) and the egress process mints a short-lived leaf for each r
 Hosts without rules are never terminated: their TLS passes through untouched, end to end.
 
 The CA lives in etcd under `<prefix>/egress-ca` as JSON: its certificate in clear and its private
-key sealed with the platform secrets key (`aenv_common.secrets.sealing`, AAD `egress-ca`). The
+key sealed with the platform secrets key (`aenv_common.secrets.sealing`, AAD `egress-ca`), in a
+versioned format (`aenv_common.state_files`; format 1 is what every agent has written). A newer
+format is refused by name; unknown fields are ignored, since the pair of certificate and sealed
+key is the CA whatever a newer agent notes beside it (a new sealing would raise the format). The
 first node agent to start creates it with a compare-and-create, so racing nodes agree on one; the
 agent hands it to its egress process (`configure`), which mints leaves (ECDSA P-256, SAN = the
 host, valid a day) and keeps the TLS contexts of the most recent hosts (`LeafContexts`).
@@ -19,7 +22,6 @@ import base64
 import binascii
 import datetime as dt
 import ipaddress
-import json
 import logging
 import os
 import ssl
@@ -37,6 +39,7 @@ from aenv_common import errors
 from aenv_common.cluster.keys import EtcdKeys
 from aenv_common.cluster.store import etcd_errors
 from aenv_common.secrets.sealing import SealBroken, SecretsKey, open_sealed, seal
+from aenv_common.state_files import StateFormat, Unknown
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ NOT_BEFORE_MARGIN = dt.timedelta(hours=1)
 LEAF_RENEW_AFTER = LEAF_VALIDITY / 2
 LEAF_CACHE_SIZE = 1024
 _SEAL_AAD = b"egress-ca"
-_FORMAT = 1
+_CA_FORMAT = StateFormat("egress CA", 1, frozenset({"cert_pem", "sealed_key"}), Unknown.IGNORE)
 
 
 def egress_ca_key(keys: EtcdKeys) -> bytes:
@@ -234,16 +237,15 @@ async def load_or_create_cluster_ca(
 
 def _encode(ca: EgressCA, secrets_key: SecretsKey) -> bytes:
     sealed = seal(secrets_key, ca.key_pem(), _SEAL_AAD)
-    return json.dumps({
-        "format": _FORMAT,
+    return _CA_FORMAT.encode({
         "cert_pem": ca.cert_pem.decode(),
         "sealed_key": base64.b64encode(sealed).decode(),
-    }).encode()
+    })
 
 
 def _decode(stored: bytes, secrets_key: SecretsKey) -> EgressCA:
     try:
-        doc = json.loads(stored)
+        doc = _CA_FORMAT.decode(stored, "the stored egress CA")
         sealed = base64.b64decode(doc["sealed_key"], validate=True)
         cert_pem = doc["cert_pem"].encode()
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import re
 import ssl
 
 import pytest
@@ -114,3 +116,23 @@ async def test_racing_nodes_agree_on_one_cluster_ca_with_a_sealed_key(
     assert racing[0].key_pem().split(b"\n")[1] not in stored.value
     with pytest.raises(errors.Internal, match="another cluster"):
         await load_or_create_cluster_ca(store.client, store.keys, SecretsKey.generate())
+
+
+@pytest.mark.etcd
+async def test_a_stored_ca_of_a_newer_format_is_refused_and_a_newer_note_ignored(
+    cluster_store: ClusterStore,
+) -> None:
+    store, key = cluster_store, SecretsKey.generate()
+    made = await load_or_create_cluster_ca(store.client, store.keys, key)
+    stored = await store.client.get(egress_ca_key(store.keys))
+    assert stored is not None
+    document = json.loads(stored.value)
+    assert document["format"] == 1
+    await store.client.put(egress_ca_key(store.keys),
+                           json.dumps(document | {"rotated_at": 1}).encode())
+    read = await load_or_create_cluster_ca(store.client, store.keys, key)
+    assert read.fingerprint == made.fingerprint
+    await store.client.put(egress_ca_key(store.keys), json.dumps(document | {"format": 2}).encode())
+    with pytest.raises(errors.Internal, match=re.escape(
+            "the stored egress CA is format 2; this node agent reads formats up to 1")):
+        await load_or_create_cluster_ca(store.client, store.keys, key)
