@@ -43,6 +43,7 @@ from aenv_nodeagent.sandbox.paused_transfer import PausedTransfer
 from aenv_nodeagent.sandbox.restore import Restorer
 from aenv_nodeagent.sandbox.sources import resumes_by_boot
 from aenv_nodeagent.sandbox.vms import keep_running
+from aenv_nodeagent.vmm.errors import CaptureLostVm
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class Pauses:
         :raise NotFound: no such running sandbox.
         :raise Conflict: already paused, or busy.
         :raise Unavailable: the guest agent does not answer and the pause needs it; it runs on.
+        :raise CaptureLostVm: the capture lost the VM: the sandbox dies with it.
         :raise AenvError: the capture or the record's publication failed; the sandbox runs on.
         """
         if self._registry.paused(sandbox_id) is not None:
@@ -111,6 +113,8 @@ class Pauses:
                                       "sandbox keeps running")
                 try:
                     delta = await self._capture(sandbox, timer)
+                except CaptureLostVm:
+                    raise  # no VM to run on: the exit watch reports its death
                 except BaseException:
                     await keep_running(sandbox.vm)
                     raise

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.argv import MEMORY_BACKEND_ID
+from aenv_nodeagent.vmm.errors import CaptureFailed
 from aenv_nodeagent.vmm.stream import (
     IOV_MAX,
     PAGE_SIZE,
@@ -79,12 +79,12 @@ def mapped_memory(pid: int) -> Path:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
     except OSError as err:
-        raise Internal(f"cannot read the command line of QEMU {pid}: {err}") from err
+        raise CaptureFailed(f"cannot read the command line of QEMU {pid}: {err}") from err
     for arg in argv:
         options = _options(arg)
         if options.get("id") == MEMORY_BACKEND_ID and "mem-path" in options:
             return Path(options["mem-path"])
-    raise Internal(f"QEMU {pid} has no file-backed memory backend {MEMORY_BACKEND_ID!r}")
+    raise CaptureFailed(f"QEMU {pid} has no file-backed memory backend {MEMORY_BACKEND_ID!r}")
 
 
 def _options(arg: str) -> dict[str, str]:
@@ -113,7 +113,7 @@ def write_delta(
         _write_all(fd, [part_section_end(section), parts.head[parts.first_end:], parts.devices])
         size = os.fstat(fd).st_size
     except OSError as err:
-        raise Internal(f"cannot write the delta capture of QEMU {pid}: {err}") from err
+        raise CaptureFailed(f"cannot write the delta capture of QEMU {pid}: {err}") from err
     finally:
         os.close(fd)
     return DeltaResult(pages, size)
@@ -130,7 +130,7 @@ def write_image(
     try:
         pages = copy_pages(pid, runs, out_memory)
     except OSError as err:
-        raise Internal(f"cannot write the memory image of QEMU {pid}: {err}") from err
+        raise CaptureFailed(f"cannot write the memory image of QEMU {pid}: {err}") from err
     return DeltaResult(pages, write_state(parts, out_state))
 
 
@@ -144,7 +144,7 @@ def write_state(parts: ImageParts, out_state: Path) -> int:
         finally:
             os.close(state)
     except OSError as err:
-        raise Internal(f"cannot write the device state of a memory image: {err}") from err
+        raise CaptureFailed(f"cannot write the device state of a memory image: {err}") from err
 
 
 def copy_pages(pid: int, runs: Iterable[PageRun], out_memory: Path) -> int:
@@ -161,7 +161,7 @@ def copy_pages(pid: int, runs: Iterable[PageRun], out_memory: Path) -> int:
         local, remote = array.array("Q"), array.array("Q")
         for run in runs:
             if run.file_offset + run.length > size:
-                raise Internal(f"RAM pages at offset {run.file_offset} lie beyond the "
+                raise CaptureFailed(f"RAM pages at offset {run.file_offset} lie beyond the "
                                f"{size}-byte memory image")
             local.extend((target + run.file_offset, run.length))
             remote.extend((run.address, run.length))
@@ -180,7 +180,7 @@ def _read_into(pid: int, local: array.array[int], remote: array.array[int]) -> N
                              count, 0)
     if done != total:
         error = os.strerror(ctypes.get_errno()) if done < 0 else f"{done} of {total} bytes"
-        raise Internal(f"cannot read the memory of QEMU {pid}: {error}")
+        raise CaptureFailed(f"cannot read the memory of QEMU {pid}: {error}")
 
 
 def _map_shared(fd: int, size: int) -> int:
@@ -262,7 +262,7 @@ def ram_mappings(pid: int, memory: Path) -> list[RamMapping]:
             start, end = (int(bound, 16) for bound in fields[0].split("-"))
             found.append(RamMapping(start, end - start, int(fields[2], 16)))
     if not found:
-        raise Internal(f"QEMU {pid} does not map {memory}")
+        raise CaptureFailed(f"QEMU {pid} does not map {memory}")
     return found
 
 
@@ -278,7 +278,7 @@ def private_runs_in(pid: int, mappings: list[RamMapping]) -> Iterator[PageRun]:
         with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
             entries = os.pread(pagemap.fileno(), pages * 8, mapping.address // PAGE_SIZE * 8)
         if len(entries) != pages * 8:
-            raise Internal(f"short read of the page map of QEMU {pid}")
+            raise CaptureFailed(f"short read of the page map of QEMU {pid}")
         for run in _PRIVATE_RUN.finditer(_private(entries)):
             yield mapping.run(run.start() * PAGE_SIZE, (run.end() - run.start()) * PAGE_SIZE)
 
@@ -322,7 +322,7 @@ def _read_batch(
     done = _process_vm_readv(pid, ctypes.byref(local), 1, remote, len(pieces), 0)
     if done != total:
         error = os.strerror(ctypes.get_errno()) if done < 0 else f"{done} of {total} bytes"
-        raise Internal(f"cannot read the memory of QEMU {pid}: {error}")
+        raise CaptureFailed(f"cannot read the memory of QEMU {pid}: {error}")
     batch, used = [], 0
     for piece in pieces:
         batch.append((piece.file_offset, view[used:used + piece.length]))

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from qemu.qmp import EventListener
 
-from aenv_common.errors import Internal
+from aenv_nodeagent.vmm.errors import QmpConnectionLost
 
 EVENT = "BLOCK_IO_ERROR"
 STOPPED_BY_IO_ERROR = "io-error"  # query-status's run state
@@ -42,7 +42,7 @@ async def wait_disk_full(vm: QmpEvents) -> str:
     host, also when it did so before the call (the event is gone then, but the run state and
     the device's io-status say it).
 
-    :raise Internal: QMP failed (QEMU exited: the exit watch sees that by itself).
+    :raise QmpError: QMP failed (QEMU exited: the exit watch sees that by itself).
     """
     with vm.listener(EVENT) as listener:
         if await vm.status() == STOPPED_BY_IO_ERROR:
@@ -53,7 +53,7 @@ async def wait_disk_full(vm: QmpEvents) -> str:
             found = nospace_event(event)
             if found is not None:
                 return found
-    raise Internal(f"QEMU {vm.pid}'s event stream ended")
+    raise QmpConnectionLost(f"QEMU {vm.pid}'s event stream ended")
 
 
 def nospace_event(event: Mapping[str, object]) -> str | None:

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_common.errors import Internal
+from aenv_nodeagent.vmm.errors import CaptureFailed, CaptureLostVm
 
 FREEZE_FD_ENV = "AENV_FREEZE_FD"  # the inherited socket the library serves
 COPY_NAME = "aenv-frozen"  # a copy's /proc/<pid>/comm (freeze.c)
@@ -116,7 +116,10 @@ class FreezeChannel:
         return cls(ours), theirs
 
     async def freeze(self) -> FrozenCopy:
-        """Fork QEMU (stopped, so that its memory is the guest's at one instant)."""
+        """Fork QEMU (stopped, so that its memory is the guest's at one instant).
+
+        :raise CaptureFailed: no copy was made; QEMU is as it was.
+        :raise CaptureLostVm: QEMU closed its end (it exited)."""
         async with self._lock:
             return await asyncio.to_thread(self._freeze)
 
@@ -128,16 +131,16 @@ class FreezeChannel:
             self._sock.send(b"F")
             answer = self._sock.recv(_ANSWER.size)
         except OSError as err:
-            raise Internal(f"cannot ask QEMU for a frozen copy: {err}") from err
+            raise CaptureFailed(f"cannot ask QEMU for a frozen copy: {err}") from err
         if len(answer) != _ANSWER.size:
-            raise Internal("QEMU closed its freeze socket")
+            raise CaptureLostVm("QEMU closed its freeze socket")
         (pid,) = _ANSWER.unpack(answer)
         if pid < 0:
-            raise Internal(f"cannot fork QEMU: {os.strerror(-pid)}")
+            raise CaptureFailed(f"cannot fork QEMU: {os.strerror(-pid)}")
         try:
             return FrozenCopy.of_child(pid)
         except OSError as err:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-            raise Internal(f"cannot watch the frozen copy of QEMU: {err}") from err
+            raise CaptureFailed(f"cannot watch the frozen copy of QEMU: {err}") from err

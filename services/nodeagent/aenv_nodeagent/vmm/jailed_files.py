@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.argv import VmFiles
+from aenv_nodeagent.vmm.errors import VmmError, VmStartError
 from aenv_nodeagent.vmm.spec import VmSpec
 
 _QCOW2_MAGIC = b"QFI\xfb"
@@ -40,7 +40,8 @@ def backing_chain(image: Path) -> list[Path]:
             fh.seek(offset)
             name = fh.read(size).decode()
         if name.startswith("json:"):
-            raise Internal(f"{image} names its backing file by options, which a jail cannot bind")
+            raise VmStartError(
+                f"{image} names its backing file by options, which a jail cannot bind")
         image = image.parent / name  # a relative name is relative to the image's directory
         chain.append(image)
     return chain
@@ -123,7 +124,7 @@ def inside(pid: int, path: Path) -> Path:
     """Where `path` (a host path) is in the jailed process `pid`'s root: under a directory bound
     there, found by its inode, as a directory renamed on the host since keeps its jail path.
 
-    :raise Internal: the jail does not hold it."""
+    :raise VmmError: the jail does not hold it."""
     bound: dict[tuple[int, int], str] = {}
     with contextlib.suppress(OSError):
         for point in _mount_points(pid):
@@ -136,4 +137,4 @@ def inside(pid: int, path: Path) -> Path:
             found = bound.get((st.st_dev, st.st_ino))
             if found is not None and found != "/":
                 return Path(found) / path.relative_to(ancestor)
-    raise Internal(f"{path} is not in the jail of QEMU {pid}")
+    raise VmmError(f"{path} is not in the jail of QEMU {pid}")

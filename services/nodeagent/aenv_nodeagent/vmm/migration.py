@@ -11,8 +11,9 @@ from typing import Protocol, TypeVar
 
 from qemu.qmp import EventListener
 
-from aenv_common.errors import DeadlineExceeded, Internal, NotFound
+from aenv_common.errors import DeadlineExceeded, NotFound
 from aenv_nodeagent.vmm.disk_errors import QmpEvents
+from aenv_nodeagent.vmm.errors import MigrationError, VmmError
 
 T = TypeVar("T")
 
@@ -46,7 +47,13 @@ def migration_capabilities(ignore_shared: bool) -> list[dict[str, object]]:
 
 async def via_file(vm: Migrating, command: str, fd: int, time_limit: float) -> None:
     """Run `command` (migrate, migrate-incoming) through the state file open as `fd` (closed
-    here). Unlike `exec:cat`, no shell is forked and write errors (ENOSPC...) fail it."""
+    here). Unlike `exec:cat`, no shell is forked and write errors (ENOSPC...) fail it.
+
+    :raise MigrationError: it ended failed or cancelled (the reason is QEMU's).
+    :raise VmExited: QEMU exited during it.
+    :raise QmpError: a command failed, or the session broke.
+    :raise DeadlineExceeded: it did not end within `time_limit` s (an outgoing one is
+        cancelled)."""
     try:
         await vm.pass_fd(fd, _STATE_FD_NAME)
     finally:
@@ -65,7 +72,7 @@ async def _migrate(vm: Migrating, command: str, uri: str, time_limit: float) -> 
                 await vm.execute("migrate_cancel")
             raise
     if status != "completed":
-        raise Internal(f"{command} {status}: {await vm.failure_reason()}")
+        raise MigrationError(f"{command} {status}: {await vm.failure_reason()}")
     await _wait_runstate_settled(vm, what=command)
 
 
@@ -90,6 +97,7 @@ async def _final_migration_status(listener: EventListener) -> str:
 
 
 def open_state_file(state_path: Path, flags: int) -> int:
+    """:raise NotFound: the path (or its directory) does not exist. :raise VmmError:"""
     # Opened before QEMU is asked, synchronously (one open() is too short to be worth a thread
     # hop): a failed incoming migration makes QEMU exit, losing a warm-pool VM.
     try:
@@ -97,7 +105,7 @@ def open_state_file(state_path: Path, flags: int) -> int:
     except FileNotFoundError as err:
         raise NotFound(f"device state path {state_path} does not exist") from err
     except OSError as err:
-        raise Internal(f"cannot open device state file {state_path}: {err}") from err
+        raise VmmError(f"cannot open device state file {state_path}: {err}") from err
 
 
 def discard_partial_state(state_path: Path) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from aenv_common.errors import Internal
+from aenv_nodeagent.vmm.errors import VmStartError
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,9 @@ async def spawn(
 ) -> asyncio.subprocess.Process:
     """Start `argv` with stderr to a file: a pipe would need draining for the VM's whole life.
     `pass_fds` stay open in the child (`argv` must exec, not close them); `env` is added to
-    the agent's environment."""
+    the agent's environment.
+
+    :raise VmStartError: it could not be executed."""
     with stderr_log.open("wb") as stderr:
         try:
             # Own session: a signal to the agent's process group does not take its VMs down.
@@ -114,7 +116,7 @@ async def spawn(
                 env={**os.environ, **env} if env else None,
             )
         except OSError as err:
-            raise Internal(f"cannot start {argv[0]}: {err}") from err
+            raise VmStartError(f"cannot start {argv[0]}: {err}") from err
 
 
 async def stop(proc: VmProcess, grace: float) -> None:

@@ -13,13 +13,22 @@ from typing import TypeVar
 
 from qemu.qmp import EventListener, ExecuteError, QMPClient, QMPError
 
-from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, Internal, NotFound
+from aenv_common.errors import AenvError, Conflict, DeadlineExceeded, NotFound
 from aenv_nodeagent.confinement import VmCgroup
 from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.vmm import jailed_files, migration, process, qemu_disks, qmp_connect, spawn
 from aenv_nodeagent.vmm.argv import QEMU_BINARY, VmFiles
 from aenv_nodeagent.vmm.confined import Confined, VmJail
 from aenv_nodeagent.vmm.disk_errors import wait_disk_full
+from aenv_nodeagent.vmm.errors import (
+    CaptureFailed,
+    QmpCommandFailed,
+    QmpConnectionLost,
+    QmpError,
+    VmExited,
+    VmmError,
+    capture_error,
+)
 from aenv_nodeagent.vmm.frozen import FreezeChannel, FrozenCopy
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
 from aenv_nodeagent.vmm.spec import VmSpec
@@ -95,7 +104,10 @@ class QemuVm:
         """Start QEMU and return once its QMP session is up. `argv_prefix` must exec QEMU (as
         `ip netns exec NS` does), not fork it: the VM is tracked by the child's PID. QEMU runs
         confined by `jail` (its own cgroup and rlimits; jailed: its uid, root and seccomp
-        filter) from its first instruction."""
+        filter) from its first instruction.
+
+        :raise VmStartError: QEMU did not start, or did not open QMP within `start_timeout` s.
+        :raise AenvError: its confinement could not be made."""
         jail = jail or VmJail()
         clock = PhaseTimer("qemu")
         with clock.phase("exec_to_qmp"):
@@ -123,7 +135,10 @@ class QemuVm:
     ) -> QemuVm:
         """Take over the QEMU an earlier node agent launched in `workdir` (NotFound when none
         runs there). Its QMP socket is in `workdir`, or where its command line put it; its
-        cgroup is `jail`'s to remove from now on."""
+        cgroup is `jail`'s to remove from now on.
+
+        :raise NotFound: no QEMU runs there.
+        :raise VmStartError: its QMP session did not open within `time_limit` s."""
         jail = jail or VmJail()
         files = VmFiles.in_dir(workdir)
         pid = process.qemu_owning(files.pidfile)
@@ -158,24 +173,31 @@ class QemuVm:
         await self.shutdown()
 
     async def execute(self, command: str, arguments: Mapping[str, object] | None = None) -> object:
-        """Run one QMP command; failures become typed errors."""
+        """Run one QMP command.
+
+        :raise QmpCommandFailed: QEMU refused it.
+        :raise QmpConnectionLost: the session broke (QEMU exited or closed it)."""
         try:
             return await self._qmp.execute(command, arguments)
         except ExecuteError as err:
-            raise Internal(f"QMP {command} failed: {err.error_class}: {err}") from err
+            raise QmpCommandFailed(f"QMP {command} failed: {err.error_class}: {err}", command,
+                                   err.error_class) from err
         except (QMPError, OSError) as err:
-            raise Internal(f"QMP {command}: lost QEMU (pid {self.pid}): {err}") from err
+            raise QmpConnectionLost(f"QMP {command}: lost QEMU (pid {self.pid}): {err}") from err
 
     async def status(self) -> str:
+        """QEMU's run state. :raise QmpError:"""
         reply = await self.execute("query-status")
         if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
-            raise Internal(f"unexpected query-status reply: {reply!r}")
+            raise QmpCommandFailed(f"unexpected query-status reply: {reply!r}", "query-status")
         return str(reply["status"])
 
     async def pause(self) -> None:
+        """:raise QmpError:"""
         await self.execute("stop")
 
     async def resume(self) -> None:
+        """:raise QmpError:"""
         await self.execute("cont")
 
     async def capture(
@@ -184,25 +206,45 @@ class QemuVm:
         """Stop the VM and save its device state (not its RAM, which stays in the memory file) to
         `state_path`. The VM stays stopped; disks are flushed and consistent. Returns phase
         durations in ms. `ignore_shared=False` saves share=on RAM too (share=off RAM is always
-        saved); a full stream can then be loaded into a share=on RAM file."""
+        saved); a full stream can then be loaded into a share=on RAM file.
+
+        :raise CaptureFailed: no state was saved; QEMU runs on, stopped (resume it or retry).
+        :raise CaptureLostVm: QEMU exited or its session broke: the VM is gone.
+        :raise NotFound: `state_path`'s directory does not exist.
+        :raise DeadlineExceeded: the migration did not end in `time_limit` s (it was
+            cancelled; QEMU stays stopped)."""
         clock = PhaseTimer("qemu")
-        with clock.phase("stop"):
-            await self.execute("stop")
-        with clock.phase("migrate"):
-            await self._set_migration_capabilities(ignore_shared=ignore_shared)
-            try:
-                fd = migration.open_state_file(state_path,
-                                               os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                await migration.via_file(self, "migrate", fd, time_limit)
-            except AenvError:
-                migration.discard_partial_state(state_path)
-                raise
+        try:
+            with clock.phase("stop"):
+                await self.execute("stop")
+            with clock.phase("migrate"):
+                await self._set_migration_capabilities(ignore_shared=ignore_shared)
+                try:
+                    fd = migration.open_state_file(state_path,
+                                                   os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                    await migration.via_file(self, "migrate", fd, time_limit)
+                except AenvError:
+                    migration.discard_partial_state(state_path)
+                    raise
+        except VmmError as err:
+            raise capture_error(err) from err
         return self._record(clock)
 
     async def save_device_state(self, state_path: Path) -> None:
         """Save every device's state but no RAM (QMP xen-save-devices-state, which any QEMU
         build has) to `state_path`; the VM must be stopped and stays so. For delta captures
-        (vmm/delta.py), which take the RAM from the process."""
+        (vmm/delta.py), which take the RAM from the process.
+
+        :raise Conflict: the VM runs.
+        :raise CaptureFailed: no state was saved; the VM is as it was.
+        :raise CaptureLostVm: QEMU exited or its session broke.
+        :raise NotFound: `state_path`'s directory does not exist."""
+        try:
+            await self._save_device_state(state_path)
+        except VmmError as err:
+            raise capture_error(err) from err
+
+    async def _save_device_state(self, state_path: Path) -> None:
         if await self.status() == "running":
             raise Conflict(f"QEMU {self.pid} must be stopped to save its device state")
         # Through a descriptor: a jailed QEMU neither sees nor may create the file.
@@ -226,7 +268,14 @@ class QemuVm:
     ) -> dict[str, float]:
         """Load device state into this incoming VM (RAM comes from its memory file) and run it
         (or, with `run=False`, leave it stopped). `ignore_shared` must be as at the capture.
-        Returns phase durations in ms."""
+        Returns phase durations in ms.
+
+        :raise Conflict: the VM was not launched incoming, or has restored already.
+        :raise NotFound: no state file at `state_path`.
+        :raise MigrationError: QEMU could not load it (QEMU exits then).
+        :raise VmExited: QEMU exited while loading it.
+        :raise QmpError: a command failed, or the session broke.
+        :raise DeadlineExceeded: the load did not end in `time_limit` s."""
         if not self._awaiting_restore:
             raise Conflict(f"QEMU {self.pid} was not launched incoming, or has already restored")
         clock = PhaseTimer("qemu")
@@ -241,12 +290,13 @@ class QemuVm:
         return self._record(clock)
 
     async def disk_chain(self, disk_id: str) -> DiskChain:
-        """The layers under disk `disk_id` as QEMU has them open (vmm/qemu_disks.py)."""
+        """The layers under disk `disk_id` as QEMU has them open (vmm/qemu_disks.py).
+        :raise NotFound: QEMU has no such disk. :raise QmpError:"""
         return await qemu_disks.disk_chain(self, disk_id)
 
     async def switch_disk_to_overlay(self, top_node: str, new_node: str, overlay: Path) -> None:
         """Make `overlay` the disk's new top layer, freezing the old one (vmm/qemu_disks.py);
-        jailed, the frozen layer is no longer QEMU's to write."""
+        jailed, the frozen layer is no longer QEMU's to write. :raise QmpError:"""
         frozen = await qemu_disks.node_file(self, top_node) if self.uid is not None else None
         await qemu_disks.switch_disk_to_overlay(self, top_node, new_node,
                                                 self._writable_by_qemu(overlay))
@@ -254,11 +304,14 @@ class QemuVm:
             os.chown(frozen, 0, 0)
 
     async def close_writable_fds(self) -> None:
-        """Drop the writable descriptors of by-fd disks now frozen (vmm/qemu_disks.py)."""
+        """Drop the writable descriptors of by-fd disks now frozen (vmm/qemu_disks.py).
+        :raise QmpError:"""
         await qemu_disks.close_writable_fds(self)
 
     async def stream_disk(self, top_node: str, base: Path, time_limit: float = 600.0) -> None:
-        """Merge the layers between `top_node` and `base` into it (vmm/qemu_disks.py)."""
+        """Merge the layers between `top_node` and `base` into it (vmm/qemu_disks.py).
+        :raise DiskJobError: the job failed. :raise VmExited: :raise QmpError:
+        :raise DeadlineExceeded: it did not end in `time_limit` s."""
         await qemu_disks.stream_disk(self, top_node, base, time_limit)
 
     async def run_job(
@@ -266,7 +319,8 @@ class QemuVm:
         until: Callable[[EventListener], Awaitable[T]], time_limit: float,
     ) -> T:
         """Run QMP `command` and await `until` over the `events` QEMU emits from then on,
-        failing fast if QEMU exits, and with DeadlineExceeded after `time_limit` s."""
+        failing fast if QEMU exits, and with DeadlineExceeded after `time_limit` s.
+        :raise VmExited: :raise QmpError: :raise DeadlineExceeded:"""
         with self._qmp.listener(events) as listener:
             await self.execute(command, arguments)
             return await self.unless_exited(until(listener), time_limit, what=command)
@@ -278,9 +332,12 @@ class QemuVm:
         return self._freezer is not None
 
     async def freeze(self) -> FrozenCopy:
-        """A frozen copy of the memory of this QEMU, which must be stopped (vmm/frozen.py)."""
+        """A frozen copy of the memory of this QEMU, which must be stopped (vmm/frozen.py).
+
+        :raise CaptureFailed: no copy was made (this QEMU cannot be, or the fork failed); the
+            VM is as it was."""
         if self._freezer is None:
-            raise Internal(f"QEMU {self.pid} cannot be frozen: it was not launched to be")
+            raise CaptureFailed(f"QEMU {self.pid} cannot be frozen: it was not launched to be")
         return await self._freezer.freeze()
 
     async def release(self) -> None:
@@ -357,18 +414,21 @@ class QemuVm:
         try:
             self._qmp.send_fd_scm(fd)
         except (QMPError, OSError) as err:
-            raise Internal(f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
+            raise QmpConnectionLost(
+                f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
         reply = await self.execute("add-fd")
         if not isinstance(reply, dict) or not isinstance(reply.get("fdset-id"), int):
-            raise Internal(f"unexpected add-fd reply: {reply!r}")
+            raise QmpCommandFailed(f"unexpected add-fd reply: {reply!r}", "add-fd")
         return int(reply["fdset-id"])
 
     async def pass_fd(self, fd: int, name: str) -> None:
-        """Hand QEMU a copy of `fd`, named `name` for the commands that take one."""
+        """Hand QEMU a copy of `fd`, named `name` for the commands that take one.
+        :raise QmpError:"""
         try:
             self._qmp.send_fd_scm(fd)
         except (QMPError, OSError) as err:
-            raise Internal(f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
+            raise QmpConnectionLost(
+                f"cannot pass a file descriptor to QEMU {self.pid}: {err}") from err
         await self.execute("getfd", {"fdname": name})
 
     async def exit_status(self, time_limit: float = 1.0) -> int | None:
@@ -382,7 +442,7 @@ class QemuVm:
 
     async def disk_full(self) -> str:
         """Returns once QEMU stopped the guest for a disk write the host had no room for
-        (vmm/disk_errors.py); the disk's name."""
+        (vmm/disk_errors.py); the disk's name. :raise QmpError:"""
         return await wait_disk_full(self)
 
     async def failure_reason(self) -> str:
@@ -390,7 +450,7 @@ class QemuVm:
         so then the reason is in its stderr."""
         try:
             reply = await self.execute("query-migrate")
-        except Internal:
+        except QmpError:
             await process.stop(self._proc, grace=1.0)
             return f"QEMU exited (status {self._proc.returncode}): " + process.stderr_tail(
                 self.files.stderr_log)
@@ -398,7 +458,10 @@ class QemuVm:
 
     async def unless_exited(self, awaitable: Awaitable[T], time_limit: float, *, what: str) -> T:
         """Await `awaitable`, failing fast if QEMU exits first (e.g. a failed incoming
-        migration makes QEMU exit)."""
+        migration makes QEMU exit).
+
+        :raise VmExited: QEMU exited first.
+        :raise DeadlineExceeded: `awaitable` did not end within `time_limit` s."""
         work = asyncio.ensure_future(awaitable)
         exited = asyncio.ensure_future(self._proc.wait())
         try:
@@ -411,7 +474,7 @@ class QemuVm:
             return work.result()
         if exited.done() and not exited.cancelled():
             tail = process.stderr_tail(self.files.stderr_log)
-            raise Internal(f"QEMU {self.pid} exited during {what} "
+            raise VmExited(f"QEMU {self.pid} exited during {what} "
                            f"(status {self._proc.returncode}): {tail}")
         raise DeadlineExceeded(f"{what} did not finish within {time_limit}s (QEMU {self.pid})")
 

@@ -11,7 +11,8 @@ from typing import Protocol, TypeVar
 
 from qemu.qmp import EventListener
 
-from aenv_common.errors import Internal, NotFound
+from aenv_common.errors import NotFound
+from aenv_nodeagent.vmm.errors import DiskJobError, QmpCommandFailed, VmStartError
 from aenv_nodeagent.vmm.spec import VmSpec
 
 T = TypeVar("T")
@@ -46,7 +47,9 @@ def open_disks(spec: VmSpec) -> dict[str, list[int]]:
     """Descriptors for `by_fd` disks. A writable disk gets a read-only one too: QEMU reopens a
     node read-only when it becomes a backing layer (a snapshot), and takes from the fd set only
     a descriptor of the access mode it asks for; a node left writable keeps a write lock that
-    other QEMUs reading the frozen layer then trip over."""
+    other QEMUs reading the frozen layer then trip over.
+
+    :raise VmStartError: a disk cannot be opened."""
     fds: dict[str, list[int]] = {}
     try:
         for disk in spec.disks:
@@ -57,7 +60,7 @@ def open_disks(spec: VmSpec) -> dict[str, list[int]]:
                     fds[disk.id].append(os.open(disk.path, mode | os.O_CLOEXEC))
     except OSError as err:
         close_all(fds)
-        raise Internal(f"cannot open disk {err.filename}: {err.strerror}") from err
+        raise VmStartError(f"cannot open disk {err.filename}: {err.strerror}") from err
     return fds
 
 
@@ -106,7 +109,9 @@ async def switch_disk_to_overlay(
 ) -> None:
     """Make `overlay` (a qcow2 file whose backing is the current top layer) the disk's new top
     layer: the VM writes there from now on and the old layer is frozen (external snapshot).
-    Call while stopped so no write is in flight."""
+    Call while stopped so no write is in flight.
+
+    :raise QmpError: QEMU refused the overlay (the disk is as it was), or the session broke."""
     await qmp.execute("blockdev-add", {
         "driver": "qcow2", "node-name": new_node, "discard": "unmap",
         "file": {"driver": "file", "filename": str(overlay)},
@@ -115,7 +120,7 @@ async def switch_disk_to_overlay(
     })
     try:
         await qmp.execute("blockdev-snapshot", {"node": top_node, "overlay": new_node})
-    except Internal:
+    except QmpCommandFailed:
         await qmp.execute("blockdev-del", {"node-name": new_node})
         raise
 
@@ -136,14 +141,18 @@ async def close_writable_fds(qmp: QmpSession) -> None:
 
 async def stream_disk(qmp: QmpSession, top_node: str, base: Path, time_limit: float) -> None:
     """Copy into `top_node` every cluster its backing layers above `base` hold, then make
-    `base` its backing: the layers in between leave the chain. The VM keeps running."""
+    `base` its backing: the layers in between leave the chain. The VM keeps running.
+
+    :raise DiskJobError: the job failed or was cancelled.
+    :raise VmExited: QEMU exited before the job ended.
+    :raise QmpError: QEMU refused the job, or the session broke."""
     job = f"stream-{top_node}"
     data = await qmp.run_job("block-stream", {"job-id": job, "device": top_node,
                                               "base": str(base)},
                              _JOB_END_EVENTS, lambda listener: _job_end(listener, job),
                              time_limit)
     if data.get("error") or data.get("event") == "BLOCK_JOB_CANCELLED":
-        raise Internal(f"block-stream of {top_node} failed: {data.get('error', 'cancelled')}")
+        raise DiskJobError(f"block-stream of {top_node} failed: {data.get('error', 'cancelled')}")
 
 
 async def _job_end(listener: EventListener, job: str) -> dict[str, object]:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from qemu.qmp import QMPClient, QMPError
 
-from aenv_common.errors import AenvError, Internal, InvalidArgument
+from aenv_common.errors import AenvError, InvalidArgument
 from aenv_nodeagent.vmm import process
 from aenv_nodeagent.vmm.argv import QMP_CHARDEV_ID, SOCKET_DIR, VmFiles
+from aenv_nodeagent.vmm.errors import VmStartError
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,10 @@ def remove_files(files: VmFiles) -> None:
 async def connect_or_clean_up(
     proc: process.VmProcess, files: VmFiles, time_limit: float
 ) -> QMPClient:
-    """Connect QMP; on any failure stop and reap QEMU, remove its files, report its stderr."""
+    """Connect QMP; on any failure stop and reap QEMU, remove its files, report its stderr.
+
+    :raise VmStartError: QEMU exited, or did not open its QMP session in time.
+    :raise InvalidArgument: the process started is not QEMU (an argv_prefix that forks)."""
     try:
         qmp = await connect(proc, files.qmp_socket, time_limit)
         _check_pidfile(proc.pid, files.pidfile)
@@ -48,7 +52,8 @@ async def connect_or_clean_up(
         await process.stop(proc, grace=0.5)
         tail = process.stderr_tail(files.stderr_log)
         remove_files(files)
-        raise type(err)(
+        kind = type(err) if isinstance(err, InvalidArgument) else VmStartError
+        raise kind(
             f"QEMU failed to start (exit status {proc.returncode}): {err.message}; "
             f"QEMU stderr: {tail or '(empty)'}"
         ) from err
@@ -61,6 +66,7 @@ async def connect_or_clean_up(
 async def connect(
     proc: process.VmProcess, socket_path: Path, time_limit: float
 ) -> QMPClient:
+    """QEMU's QMP session, handshake done. :raise VmStartError: not within `time_limit` s."""
     deadline = time.monotonic() + time_limit
     sock = await _wait_for_socket(proc, socket_path, deadline)
     qmp = QMPClient(f"qemu-{proc.pid}")
@@ -69,7 +75,7 @@ async def connect(
     except (QMPError, OSError, TimeoutError) as err:
         sock.close()
         await disconnect(qmp)
-        raise Internal(f"QEMU {proc.pid} did not complete the QMP handshake: {err}") from err
+        raise VmStartError(f"QEMU {proc.pid} did not complete the QMP handshake: {err}") from err
     return qmp
 
 
@@ -101,7 +107,7 @@ async def _wait_for_socket(
     quietly: qemu.qmp logs an error for every refused attempt."""
     while True:
         if proc.returncode is not None:
-            raise Internal(f"QEMU exited with status {proc.returncode} before opening QMP")
+            raise VmStartError(f"QEMU exited with status {proc.returncode} before opening QMP")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(str(socket_path))
@@ -109,7 +115,7 @@ async def _wait_for_socket(
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
         if time.monotonic() > deadline:
-            raise Internal(f"QEMU {proc.pid} did not open QMP at {socket_path} in time")
+            raise VmStartError(f"QEMU {proc.pid} did not open QMP at {socket_path} in time")
         await asyncio.sleep(_QMP_POLL_S)
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from qemu.qmp import QMPClient
 
-from aenv_common.errors import Internal
 from aenv_nodeagent.vmm import process, qemu_disks, qmp_connect
 from aenv_nodeagent.vmm.argv import VmFiles, build_argv
 from aenv_nodeagent.vmm.confined import Confined, VmJail
+from aenv_nodeagent.vmm.errors import VmStartError
 from aenv_nodeagent.vmm.frozen import FreezeChannel
 from aenv_nodeagent.vmm.preload import exec_filter_env, preload_env
 from aenv_nodeagent.vmm.spec import VmSpec
@@ -34,7 +34,10 @@ async def start(
     spec: VmSpec, workdir: Path, jail: VmJail, *, incoming: bool, argv_prefix: Sequence[str],
     console_log: Path | None, qemu_binary: str, start_timeout: float,
 ) -> Started:
-    """QEMU for `spec` in `workdir`, confined by `jail`, its QMP session up. :raise AenvError:"""
+    """QEMU for `spec` in `workdir`, confined by `jail`, its QMP session up.
+
+    :raise VmStartError: QEMU, its disks or its memory file could not be started or opened.
+    :raise AenvError: its confinement could not be made (e.g. ResourceExhausted: no uid left)."""
     files = qmp_connect.prepare_workdir(workdir)
     disk_fds = qemu_disks.open_disks(spec)
     freezer, freeze_socket = FreezeChannel.pair() if spec.copy_on_write_preload else (None, None)
@@ -75,4 +78,4 @@ def _open_memory(path: Path) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as err:
-        raise Internal(f"cannot open the memory file {path}: {err.strerror}") from err
+        raise VmStartError(f"cannot open the memory file {path}: {err.strerror}") from err

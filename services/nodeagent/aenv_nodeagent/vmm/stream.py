@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_common.errors import Internal
+from aenv_nodeagent.vmm.errors import VmmError
 
 PAGE_SIZE = 4096  # TARGET_PAGE_SIZE on x86_64
 _MAGIC = b"QEVM\x00\x00\x00\x03"  # QEMU_VM_FILE_MAGIC, QEMU_VM_FILE_VERSION
@@ -48,7 +48,7 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 
-class UnsupportedStream(Internal):
+class UnsupportedStream(VmmError):
     """A stream this splitter does not understand (or a truncated one)."""
 
 

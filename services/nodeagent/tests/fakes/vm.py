@@ -2,7 +2,7 @@
 
 For fast tests of the node agent's bookkeeping. `FakeVm` follows QemuVm's run states (running,
 paused, inmigrate, postmigrate) and raises what QemuVm raises where it can tell (a missing
-state file: NotFound; a corrupt one: Internal, and the VM is gone; a restore into a VM not
+state file: NotFound; a corrupt one: VmExited, and the VM is gone; a restore into a VM not
 launched incoming: Conflict). State files it writes hold a marker that its `restore` checks.
 Every call is recorded in `calls` and yields to the event loop once, as a QMP round trip does;
 `fail_on` makes a method raise (before any effect) for as long as the entry stays.
@@ -18,11 +18,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aenv_common.errors import Conflict, Internal, NotFound
+from aenv_common.errors import Conflict, NotFound
 from aenv_nodeagent.confinement import VmCgroup
 from aenv_nodeagent.templates.model import ROOT_DISK_ID
 from aenv_nodeagent.vmm import Vm, VmFiles, VmmDriver, VmSpec
 from aenv_nodeagent.vmm.argv import block_node_name
+from aenv_nodeagent.vmm.errors import (
+    CaptureFailed,
+    QmpCommandFailed,
+    QmpConnectionLost,
+    VmExited,
+    VmmError,
+    VmStartError,
+    capture_error,
+)
 from aenv_nodeagent.vmm.frozen import FrozenCopy
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
 from aenv_nodeagent.vmm.spec import DiskSpec
@@ -118,9 +127,9 @@ class FakeVm:
     ) -> dict[str, float]:
         await self._call("capture", state_path=state_path, time_limit=time_limit,
                          ignore_shared=ignore_shared)
-        self._qmp("stop")
+        self._capture_qmp("stop")
         if self._status == "inmigrate":
-            raise Internal(f"QMP migrate failed: GenericError: QEMU {self.pid} is inmigrate")
+            raise CaptureFailed(f"QMP migrate failed: GenericError: QEMU {self.pid} is inmigrate")
         if self._status == "running":
             self._status = "paused"
         if not state_path.parent.is_dir():
@@ -131,11 +140,11 @@ class FakeVm:
 
     async def save_device_state(self, state_path: Path) -> None:
         await self._call("save_device_state", state_path=state_path)
-        self._qmp("query-status")
+        self._capture_qmp("query-status")
         if self._status == "running":
             raise Conflict(f"QEMU {self.pid} must be stopped to save its device state")
         if not state_path.parent.is_dir():
-            raise Internal(f"QMP xen-save-devices-state failed: GenericError: cannot open "
+            raise CaptureFailed(f"QMP xen-save-devices-state failed: GenericError: cannot open "
                            f"{state_path}")
         self._write_state(state_path, "devices")
 
@@ -153,7 +162,7 @@ class FakeVm:
         self._awaiting_restore = False  # QEMU accepts one incoming migration, even a failed one
         if not state_path.read_bytes().startswith(STATE_MARKER):
             self._exit(1)  # QEMU exits when an incoming migration fails
-            raise Internal(f"QEMU {self.pid} exited during migrate-incoming (status 1): "
+            raise VmExited(f"QEMU {self.pid} exited during migrate-incoming (status 1): "
                            "load of migration failed: Invalid argument")
         if not run:
             self._status = "paused"
@@ -173,11 +182,13 @@ class FakeVm:
                          overlay=overlay)
         self._qmp("blockdev-add")
         if not overlay.is_file():
-            raise Internal(f"QMP blockdev-add failed: GenericError: Could not open '{overlay}': "
-                           "No such file or directory")
+            raise QmpCommandFailed(f"QMP blockdev-add failed: GenericError: Could not open "
+                                   f"'{overlay}': No such file or directory", "blockdev-add",
+                                   "GenericError")
         if any(new_node == chain.top_node for chain in self.chains.values()):
-            raise Internal(f"QMP blockdev-add failed: GenericError: Duplicate nodes with "
-                           f"node-name='{new_node}'")
+            raise QmpCommandFailed(f"QMP blockdev-add failed: GenericError: Duplicate nodes "
+                                   f"with node-name='{new_node}'", "blockdev-add",
+                                   "GenericError")
         disk_id, chain = self._disk_of(top_node, "blockdev-snapshot")
         backing = _backing_named_by(overlay) or chain.top_file
         self.chains[disk_id] = DiskChain(new_node, overlay, [backing, *chain.backing_files])
@@ -192,14 +203,15 @@ class FakeVm:
         self._qmp("block-stream")
         disk_id, chain = self._disk_of(top_node, "block-stream")
         if base not in chain.backing_files:
-            raise Internal(f"QMP block-stream failed: GenericError: Can't find '{base}' in the "
-                           "backing chain")
+            raise QmpCommandFailed(f"QMP block-stream failed: GenericError: Can't find "
+                                   f"'{base}' in the backing chain", "block-stream",
+                                   "GenericError")
         kept = chain.backing_files[chain.backing_files.index(base):]
         self.chains[disk_id] = DiskChain(chain.top_node, chain.top_file, kept)
 
     async def freeze(self) -> FrozenCopy:
         await self._call("freeze")
-        raise Internal(f"QEMU {self.pid} cannot be frozen: it was not launched to be")
+        raise CaptureFailed(f"QEMU {self.pid} cannot be frozen: it was not launched to be")
 
     @property
     def cgroup(self) -> VmCgroup | None:
@@ -239,7 +251,15 @@ class FakeVm:
     def _qmp(self, command: str) -> None:
         """Fail as QemuVm's QMP commands do once QEMU is gone (or let go of)."""
         if self.exit_code is not None or self.released:
-            raise Internal(f"QMP {command}: lost QEMU (pid {self.pid}): the session is closed")
+            raise QmpConnectionLost(
+                f"QMP {command}: lost QEMU (pid {self.pid}): the session is closed")
+
+    def _capture_qmp(self, command: str) -> None:
+        """A QMP command of a capture, failing as QemuVm's captures do."""
+        try:
+            self._qmp(command)
+        except VmmError as err:
+            raise capture_error(err) from err
 
     def _exit(self, code: int) -> None:
         if self.exit_code is None:
@@ -250,8 +270,9 @@ class FakeVm:
         for disk_id, chain in self.chains.items():
             if chain.top_node == top_node:
                 return disk_id, chain
-        raise Internal(f"QMP {command} failed: GenericError: Cannot find device='{top_node}' "
-                       f"nor node-name='{top_node}'")
+        raise QmpCommandFailed(f"QMP {command} failed: GenericError: Cannot find "
+                               f"device='{top_node}' nor node-name='{top_node}'", command,
+                               "GenericError")
 
     def _write_state(self, state_path: Path, kind: str) -> None:
         state_path.write_bytes(STATE_MARKER + json.dumps({"pid": self.pid, "kind": kind}).encode())
@@ -284,12 +305,13 @@ class FakeDriver:
             raise self.launch_failures.pop(0)
         for disk in spec.disks:
             if not disk.path.exists():
-                raise Internal(f"cannot open disk {disk.path}: No such file or directory")
+                raise VmStartError(f"cannot open disk {disk.path}: No such file or directory")
         if console_log is not None:
             try:
                 console_log.touch()  # QEMU opens its console file at start
             except OSError as err:
-                raise Internal(f"QEMU failed to start: cannot open {console_log}: {err}") from err
+                raise VmStartError(
+                    f"QEMU failed to start: cannot open {console_log}: {err}") from err
         vm = FakeVm(spec, workdir, incoming=incoming, fail_on=self.vm_fail_on)
         self.launched.append(vm)
         return vm

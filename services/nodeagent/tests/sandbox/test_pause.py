@@ -18,6 +18,7 @@ from aenv_common.errors import (
     Unavailable,
 )
 from aenv_nodeagent.sandbox.model import BOOT_RAM, PAUSED_MARKER, PAUSED_STATE, Paused
+from aenv_nodeagent.vmm.errors import CaptureLostVm
 
 from .conftest import FILESYSTEM, PAUSED, RUNNING, Wing
 
@@ -202,6 +203,16 @@ async def test_a_pause_whose_capture_fails_leaves_it_running(wing: Wing) -> None
     assert wing.records.states(sandbox.sandbox_id) == [RUNNING]
     assert await vm.status() == "running" and not vm.stopping
     assert wing.network.live == [sandbox.slot]
+
+
+async def test_a_pause_whose_capture_lost_the_vm_does_not_try_to_run_it_on(wing: Wing) -> None:
+    sandbox = await wing.create()
+    vm = wing.vm(sandbox)
+    vm.fail_on["capture"] = CaptureLostVm("QMP migrate: lost QEMU")
+    with pytest.raises(CaptureLostVm):
+        await wing.service.pauses.pause(sandbox.sandbox_id)
+    assert vm.methods_called[-1] == "capture"  # neither asked its state nor resumed
+    assert wing.records.states(sandbox.sandbox_id) == [RUNNING]
 
 
 async def test_a_resume_gives_the_sandbox_its_new_timeout(wing: Wing) -> None:

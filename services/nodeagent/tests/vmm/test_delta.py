@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.errors import Internal
 from aenv_nodeagent.vmm.delta import (
     ImageParts,
     copy_pages,
@@ -25,6 +24,7 @@ from aenv_nodeagent.vmm.delta import (
     write_delta,
     write_image,
 )
+from aenv_nodeagent.vmm.errors import CaptureFailed
 from aenv_nodeagent.vmm.stream import IOV_MAX, PAGE_SIZE, UnsupportedStream, stream_layout
 
 from .test_stream import CONTINUE, DEVICES, PAGE, Stream, eos, name, page, part
@@ -116,7 +116,7 @@ def test_streams_that_do_not_fit_are_refused(
                     tmp_path / "delta")
     other = tmp_path / "other"
     other.write_bytes(page(0))
-    with pytest.raises(Internal, match="does not map"):
+    with pytest.raises(CaptureFailed, match="does not map"):
         write_delta(dirtier.pid, other, tmp_path / "base", tmp_path / "devices",
                     tmp_path / "delta")
 
@@ -125,7 +125,7 @@ def test_the_memory_file_is_read_from_the_command_line() -> None:
     backend = "memory-backend-file,id=mem,size=1M,mem-path=/var/a,,b/memory,share=off"
     with _waiting("-object", backend) as pid:
         assert mapped_memory(pid) == Path("/var/a,b/memory")
-    with _waiting() as pid, pytest.raises(Internal, match="no file-backed memory backend"):
+    with _waiting() as pid, pytest.raises(CaptureFailed, match="no file-backed memory backend"):
         mapped_memory(pid)
 
 
@@ -203,7 +203,7 @@ def test_pages_beyond_the_image_are_refused(
 ) -> None:
     short = tmp_path / "image"
     short.write_bytes(bytes(4 * PAGE_SIZE))  # page 5 was written: it lies beyond
-    with pytest.raises(Internal, match="beyond"):
+    with pytest.raises(CaptureFailed, match="beyond"):
         copy_pages(dirtier.pid, private_runs(dirtier.pid, memory), short)
     assert short.read_bytes() == bytes(4 * PAGE_SIZE)
 

@@ -20,6 +20,13 @@ from aenv_nodeagent.vmm import (
     VmmDriver,
     VmSpec,
 )
+from aenv_nodeagent.vmm.errors import (
+    CaptureFailed,
+    QmpCommandFailed,
+    QmpConnectionLost,
+    VmExited,
+    VmStartError,
+)
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
 
 from ..fakes.vm import FAKE_PID_BASE, STATE_MARKER, Call, FakeDriver, FakeVm
@@ -171,12 +178,12 @@ async def test_restore_of_a_corrupt_state_raises_internal_and_the_vm_is_gone(
     (tmp_path / "state").write_bytes(b"not a migration stream")
     vm = await FakeDriver().launch(make_spec(tmp_path), tmp_path / "vm", incoming=True)
 
-    with pytest.raises(Internal) as failure:
+    with pytest.raises(VmExited) as failure:
         await vm.restore(tmp_path / "state")
 
     assert "exited" in failure.value.message
     assert vm.exit_code == 1 and vm.stopping
-    with pytest.raises(Internal):
+    with pytest.raises(QmpConnectionLost):
         await vm.status()
     with pytest.raises(Conflict):
         await vm.restore(tmp_path / "state")
@@ -210,7 +217,7 @@ async def test_a_failed_launch_leaves_an_empty_workdir_and_no_vm(tmp_path: Path)
     assert driver.launched == []
 
     missing = DiskSpec("root", tmp_path / "no-such-disk.qcow2", "qcow2", readonly=False)
-    with pytest.raises(Internal, match="no-such-disk"):
+    with pytest.raises(VmStartError, match="no-such-disk"):
         await driver.launch(make_spec(tmp_path, missing), tmp_path / "vm", incoming=False)
 
     vm = await driver.launch(make_spec(tmp_path), tmp_path / "vm", incoming=False)
@@ -225,7 +232,7 @@ async def test_shutdown_ends_the_vm_idempotently_also_concurrently(tmp_path: Pat
 
     assert vm.stopping and vm.exit_code == 0
     assert [path for path in vm.files.all() if path.exists()] == []
-    with pytest.raises(Internal):
+    with pytest.raises(QmpConnectionLost):
         await vm.pause()
     assert vm.methods_called == ["shutdown", "shutdown", "shutdown", "pause"]
 
@@ -236,9 +243,9 @@ async def test_a_released_vm_is_not_stopped_but_answers_no_more(tmp_path: Path) 
     await vm.release()
 
     assert vm.released and not vm.stopping
-    with pytest.raises(Internal):
+    with pytest.raises(QmpConnectionLost):
         await vm.status()
-    with pytest.raises(Internal, match="cannot be frozen"):
+    with pytest.raises(CaptureFailed, match="cannot be frozen"):
         await vm.freeze()
 
 
@@ -253,10 +260,10 @@ async def test_disk_chains_follow_overlay_switches_and_streams(tmp_path: Path) -
         await vm.disk_chain("data")
 
     second = tmp_path / "second.qcow2"
-    with pytest.raises(Internal, match="Could not open"):
+    with pytest.raises(QmpCommandFailed, match="Could not open"):
         await vm.switch_disk_to_overlay("node-root", "overlay1", second)
     qemu_img_create(second, "qcow2", backing=(first, "qcow2"))
-    with pytest.raises(Internal, match="Cannot find"):
+    with pytest.raises(QmpCommandFailed, match="Cannot find"):
         await vm.switch_disk_to_overlay("node-other", "overlay1", second)
     assert await vm.disk_chain("root") == DiskChain("node-root", first, [base])
 
@@ -267,7 +274,7 @@ async def test_disk_chains_follow_overlay_switches_and_streams(tmp_path: Path) -
     assert vm.writable_fds_closed
     assert await vm.disk_chain("root") == DiskChain("overlay1", second, [first, base])
 
-    with pytest.raises(Internal, match="backing chain"):
+    with pytest.raises(QmpCommandFailed, match="backing chain"):
         await vm.stream_disk("overlay1", tmp_path / "elsewhere.raw")
     await vm.stream_disk("overlay1", base)
     assert await vm.disk_chain("root") == DiskChain("overlay1", second, [base])

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.errors import Internal
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.vmm.delta import copy_pages, ram_mappings
+from aenv_nodeagent.vmm.errors import CaptureError
 from aenv_nodeagent.vmm.frozen import COPY_NAME, FreezeChannel, FrozenCopy, stray_copies
 from aenv_nodeagent.vmm.preload import preload_env
 from aenv_nodeagent.vmm.stream import PAGE_SIZE
@@ -112,7 +112,7 @@ async def test_a_copy_outlives_the_process_it_copies_until_released(
         copy_pages(second.pid, [mapping.run(0, PAGES * PAGE_SIZE)], out)
         assert out.read_bytes() == _image({5: 0x85})
         assert _alive(first.pid)
-        with pytest.raises(Internal, match=r"closed its freeze socket|cannot ask QEMU"):
+        with pytest.raises(CaptureError, match=r"closed its freeze socket|cannot ask QEMU"):
             await freezer.freeze()
     finally:
         first.release()

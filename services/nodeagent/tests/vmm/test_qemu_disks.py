@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.errors import Internal, NotFound
+from aenv_common.errors import NotFound
 from aenv_nodeagent.vmm import DiskSpec, QemuVm, VmSpec
+from aenv_nodeagent.vmm.errors import QmpCommandFailed
 from aenv_nodeagent.vmm.qemu_disks import DiskChain
 
 from .conftest import Launcher, with_disk
@@ -30,10 +31,10 @@ async def test_overlay_switches_and_a_stream_reshape_the_disk_chain(
     second = qemu_img_create(scratch / "second.qcow2", "qcow2", backing=(first, "qcow2"))
     await vm.pause()
     await vm.switch_disk_to_overlay("node-root", "overlay1", second)
-    with pytest.raises(Internal):
+    with pytest.raises(QmpCommandFailed):
         await vm.switch_disk_to_overlay("overlay1", "overlay2", scratch / "missing.qcow2")
     third = qemu_img_create(scratch / "third.qcow2", "qcow2", backing=(second, "qcow2"))
-    with pytest.raises(Internal):
+    with pytest.raises(QmpCommandFailed):
         await vm.switch_disk_to_overlay("no-such-node", "overlay2", third)
     # The failed snapshot deleted the node it had added: its name is free again.
     await vm.switch_disk_to_overlay("overlay1", "overlay2", third)

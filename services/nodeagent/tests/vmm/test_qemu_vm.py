@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from aenv_common.errors import Conflict, Internal, NotFound
+from aenv_common.errors import Conflict, NotFound
 from aenv_nodeagent.vmm import DiskSpec, QemuVm, VmSpec
+from aenv_nodeagent.vmm.errors import CaptureFailed, MigrationError, VmExited, VmStartError
 
 from .conftest import Launcher, processes_mentioning, with_disk
 from .guest import BOOT_MARKER, qemu_img_create, ticks, wait_for_tick
@@ -119,13 +120,13 @@ async def test_shutdown_reaps_and_removes_files_idempotently(
     assert [path for path in vm.files.all() if path.exists()] == []
 
 
-async def test_failed_start_raises_internal_with_stderr_and_leaks_nothing(
+async def test_failed_start_raises_a_start_error_with_stderr_and_leaks_nothing(
     ticker_spec: VmSpec, scratch: Path
 ) -> None:
     missing = scratch / "no-such-disk.qcow2"
     spec = with_disk(ticker_spec, DiskSpec("root", missing, "qcow2", readonly=False))
 
-    with pytest.raises(Internal) as failure:
+    with pytest.raises(VmStartError) as failure:
         await QemuVm.launch(spec, scratch / "vm", incoming=False, console_log=scratch / "vm.log")
 
     assert str(missing) in failure.value.message  # QEMU's own complaint, from its stderr
@@ -133,13 +134,13 @@ async def test_failed_start_raises_internal_with_stderr_and_leaks_nothing(
     assert list((scratch / "vm").iterdir()) == []
 
 
-async def test_restore_of_corrupt_state_raises_internal_when_qemu_exits(
+async def test_restore_of_corrupt_state_raises_by_kind_when_qemu_exits(
     launch: Launcher, ticker_spec: VmSpec, scratch: Path
 ) -> None:
     (scratch / "state").write_bytes(b"not a migration stream")
     waiting = await launch(ticker_spec, "waiting", incoming=True)
 
-    with pytest.raises(Internal) as failure:
+    with pytest.raises((VmExited, MigrationError)) as failure:
         await waiting.restore(scratch / "state", time_limit=30.0)
 
     # QEMU gives up on a failed incoming migration; its own complaint reaches the caller.
@@ -166,7 +167,7 @@ async def test_capture_write_error_fails_migration_and_vm_can_resume(
 ) -> None:
     vm = await launch(ticker_spec, "vm")
 
-    with pytest.raises(Internal) as failure:
+    with pytest.raises(CaptureFailed) as failure:  # recoverable: the VM is as it was
         await vm.capture(Path("/dev/full"))  # every write fails with ENOSPC
 
     assert "migrate failed" in failure.value.message
