@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable
 from typing import Protocol
 
 from aenv_common.config import CommonSettings
 from aenv_common.logging import setup_logging
+from aenv_common.state_files import StateFileError
 from aenv_common.telemetry import setup_telemetry
 
 
@@ -34,4 +36,10 @@ def run_service(name: str, common: CommonSettings, build: Callable[[], Service])
     """`build` runs after telemetry is set up: import service modules inside it."""
     setup_logging(name, common.log_level, common.log_json)
     setup_telemetry(name, common.telemetry)
-    asyncio.run(serve_until_signal(build()))
+    try:
+        asyncio.run(serve_until_signal(build()))
+    except StateFileError as err:
+        # State on disk this build cannot read (most often a newer one's): one line that says
+        # so, no traceback, and a status its supervisor reports.
+        logging.getLogger(name).critical("cannot start: %s", err.message)
+        raise SystemExit(2) from None
