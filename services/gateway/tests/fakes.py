@@ -88,6 +88,9 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.forks: list[nodeagent_pb2.ForkSandboxRequest] = []
         # Errors the next forks raise, one each (a node that broke off the call).
         self.fork_failures: list[AenvError] = []
+        # Set: forks and metrics calls wait for them before they answer (calls held open).
+        self.fork_gate: asyncio.Event | None = None
+        self.metrics_gate: asyncio.Event | None = None
 
     async def BuildTemplate(
         self, request: nodeagent_pb2.BuildTemplateRequest, context: grpc.aio.ServicerContext
@@ -210,6 +213,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     ) -> nodeagent_pb2.GetSandboxMetricsResponse:
         self._record(request.sandbox_id)
         self.metric_requests.append(request)
+        if self.metrics_gate is not None:
+            await self.metrics_gate.wait()
         return nodeagent_pb2.GetSandboxMetricsResponse(metrics=[_metric()])
 
     async def GetLatestSandboxMetrics(
@@ -311,6 +316,8 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         self.forks.append(request)
         if self.fork_failures:
             raise self.fork_failures.pop(0)
+        if self.fork_gate is not None:
+            await self.fork_gate.wait()
         results: list[nodeagent_pb2.ForkResult] = []
         for index, (child_id, token) in enumerate(
                 zip(request.child_ids, request.child_tokens, strict=True)):
