@@ -169,3 +169,23 @@ async def test_the_sdk_retries_a_full_cluster_and_says_what_harbor_waits_for(
     with pytest.raises(RateLimitException) as refused:
         await AsyncSandbox.create("base", timeout=60, retries=0)
     assert "maximum number of concurrent" in str(refused.value)
+
+
+@pytest.mark.parametrize("state", ["running", "paused", "unknown"])
+async def test_a_resume_with_a_negative_timeout_and_unknown_fields_is_a_400(
+    stack: Stack, state: str,
+) -> None:
+    """Schemathesis' case: the timeout is refused before the sandbox is looked up, whatever it
+    is, naming the field and its bounds; unknown fields are ignored, as E2B's API does."""
+    async with httpx.AsyncClient(base_url=stack.url) as http:
+        sandbox_id = "i0000000000000000000" if state == "unknown" else await _create(http)
+        if state == "paused":
+            paused = await http.post(f"/sandboxes/{sandbox_id}/pause", headers=AUTH, json={})
+            assert paused.status_code == 204, paused.text
+        answer = await http.post(
+            f"/sandboxes/{sandbox_id}/resume", headers=AUTH,
+            json={"memory": False, "timeout": -8881, "x-unknown": {"a": [1, None]}, "": 0.5})
+    assert answer.status_code == 400, answer.text
+    assert answer.json() == {
+        "code": 400, "message": "timeout must be between 1 and 86400 seconds"}
+    assert stack.nodeagent.resumes == 0
