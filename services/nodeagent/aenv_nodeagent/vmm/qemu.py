@@ -173,9 +173,7 @@ class QemuVm:
         await self.shutdown()
 
     async def execute(self, command: str, arguments: Mapping[str, object] | None = None) -> object:
-        """Run one QMP command.
-
-        :raise QmpCommandFailed: QEMU refused it.
+        """Run one QMP command. :raise QmpCommandFailed: QEMU refused it.
         :raise QmpConnectionLost: the session broke (QEMU exited or closed it)."""
         try:
             return await self._qmp.execute(command, arguments)
@@ -208,11 +206,10 @@ class QemuVm:
         durations in ms. `ignore_shared=False` saves share=on RAM too (share=off RAM is always
         saved); a full stream can then be loaded into a share=on RAM file.
 
-        :raise CaptureFailed: no state was saved; QEMU runs on, stopped (resume it or retry).
+        :raise CaptureFailed: nothing saved; QEMU is stopped, to resume (or retry).
         :raise CaptureLostVm: QEMU exited or its session broke: the VM is gone.
-        :raise NotFound: `state_path`'s directory does not exist.
-        :raise DeadlineExceeded: the migration did not end in `time_limit` s (it was
-            cancelled; QEMU stays stopped)."""
+        :raise NotFound: no directory for `state_path`. :raise DeadlineExceeded: the migration
+            did not end in `time_limit` s (it was cancelled; QEMU stays stopped)."""
         clock = PhaseTimer("qemu")
         try:
             with clock.phase("stop"):
@@ -235,10 +232,8 @@ class QemuVm:
         build has) to `state_path`; the VM must be stopped and stays so. For delta captures
         (vmm/delta.py), which take the RAM from the process.
 
-        :raise Conflict: the VM runs.
-        :raise CaptureFailed: no state was saved; the VM is as it was.
-        :raise CaptureLostVm: QEMU exited or its session broke.
-        :raise NotFound: `state_path`'s directory does not exist."""
+        :raise Conflict: the VM runs. :raise NotFound: no directory for `state_path`.
+        :raise CaptureFailed: nothing saved; the VM is as it was. :raise CaptureLostVm:"""
         try:
             await self._save_device_state(state_path)
         except VmmError as err:
@@ -270,11 +265,8 @@ class QemuVm:
         (or, with `run=False`, leave it stopped). `ignore_shared` must be as at the capture.
         Returns phase durations in ms.
 
-        :raise Conflict: the VM was not launched incoming, or has restored already.
-        :raise NotFound: no state file at `state_path`.
-        :raise MigrationError: QEMU could not load it (QEMU exits then).
-        :raise VmExited: QEMU exited while loading it.
-        :raise QmpError: a command failed, or the session broke.
+        :raise Conflict: not launched incoming, or restored already. :raise NotFound: no state.
+        :raise MigrationError, VmExited: QEMU could not load it (and exits). :raise QmpError:
         :raise DeadlineExceeded: the load did not end in `time_limit` s."""
         if not self._awaiting_restore:
             raise Conflict(f"QEMU {self.pid} was not launched incoming, or has already restored")
