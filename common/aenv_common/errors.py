@@ -29,21 +29,29 @@ class AenvError(Exception):
 
 
 class InvalidArgument(AenvError):
+    """The request is malformed, or asks for something impossible."""
+
     http_status = 400
     grpc_code = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class Unauthenticated(AenvError):
+    """No valid credentials came with the request."""
+
     http_status = 401
     grpc_code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class PermissionDenied(AenvError):
+    """The caller may not do this."""
+
     http_status = 403
     grpc_code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class NotFound(AenvError):
+    """No such resource."""
+
     http_status = 404
     grpc_code = grpc.StatusCode.NOT_FOUND
 
@@ -99,11 +107,15 @@ class Unavailable(Retriable):
 
 
 class DeadlineExceeded(AenvError):
+    """The operation did not finish within the time it had."""
+
     http_status = 504
     grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 class Internal(AenvError):
+    """The platform failed; the caller did nothing wrong."""
+
     http_status = 500
     grpc_code = grpc.StatusCode.INTERNAL
 
