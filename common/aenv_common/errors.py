@@ -71,6 +71,8 @@ class Conflict(AenvError):
 
 
 class AlreadyExists(AenvError):
+    """Something of that name or id exists already."""
+
     http_status = 409
     grpc_code = grpc.StatusCode.ALREADY_EXISTS
 
