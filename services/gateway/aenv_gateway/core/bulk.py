@@ -49,14 +49,9 @@ class SandboxFilter:
 @dataclass(frozen=True)
 class Outcome:
     sandbox_id: str
-    # "OK", or the gRPC status code name of its failure (NOT_FOUND, FAILED_PRECONDITION, ...).
-    status: str
-    # HTTP-style (200 for OK), as REST answers it.
-    http_status: int
-    message: str = ""
-
-
-OK = "OK"
+    # Why the operation failed for this sandbox (each edge names it in its protocol's
+    # status); None: it succeeded.
+    error: AenvError | None = None
 
 
 class BulkOperations:
@@ -102,17 +97,16 @@ class BulkOperations:
                 try:
                     await operation(sandbox_id)
                 except AenvError as err:
-                    return Outcome(sandbox_id, err.grpc_code.name, err.http_status, err.message)
+                    return Outcome(sandbox_id, err)
                 except Exception:
                     # A bug for this sandbox only: the others' outcomes are still answered.
                     log.exception("bulk operation failed", extra={"sandbox_id": sandbox_id,
                                                                   "operation": name})
-                    bug = Internal(f"the {name} failed")
-                    return Outcome(sandbox_id, bug.grpc_code.name, bug.http_status, bug.message)
-            return Outcome(sandbox_id, OK, 200)
+                    return Outcome(sandbox_id, Internal(f"the {name} failed"))
+            return Outcome(sandbox_id)
 
         outcomes = list(await asyncio.gather(*(one(r.sandbox_id) for r in selected)))
-        failed = sum(1 for o in outcomes if o.status != OK)
+        failed = sum(1 for o in outcomes if o.error is not None)
         log.info("bulk operation", extra={"operation": name, "sandboxes": len(outcomes),
                                           "failed": failed})
         return outcomes

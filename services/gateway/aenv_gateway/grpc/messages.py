@@ -7,6 +7,7 @@ from typing import Any
 from aenv.gateway.v1 import gateway_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument
+from aenv_common.status_tables import grpc_status, http_status
 from aenv_gateway.core.batch import BatchResult
 from aenv_gateway.core.bulk import Outcome, SandboxFilter
 from aenv_gateway.core.guest_envd import typed_http_error
@@ -33,8 +34,11 @@ def filter_of(message: gateway_pb2.SandboxFilter) -> SandboxFilter:
 
 
 def outcome_message(outcome: Outcome) -> gateway_pb2.SandboxOutcome:
+    if outcome.error is None:
+        return gateway_pb2.SandboxOutcome(sandbox_id=outcome.sandbox_id, code="OK")
     return gateway_pb2.SandboxOutcome(
-        sandbox_id=outcome.sandbox_id, code=outcome.status, message=outcome.message)
+        sandbox_id=outcome.sandbox_id, code=grpc_status(outcome.error).name,
+        message=outcome.error.message)
 
 
 def list_query(request: gateway_pb2.ListSandboxesRequest) -> ListQuery:
@@ -55,7 +59,7 @@ def list_query(request: gateway_pb2.ListSandboxesRequest) -> ListQuery:
 def fork_result(result: nodeagent_pb2.ForkResult) -> gateway_pb2.ForkResult:
     if result.HasField("sandbox"):
         return gateway_pb2.ForkResult(sandbox=without_proxy_secrets(result.sandbox))
-    status = typed_http_error(result.error.code, result.error.message).grpc_code.name
+    status = grpc_status(typed_http_error(result.error.code, result.error.message)).name
     return gateway_pb2.ForkResult(
         error=gateway_pb2.ForkError(
             code=result.error.code, message=result.error.message, status=status
@@ -88,7 +92,7 @@ def create_result(result: BatchResult) -> gateway_pb2.CreateResult:
     if isinstance(result, AenvError):
         return gateway_pb2.CreateResult(
             error=gateway_pb2.SandboxError(
-                code=result.http_status, message=result.message, status=result.grpc_code.name
+                code=http_status(result), message=result.message, status=grpc_status(result).name
             )
         )
     return gateway_pb2.CreateResult(sandbox=without_proxy_secrets(result))

@@ -27,6 +27,7 @@ from aenv_common.sandbox_routing import (
     sandbox_not_found,
     stream_ended,
 )
+from aenv_common.status_tables import http_status
 from aenv_gateway.cluster.directory import Located
 from aenv_gateway.core.events.deaths import Deaths
 
@@ -131,8 +132,8 @@ class DataPlane:
                 )
                 return
             except HandshakeRejected as err:
-                refusal = JSONResponse({"code": err.http_status, "message": err.message},
-                                       err.http_status)
+                status = http_status(err)
+                refusal = JSONResponse({"code": status, "message": err.message}, status)
             except AenvError as err:
                 log.warning(
                     "node proxy unreachable",

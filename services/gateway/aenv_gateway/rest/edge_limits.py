@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from starlette.types import Message, Receive, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from aenv_common import errors
 from aenv_common.errors import AenvError
 
 # The signed upload of a template build's files (up to uploads.MAX_CONTEXT_BYTES), and a
@@ -26,12 +27,12 @@ class BodyRefused(AenvError):
     """A body the edge stopped reading: its answer closes the connection."""
 
 
-class BodyTooLarge(BodyRefused):
-    http_status = 413
+class BodyTooLarge(BodyRefused, errors.BodyTooLarge):
+    """A control-plane body past `max_body_bytes`."""
 
 
-class BodyTimeout(BodyRefused):
-    http_status = 408
+class BodyTimeout(BodyRefused, errors.RequestTimeout):
+    """A control-plane body not in by `body_timeout_s`."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from aenv_common.errors import AenvError, ResourceExhausted
+from aenv_common.errors import AenvError, ResourceExhausted, Unimplemented
+from aenv_common.status_tables import http_status
 from aenv_gateway.rest.edge_limits import BodyRefused
 
 log = logging.getLogger(__name__)
@@ -18,10 +19,8 @@ log = logging.getLogger(__name__)
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-class NotImplementedYet(AenvError):
+class NotImplementedYet(Unimplemented):
     """An E2B route this gateway knows but does not implement yet."""
-
-    http_status = 501
 
 
 def error_response(
@@ -37,7 +36,7 @@ def error_response(
 def typed_error_response(err: AenvError) -> JSONResponse:
     retry_after_s: float | None = getattr(err, "retry_after_s", None)
     response = error_response(
-        err.http_status, err.message, no_retry=_never_helps(err, retry_after_s),
+        http_status(err), err.message, no_retry=_never_helps(err, retry_after_s),
         error_code=err.error_code)
     if retry_after_s is not None:
         # E.g. a full or timed-out admission queue: when to try again (whole seconds, RFC 9110).

@@ -7,6 +7,7 @@ from typing import Any
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument
+from aenv_common.status_tables import grpc_status, http_status
 from aenv_gateway.core.bulk import Outcome, SandboxFilter
 from aenv_gateway.core.leases.service import LeaseView, timestamp
 from aenv_gateway.core.listing import PAUSED, RUNNING
@@ -62,6 +63,9 @@ def parse_filter(body: Mapping[str, Any]) -> SandboxFilter:
 
 def present_outcome(outcome: Outcome) -> dict[str, Any]:
     """`code`: HTTP-style, as the batch create's items; `status`: the gRPC name."""
-    return {"sandboxID": outcome.sandbox_id, "code": outcome.http_status,
-            "status": outcome.status, "message": outcome.message}
+    err = outcome.error
+    if err is None:
+        return {"sandboxID": outcome.sandbox_id, "code": 200, "status": "OK", "message": ""}
+    return {"sandboxID": outcome.sandbox_id, "code": http_status(err),
+            "status": grpc_status(err).name, "message": err.message}
 

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
+from aenv_common.status_tables import http_status
 from aenv_gateway.core.events.deaths import Deaths, SandboxDied
 from aenv_gateway.core.events.reader import EventFilter, EventPage, EventReader, checked_page
 from aenv_gateway.core.events.stream import EventHub, Subscription
@@ -80,7 +81,7 @@ class EventRoutes:
                 try:
                     event = await subscriber.next(self._heartbeat_s)
                 except AenvError as err:
-                    body = json.dumps({"code": err.http_status, "message": err.message})
+                    body = json.dumps({"code": http_status(err), "message": err.message})
                     yield f"event: error\ndata: {body}\n\n".encode()
                     return
                 if event is None:

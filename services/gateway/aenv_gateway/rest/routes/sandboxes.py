@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument
+from aenv_common.status_tables import http_status
 from aenv_gateway.core.batch import BatchCreates, BatchResult
 from aenv_gateway.core.idempotency import checked_key
 from aenv_gateway.core.policy import FORK_DEFAULT_TIMEOUT_S
@@ -88,7 +89,7 @@ class SandboxRoutes:
 
     def _batch_entry(self, result: BatchResult) -> dict[str, Any]:
         if isinstance(result, AenvError):
-            return {"error": {"code": result.http_status, "message": result.message}}
+            return {"error": {"code": http_status(result), "message": result.message}}
         return {"sandbox": self._present.sandbox(result)}
 
     async def get(self, request: Request) -> Response:
