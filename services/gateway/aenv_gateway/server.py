@@ -241,22 +241,23 @@ async def start_gateway(
                                      TemplateCleanup(template_records, snapstore))
     # The bulk routes (/sandboxes/kill, /sandboxes/pause) before /sandboxes/{id}: a 405's Allow
     # names the methods of the first path that matches.
-    routes = [*LeaseRoutes(service.leases, bulk, auth).routes(),
-              *control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes, auth),
-              *KeyRoutes(auth, key_records).routes(), *SecretRoutes(auth, secrets).routes(),
+    routes = [*LeaseRoutes(service.leases, bulk).routes(),
+              *control_routes(sandbox_routes, SnapshotRoutes(snapshots), template_routes),
+              *KeyRoutes(key_records).routes(), *SecretRoutes(secrets).routes(),
               *VolumeRoutes(volumes, auth).routes()]
     # A 404 of a route naming a {sandbox_id} that died carries its death certificate.
     routes = [*with_deaths(routes, deaths),
-              *EventRoutes(native_events.reader, hub, auth, settings.event_heartbeat_s).routes()]
+              *EventRoutes(native_events.reader, hub, settings.event_heartbeat_s).routes()]
     # Lifecycle webhooks: kept in memory without `webhooks` (nothing to deliver without etcd).
     hooks = webhooks if webhooks is not None else Webhooks.in_memory(settings, key)
-    routes += WebhookRoutes(hooks.registry, auth).routes()
+    routes += WebhookRoutes(hooks.registry).routes()
     edge = GatewayApp(
         routes,
         DataPlane(service.wake, StreamingProxy(session), deaths),
         settings.domain,
         SignedFileRouter(directory.records),
         settings.edge_limits,
+        auth,
     )
     app = RevocableRequests(edge, auth, open_requests)
     guests = GuestEnvd(service, session)

@@ -18,6 +18,7 @@ from aenv_common.httpproxy import deny_websocket
 from aenv_common.sandbox_routing import target_from_headers
 from aenv_gateway.keys.auth import ApiKeyAuth
 from aenv_gateway.metrics import RequestMetrics
+from aenv_gateway.rest.boundary import ControlBoundary
 from aenv_gateway.rest.dataplane import DataPlane, drain_body
 from aenv_gateway.rest.dispatch import target_from_host
 from aenv_gateway.rest.edge_limits import EdgeLimits, bounded_body
@@ -31,10 +32,8 @@ from aenv_gateway.rest.signed_urls import SignedFileRouter
 
 def control_routes(
     sandboxes: SandboxRoutes, snapshots: SnapshotRoutes, templates: TemplateRoutes,
-    auth: ApiKeyAuth,
 ) -> list[BaseRoute]:
-    return [*health.routes(), *sandboxes.routes(auth), *snapshots.routes(auth),
-            *templates.routes(auth)]
+    return [*health.routes(), *sandboxes.routes(), *snapshots.routes(), *templates.routes()]
 
 
 AMBIGUOUS_PATHS = frozenset({"/health", "/metrics"})
@@ -49,8 +48,10 @@ class GatewayApp:
         domain: str | None,
         signed_files: SignedFileRouter,
         limits: EdgeLimits,
+        auth: ApiKeyAuth,
     ) -> None:
         self._router = Router(routes=routes)
+        self._control_plane = ControlBoundary(self._router, auth)
         self._dataplane = dataplane
         self._domain = domain
         self._signed_files = signed_files
@@ -92,7 +93,7 @@ class GatewayApp:
         await self._refuse(scope, receive, send, response)
 
     async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._router(scope, bounded_body(scope, receive, self._limits), send)
+        await self._control_plane(scope, bounded_body(scope, receive, self._limits), send)
 
     def _control_match(self, scope: Scope) -> Match:
         best = Match.NONE

@@ -1,5 +1,6 @@
 """Error responses of the HTTP edge: always `{"code": <status>, "message": ...}` JSON (the SDK
-crashes on anything else), and the wrapper that turns typed errors into them."""
+crashes on anything else), the status from the HTTP table (boundary.py answers every typed
+error a route raises with one)."""
 
 from __future__ import annotations
 
@@ -54,21 +55,3 @@ def _never_helps(err: AenvError, retry_after_s: float | None) -> bool:
     route not implemented, or a refusal for room no node could ever give."""
     return isinstance(err, NotImplementedYet) or (
         isinstance(err, ResourceExhausted) and retry_after_s is None)
-
-
-def json_errors(endpoint: Endpoint) -> Endpoint:
-    """Maps typed errors raised by an endpoint to JSON error responses; anything else is a bug,
-    logged and answered with a JSON 500."""
-
-    async def wrapped(request: Request) -> Response:
-        try:
-            return await endpoint(request)
-        except AenvError as err:
-            return typed_error_response(err)
-        except Exception:
-            log.exception(
-                "unhandled error", extra={"method": request.method, "path": request.url.path}
-            )
-            return error_response(500, "internal error")
-
-    return wrapped

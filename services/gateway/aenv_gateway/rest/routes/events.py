@@ -14,30 +14,29 @@ from starlette.routing import BaseRoute, Route
 
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_common.status_tables import http_status
-from aenv_gateway.core.events.deaths import Deaths, SandboxDied
+from aenv_gateway.core.events.deaths import Deaths
 from aenv_gateway.core.events.reader import EventFilter, EventPage, EventReader, checked_page
 from aenv_gateway.core.events.stream import EventHub, Subscription
 from aenv_gateway.core.events.wire import e2b_event, e2b_names, native_event, native_types
-from aenv_gateway.keys.auth import ApiKeyAuth, current_caller
-from aenv_gateway.rest.errors import Endpoint, typed_error_response
+from aenv_gateway.keys.auth import current_caller
+from aenv_gateway.rest.boundary import access_of, route, with_access
+from aenv_gateway.rest.errors import Endpoint
 from aenv_gateway.rest.query import optional_int
-from aenv_gateway.rest.routes.sandboxes import authenticated
 from aenv_gateway.rest.schemas import parse_metadata_filter
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class EventRoutes:
-    def __init__(self, reader: EventReader, hub: EventHub, auth: ApiKeyAuth,
+    def __init__(self, reader: EventReader, hub: EventHub,
                  heartbeat_s: float) -> None:
         self._reader = reader
         self._hub = hub
-        self._auth = auth
         self._heartbeat_s = heartbeat_s
 
     def routes(self) -> list[BaseRoute]:
         # The stream before {sandbox_id}, which would take "stream" for an id.
-        return [Route(path, authenticated(self._auth, endpoint), methods=["GET"]) for path, endpoint
+        return [route(path, endpoint, "GET") for path, endpoint
                 in (("/events/sandboxes", self.list_all),
                     ("/events/sandboxes/stream", self.stream),
                     ("/events/sandboxes/{sandbox_id}", self.list_one))]
@@ -107,15 +106,15 @@ def with_deaths(routes: list[BaseRoute], deaths: Deaths) -> list[BaseRoute]:
             for r in routes]
 
 
-def _explained(route: Route, deaths: Deaths) -> Route:
-    inner: Endpoint = route.endpoint
+def _explained(named: Route, deaths: Deaths) -> Route:
+    inner: Endpoint = named.endpoint
 
     async def endpoint(request: Request) -> Response:
-        response = await inner(request)
-        if response.status_code != 404:
-            return response
-        sandbox_id = str(request.path_params.get("sandbox_id", ""))
-        explained = await deaths.explain(sandbox_id, NotFound(""))
-        return typed_error_response(explained) if isinstance(explained, SandboxDied) else response
+        try:
+            return await inner(request)
+        except NotFound as err:
+            sandbox_id = str(request.path_params.get("sandbox_id", ""))
+            raise await deaths.explain(sandbox_id, err) from err
 
-    return Route(route.path, endpoint, methods=route.methods, name=route.name)
+    made = Route(named.path, endpoint, methods=named.methods, name=named.name)
+    return with_access(made, access_of(named))

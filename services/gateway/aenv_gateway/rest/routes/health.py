@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aenv_common.metrics import CONTENT_TYPE, exposition
+from aenv_gateway.rest.boundary import Access, route
 
 
 async def health(_: Request) -> Response:
@@ -35,8 +36,8 @@ async def openapi(_: Request) -> Response:
 
 def routes() -> list[Route]:
     return [
-        Route("/health", health, methods=["GET"]),
+        route("/health", health, "GET", Access.OPEN),
         # A request naming a sandbox is that sandbox's envd's /metrics (app.py AMBIGUOUS_PATHS).
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
+        route("/metrics", metrics, "GET", Access.OPEN),
+        route("/openapi.json", openapi, "GET", Access.OPEN),
     ]

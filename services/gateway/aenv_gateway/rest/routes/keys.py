@@ -15,9 +15,9 @@ from starlette.routing import Route
 from aenv.cluster.v1.cluster_pb2 import ApiKeyRecord
 from aenv_common.errors import InvalidArgument, NotFound
 from aenv_common.ids import new_api_key
-from aenv_gateway.keys.auth import ADMIN_KEY_ID, ApiKeyAuth
+from aenv_gateway.keys.auth import ADMIN_KEY_ID
 from aenv_gateway.keys.records import ApiKeyRecords, key_digest
-from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.boundary import Access, route
 from aenv_gateway.rest.schemas import json_field, parse_json_object, rfc3339
 
 log = logging.getLogger(__name__)
@@ -30,8 +30,7 @@ def present_key(record: ApiKeyRecord) -> dict[str, Any]:
 
 
 class KeyRoutes:
-    def __init__(self, auth: ApiKeyAuth, records: ApiKeyRecords) -> None:
-        self._auth = auth
+    def __init__(self, records: ApiKeyRecords) -> None:
         self._records = records
 
     async def create(self, request: Request) -> Response:
@@ -63,15 +62,8 @@ class KeyRoutes:
         return Response(status_code=204)
 
     def routes(self) -> list[Route]:
-        def admin(endpoint: Endpoint) -> Endpoint:
-            async def checked(request: Request) -> Response:
-                self._auth.check_admin(request.headers.get("x-api-key"))
-                return await endpoint(request)
-
-            return json_errors(checked)
-
         return [
-            Route("/admin/keys", admin(self.create), methods=["POST"]),
-            Route("/admin/keys", admin(self.list_keys), methods=["GET"]),
-            Route("/admin/keys/{key_id}", admin(self.revoke), methods=["DELETE"]),
+            route("/admin/keys", self.create, "POST", Access.ADMIN),
+            route("/admin/keys", self.list_keys, "GET", Access.ADMIN),
+            route("/admin/keys/{key_id}", self.revoke, "DELETE", Access.ADMIN),
         ]

@@ -12,8 +12,9 @@ from starlette.routing import Route
 from aenv_gateway.core.bulk import BulkOperations
 from aenv_gateway.core.leases import Leases
 from aenv_gateway.core.leases.service import timestamp
-from aenv_gateway.keys.auth import ApiKeyAuth
-from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.keys.auth import current_caller
+from aenv_gateway.rest.boundary import route as keyed_route
+from aenv_gateway.rest.errors import Endpoint
 from aenv_gateway.rest.lease_wire import (
     parse_filter,
     parse_new_lease,
@@ -27,10 +28,9 @@ _CallerEndpoint = Callable[[Request, str], Awaitable[Response]]
 
 
 class LeaseRoutes:
-    def __init__(self, leases: Leases, bulk: BulkOperations, auth: ApiKeyAuth) -> None:
+    def __init__(self, leases: Leases, bulk: BulkOperations) -> None:
         self._leases = leases
         self._bulk = bulk
-        self._auth = auth
 
     async def create(self, request: Request, caller: str) -> Response:
         ttl, action, name, metadata = parse_new_lease(parse_json_object(await request.body()))
@@ -66,7 +66,7 @@ class LeaseRoutes:
 
     def routes(self) -> list[Route]:
         def route(path: str, endpoint: _CallerEndpoint, method: str) -> Route:
-            return Route(path, self._checked(endpoint), methods=[method])
+            return keyed_route(path, _with_caller(endpoint), method)
 
         return [
             route("/leases", self.create, "POST"),
@@ -78,9 +78,9 @@ class LeaseRoutes:
             route("/sandboxes/pause", self.pause_sandboxes, "POST"),
         ]
 
-    def _checked(self, endpoint: _CallerEndpoint) -> Endpoint:
-        async def checked(request: Request) -> Response:
-            caller = self._auth.check(request.headers.get("x-api-key"))
-            return await endpoint(request, caller)
 
-        return json_errors(checked)
+def _with_caller(endpoint: _CallerEndpoint) -> Endpoint:
+    async def called(request: Request) -> Response:
+        return await endpoint(request, current_caller())
+
+    return called

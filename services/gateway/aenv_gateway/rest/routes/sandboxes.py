@@ -17,8 +17,7 @@ from aenv_gateway.core.idempotency import checked_key
 from aenv_gateway.core.policy import FORK_DEFAULT_TIMEOUT_S
 from aenv_gateway.core.sandbox_metrics import SandboxMetrics
 from aenv_gateway.core.sandboxes import SandboxService
-from aenv_gateway.keys.auth import ApiKeyAuth
-from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.rest.boundary import route
 from aenv_gateway.rest.logs import (
     SandboxLogs,
     parse_logs_v1,
@@ -40,14 +39,6 @@ from aenv_gateway.rest.schemas import (
     parse_timeout,
     present_metric,
 )
-
-
-def authenticated(auth: ApiKeyAuth, endpoint: Endpoint) -> Endpoint:
-    async def checked(request: Request) -> Response:
-        auth.check(request.headers.get("x-api-key"))
-        return await endpoint(request)
-
-    return json_errors(checked)
 
 
 class SandboxRoutes:
@@ -211,10 +202,7 @@ class SandboxRoutes:
         await self._service.update_network(request.path_params["sandbox_id"], network)
         return Response(status_code=204)
 
-    def routes(self, auth: ApiKeyAuth) -> list[Route]:
-        def route(path: str, endpoint: Endpoint, method: str) -> Route:
-            return Route(path, authenticated(auth, endpoint), methods=[method])
-
+    def routes(self) -> list[Route]:
         sid = "/sandboxes/{sandbox_id}"
         return [
             route("/v2/sandboxes", self.create_v2, "POST"),

@@ -17,8 +17,8 @@ from aenv.cluster.v1.cluster_pb2 import SecretRecord
 from aenv_common.errors import InvalidArgument
 from aenv_common.secrets.rules import check_metadata
 from aenv_gateway.core.secrets import GatewaySecrets
-from aenv_gateway.keys.auth import ApiKeyAuth
-from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.keys.auth import current_caller
+from aenv_gateway.rest.boundary import route
 from aenv_gateway.rest.json_fields import json_field
 from aenv_gateway.rest.schemas import parse_json_object, parse_limit, rfc3339
 
@@ -46,22 +46,18 @@ def _metadata(body: dict[str, Any]) -> dict[str, str] | None:
 
 
 class SecretRoutes:
-    def __init__(self, auth: ApiKeyAuth, secrets: GatewaySecrets) -> None:
-        self._auth = auth
+    def __init__(self, secrets: GatewaySecrets) -> None:
         self._secrets = secrets
 
-    def _owner(self, request: Request) -> str:
-        return self._auth.check(request.headers.get("x-api-key"))
-
     async def create(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         body = parse_json_object(await request.body())
         record = await self._secrets.create(
             owner, _string(body, "name"), _string(body, "value"), _metadata(body) or {})
         return JSONResponse(present_secret(record), status_code=201)
 
     async def list_secrets(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         limit = parse_limit(request.query_params)
         page, next_cursor = await self._secrets.page(
             owner, limit, request.query_params.get("nextToken") or None)
@@ -69,26 +65,23 @@ class SecretRoutes:
         return JSONResponse([present_secret(r) for r in page], headers=headers)
 
     async def get(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         record = await self._secrets.get(owner, request.path_params["secretID"])
         return JSONResponse(present_secret(record))
 
     async def update(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         body = parse_json_object(await request.body())
         record = await self._secrets.update(
             owner, request.path_params["secretID"], _string(body, "value"), _metadata(body))
         return JSONResponse(present_secret(record))
 
     async def destroy(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         await self._secrets.destroy(owner, request.path_params["secretID"])
         return Response(status_code=204)
 
     def routes(self) -> list[Route]:
-        def route(path: str, endpoint: Endpoint, method: str) -> Route:
-            return Route(path, json_errors(endpoint), methods=[method])
-
         one = "/secrets/{secretID}"
         return [
             route("/secrets", self.create, "POST"),

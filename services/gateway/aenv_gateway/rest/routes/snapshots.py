@@ -13,8 +13,7 @@ from starlette.routing import Route
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.core.snapshots import SnapshotService
 from aenv_gateway.core.templates.snapshot_catalog import SnapshotInfo
-from aenv_gateway.keys.auth import ApiKeyAuth
-from aenv_gateway.rest.routes.sandboxes import authenticated
+from aenv_gateway.rest.boundary import route
 from aenv_gateway.rest.schemas import parse_json_object, parse_memory, parse_snapshot_query
 
 
@@ -41,9 +40,8 @@ class SnapshotRoutes:
         headers = {"X-Next-Token": page.next_cursor} if page.next_cursor else None
         return JSONResponse([present_snapshot(i) for i in page.items], headers=headers)
 
-    def routes(self, auth: ApiKeyAuth) -> list[Route]:
+    def routes(self) -> list[Route]:
         return [
-            Route("/sandboxes/{sandbox_id}/snapshots",
-                  authenticated(auth, self.create_snapshot), methods=["POST"]),
-            Route("/snapshots", authenticated(auth, self.list_snapshots), methods=["GET"]),
+            route("/sandboxes/{sandbox_id}/snapshots", self.create_snapshot, "POST"),
+            route("/snapshots", self.list_snapshots, "GET"),
         ]

@@ -21,9 +21,7 @@ from aenv_gateway.core.templates.cleanup import TemplateCleanup
 from aenv_gateway.core.templates.names import split_name
 from aenv_gateway.core.templates.records import CatalogTemplate
 from aenv_gateway.core.templates.uploads import ContextUploads
-from aenv_gateway.keys.auth import ApiKeyAuth
-from aenv_gateway.rest.errors import Endpoint, json_errors
-from aenv_gateway.rest.routes.sandboxes import authenticated
+from aenv_gateway.rest.boundary import Access, route
 from aenv_gateway.rest.schemas import parse_json_object
 from aenv_gateway.rest.templates import tag_views
 from aenv_gateway.rest.templates.build_logs import build_logs
@@ -254,10 +252,7 @@ class TemplateRoutes:
         await self._cleanup.after_delete(removed)
         return Response(status_code=204)
 
-    def routes(self, auth: ApiKeyAuth) -> list[Route]:
-        def route(path: str, endpoint: Endpoint, method: str) -> Route:
-            return Route(path, authenticated(auth, endpoint), methods=[method])
-
+    def routes(self) -> list[Route]:
         return [
             route("/v3/templates", self.request_build, "POST"),
             route("/templates", self.list_templates, "GET"),
@@ -270,8 +265,7 @@ class TemplateRoutes:
             route("/templates/aliases/{alias}", self.alias, "GET"),
             route("/templates/{template_id}/files/{hash}", self.upload_link, "GET"),
             # The SDK PUTs without its API key, as to a presigned URL: the link is signed.
-            Route("/templates/{template_id}/files/{hash}", json_errors(self.upload),
-                  methods=["PUT"]),
+            route("/templates/{template_id}/files/{hash}", self.upload, "PUT", Access.OPEN),
             route("/v2/templates/{template_id}/builds/{build_id}", self.start_build, "POST"),
             route("/templates/{template_id}/builds/{build_id}/status", self.build_status, "GET"),
             route("/templates/{template_id}/tags", self.list_tags, "GET"),

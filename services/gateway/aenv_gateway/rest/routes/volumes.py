@@ -14,9 +14,9 @@ from starlette.routing import Route
 from aenv_common.errors import AenvError
 from aenv_gateway.core.volumes.records import VolumeRecord
 from aenv_gateway.core.volumes.service import Volumes
-from aenv_gateway.keys.auth import ApiKeyAuth
+from aenv_gateway.keys.auth import ApiKeyAuth, current_caller
+from aenv_gateway.rest.boundary import Access, route
 from aenv_gateway.rest.errors import Endpoint, error_response
-from aenv_gateway.rest.routes.sandboxes import authenticated
 from aenv_gateway.rest.volume_content import VolumeContent, content_error, parse_new_volume
 
 log = logging.getLogger(__name__)
@@ -34,35 +34,33 @@ def _with_token(record: VolumeRecord) -> dict[str, Any]:
 class VolumeRoutes:
     def __init__(self, volumes: Volumes, auth: ApiKeyAuth) -> None:
         self._volumes = volumes
-        self._auth = auth
         self._content = VolumeContent(volumes, auth)
-
-    def _owner(self, request: Request) -> str:
-        return self._auth.check(request.headers.get("x-api-key"))
 
     async def create(self, request: Request) -> Response:
         name, quota = parse_new_volume(await request.body())
-        record = await self._volumes.create(self._owner(request), name, quota)
+        record = await self._volumes.create(current_caller(), name, quota)
         return JSONResponse(_with_token(record), status_code=201)
 
     async def list_volumes(self, request: Request) -> Response:
-        owned = await self._volumes.owned(self._owner(request))
+        owned = await self._volumes.owned(current_caller())
         return JSONResponse([_listed(r) for r in owned])
 
     async def get(self, request: Request) -> Response:
-        record = await self._volumes.get(self._owner(request), request.path_params["volumeID"])
+        record = await self._volumes.get(current_caller(), request.path_params["volumeID"])
         return JSONResponse(_with_token(record))
 
     async def delete(self, request: Request) -> Response:
-        await self._volumes.destroy(self._owner(request), request.path_params["volumeID"])
+        await self._volumes.destroy(current_caller(), request.path_params["volumeID"])
         return Response(status_code=204)
 
     def routes(self) -> list[Route]:
         def control(path: str, endpoint: Endpoint, method: str) -> Route:
-            return Route(path, authenticated(self._auth, endpoint), methods=[method])
+            return route(path, endpoint, method)
 
         def content(path: str, endpoint: Endpoint, method: str) -> Route:
-            return Route(path, _content_errors(endpoint), methods=[method])
+            # The content API takes a volume's token too (VolumeContent checks either) and
+            # answers its own error shape.
+            return route(path, _content_errors(endpoint), method, Access.OPEN)
 
         vid = "/volumes/{volumeID}"
         vc = "/volumecontent/{volumeID}"
@@ -83,7 +81,7 @@ class VolumeRoutes:
 
 
 def _content_errors(endpoint: Endpoint) -> Endpoint:
-    """json_errors with the content API's statuses (content_error)."""
+    """The content API's own error answers (content_error), in place of the boundary's."""
 
     async def wrapped(request: Request) -> Response:
         try:

@@ -20,8 +20,8 @@ from starlette.routing import Route
 from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.errors import InvalidArgument
 from aenv_gateway.core.webhooks.registry import WebhookChanges, WebhookRegistry, WebhookSpec
-from aenv_gateway.keys.auth import ApiKeyAuth
-from aenv_gateway.rest.errors import Endpoint, json_errors
+from aenv_gateway.keys.auth import current_caller
+from aenv_gateway.rest.boundary import route
 from aenv_gateway.rest.json_fields import json_field, json_strings
 from aenv_gateway.rest.schemas import parse_json_object, rfc3339
 
@@ -91,49 +91,42 @@ def parse_deliveries_limit(params: Mapping[str, str]) -> int:
 
 
 class WebhookRoutes:
-    def __init__(self, registry: WebhookRegistry, auth: ApiKeyAuth) -> None:
+    def __init__(self, registry: WebhookRegistry) -> None:
         self._registry = registry
-        self._auth = auth
-
-    def _owner(self, request: Request) -> str:
-        return self._auth.check(request.headers.get("x-api-key"))
 
     async def create(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         spec = parse_spec(parse_json_object(await request.body()))
         record = await self._registry.create(owner, spec)
         return JSONResponse(present_webhook(record), status_code=201)
 
     async def list_webhooks(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         return JSONResponse([present_webhook(r) for r in await self._registry.list(owner)])
 
     async def get(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         record = await self._registry.get(owner, request.path_params["webhookID"])
         return JSONResponse(present_webhook(record))
 
     async def update(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         changes = parse_changes(parse_json_object(await request.body()))
         record = await self._registry.update(owner, request.path_params["webhookID"], changes)
         return JSONResponse(present_webhook(record))
 
     async def delete(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         await self._registry.delete(owner, request.path_params["webhookID"])
         return Response(status_code=200)
 
     async def deliveries(self, request: Request) -> Response:
-        owner = self._owner(request)
+        owner = current_caller()
         limit = parse_deliveries_limit(request.query_params)
         logged = await self._registry.deliveries(owner, request.path_params["webhookID"], limit)
         return JSONResponse([present_delivery(d) for d in logged])
 
     def routes(self) -> list[Route]:
-        def route(path: str, endpoint: Endpoint, method: str) -> Route:
-            return Route(path, json_errors(endpoint), methods=[method])
-
         one = "/events/webhooks/{webhookID}"
         return [
             route("/events/webhooks", self.create, "POST"),
