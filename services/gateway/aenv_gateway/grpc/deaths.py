@@ -9,7 +9,7 @@ or `file` (GetFile).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from aenv_common.errors import NotFound
 from aenv_common.grpc_server import wrap_handler
 from aenv_gateway.core.events.deaths import Deaths
+from aenv_gateway.grpc.wrapping import WrappingInterceptor
 
 
 def sandbox_id_of(request: Any) -> str:
@@ -48,18 +49,13 @@ class _FirstNamed:
         return request
 
 
-class DeathsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class DeathsInterceptor(WrappingInterceptor):
     def __init__(self, deaths: Deaths) -> None:
         self._deaths = deaths
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
+    def wrap(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
         return wrap_handler(handler, self._unary, self._stream)
 
     def _unary(self, behaviour: Any, streamed_in: bool) -> Any:

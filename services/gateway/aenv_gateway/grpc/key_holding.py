@@ -6,13 +6,14 @@ read the caller with `current_caller()`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
 
 from aenv_common.grpc_server import wrap_handler
+from aenv_gateway.grpc.wrapping import WrappingInterceptor
 from aenv_gateway.keys.auth import ApiKeyAuth
 from aenv_gateway.keys.open_requests import OpenRequests
 
@@ -26,7 +27,7 @@ def api_key_of(metadata: Metadata) -> str | None:
     return None
 
 
-class KeyHoldingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class KeyHoldingInterceptor(WrappingInterceptor):
     """Authenticates and holds every call of the service named `service`."""
 
     def __init__(self, auth: ApiKeyAuth, requests: OpenRequests, service: str) -> None:
@@ -34,15 +35,12 @@ class KeyHoldingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._requests = requests
         self._prefix = f"/{service}/"
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
+    def wrap(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or not handler_call_details.method.startswith(self._prefix):
+        if not details.method.startswith(self._prefix):
             return handler  # health and reflection are open to all
-        presented = api_key_of(handler_call_details.invocation_metadata)
+        presented = api_key_of(details.invocation_metadata)
         return wrap_handler(handler, lambda fn, _: self._unary(fn, presented),
                             lambda fn, _: self._stream(fn, presented))
 
