@@ -13,9 +13,6 @@ import grpc
 
 class AenvError(Exception):
     """Base of every expected failure. The message is safe to show to API users."""
-
-    http_status: int = 500
-    grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
     # E2B's machine-readable `error_code` of the HTTP body, for the few errors SDKs branch on.
     error_code: str | None = None
 
@@ -31,50 +28,29 @@ class AenvError(Exception):
 class InvalidArgument(AenvError):
     """The request is malformed, or asks for something impossible."""
 
-    http_status = 400
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
-
 
 class Unauthenticated(AenvError):
     """No valid credentials came with the request."""
-
-    http_status = 401
-    grpc_code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class PermissionDenied(AenvError):
     """The caller may not do this."""
 
-    http_status = 403
-    grpc_code = grpc.StatusCode.PERMISSION_DENIED
-
 
 class NotFound(AenvError):
     """No such resource."""
-
-    http_status = 404
-    grpc_code = grpc.StatusCode.NOT_FOUND
 
 
 class OutOfRange(AenvError):
     """Past what is kept: e.g. resuming after an event older than the retention."""
 
-    http_status = 410
-    grpc_code = grpc.StatusCode.OUT_OF_RANGE
-
 
 class Conflict(AenvError):
     """The resource is in a state that forbids the operation (e.g. already paused)."""
 
-    http_status = 409
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
-
 
 class AlreadyExists(AenvError):
     """Something of that name or id exists already."""
-
-    http_status = 409
-    grpc_code = grpc.StatusCode.ALREADY_EXISTS
 
 
 class Retriable(AenvError):
@@ -89,9 +65,6 @@ class Retriable(AenvError):
 class ResourceExhausted(Retriable):
     """Retry after: a full or timed-out admission queue; without: nothing can ever hold it."""
 
-    http_status = 429
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
 
 def at_capacity(detail: str, retry_after_s: float) -> ResourceExhausted:
     """No room for a sandbox now, in E2B's words for a full team: the SDKs retry it after
@@ -104,36 +77,22 @@ def at_capacity(detail: str, retry_after_s: float) -> ResourceExhausted:
 class Unavailable(Retriable):
     """Retry after: e.g. a standby scheduler while a leader is elected."""
 
-    http_status = 503
-    grpc_code = grpc.StatusCode.UNAVAILABLE
-
 
 class DeadlineExceeded(AenvError):
     """The operation did not finish within the time it had."""
 
-    http_status = 504
-    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
-
 
 class Internal(AenvError):
     """The platform failed; the caller did nothing wrong."""
-
-    http_status = 500
-    grpc_code = grpc.StatusCode.INTERNAL
 
 
 class Unimplemented(AenvError):
     """An operation this service knows of but does not do (a route not built yet, an NFS
     procedure a volume does not support)."""
 
-    http_status = 501
-    grpc_code = grpc.StatusCode.UNIMPLEMENTED
-
 
 class BadGateway(Internal):
     """An upstream a proxy relays to could not be reached or failed before answering."""
-
-    http_status = 502
 
 
 class Relayed(AenvError):
@@ -142,19 +101,14 @@ class Relayed(AenvError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
-        self.http_status = status
 
 
 class BodyTooLarge(AenvError):
     """A request body larger than the edge accepts."""
 
-    http_status = 413
-
 
 class RequestTimeout(AenvError):
     """A client too slow to send its request."""
-
-    http_status = 408
 
 
 def from_rpc_error(err: grpc.aio.AioRpcError) -> AenvError:

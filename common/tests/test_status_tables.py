@@ -93,3 +93,9 @@ def test_an_rpc_error_without_details_is_named_by_its_code() -> None:
     rebuilt = from_rpc_error(_rpc_error(_CODE.NOT_FOUND, ""))
     assert isinstance(rebuilt, errors.NotFound)
     assert rebuilt.message == "not_found"
+
+
+def test_no_kind_carries_a_protocol_status_of_its_own() -> None:
+    for kind, _, _ in KINDS:
+        assert not {"http_status", "grpc_code"} & set(vars(kind)), kind
+    assert not hasattr(errors.Relayed("x", 418), "http_status")
