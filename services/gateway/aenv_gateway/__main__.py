@@ -31,7 +31,7 @@ async def _serve(settings: GatewaySettings) -> None:
     from aenv_gateway.core.leases import EtcdLeaseStore
     from aenv_gateway.core.templates.records import EtcdTemplateRecords
     from aenv_gateway.core.volumes.records import EtcdVolumeRecords
-    from aenv_gateway.core.webhooks.service import Webhooks
+    from aenv_gateway.core.webhooks.runtime import Webhooks
     from aenv_gateway.keys.records import EtcdApiKeyRecords
     from aenv_gateway.server import start_gateway
 

@@ -79,7 +79,7 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(default=4 << 20, gt=0)
     body_timeout_s: float = Field(default=30.0, gt=0)
     # Requests (streams included) one API key may hold open at once, on both edges
-    # (revocation.py); past it, 429 / RESOURCE_EXHAUSTED.
+    # (keys/open_requests.py); past it, 429 / RESOURCE_EXHAUSTED.
     max_open_requests_per_key: int = Field(default=1024, gt=0)
     # Copy-on-write volume clones of fork children whose sandbox is gone are destroyed every
     # interval, once older than the grace (volumes/sweep.py).

@@ -34,7 +34,6 @@ from aenv_gateway.core.egress_checks import EgressChecks
 from aenv_gateway.core.events.deaths import Deaths
 from aenv_gateway.core.events.memory import InMemoryEventStore
 from aenv_gateway.core.events.reader import EventReader
-from aenv_gateway.core.events.service import SandboxEvents
 from aenv_gateway.core.events.store import EventStore
 from aenv_gateway.core.events.stream import EventHub
 from aenv_gateway.core.guest_envd import GuestEnvd
@@ -52,11 +51,12 @@ from aenv_gateway.core.templates.snapshot_catalog import SnapshotCatalog
 from aenv_gateway.core.templates.uploads import ContextUploads
 from aenv_gateway.core.volumes.client import VolumeClient
 from aenv_gateway.core.volumes.mounts import VolumeMounts
+from aenv_gateway.core.volumes.operations import Volumes
 from aenv_gateway.core.volumes.records import InMemoryVolumeRecords, VolumeRecords
-from aenv_gateway.core.volumes.service import Volumes
 from aenv_gateway.core.volumes.sweep import VolumeSweep
-from aenv_gateway.core.webhooks.service import Webhooks
+from aenv_gateway.core.webhooks.runtime import Webhooks
 from aenv_gateway.grpc.deaths import DeathsInterceptor
+from aenv_gateway.grpc.events import SandboxEvents
 from aenv_gateway.grpc.exec_stream import ExecStreams
 from aenv_gateway.grpc.file_transfer import FileTransfers
 from aenv_gateway.grpc.key_holding import KeyHoldingInterceptor

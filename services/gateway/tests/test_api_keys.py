@@ -1,4 +1,4 @@
-"""Several API keys (issue 18): created, listed and revoked while the gateway runs, by the admin
+"""Several API keys: created, listed and revoked while the gateway runs, by the admin
 (configured) key only; stored as SHA-256 digests, never logged; a revoked key stops working at
 once, on REST and gRPC, and the streams it opened are cut."""
 

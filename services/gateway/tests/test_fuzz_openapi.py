@@ -1,6 +1,6 @@
 """schemathesis against the gateway's own `/openapi.json`, in-process over the fake backends:
 every operation with the key, without one and with a wrong one; no 5xx, every response as the
-document says, data the document allows accepted and data it forbids refused (issue 18, the
+document says, data the document allows accepted and data it forbids refused (the
 edges fuzzed).
 
 The gateway's ASGI app runs on schemathesis's own event loop: the stack (fake scheduler and

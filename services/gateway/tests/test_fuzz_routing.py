@@ -1,4 +1,4 @@
-"""Property-based fuzzing of how the gateway finds a request's sandbox (issue 18, the edges
+"""Property-based fuzzing of how the gateway finds a request's sandbox (the edges
 fuzzed): the Host `<port>-<id>.<domain>`, the `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers and
 the numbers of query strings. Any text gives a target, None or a typed error, never a crash;
 a target written out parses back to itself.

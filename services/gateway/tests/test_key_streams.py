@@ -1,4 +1,4 @@
-"""Streams held by their API key (issue 18, revocation.py), through a real gateway: revoking a
+"""Streams held by their API key (keys/open_requests.py), through a real gateway: revoking a
 key ends the native gRPC streams it opened within a second, UNAUTHENTICATED (the HTTP edge's
 are in test_api_keys.py), and one key holds at most `max_open_requests_per_key` requests on
 both edges at once (429 / RESOURCE_EXHAUSTED past it) while another key's go on.

@@ -1,4 +1,4 @@
-"""Slow and endless clients against a real gateway on loopback (issue 18): trickled headers
+"""Slow and endless clients against a real gateway on loopback: trickled headers
 (slowloris), a thousand idle sockets, a never-ending and a trickled body are each cut off by
 the edge's bounds, while another client is answered at once all along. Every loop is bounded
 in count and time and stops by itself.

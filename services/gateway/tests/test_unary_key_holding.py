@@ -7,6 +7,8 @@ the test lets them go."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +24,7 @@ from .conftest import API_KEY, Stack, running_stack
 
 ADMIN = {"X-API-Key": API_KEY}
 CAP = GatewaySettings.model_fields["max_open_requests_per_key"].default
+CHANNELS = 8
 
 
 @pytest.fixture
@@ -133,9 +136,18 @@ async def _cap_counts(
 
 @pytest.mark.timeout(600)
 async def test_a_keys_cap_counts_concurrent_unary_grpc_calls(patient: Stack) -> None:
-    async with _clients(patient) as (_http, stub, sandbox_id):
+    address = f"127.0.0.1:{patient.gateway.grpc_port}"
+    async with (_clients(patient) as (_http, _stub, sandbox_id),
+                contextlib.AsyncExitStack() as open_):
+        # The calls spread over a few connections, as many clients' would be.
+        channels = [await open_.enter_async_context(grpc.aio.insecure_channel(
+            address, options=[("grpc.use_local_subchannel_pool", 1)])) for _ in range(CHANNELS)]
+        stubs = itertools.cycle(
+            [gateway_pb2_grpc.GatewayServiceStub(c)  # type: ignore[no-untyped-call]
+             for c in channels])
+
         async def metrics() -> object:
-            return await stub.GetSandboxMetrics(
+            return await next(stubs).GetSandboxMetrics(
                 gateway_pb2.GetSandboxMetricsRequest(sandbox_id=sandbox_id),
                 metadata=(("x-api-key", API_KEY),))
 

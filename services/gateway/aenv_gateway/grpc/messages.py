@@ -11,7 +11,7 @@ from aenv_common.status_tables import grpc_status, http_status
 from aenv_gateway.core.batch import BatchResult
 from aenv_gateway.core.bulk import Outcome, SandboxFilter
 from aenv_gateway.core.guest_envd import typed_http_error
-from aenv_gateway.core.leases.service import LeaseView, timestamp
+from aenv_gateway.core.leases.operations import LeaseView, timestamp
 from aenv_gateway.core.listing import VISIBLE_STATES, ListQuery
 from aenv_gateway.core.policy import MAX_PAGE
 from aenv_gateway.core.redaction import without_proxy_secrets

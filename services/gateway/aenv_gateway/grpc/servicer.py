@@ -14,15 +14,15 @@ from aenv.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from aenv_common.errors import Conflict, NotFound
 from aenv_gateway.core.batch import BatchCreates, batch_size
 from aenv_gateway.core.bulk import BulkOperations
-from aenv_gateway.core.events.service import SandboxEvents
 from aenv_gateway.core.idempotency import checked_key
-from aenv_gateway.core.leases.service import timestamp
+from aenv_gateway.core.leases.operations import timestamp
 from aenv_gateway.core.policy import FORK_DEFAULT_TIMEOUT_S, default_network, item_over_shared
 from aenv_gateway.core.redaction import without_proxy_secrets
 from aenv_gateway.core.sandbox_metrics import SandboxMetrics
 from aenv_gateway.core.sandboxes import CreateRequest, SandboxService
 from aenv_gateway.core.snapshots import SnapshotQuery, SnapshotService
 from aenv_gateway.core.volumes.mounts import MountRequest
+from aenv_gateway.grpc.events import SandboxEvents
 from aenv_gateway.grpc.exec_stream import ExecStreams
 from aenv_gateway.grpc.file_transfer import FileTransfers
 from aenv_gateway.grpc.messages import (

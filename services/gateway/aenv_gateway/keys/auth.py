@@ -1,5 +1,5 @@
 """The gateway's API keys: the configured one, created once (0600, atomically) and read on
-later starts, and the stored ones (api_keys.py); compared in constant time, never logged."""
+later starts, and the stored ones (records.py); compared in constant time, never logged."""
 
 from __future__ import annotations
 

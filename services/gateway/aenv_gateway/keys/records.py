@@ -1,7 +1,7 @@
 """API keys besides the configured (admin) key: created, listed and revoked while the gateway
 runs (routes/keys.py, `aenv auth key`), kept in etcd (`api-keys/<id>`) as the SHA-256 of the
 key only, and known to every gateway through its watch. A revoked key stops working at once,
-and the requests it opened that are still running are cut (revocation.py).
+and the requests it opened that are still running are cut (open_requests.py).
 """
 
 from __future__ import annotations

@@ -127,5 +127,5 @@ class GatewayApp:
 
 def instrumented(app: ASGIApp) -> ASGIApp:
     """Server spans for every request (the W3C traceparent of the caller becomes their parent),
-    and its count and time (gateway_metrics.py)."""
+    and its count and time (metrics.py)."""
     return OpenTelemetryMiddleware(RequestMetrics(app))

@@ -1,4 +1,4 @@
-"""Bounds on slow and endless clients at the HTTP edge (issue 18): a client holds a connection
+"""Bounds on slow and endless clients at the HTTP edge: a client holds a connection
 only while it sends a request's headers within `header_timeout_s` (slowloris, idle sockets),
 and a control-plane request's body is at most `max_body_bytes`, in full within
 `body_timeout_s` (never-ending or trickled uploads). Sandbox traffic and the signed context

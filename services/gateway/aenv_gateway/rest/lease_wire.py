@@ -9,7 +9,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_common.status_tables import grpc_status, http_status
 from aenv_gateway.core.bulk import Outcome, SandboxFilter
-from aenv_gateway.core.leases.service import LeaseView, timestamp
+from aenv_gateway.core.leases.operations import LeaseView, timestamp
 from aenv_gateway.core.listing import PAUSED, RUNNING
 from aenv_gateway.rest.json_fields import json_field, json_strings
 

@@ -23,8 +23,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.errors import AenvError, InvalidArgument, ResourceExhausted, Unauthenticated
+from aenv_gateway.core.volumes.operations import Volumes, not_found
 from aenv_gateway.core.volumes.records import VolumeRecord
-from aenv_gateway.core.volumes.service import Volumes, not_found
 from aenv_gateway.keys.auth import ApiKeyAuth
 from aenv_gateway.rest.errors import error_response, typed_error_response
 from aenv_gateway.rest.schemas import parse_json_object

@@ -1,7 +1,7 @@
 """Experiment leases (docs/leases.md): records in etcd bound to etcd leases, and the API's
 operations on them."""
 
+from aenv_gateway.core.leases.operations import Leases, LeaseView
 from aenv_gateway.core.leases.records import EtcdLeaseStore, InMemoryLeaseStore, LeaseStore
-from aenv_gateway.core.leases.service import Leases, LeaseView
 
 __all__ = ["EtcdLeaseStore", "InMemoryLeaseStore", "LeaseStore", "LeaseView", "Leases"]

@@ -11,7 +11,7 @@ node agent receives, with a ticket snapstore minted for that sandbox id alone.
   A failed fork removes every clone it made; a child that failed to start has its own removed.
 
 Tickets are secrets: they travel only on specs to node agents and are cleared from every record
-the APIs answer (network_schema.without_proxy_secrets).
+the APIs answer (core/redaction.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_gateway.core.volumes.names import check_disjoint, check_mount_path, clone_name
+from aenv_gateway.core.volumes.operations import Volumes
 from aenv_gateway.core.volumes.records import VolumeRecord
-from aenv_gateway.core.volumes.service import Volumes
 
 log = logging.getLogger(__name__)
 

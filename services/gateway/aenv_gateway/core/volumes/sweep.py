@@ -17,7 +17,7 @@ from collections.abc import Callable
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError
 from aenv_gateway.cluster.directory import SandboxDirectory
-from aenv_gateway.core.volumes.service import Volumes
+from aenv_gateway.core.volumes.operations import Volumes
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from aenv_gateway.core.bulk import BulkOperations
 from aenv_gateway.core.leases import Leases
-from aenv_gateway.core.leases.service import timestamp
+from aenv_gateway.core.leases.operations import timestamp
 from aenv_gateway.keys.auth import current_caller
 from aenv_gateway.rest.boundary import route as keyed_route
 from aenv_gateway.rest.errors import Endpoint

@@ -1,5 +1,5 @@
 """Snapshot routes, named as E2B names them (snapshots.py): taking one and listing them.
-Deleting one goes through the template API's `DELETE /templates/{id}` (routes/templates.py):
+Deleting one goes through the template API's `DELETE /templates/{id}` (rest/routes/templates.py):
 E2B names snapshots as templates."""
 
 from __future__ import annotations

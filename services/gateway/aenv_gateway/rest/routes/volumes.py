@@ -12,8 +12,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aenv_common.errors import AenvError
+from aenv_gateway.core.volumes.operations import Volumes
 from aenv_gateway.core.volumes.records import VolumeRecord
-from aenv_gateway.core.volumes.service import Volumes
 from aenv_gateway.keys.auth import ApiKeyAuth, current_caller
 from aenv_gateway.rest.boundary import Access, route
 from aenv_gateway.rest.errors import Endpoint, error_response
