@@ -4,6 +4,8 @@ exit watch in sandbox/watch.py gathers the facts, this names the cause).
 The facts, in the order they decide:
 - the VM's cgroup counted an OOM kill since it was watched: the host's OOM killer took QEMU
   (VMM_CRASH; memory.events / memory.oom_control `oom_kill`, confinement/);
+- QEMU died of SIGBUS while the filesystem under its memory and state (the sandbox's directory)
+  had no room left: a page of its file-backed memory could not be written (DISK_FULL);
 - QEMU died of a signal, or exited non-zero: the VMM crashed or something killed it (VMM_CRASH);
 - QEMU exited with status 0: the guest ended itself. Guests run with `panic=-1` and QEMU with
   `-no-reboot`, so a panic resets the guest at once and the reset ends QEMU cleanly; only the
@@ -21,6 +23,7 @@ itself ("System is deadlocked on memory", `vm.panic_on_oom`) reads as OOM either
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +38,8 @@ OOM_WINDOW_LINES = 200
 _POWER_OFF = ("reboot: Power down", "reboot: System halted")
 _RESTART = "reboot: Restarting system"
 _DETAIL_MAX = 200
+DISK_FULL_SIGBUS = ("qemu killed by SIGBUS: the host filesystem under its memory file has no "
+                    "room left")
 
 
 @dataclass(frozen=True)
@@ -46,12 +51,14 @@ class Death:
 @dataclass(frozen=True)
 class VmExit:
     """What the node knows of a VM that exited: QEMU's status (None: unknown, a QEMU an earlier
-    agent started is nobody's child here), whether its cgroup's OOM kill count rose, and the
-    last lines of the guest's console, oldest first."""
+    agent started is nobody's child here), whether its cgroup's OOM kill count rose, the last
+    lines of the guest's console, oldest first, and whether the filesystem holding its memory
+    and state files was full when the exit was seen."""
 
     status: int | None
     host_oom_kills: int = 0
     console: Sequence[str] = ()
+    state_disk_full: bool = False
 
 
 def classify_exit(exit: VmExit) -> Death:
@@ -59,6 +66,8 @@ def classify_exit(exit: VmExit) -> Death:
     if exit.host_oom_kills > 0:
         return Death(c.DEATH_CAUSE_VMM_CRASH,
                      "qemu killed by the host's OOM killer (its cgroup's oom_kill count rose)")
+    if exit.status == -signal.SIGBUS and exit.state_disk_full:
+        return Death(c.DEATH_CAUSE_DISK_FULL, DISK_FULL_SIGBUS)
     if exit.status is not None and exit.status < 0:
         return Death(c.DEATH_CAUSE_VMM_CRASH, f"qemu killed by signal {-exit.status}")
     if exit.status is not None and exit.status > 0:

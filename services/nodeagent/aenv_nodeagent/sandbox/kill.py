@@ -32,6 +32,8 @@ TIMED_OUT = cluster_pb2.SANDBOX_EVENT_TYPE_TIMED_OUT
 UPDATED = cluster_pb2.SANDBOX_EVENT_TYPE_UPDATED
 OWNER_KILL = cluster_pb2.DEATH_CAUSE_UNSPECIFIED
 STOPPED = "its node agent stopped"
+# A death's cause and the words saying why.
+Death = tuple[cluster_pb2.DeathCause, str]
 tracer = trace.get_tracer(__name__)
 
 
@@ -51,6 +53,8 @@ class Kills:
         self._cut_traffic = wing.cut_traffic
         self._allocation_changed = wing.allocation_changed
         self._killing: set[str] = set()
+        # Sandboxes whose death is announced while their removal is still to succeed.
+        self._certified: set[str] = set()
 
     async def kill(
         self, sandbox_id: str, *, cause: cluster_pb2.DeathCause = OWNER_KILL, detail: str = "",
@@ -64,16 +68,18 @@ class Kills:
             as its VM exited): for the caller it is gone either way.
         :raise Conflict: another operation holds it.
         """
-        record = await self._remove(sandbox_id, stopping=stopping)
         if cause == OWNER_KILL:
+            record = await self._remove(sandbox_id, stopping=stopping)
             await self._events.announce(record, KILLED, detail=detail)
-        else:
-            await self._events.died(record, cause, detail)
+            return
+        await self._remove(sandbox_id, stopping=stopping, death=(cause, detail))
 
     async def _remove(
-        self, sandbox_id: str, *, stopping: bool = False
+        self, sandbox_id: str, *, stopping: bool = False, death: Death | None = None
     ) -> cluster_pb2.SandboxRecord:
-        """The kill itself, announcing nothing; the record the sandbox had."""
+        """The kill itself; the record the sandbox had. A `death` is certified (DIED and its
+        certificate) once the sandbox is held, before its traffic is cut: whatever the cut
+        wakes (a client probing after its stream ended) finds why it ended."""
         if sandbox_id in self._killing:
             raise NotFound(f"sandbox \"{sandbox_id}\" not found")
         self._killing.add(sandbox_id)
@@ -81,19 +87,30 @@ class Kills:
             if paused := self._registry.paused(sandbox_id):
                 record = paused.record
                 with PhaseTimer.operation("sandbox.kill", paused.record):
+                    await self._certify(record, death)
                     await self._pauses.kill(paused)
             else:
                 sandbox = self._registry.get(sandbox_id)
                 record = sandbox.record
                 with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
                         "sandbox.kill", sandbox.record):
+                    await self._certify(record, death)
                     await self._destroy(sandbox, stopping=stopping)
         finally:
             self._killing.discard(sandbox_id)
+        self._certified.discard(sandbox_id)
         self._metrics_history.drop(sandbox_id)
         self._layers.collect()
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
         return record
+
+    async def _certify(self, record: cluster_pb2.SandboxRecord, death: Death | None) -> None:
+        """The death's DIED event and certificate, once per sandbox: a kill retried after its
+        removal failed does not announce the death again."""
+        if death is None or record.sandbox_id in self._certified:
+            return
+        await self._events.died(record, *death)
+        self._certified.add(record.sandbox_id)
 
     async def expire(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
         """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause, keeping what its

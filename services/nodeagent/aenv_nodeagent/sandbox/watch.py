@@ -7,10 +7,10 @@ sandbox would be listed running. The VMM process of every running sandbox is wat
 pidfd, readable once the process exits, and its QMP events for a full disk (vmm/disk_errors.py);
 new sandboxes are picked up on the loop's next pass. An end no operation of this node caused (a
 kill, a pause, a reset end their VMs themselves, holding or leaving the sandbox) ends the sandbox
-at once: its traffic is refused and cut, then it is killed with the cause
-(sandbox/death_causes.py names it from QEMU's exit status, the VM cgroup's OOM kills and the
-guest console's tail), which removes it as any kill does and writes its DIED event and death
-certificate.
+at once: it is killed with the cause (sandbox/death_causes.py names it from QEMU's exit status,
+the VM cgroup's OOM kills, the guest console's tail and whether the filesystem under its memory
+is full), which writes its DIED event and death certificate before its traffic is cut and it is
+removed, so that a client woken by the cut finds the certificate.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from opentelemetry import trace
@@ -181,8 +182,10 @@ class VmExits:
         vm = sandbox.vm
         status = await vm.exit_status()
         oom_kills = max(0, _oom_kills(vm.cgroup) - ended.oom_kills)
-        death = classify_exit(VmExit(status, oom_kills, self._console_tail(sandbox)))
-        ended.facts.append(f"exit status {status}, {oom_kills} host OOM kills")
+        disk_full = filesystem_full(sandbox.directory)
+        death = classify_exit(VmExit(status, oom_kills, self._console_tail(sandbox), disk_full))
+        ended.facts.append(f"exit status {status}, {oom_kills} host OOM kills, "
+                           f"state disk {'full' if disk_full else 'not full'}")
         return death
 
     async def _die(self, sandbox: Sandbox, death: Death, facts: Sequence[str]) -> None:
@@ -190,10 +193,25 @@ class VmExits:
         log.warning("sandbox's VM ended on its own", extra={
             "sandbox_id": sandbox_id, "pid": sandbox.vm.pid, "detail": death.detail,
             "cause": c.DeathCause.Name(death.cause), "facts": list(facts)})
-        # Before any etcd write: requests get "not found" and the streams end at once.
-        self._registry.leaving(sandbox_id)
-        await self._cut_traffic(sandbox_id)
-        await self._end(sandbox_id, cause=death.cause, detail=death.detail)
+        try:
+            # The kill writes the certificate first, then cuts the traffic and removes it.
+            await self._end(sandbox_id, cause=death.cause, detail=death.detail)
+        except AenvError:
+            # etcd refused the removal: the VM is gone all the same, so its requests get "not
+            # found" and its streams end now; the next pass removes it.
+            self._registry.leaving(sandbox_id)
+            await self._cut_traffic(sandbox_id)
+            raise
+
+
+def filesystem_full(directory: Path, room_bytes: int = 1 << 20) -> bool:
+    """Whether the filesystem holding `directory` has less than `room_bytes` left for writes
+    (False when it cannot be read: a full disk is not assumed)."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize < room_bytes
 
 
 def _oom_kills(cgroup: VmCgroup | None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_nodeagent.sandbox.death_causes import (
+    DISK_FULL_SIGBUS,
     Death,
     VmExit,
     classify_console,
@@ -85,3 +86,18 @@ def test_oom_kills_from_either_cgroup_version() -> None:
     v2 = "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"
     v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"
     assert (parse_oom_kills(v2), parse_oom_kills(v1), parse_oom_kills("")) == (2, 1, 0)
+
+
+def test_a_sigbus_with_the_state_disk_full_is_disk_full() -> None:
+    death = classify_exit(VmExit(-7, 0, BOOTED, state_disk_full=True))
+    assert death == Death(c.DEATH_CAUSE_DISK_FULL, DISK_FULL_SIGBUS)
+
+
+def test_a_sigbus_with_room_or_another_signal_on_a_full_disk_is_the_vmm_s_crash() -> None:
+    assert classify_exit(VmExit(-7, 0, BOOTED)) == Death(
+        c.DEATH_CAUSE_VMM_CRASH, "qemu killed by signal 7")
+    assert classify_exit(VmExit(-9, 0, BOOTED, state_disk_full=True)) == Death(
+        c.DEATH_CAUSE_VMM_CRASH, "qemu killed by signal 9")
+    # The host's OOM killer is named first, whatever the disk.
+    assert "host's OOM killer" in classify_exit(
+        VmExit(-7, 1, BOOTED, state_disk_full=True)).detail
