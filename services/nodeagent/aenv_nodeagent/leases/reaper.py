@@ -4,16 +4,17 @@ A lease is a key in etcd bound to an etcd lease its holder renews; the key vanis
 (aenv_common.leases). Two paths find the sandboxes to end, and either alone would do:
 - the watch of `leases/` (a RecordCache): a key deleted (expired, released) ends the sandboxes
   under it at once; it also remembers each live lease's `on_expiry`, which the deleted key no
-  longer says;
+  longer says (each sandbox's record keeps it too, `lease_on_expiry`, read at its create);
 - the reconcile, every `interval_s`: this node's sandboxes are read first, then the leases in
   etcd; a sandbox whose lease is not among them lapsed (its create was admitted only while its
   lease existed), which catches what the watch missed (an agent that was down, a compaction).
 
-Ending is the lease's action: KILL (and an unknown action: the record is gone and no watch
-or read saw it) kills running and paused sandboxes with cause LEASE_EXPIRED (a DIED event and a
+Ending is the lease's action, as the watch saw it, else as the sandbox's record says: KILL (and
+an unknown action: a sandbox made before records kept it, its lease seen by no watch or read)
+kills running and paused sandboxes with cause LEASE_EXPIRED (a DIED event and a
 certificate); PAUSE pauses running ones (a PAUSED event, "lease <id> lapsed") and then detaches
 every paused one from the lapsed lease, so that its owner may resume it without the reconcile
-pausing it again, and a restarted agent, which no longer knows the action, does not kill it.
+pausing it again.
 Sandboxes are ended concurrently, at most `concurrency` at once; one that another operation
 holds, or whose end failed, is ended by a later reconcile.
 """
@@ -30,7 +31,7 @@ from opentelemetry import trace
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore, RecordCache, Versioned
 from aenv_common.errors import AenvError, Conflict, NotFound
-from aenv_common.leases import KILL, LEASES, PAUSE, expiry_action
+from aenv_common.leases import LEASES, PAUSE, expiry_action
 from aenv_common.rollout import sandbox_span
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,17 @@ class LeasedSandboxes(Protocol):
         ...
 
 
+def own_action(record: cluster_pb2.SandboxRecord) -> int:
+    """The lapse's action the sandbox's record kept from its create (KILL when it kept none)."""
+    return expiry_action(record.lease_on_expiry)
+
+
+def _name(action: int | None) -> str:
+    if action is None:
+        return "each sandbox's own"
+    return "pause" if action == PAUSE else "kill"
+
+
 def detail(lease_id: str) -> str:
     return f"lease {lease_id} lapsed"
 
@@ -86,9 +98,10 @@ class LeaseReaper:
         self._bound = asyncio.Semaphore(concurrency)
         self._leases: RecordCache[LeaseRecord] = RecordCache(store, LEASES, LeaseRecord)
         self._leases.add_listener(self._changed)
-        # Each lease's action as last seen alive; and the action of those seen lapse.
+        # Each lease's action as last seen alive; and the action of those seen lapse (None:
+        # unseen alive, each sandbox's record says it).
         self._actions: dict[str, int] = {}
-        self._lapsed: dict[str, int] = {}
+        self._lapsed: dict[str, int | None] = {}
         self._ending: set[str] = set()  # sandbox ids being ended now
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
@@ -127,7 +140,7 @@ class LeaseReaper:
         for record in leased:
             if record.lease_id in lapsed and record.sandbox_id not in self._ending:
                 action = self._lapsed.setdefault(
-                    record.lease_id, self._actions.pop(record.lease_id, KILL))
+                    record.lease_id, self._actions.pop(record.lease_id, None))
                 ended.append(record.sandbox_id)
                 self._spawn(record, action)
         if ended:
@@ -144,25 +157,25 @@ class LeaseReaper:
         if entry is not None:
             self._actions[lease_id] = expiry_action(entry.record.on_expiry)
             return
-        action = self._actions.pop(lease_id, KILL)
+        action = self._actions.pop(lease_id, None)
         self._lapsed[lease_id] = action
         under = [r for r in self._sandboxes.records()
                  if r.lease_id == lease_id and r.sandbox_id not in self._ending]
         if under:
             log.info("lease lapsed", extra={"lease_id": lease_id, "sandboxes": len(under),
-                                            "on_expiry": "pause" if action == PAUSE else "kill"})
+                                            "on_expiry": _name(action)})
         for record in under:
             self._spawn(record, action)
 
-    def _spawn(self, record: cluster_pb2.SandboxRecord, action: int) -> None:
+    def _spawn(self, record: cluster_pb2.SandboxRecord, action: int | None) -> None:
         self._ending.add(record.sandbox_id)
         task = asyncio.create_task(self._end(record, action))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _end(self, record: cluster_pb2.SandboxRecord, action: int) -> None:
+    async def _end(self, record: cluster_pb2.SandboxRecord, action: int | None) -> None:
         sandbox_id, lease_id = record.sandbox_id, record.lease_id
-        what = decide(record, action)
+        what = decide(record, own_action(record) if action is None else action)
         try:
             async with self._bound:
                 # In the trainer's trace: no call parents it, the sandbox's creator does.

@@ -31,6 +31,7 @@ class WingSandboxes:
             if paused is None or paused.record.lease_id != lease_id:
                 return  # resumed or killed meanwhile, or detached already
             paused.record.lease_id = ""
+            paused.record.ClearField("lease_on_expiry")
             # Its directory's record first: a restart takes it back as it is now.
             paused.save()
             await self._records.put_sandbox(paused.record)

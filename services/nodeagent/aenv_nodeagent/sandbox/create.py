@@ -8,18 +8,21 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError
 from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.model import Sandbox
-from aenv_nodeagent.sandbox.records import check_resources, validate_spec
+from aenv_nodeagent.sandbox.plans import FromSnapshot, FromTemplate
+from aenv_nodeagent.sandbox.records import check_resources, lease_on_expiry, validate_spec
 from aenv_nodeagent.sandbox.restore import Restorer
 from aenv_nodeagent.snapshots.store import SnapshotMeta
 
 log = logging.getLogger(__name__)
 
+Plan = TypeVar("Plan", FromTemplate, FromSnapshot)
 CREATED = cluster_pb2.SANDBOX_EVENT_TYPE_CREATED
 KILLED = cluster_pb2.SANDBOX_EVENT_TYPE_KILLED
 
@@ -36,6 +39,7 @@ class Creates:
         self._restorer = restorer
         self._sources = wing.sources
         self._persistence = wing.persistence
+        self._records = wing.records
 
     async def create(self, spec: cluster_pb2.SandboxSpec) -> Sandbox:
         """From a template, or from a snapshot when `template_id` names one.
@@ -58,7 +62,7 @@ class Creates:
                 template = await timer.timed("template", self._templates.get(spec.template_id))
                 check_resources(spec, template)
                 sandbox = await self._restorer.restore(
-                    self._sources.from_template(spec, template), timer)
+                    await self._leased(self._sources.from_template(spec, template)), timer)
         log.info("sandbox created", extra={
             "sandbox_id": spec.sandbox_id, "template": spec.template_id, **timer.fields()})
         return sandbox
@@ -79,12 +83,17 @@ class Creates:
             with self._announced(spec, parent):
                 template = await self._templates.get(snapshot.template_id)
                 sandbox = await self._restorer.restore(
-                    self._sources.from_snapshot(spec, snapshot, template), timer,
-                    related=parent)
+                    await self._leased(self._sources.from_snapshot(spec, snapshot, template)),
+                    timer, related=parent)
         log.info("sandbox restored from snapshot", extra={
             "sandbox_id": spec.sandbox_id, "snapshot_id": snapshot.snapshot_id,
             **timer.fields()})
         return sandbox
+
+    async def _leased(self, plan: Plan) -> Plan:
+        """The plan, its record saying what its lease's lapse will do to it."""
+        plan.record.lease_on_expiry = await lease_on_expiry(self._records, plan.record.lease_id)
+        return plan
 
     @contextlib.contextmanager
     def _announced(

@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import InvalidArgument
 from aenv_common.ids import is_valid_sandbox_id
+from aenv_common.leases import LEASES, expiry_action
 from aenv_common.limits import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 from aenv_nodeagent.network import EgressPolicy
 from aenv_nodeagent.templates import TemplateSnapshot
 from aenv_nodeagent.volumes import check_mounts
+
+M = TypeVar("M", bound=Message)
+NO_LEASE_ACTION = cluster_pb2.LEASE_EXPIRY_ACTION_UNSPECIFIED
 
 
 class SandboxRecords(Protocol):
@@ -36,6 +41,23 @@ class ClusterRecords(SandboxRecords, Protocol):
     ) -> cluster_pb2.SandboxRecord: ...
 
     async def get_node(self, node_id: str) -> cluster_pb2.NodeRecord | None: ...
+
+    async def get_record(self, kind: str, record_id: str, record_type: type[M]) -> M | None: ...
+
+
+async def lease_on_expiry(
+    records: ClusterRecords, lease_id: str
+) -> cluster_pb2.LeaseExpiryAction:
+    """What the lapse of `lease_id` will do to a sandbox created under it, kept on the sandbox's
+    record so that an agent that was down when the lease lapsed still knows. Unspecified: no
+    lease, or one gone already (the reaper's default then applies).
+
+    :raise Unavailable: etcd did not answer.
+    """
+    if not lease_id:
+        return NO_LEASE_ACTION
+    lease = await records.get_record(LEASES, lease_id, cluster_pb2.LeaseRecord)
+    return expiry_action(lease.on_expiry) if lease is not None else NO_LEASE_ACTION
 
 
 def timestamp(seconds: float) -> Timestamp:

@@ -19,9 +19,12 @@ class FakeSandboxes:
         self.failures: dict[str, AenvError] = {}
         self.changed = asyncio.Event()
 
-    def add(self, sandbox_id: str, lease_id: str, state: int = RUNNING) -> None:
+    def add(self, sandbox_id: str, lease_id: str, state: int = RUNNING,
+            on_expiry: int = cluster_pb2.LEASE_EXPIRY_ACTION_UNSPECIFIED) -> None:
+        """A sandbox under `lease_id`, its record keeping the lease's action `on_expiry`."""
         self.sandboxes[sandbox_id] = cluster_pb2.SandboxRecord(
-            sandbox_id=sandbox_id, lease_id=lease_id, state=state)  # type: ignore[arg-type]
+            sandbox_id=sandbox_id, lease_id=lease_id, state=state,  # type: ignore[arg-type]
+            lease_on_expiry=on_expiry)  # type: ignore[arg-type]
 
     def records(self) -> list[cluster_pb2.SandboxRecord]:
         return list(self.sandboxes.values())

@@ -114,3 +114,32 @@ async def test_a_sandbox_not_ended_now_is_ended_by_a_later_pass() -> None:
     assert sorted(sandboxes.done) == [
         ("detach", "busy", "lease-p"), ("detach", "down", "lease-p"),
         ("pause", "busy", "lease lease-p lapsed"), ("pause", "down", "lease lease-p lapsed")]
+
+
+async def test_a_lapse_no_watch_saw_follows_each_sandbox_s_own_record() -> None:
+    """An agent that was down while a lease lapsed knows its action from the sandboxes' records
+    alone: a PAUSE lease's sandboxes pause, and one kept nothing (made before records kept it)
+    is killed, the default."""
+    leases, sandboxes = FakeLeases(), FakeSandboxes()
+    sandboxes.add("p1", "lease-p", on_expiry=PAUSE)
+    sandboxes.add("p2", "lease-p", PAUSED, on_expiry=PAUSE)
+    sandboxes.add("k1", "lease-k", on_expiry=KILL)
+    sandboxes.add("old", "lease-old")
+    await _reaper(leases, sandboxes).reconcile()
+    assert sorted(sandboxes.done) == [
+        ("detach", "p1", "lease-p"), ("detach", "p2", "lease-p"),
+        ("kill", "k1", f"{LEASE_EXPIRED}: lease lease-k lapsed"),
+        ("kill", "old", f"{LEASE_EXPIRED}: lease lease-old lapsed"),
+        ("pause", "p1", "lease lease-p lapsed"),
+    ]
+
+
+async def test_the_action_seen_alive_comes_before_the_record_s() -> None:
+    leases, sandboxes = FakeLeases(), FakeSandboxes()
+    leases.live = {"lease-a": KILL}
+    sandboxes.add("a1", "lease-a", on_expiry=PAUSE)
+    reaper = _reaper(leases, sandboxes)
+    assert await reaper.reconcile() == []
+    leases.live = {}
+    assert await reaper.reconcile() == ["a1"]
+    assert sandboxes.done == [("kill", "a1", f"{LEASE_EXPIRED}: lease lease-a lapsed")]

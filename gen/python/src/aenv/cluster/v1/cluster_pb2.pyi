@@ -263,7 +263,7 @@ class VolumeMount(_message.Message):
     def __init__(self, path: _Optional[str] = ..., volume_id: _Optional[str] = ..., name: _Optional[str] = ..., read_only: _Optional[bool] = ..., ticket: _Optional[str] = ..., seen_as: _Optional[str] = ...) -> None: ...
 
 class SandboxRecord(_message.Message):
-    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause", "owner_key_id", "volume_mounts", "lease_id", "trace_parent", "death")
+    __slots__ = ("sandbox_id", "node_id", "template_id", "state", "resources", "metadata", "started_at", "end_at", "envd_access_token", "envd_version", "alias", "network", "lifecycle", "env_vars", "traffic_access_token", "pause_mode", "paused_image", "base_template_id", "catalog_template_id", "envd_unresponsive_at_pause", "owner_key_id", "volume_mounts", "lease_id", "trace_parent", "death", "lease_on_expiry")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +303,7 @@ class SandboxRecord(_message.Message):
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
     DEATH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ON_EXPIRY_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     node_id: str
     template_id: str
@@ -328,7 +329,8 @@ class SandboxRecord(_message.Message):
     lease_id: str
     trace_parent: str
     death: DeathCertificate
-    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ..., lease_id: _Optional[str] = ..., trace_parent: _Optional[str] = ..., death: _Optional[_Union[DeathCertificate, _Mapping]] = ...) -> None: ...
+    lease_on_expiry: LeaseExpiryAction
+    def __init__(self, sandbox_id: _Optional[str] = ..., node_id: _Optional[str] = ..., template_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., envd_access_token: _Optional[str] = ..., envd_version: _Optional[str] = ..., alias: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., lifecycle: _Optional[_Union[Lifecycle, _Mapping]] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., traffic_access_token: _Optional[str] = ..., pause_mode: _Optional[_Union[PauseMode, str]] = ..., paused_image: _Optional[str] = ..., base_template_id: _Optional[str] = ..., catalog_template_id: _Optional[str] = ..., envd_unresponsive_at_pause: _Optional[bool] = ..., owner_key_id: _Optional[str] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ..., lease_id: _Optional[str] = ..., trace_parent: _Optional[str] = ..., death: _Optional[_Union[DeathCertificate, _Mapping]] = ..., lease_on_expiry: _Optional[_Union[LeaseExpiryAction, str]] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
     __slots__ = ("node_id", "nodeagent_address", "proxy_address", "capacity", "allocated", "sandbox_count", "cached_templates", "accelerator", "kernel_version", "heartbeat_time", "confinement", "memory_budget_mib", "memory_used_mib", "host_memory_available_mib", "pressure")
