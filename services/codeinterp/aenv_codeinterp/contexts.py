@@ -26,7 +26,7 @@ from .envs import EnvSource
 from .errors import BadRequest, InterpreterError, LanguageUnavailable, UnknownContext
 from .jupyter import JupyterKernel
 from .kernel import Kernel, OutputQueue
-from .node import NODE, NodeKernel
+from .nodejs import NODE, NodeKernel
 from .typescript import ESBUILD, TypeScriptKernel
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import asyncio
 from . import outputs
 from .errors import InterpreterError
 from .kernel import OutputQueue
-from .node import NodeKernel
+from .nodejs import NodeKernel
 
 ESBUILD = "esbuild"
 COMPILE_TIMEOUT_S = 60.0  # a Go binary: milliseconds natively, far less than a minute on TCG

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aenv_codeinterp.kernel import OutputQueue
-from aenv_codeinterp.node import NodeKernel
+from aenv_codeinterp.nodejs import NodeKernel
 from aenv_nodeagent.egress.certs import EgressCA, server_context
 
 

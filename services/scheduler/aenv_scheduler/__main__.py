@@ -10,9 +10,9 @@ def main() -> None:
     settings = SchedulerSettings()
 
     def build() -> Service:
-        from aenv_scheduler.app import SchedulerApp
+        from aenv_scheduler.server import SchedulerServer
 
-        return SchedulerApp(settings)
+        return SchedulerServer(settings)
 
     run_service("scheduler", settings.common, build)
 

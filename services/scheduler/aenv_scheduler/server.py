@@ -27,9 +27,9 @@ from aenv_common.grpc_server import start_grpc_server
 from aenv_common.metrics import MetricsEndpoint
 from aenv_scheduler.config import SchedulerSettings
 from aenv_scheduler.ledger import ReservationLedger
+from aenv_scheduler.metrics import SchedulerCollector
 from aenv_scheduler.reservations import Reservations
 from aenv_scheduler.scheduler import Scheduler
-from aenv_scheduler.scheduler_metrics import SchedulerCollector
 from aenv_scheduler.servicer import SchedulerServicer
 from aenv_scheduler.sweeper import sweep_lost_sandboxes
 
@@ -39,7 +39,7 @@ SERVICE_NAME = "aenv.scheduler.v1.SchedulerService"
 EXPIRY_TICK_SECONDS = 1.0
 
 
-class SchedulerApp:
+class SchedulerServer:
     def __init__(self, settings: SchedulerSettings) -> None:
         self.settings = settings
         self.port = 0

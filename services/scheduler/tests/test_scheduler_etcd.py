@@ -14,9 +14,9 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.cluster import SNAPSHOTS, ClusterStore, NodeRegistration
 from aenv_common.config import CommonSettings
-from aenv_scheduler.app import SchedulerApp
 from aenv_scheduler.config import SchedulerSettings
 from aenv_scheduler.scheduler import Scheduler
+from aenv_scheduler.server import SchedulerServer
 from aenv_testing.metrics import moved, scrape, value
 
 pytestmark = pytest.mark.etcd
@@ -82,7 +82,7 @@ async def make_node(store: ClusterStore) -> AsyncIterator[NodeFactory]:
 
 
 @pytest.fixture
-async def app(etcd_settings: CommonSettings) -> AsyncIterator[SchedulerApp]:
+async def app(etcd_settings: CommonSettings) -> AsyncIterator[SchedulerServer]:
     settings = SchedulerSettings(
         common=etcd_settings,
         listen="127.0.0.1:0",
@@ -91,7 +91,7 @@ async def app(etcd_settings: CommonSettings) -> AsyncIterator[SchedulerApp]:
         sweep_interval_seconds=0.2,
         leader_ttl_seconds=2,
     )
-    app = SchedulerApp(settings)
+    app = SchedulerServer(settings)
     await app.start()
     try:
         await until(lambda: core(app).leading)  # a lone replica leads at once; only leaders place
@@ -101,7 +101,7 @@ async def app(etcd_settings: CommonSettings) -> AsyncIterator[SchedulerApp]:
 
 
 @pytest.fixture
-async def stub(app: SchedulerApp) -> AsyncIterator[scheduler_pb2_grpc.SchedulerServiceStub]:
+async def stub(app: SchedulerServer) -> AsyncIterator[scheduler_pb2_grpc.SchedulerServiceStub]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
         yield scheduler_pb2_grpc.SchedulerServiceStub(channel)  # type: ignore[no-untyped-call]
 
@@ -116,7 +116,7 @@ def request(
     )
 
 
-def core(app: SchedulerApp) -> Scheduler:
+def core(app: SchedulerServer) -> Scheduler:
     assert app.scheduler is not None
     return app.scheduler
 
@@ -128,7 +128,7 @@ async def until(condition: Callable[[], bool], within: float = 10) -> None:
 
 
 async def test_places_by_template_cache_then_load(
-    app: SchedulerApp, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
+    app: SchedulerServer, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
 ) -> None:
     cached = await make_node("cached", 8, ["base"])
     await cached.set(allocated=6)
@@ -156,7 +156,7 @@ async def test_unknown_template_is_not_found(
 
 
 async def test_request_larger_than_any_node_fails_at_once(
-    app: SchedulerApp, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
+    app: SchedulerServer, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
 ) -> None:
     await make_node("n1", 4, ["base"])
     await until(lambda: bool(core(app).live_nodes()))
@@ -167,7 +167,7 @@ async def test_request_larger_than_any_node_fails_at_once(
 
 
 async def test_burst_queues_until_capacity_is_released(
-    app: SchedulerApp, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
+    app: SchedulerServer, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
 ) -> None:
     """200 at once on room for 50: 50 placed at once, 100 more when capacity is released,
     the last 50 cleanly RESOURCE_EXHAUSTED after the queue wait. None dropped."""
@@ -196,7 +196,7 @@ async def test_burst_queues_until_capacity_is_released(
 
 
 async def test_reservations_settle_when_the_node_reports_its_sandboxes(
-    app: SchedulerApp,
+    app: SchedulerServer,
     store: ClusterStore,
     stub: scheduler_pb2_grpc.SchedulerServiceStub,
     make_node: NodeFactory,
@@ -224,7 +224,7 @@ async def test_reservations_settle_when_the_node_reports_its_sandboxes(
 
 
 async def test_leader_marks_sandboxes_of_a_dead_node_lost(
-    app: SchedulerApp, store: ClusterStore, make_node: NodeFactory
+    app: SchedulerServer, store: ClusterStore, make_node: NodeFactory
 ) -> None:
     await until(lambda: app.election is not None and app.election.is_leader)
     alive = await make_node("alive", 4, [])
@@ -249,7 +249,7 @@ async def test_leader_marks_sandboxes_of_a_dead_node_lost(
 
 
 async def test_snapshot_places_on_its_node_or_after_its_loss_from_snapstore(
-    app: SchedulerApp,
+    app: SchedulerServer,
     stub: scheduler_pb2_grpc.SchedulerServiceStub,
     make_node: NodeFactory,
     store: ClusterStore,
@@ -297,7 +297,7 @@ async def test_snapshot_places_on_its_node_or_after_its_loss_from_snapstore(
 
 
 async def test_metrics_show_placements_queue_leader_and_nodes(
-    app: SchedulerApp, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
+    app: SchedulerServer, stub: scheduler_pb2_grpc.SchedulerServiceStub, make_node: NodeFactory
 ) -> None:
     url = f"http://127.0.0.1:{app.metrics_port}/metrics"
     before = await asyncio.to_thread(scrape, url)

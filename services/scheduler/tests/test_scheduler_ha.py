@@ -14,10 +14,10 @@ from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
 from aenv_common.cluster import ClusterStore
 from aenv_common.config import CommonSettings
 from aenv_common.retry_info import retry_after_from
-from aenv_scheduler.app import SchedulerApp
 from aenv_scheduler.config import SchedulerSettings
 from aenv_scheduler.ledger import NotLeader, ReservationLedger
 from aenv_scheduler.reservations import Reservation
+from aenv_scheduler.server import SchedulerServer
 
 from .test_scheduler_etcd import NodeFactory, R, core, make_node, request, store, until
 
@@ -38,8 +38,8 @@ def settings(common: CommonSettings, name: str, **extra: object) -> SchedulerSet
 
 
 @pytest.fixture
-async def replicas(etcd_settings: CommonSettings) -> AsyncIterator[list[SchedulerApp]]:
-    apps = [SchedulerApp(settings(etcd_settings, name)) for name in ("sched-a", "sched-b")]
+async def replicas(etcd_settings: CommonSettings) -> AsyncIterator[list[SchedulerServer]]:
+    apps = [SchedulerServer(settings(etcd_settings, name)) for name in ("sched-a", "sched-b")]
     try:
         for app in apps:
             await app.start()
@@ -50,7 +50,7 @@ async def replicas(etcd_settings: CommonSettings) -> AsyncIterator[list[Schedule
             await app.stop()
 
 
-async def schedule(app: SchedulerApp, sandbox_id: str) -> scheduler_pb2.Placement:
+async def schedule(app: SchedulerServer, sandbox_id: str) -> scheduler_pb2.Placement:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
         stub = scheduler_pb2_grpc.SchedulerServiceStub(channel)  # type: ignore[no-untyped-call]
         response: scheduler_pb2.ScheduleResponse = await stub.Schedule(
@@ -60,7 +60,7 @@ async def schedule(app: SchedulerApp, sandbox_id: str) -> scheduler_pb2.Placemen
 
 
 async def test_only_the_leader_places_and_a_successor_adopts_its_reservations(
-    replicas: list[SchedulerApp], store: ClusterStore, make_node: NodeFactory
+    replicas: list[SchedulerServer], store: ClusterStore, make_node: NodeFactory
 ) -> None:
     await make_node("n1", 3, ["base"])  # room for 3; the node never accounts for them
     await until(lambda: all(core(app).live_nodes() for app in replicas))
@@ -85,7 +85,7 @@ async def test_only_the_leader_places_and_a_successor_adopts_its_reservations(
 
 
 async def test_a_deposed_leader_cannot_write_a_placement(
-    replicas: list[SchedulerApp], store: ClusterStore
+    replicas: list[SchedulerServer], store: ClusterStore
 ) -> None:
     ledger = ReservationLedger(store, "not-the-leader")
     with pytest.raises(NotLeader):
@@ -96,7 +96,7 @@ async def test_a_deposed_leader_cannot_write_a_placement(
 
 
 async def test_placements_together_are_written_together_a_repeated_one_once(
-    replicas: list[SchedulerApp], store: ClusterStore, make_node: NodeFactory
+    replicas: list[SchedulerServer], store: ClusterStore, make_node: NodeFactory
 ) -> None:
     await make_node("n1", 40, ["base"])
     await until(lambda: all(core(app).live_nodes() for app in replicas))

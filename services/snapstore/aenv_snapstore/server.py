@@ -14,18 +14,18 @@ import grpc
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.grpc_server import start_grpc_server
 from aenv_common.metrics import MetricsEndpoint
-from aenv_snapstore import snapstore_metrics as metrics
+from aenv_snapstore import metrics
 from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.backends.fs import FsBackend
 from aenv_snapstore.backends.s3 import S3Backend
 from aenv_snapstore.config import SnapstoreSettings
 from aenv_snapstore.nfs import NfsServer
 from aenv_snapstore.presence import PresenceCache
-from aenv_snapstore.service import SERVICE_NAME, SnapStoreServicer
+from aenv_snapstore.servicer import SERVICE_NAME, SnapStoreServicer
 from aenv_snapstore.store import SnapStore
 from aenv_snapstore.volume_metrics import COLLECTOR, CountingStore, observe_nfs_call
-from aenv_snapstore.volume_service import SERVICE_NAME as VOLUME_SERVICE_NAME
-from aenv_snapstore.volume_service import VolumeServicer
+from aenv_snapstore.volume_servicer import SERVICE_NAME as VOLUME_SERVICE_NAME
+from aenv_snapstore.volume_servicer import VolumeServicer
 from aenv_snapstore.volumes.store import VolumeStore
 from aenv_snapstore.volumes.tickets import TicketKey
 

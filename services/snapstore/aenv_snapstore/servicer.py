@@ -8,7 +8,7 @@ import grpc
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
-from aenv_snapstore import snapstore_metrics as metrics
+from aenv_snapstore import metrics
 from aenv_snapstore.store import SnapStore
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SnapStoreService"].full_name

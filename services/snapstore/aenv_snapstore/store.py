@@ -27,7 +27,7 @@ from aenv_common.snapshots.codec import (
     check_name,
     decode_chunk,
 )
-from aenv_snapstore import snapstore_metrics as metrics
+from aenv_snapstore import metrics
 from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.presence import PresenceCache
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv_common.errors import InvalidArgument
-from aenv_snapstore import snapstore_metrics as metrics
+from aenv_snapstore import metrics
 from aenv_snapstore.volumes.errors import Exists, IsDirectory, NoEntry, NotDirectory, NotEmpty
 from aenv_snapstore.volumes.model import Attr, Kind
 from aenv_snapstore.volumes.volume import Volume

@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from aenv_snapstore import snapstore_metrics as metrics
+from aenv_snapstore import metrics
 from aenv_snapstore.volumes.model import Attr
 from aenv_snapstore.volumes.store import VolumeStore
 from aenv_snapstore.volumes.volume import Volume

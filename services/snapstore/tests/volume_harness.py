@@ -15,7 +15,7 @@ from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
 from aenv_common.grpc_server import start_grpc_server
 from aenv_snapstore.backends.base import Backend
 from aenv_snapstore.server import open_backend
-from aenv_snapstore.volume_service import SERVICE_NAME, VolumeServicer
+from aenv_snapstore.volume_servicer import SERVICE_NAME, VolumeServicer
 from aenv_snapstore.volumes.store import VolumeStore
 from aenv_snapstore.volumes.tickets import TicketKey
 
