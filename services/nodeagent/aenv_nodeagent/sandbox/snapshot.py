@@ -38,6 +38,7 @@ from aenv_nodeagent.snapshots.store import (
     SnapshotMeta,
     new_snapshot_id,
 )
+from aenv_nodeagent.vmm.errors import CaptureLostVm
 from aenv_nodeagent.volumes import saved_mounts
 
 log = logging.getLogger(__name__)
@@ -183,8 +184,12 @@ class Snapshots:
                 await timer.timed("disk", self._layers.freeze(sandbox, chain, following))
                 if ram is not None:  # the fork of QEMU, started before the disk's freeze
                     await timer.timed("forked", ram.frozen())
-            finally:
-                await timer.timed("cont", keep_running(sandbox.vm))
+            except CaptureLostVm:
+                raise  # no VM to run on: the exit watch reports its death
+            except BaseException:
+                await keep_running(sandbox.vm)
+                raise
+            await timer.timed("cont", keep_running(sandbox.vm))
             await sandbox.vm.close_writable_fds()  # a pooled VM's first overlay is frozen now
             if ram is not None and not ram.deferred:
                 ram.done(publish_image(directory).memory, sandbox.directory)

@@ -14,6 +14,7 @@ from aenv_common.errors import Conflict, Internal, NotFound, Unavailable
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.snapshots.store import SNAPSHOT_META, SnapshotMeta
 from aenv_nodeagent.templates.model import ROOT_NODE
+from aenv_nodeagent.vmm.errors import CaptureLostVm
 
 from .conftest import FILESYSTEM, NODE_ID, TEMPLATE, Wing
 
@@ -147,6 +148,18 @@ async def test_a_failed_capture_leaves_the_sandbox_as_it_was(wing: Wing) -> None
     assert wing.records.by_kind.get(SNAPSHOTS, {}) == {}
     assert await vm.status() == "running"
     assert not wing.service.registry.is_busy(sandbox.sandbox_id)
+
+
+async def test_a_snapshot_whose_capture_lost_the_vm_does_not_try_to_run_it_on(
+    wing: Wing,
+) -> None:
+    sandbox = await wing.create()
+    vm = wing.vm(sandbox)
+    vm.fail_on["capture"] = CaptureLostVm("QMP migrate: lost QEMU")
+    with pytest.raises(CaptureLostVm):  # not hidden behind a failed resume
+        await wing.service.snapshots.create(sandbox.sandbox_id, "")
+    assert vm.methods_called[-1] == "capture"  # neither asked its state nor resumed
+    assert wing.service.snapshots.store.listed() == []
 
 
 async def test_a_guest_that_cannot_flush_is_not_snapshotted(wing: Wing) -> None:
