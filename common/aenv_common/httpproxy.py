@@ -166,15 +166,20 @@ class StreamingProxy:
     ) -> None:
         self._session = session
         self._timeout = timeout
-        # The response bodies being relayed, for `cut`.
+        # The response bodies being relayed, for `cut`; and what a cut Connect stream's end
+        # says instead of its own `stream_end_message`.
         self._relaying: set[aiohttp.ClientResponse] = set()
+        self._cut_with: dict[aiohttp.ClientResponse, str] = {}
 
-    def cut(self, reason: str) -> None:
-        """Break off every response body being relayed, now: each client sees its stream broken.
-        Closing the session alone would not do it: aiohttp detaches a body from the connection
-        it closes, and a read waiting on that body waits forever. Requests still waiting for
-        their upstream's answer end when the session closes."""
+    def cut(self, reason: str, stream_end_message: str | None = None) -> None:
+        """Break off every response body being relayed, now: each client sees its stream broken
+        (a Connect stream's end says `stream_end_message` when given). Closing the session
+        alone would not do it: aiohttp detaches a body from the connection it closes, and a
+        read waiting on that body waits forever. Requests still waiting for their upstream's
+        answer end when the session closes."""
         for upstream in list(self._relaying):
+            if stream_end_message is not None:
+                self._cut_with[upstream] = stream_end_message
             upstream.content.set_exception(aiohttp.ClientPayloadError(reason))
 
     async def forward(
@@ -271,9 +276,10 @@ class StreamingProxy:
             if end_message is None or envelopes is None or not envelopes.at_boundary:
                 # Status and headers are already sent: the client can only be shown the break.
                 raise StreamBroken(str(err)) from err
-            yield end_stream_envelope("unavailable", end_message)
+            yield end_stream_envelope("unavailable", self._cut_with.get(upstream, end_message))
         finally:
             self._relaying.discard(upstream)
+            self._cut_with.pop(upstream, None)
             # On client disconnect the iterator is cancelled/closed here: closing (not releasing)
             # drops the upstream connection, so the upstream notices the client went away.
             upstream.close()

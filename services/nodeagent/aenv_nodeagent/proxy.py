@@ -65,8 +65,10 @@ class _Pool:
     session: aiohttp.ClientSession
     proxy: StreamingProxy
 
-    async def close(self, sandbox_id: str) -> None:
-        self.proxy.cut(f"the connection to sandbox {sandbox_id} was cut: it stopped serving")
+    async def close(self, sandbox_id: str, why: str = "") -> None:
+        """`why`: words a Connect stream's end adds to E2B's (a death's certificate)."""
+        self.proxy.cut(f"the connection to sandbox {sandbox_id} was cut: it stopped serving",
+                       f"{stream_ended(sandbox_id)}: {why}" if why else None)
         await self.session.close()
 
 
@@ -92,11 +94,11 @@ class SandboxConnections:
             self._pools[sandbox_id] = pool
         return pool.proxy
 
-    async def cut(self, sandbox_id: str) -> None:
-        """End every request and stream in flight to the sandbox's VM."""
+    async def cut(self, sandbox_id: str, why: str = "") -> None:
+        """End every request and stream in flight to the sandbox's VM (`why`: as `_Pool.close`)."""
         pool = self._pools.pop(sandbox_id, None)
         if pool is not None:
-            await pool.close(sandbox_id)
+            await pool.close(sandbox_id, why)
 
     async def close(self) -> None:
         for sandbox_id in list(self._pools):

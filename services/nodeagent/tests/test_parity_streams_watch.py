@@ -43,6 +43,17 @@ VMM_CRASH = cluster_pb2.DEATH_CAUSE_VMM_CRASH
 WITHIN_S = 1.0
 
 
+@dataclass(frozen=True)
+class Cut:
+    """One cut of a sandbox's traffic: when, the words it ends streams with, and whether the
+    sandbox's certificate was written by then."""
+
+    sandbox_id: str
+    at: float
+    why: str
+    certified: bool
+
+
 @dataclass
 class Node:
     service: SandboxWing
@@ -50,7 +61,7 @@ class Node:
     events: RecordingEvents
     network: FakeNetwork
     state_dir: Path
-    cuts: list[tuple[str, float]] = field(default_factory=list)
+    cuts: list[Cut] = field(default_factory=list)
     processes: list[asyncio.subprocess.Process] = field(default_factory=list)
 
     async def create(self) -> tuple[Sandbox, asyncio.subprocess.Process]:
@@ -72,10 +83,10 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     templates.add("base")
     records, network, state_dir = RecordingRecords(), FakeNetwork(), tmp_path / "state"
     events = RecordingEvents(records, "node")
-    cuts: list[tuple[str, float]] = []
+    cuts: list[Cut] = []
 
-    async def cut(sandbox_id: str) -> None:
-        cuts.append((sandbox_id, time.monotonic()))
+    async def cut(sandbox_id: str, why: str = "", /) -> None:
+        cuts.append(Cut(sandbox_id, time.monotonic(), why, sandbox_id in events.deaths))
 
     service = SandboxWing(WingContext.of(
         SandboxSettings(state_dir, ready_timeout_s=5, boot_timeout_s=5),
@@ -117,8 +128,12 @@ async def test_a_crashed_vm_s_sandbox_is_cut_removed_and_certified_dead(node: No
     crashed = time.monotonic()
     process.send_signal(signal.SIGKILL)
     assert await _gone(node, sandbox.sandbox_id) < WITHIN_S
-    cut_at = next(at for sid, at in node.cuts if sid == sandbox.sandbox_id)
-    assert cut_at - crashed < WITHIN_S
+    cut = next(cut for cut in node.cuts if cut.sandbox_id == sandbox.sandbox_id)
+    assert cut.at - crashed < WITHIN_S
+    # Certified before the cut, whose streams end saying so.
+    assert cut.certified
+    assert cut.why == (f"sandbox {sandbox.sandbox_id} died: vmm_crash (qemu exited with a "
+                       "status this agent cannot know (it adopted the VM))")
     assert node.service.registry.serving(sandbox.sandbox_id) is None
     assert sandbox.sandbox_id not in node.records.records
     assert _died_of(node, sandbox.sandbox_id) == (
@@ -166,6 +181,12 @@ async def test_a_dead_sandbox_whose_removal_fails_is_removed_on_a_later_pass(nod
     assert node.service.registry.serving(sandbox.sandbox_id) is None
     assert sandbox.sandbox_id not in node.records.records
     assert _died_of(node, sandbox.sandbox_id) is not None
+    # The failed removal's cut came all the same, the later pass's with the death's words;
+    # the death was announced once.
+    cuts = [cut for cut in node.cuts if cut.sandbox_id == sandbox.sandbox_id]
+    assert [(cut.certified, bool(cut.why)) for cut in cuts] == [(True, False), (True, True)]
+    died = [e for e in node.events.events if e.type == cluster_pb2.SANDBOX_EVENT_TYPE_DIED]
+    assert len(died) == 1
 
 
 async def test_a_guest_stopped_on_a_full_host_disk_dies_of_it(node: Node) -> None:
@@ -174,5 +195,5 @@ async def test_a_guest_stopped_on_a_full_host_disk_dies_of_it(node: Node) -> Non
     assert await _gone(node, sandbox.sandbox_id) < WITHIN_S
     assert _died_of(node, sandbox.sandbox_id) == (
         cluster_pb2.DEATH_CAUSE_DISK_FULL, "the host has no room for its disk's writes")
-    assert any(sid == sandbox.sandbox_id for sid, _ in node.cuts)
+    assert any(cut.sandbox_id == sandbox.sandbox_id and cut.certified for cut in node.cuts)
     assert cast(FakeVm, sandbox.vm).stopping

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from aenv_common.errors import Unavailable
 from aenv_nodeagent.envd_client import EnvdClient
@@ -28,7 +29,15 @@ from aenv_nodeagent.templates import TemplateStore
 
 log = logging.getLogger(__name__)
 
-CutTraffic = Callable[[str], Awaitable[None]]
+
+
+class CutTraffic(Protocol):
+    """Ends the data plane's connections to a sandbox; `why` (a death's words) ends the Connect
+    streams cut, after E2B's own."""
+
+    async def __call__(self, sandbox_id: str, why: str = "", /) -> None: ...
+
+
 AllocationChanged = Callable[[], Awaitable[None]]
 
 
@@ -44,7 +53,7 @@ class SandboxSettings:
     metrics_max_samples: int = DEFAULT_MAX_SAMPLES
 
 
-async def _nothing(_: str = "") -> None:
+async def _nothing(_: str = "", __: str = "", /) -> None:
     return None
 
 

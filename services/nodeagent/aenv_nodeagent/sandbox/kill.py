@@ -16,7 +16,7 @@ from opentelemetry import trace
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict, NotFound
-from aenv_common.events import TIMED_OUT_PAUSED
+from aenv_common.events import TIMED_OUT_PAUSED, death_message
 from aenv_common.rollout import sandbox_span
 from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.sandbox.context import WingContext
@@ -53,8 +53,9 @@ class Kills:
         self._cut_traffic = wing.cut_traffic
         self._allocation_changed = wing.allocation_changed
         self._killing: set[str] = set()
-        # Sandboxes whose death is announced while their removal is still to succeed.
-        self._certified: set[str] = set()
+        # Sandboxes whose death is announced while their removal is still to succeed, and the
+        # words their certificate says.
+        self._certified: dict[str, str] = {}
 
     async def kill(
         self, sandbox_id: str, *, cause: cluster_pb2.DeathCause = OWNER_KILL, detail: str = "",
@@ -94,23 +95,27 @@ class Kills:
                 record = sandbox.record
                 with self._registry.exclusive(sandbox_id), PhaseTimer.operation(
                         "sandbox.kill", sandbox.record):
-                    await self._certify(record, death)
-                    await self._destroy(sandbox, stopping=stopping)
+                    why = await self._certify(record, death)
+                    await self._destroy(sandbox, stopping=stopping, why=why)
         finally:
             self._killing.discard(sandbox_id)
-        self._certified.discard(sandbox_id)
+        self._certified.pop(sandbox_id, None)
         self._metrics_history.drop(sandbox_id)
         self._layers.collect()
         log.info("sandbox killed", extra={"sandbox_id": sandbox_id})
         return record
 
-    async def _certify(self, record: cluster_pb2.SandboxRecord, death: Death | None) -> None:
+    async def _certify(self, record: cluster_pb2.SandboxRecord, death: Death | None) -> str:
         """The death's DIED event and certificate, once per sandbox: a kill retried after its
-        removal failed does not announce the death again."""
-        if death is None or record.sandbox_id in self._certified:
-            return
-        await self._events.died(record, *death)
-        self._certified.add(record.sandbox_id)
+        removal failed does not announce the death again. The certificate's words ("" without
+        a death, or with events off)."""
+        sandbox_id = record.sandbox_id
+        if death is None:
+            return ""
+        if sandbox_id not in self._certified:
+            certificate = await self._events.died(record, *death)
+            self._certified[sandbox_id] = death_message(certificate) if certificate else ""
+        return self._certified[sandbox_id]
 
     async def expire(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
         """Timeout: pause when the sandbox asked for it (lifecycle.auto_pause, keeping what its
@@ -193,7 +198,7 @@ class Kills:
             with contextlib.suppress(NotFound, Conflict):
                 await self.kill(sandbox_id)
 
-    async def _destroy(self, sandbox: Sandbox, *, stopping: bool = False) -> None:
+    async def _destroy(self, sandbox: Sandbox, *, stopping: bool = False, why: str = "") -> None:
         sandbox_id = sandbox.sandbox_id
         # The record first: if etcd refuses, nothing is gone yet and a retry does it all. (A
         # crash after it leaves a VM no record names: the next start's recovery kills it.)
@@ -207,7 +212,8 @@ class Kills:
             log.warning("sandbox record not deleted at shutdown, its VM stops anyway",
                         extra={"sandbox_id": sandbox_id, "error": err.message})
         self._registry.leaving(sandbox_id)
-        await self._cut_traffic(sandbox_id)
+        # A death's streams end saying why (its certificate is written already).
+        await self._cut_traffic(sandbox_id, why)
         # QEMU first: the netns lives on while a process holds it.
         await sandbox.vm.shutdown()
         await self._network.destroy_slot(sandbox.slot)

@@ -16,6 +16,7 @@ from aenv_common.cluster import ClusterStore
 from aenv_common.errors import Conflict
 from aenv_common.leases import KILL, LEASES, PAUSE
 from aenv_nodeagent.leases import LeaseReaper
+from aenv_nodeagent.sandbox.records import lease_on_expiry
 
 from .fakes import PAUSED, FakeSandboxes
 
@@ -122,3 +123,24 @@ async def test_the_periodic_reconcile_catches_what_the_watch_did_not_end(
     await _until(lambda: not sandboxes.sandboxes, 3, "the busy sandbox ended by a reconcile")
     assert sandboxes.done == [("kill", "busy", f"{EXPIRED}: lease lease-x lapsed")]
     assert "busy" not in sandboxes.failures  # the watch's try met the failure first
+
+
+async def test_an_agent_down_when_a_pause_lease_lapsed_pauses_its_sandboxes(
+    cluster_store: ClusterStore, reapers: list[LeaseReaper],
+) -> None:
+    """The action is read from etcd at the create (as the wing's create reads it) and kept on
+    the sandbox's record: a reaper that never saw the lease alive still pauses."""
+    store, sandboxes = cluster_store, FakeSandboxes()
+    gone = await _lease(store, "lease-pz", 30, PAUSE)
+    kept = await lease_on_expiry(store, "lease-pz")
+    assert kept == PAUSE
+    sandboxes.add("a", "lease-pz", on_expiry=kept)
+    sandboxes.add("b", "lease-pz", PAUSED, on_expiry=kept)
+    await store.client.revoke_lease(gone)  # lapsed while no reaper ran (an agent restarting)
+    reaper = LeaseReaper(store, sandboxes, interval_s=3600, concurrency=4)
+    await reaper.start()
+    reapers.append(reaper)
+    assert sorted(sandboxes.done) == [
+        ("detach", "a", "lease-pz"), ("detach", "b", "lease-pz"),
+        ("pause", "a", "lease lease-pz lapsed")]
+    assert set(sandboxes.sandboxes) == {"a", "b"}

@@ -31,7 +31,7 @@ from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_testing.records import MemoryRecords
 
-from .conftest import Node, node_parts, spec
+from .conftest import Node, node_parts, spec, until
 from .guest import sh
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.etcd]
@@ -66,13 +66,14 @@ async def _running(work: Coroutine[Any, Any, object]) -> AsyncIterator[None]:
 
 
 async def _certificate(node: Node, log: EventLog, sandbox_id: str) -> c.DeathCertificate:
-    """The sandbox's certificate once etcd has it; the node holds the sandbox no more and its
-    DIED event says the same cause."""
+    """The sandbox's certificate once etcd has it; then (a death is certified before the
+    sandbox is removed) the node holds the sandbox no more, and its DIED event says the same
+    cause."""
     deadline = asyncio.get_running_loop().time() + CERTIFIED_WITHIN_S
     while (cert := await log.death(sandbox_id)) is None:
         assert asyncio.get_running_loop().time() < deadline, f"{sandbox_id} never certified"
         await asyncio.sleep(0.2)
-    assert not node.sandboxes.registry.has(sandbox_id)
+    await until(lambda: not node.sandboxes.registry.has(sandbox_id), "the sandbox removed", 30)
     assert sandbox_id not in node.records.records
     died = [e for e in await log.events(SANDBOX_EVENTS, sandbox_id)
             if e.type == c.SANDBOX_EVENT_TYPE_DIED]

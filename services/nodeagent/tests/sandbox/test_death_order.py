@@ -26,10 +26,12 @@ class CutRecorder:
     def __init__(self, events: RecordingEvents) -> None:
         self.events = events
         self.seen: dict[str, tuple[bool, list[int]]] = {}
+        self.why: dict[str, str] = {}
 
-    async def __call__(self, sandbox_id: str) -> None:
+    async def __call__(self, sandbox_id: str, why: str = "", /) -> None:
         self.seen[sandbox_id] = (sandbox_id in self.events.deaths,
                                  list(self.events.types(sandbox_id)))
+        self.why[sandbox_id] = why
 
 
 def _cutting(wing: Wing) -> tuple[SandboxWing, CutRecorder, RecordingEvents]:
@@ -47,7 +49,11 @@ async def test_a_death_is_certified_before_its_traffic_is_cut(wing: Wing) -> Non
     await service.kills.kill(owned.sandbox_id)
     certified, types = cut.seen[dying.sandbox_id]
     assert certified and types[-1] == DIED
-    assert cut.seen[owned.sandbox_id][0] is False  # an owner's kill has no certificate
+    assert cut.why[dying.sandbox_id] == (
+        f"sandbox {dying.sandbox_id} died: vmm_crash (qemu killed by signal 9)")
+    # An owner's kill has no certificate, and its streams end with E2B's words alone.
+    assert cut.seen[owned.sandbox_id][0] is False
+    assert cut.why[owned.sandbox_id] == ""
     assert not service.registry.has(dying.sandbox_id)
 
 
