@@ -62,11 +62,14 @@ async def build_guest_artifacts(
     )
     # Cache keys are hashes of every input, so hashing the keys identifies the outputs without
     # re-reading ~200 MB of images.
+    # The command line too: a snapshot's kernel keeps what it booted with (its console's level).
+    cmdline = kernel_cmdline(verbose=verbose_boot)
     digest = (
         CacheKey("guest-artifacts")
         .add("kernel", kernel.entry.path.name)
         .add("initramfs", initrd.entry.path.name)
         .add("toolsdisk", tools.entry.path.name)
+        .add("cmdline", cmdline)
         .hexdigest()
     )
     artifacts = GuestArtifacts(
@@ -74,7 +77,7 @@ async def build_guest_artifacts(
         initrd=initrd.path,
         tools_disk=tools.path,
         kernel_version=kernel.release,
-        cmdline=kernel_cmdline(verbose=verbose_boot),
+        cmdline=cmdline,
         digest=digest,
     )
     entries = {"kernel": kernel.entry, "initramfs": initrd.entry, "toolsdisk": tools.entry}

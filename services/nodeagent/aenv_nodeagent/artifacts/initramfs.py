@@ -47,7 +47,9 @@ BASE_CMDLINE = (
 
 def kernel_cmdline(verbose: bool = False, extra: Sequence[str] = ()) -> str:
     """Kernel command line for the aenv initramfs; `extra` may carry aenv.* overrides."""
-    level = ("loglevel=7", "aenv.debug=1") if verbose else ("quiet", "loglevel=1")
+    # Quiet: errors and worse only (levels 0-3), which keeps the OOM killer's one-line
+    # "Out of memory: Killed process …" (KERN_ERR) on the console for the death classifier.
+    level = ("loglevel=7", "aenv.debug=1") if verbose else ("quiet", "loglevel=4")
     return " ".join((*BASE_CMDLINE, *level, *extra))
 
 

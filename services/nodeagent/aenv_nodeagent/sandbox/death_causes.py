@@ -14,11 +14,11 @@ The facts, in the order they decide:
   is GUEST_OOM; any other panic GUEST_CRASH; a power-off ("reboot: Power down") or a restart
   GUEST_CRASH too (a sandbox's VM never restarts), each saying which.
 
-Guests log to their console at `loglevel=1` unless built verbose: the panic line (KERN_EMERG) is
-always there, the OOM killer's "Out of memory: Killed process …" (KERN_ERR) only in verbose
-guests. So a guest whose OOM killer took envd (its init then exits: "Attempted to kill init")
-reads as a crash unless its console kept the OOM report; a guest whose kernel panics on memory
-itself ("System is deadlocked on memory", `vm.panic_on_oom`) reads as OOM either way.
+Guests log errors and worse to their console (`quiet loglevel=4`) unless built verbose: the panic
+line (KERN_EMERG) and the OOM killer's one line "Out of memory: Killed process …" (KERN_ERR) are
+there, its longer report (KERN_WARNING) only in verbose guests. So a guest whose OOM killer took
+envd (its init then exits: "Attempted to kill init") reads as OOM, as does one whose kernel
+panics on memory itself ("System is deadlocked on memory", `vm.panic_on_oom`).
 """
 
 from __future__ import annotations

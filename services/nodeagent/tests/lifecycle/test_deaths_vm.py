@@ -170,3 +170,23 @@ async def test_a_host_disk_without_room_for_the_guest_s_writes_is_disk_full(
                 cert = await _certificate(node, log, sandbox.sandbox_id)
         assert (cert.cause, cert.detail) == (
             c.DEATH_CAUSE_DISK_FULL, "the host has no room for its disk's writes")
+
+
+async def test_a_guest_oom_that_kills_envd_is_guest_oom(cluster_store: ClusterStore) -> None:
+    """The OOM killer takes envd (the likeliest victim here), its init exits and the kernel
+    panics on that: the console keeps the OOM killer's own line, so the death reads as OOM."""
+    async with _node(cluster_store) as (node, log):
+        sandbox = await node.sandboxes.creates.create(spec())
+        # envd runs this shell (its parent); the call breaks off as envd dies.
+        token = sandbox.record.envd_access_token
+        work = asyncio.ensure_future(sh(
+            node.session, sandbox.host, token,
+            "echo 1000 > /proc/$PPID/oom_score_adj; tail /dev/zero", timeout_s=600))
+        try:
+            cert = await _certificate(node, log, sandbox.sandbox_id)
+        finally:
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+        assert cert.cause == c.DEATH_CAUSE_GUEST_OOM, cert.detail
+        assert "Attempted to kill init" in cert.detail

@@ -1,6 +1,6 @@
-"""Why a VM ended, from QEMU's status, the VM cgroup's OOM kills and the guest console's tail
-(sandbox/death_causes.py, pure). Console lines as guests print them at loglevel=1 (the panic
-only) and verbose (the OOM killer's report before it)."""
+"""Why a VM ended, from QEMU's status, the VM cgroup's OOM kills, the guest console's tail and
+whether the filesystem under its memory is full (sandbox/death_causes.py, pure). Console lines as
+guests print them: errors and the panic (the OOM killer's one line before it, at loglevel=4)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ SYSRQ = [*BOOTED, "[   12.1] sysrq: Trigger a crash",
 PANIC_ON_OOM = [*BOOTED, "[   30.2] Kernel panic - not syncing: Out of memory: system-wide "
                 "panic_on_oom is enabled"]
 NO_KILLABLE = [*BOOTED, "[   30.2] Kernel panic - not syncing: System is deadlocked on memory"]
-# Verbose: the OOM killer took envd, tini (PID 1) exited with it.
+# The OOM killer took envd, tini (PID 1) exited with it (its one KERN_ERR line, any loglevel
+# from 4).
 INIT_KILLED_BY_OOM = [*BOOTED, "[   40.0] Out of memory: Killed process 212 (python3) "
                       "total-vm:90000kB", "[   40.1] Kernel panic - not syncing: Attempted to "
                       "kill init! exitcode=0x00008900"]
