@@ -88,6 +88,8 @@ class Kills:
             if paused := self._registry.paused(sandbox_id):
                 record = paused.record
                 with PhaseTimer.operation("sandbox.kill", paused.record):
+                    if self._registry.is_busy(sandbox_id):  # no death of a sandbox that stays
+                        raise Conflict(f"sandbox \"{sandbox_id}\" is busy")
                     await self._certify(record, death)
                     await self._pauses.kill(paused)
             else:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from aenv.cluster.v1 import cluster_pb2 as c
-from aenv_common.errors import Unavailable
+from aenv_common.errors import Conflict, Unavailable
 from aenv_nodeagent.sandbox.watch import filesystem_full
 from aenv_nodeagent.sandbox.wing import SandboxWing
 
 from ..fakes.events import RecordingEvents
-from .conftest import Wing
+from .conftest import FILESYSTEM, Wing
 
 DIED = c.SANDBOX_EVENT_TYPE_DIED
 CRASH = c.DEATH_CAUSE_VMM_CRASH
@@ -85,3 +87,20 @@ def test_a_filesystem_is_full_below_the_room_asked_for(tmp_path: Path) -> None:
     assert filesystem_full(tmp_path, room_bytes=1 << 62) is True
     assert filesystem_full(tmp_path, room_bytes=0) is False
     assert filesystem_full(tmp_path / "gone") is False  # unreadable: not assumed full
+
+
+async def test_a_busy_paused_sandbox_s_death_is_refused_before_it_is_certified(
+    wing: Wing,
+) -> None:
+    sandbox = await wing.create()
+    await wing.service.pauses.pause(sandbox.sandbox_id, FILESYSTEM)
+    await wing.settled()
+    events = wing.service.context.events
+    assert isinstance(events, RecordingEvents)
+    with wing.service.registry.exclusive(sandbox.sandbox_id), pytest.raises(Conflict):
+        await wing.service.kills.kill(sandbox.sandbox_id, cause=CRASH, detail="lease lapsed")
+    assert sandbox.sandbox_id not in events.deaths
+    assert wing.service.registry.paused(sandbox.sandbox_id) is not None
+    await wing.service.kills.kill(sandbox.sandbox_id, cause=CRASH, detail="lease lapsed")
+    assert sandbox.sandbox_id in events.deaths
+    assert wing.service.registry.paused(sandbox.sandbox_id) is None
