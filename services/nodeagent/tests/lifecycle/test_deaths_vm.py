@@ -25,6 +25,7 @@ from aenv_common.events import EventLog
 from aenv_common.events.log import SANDBOX_EVENTS
 from aenv_nodeagent.capacity.eviction import Evictions
 from aenv_nodeagent.capacity.host import memory_available_mib
+from aenv_nodeagent.sandbox.death_causes import DISK_FULL_SIGBUS
 from aenv_nodeagent.sandbox.events import SandboxEvents
 from aenv_nodeagent.sandbox.liveness import LivenessSettings
 from aenv_nodeagent.sandbox.model import Sandbox
@@ -190,3 +191,20 @@ async def test_a_guest_oom_that_kills_envd_is_guest_oom(cluster_store: ClusterSt
                 await work
         assert cert.cause == c.DEATH_CAUSE_GUEST_OOM, cert.detail
         assert "Attempted to kill init" in cert.detail
+
+
+async def test_a_qemu_whose_ram_file_finds_no_room_on_the_host_is_disk_full(
+    cluster_store: ClusterStore,
+) -> None:
+    """A cold-booted sandbox maps its RAM from a sparse file in its directory: on a tmpfs (whose
+    holes take room once touched) smaller than the guest's RAM, the guest filling its memory
+    leaves QEMU a page the host cannot give, and SIGBUS."""
+    async with _node(cluster_store) as (node, log):
+        with _tiny_disk(node.state_dir / "sandboxes", 256):
+            made = await node.sandboxes.creates.create(spec())
+            await node.sandboxes.pauses.pause(made.sandbox_id, c.PAUSE_MODE_FILESYSTEM)
+            await node.settled()
+            sandbox = await node.sandboxes.pauses.resume(made.sandbox_id)  # a cold boot
+            async with _in_guest(node, sandbox, "tail /dev/zero"):
+                cert = await _certificate(node, log, sandbox.sandbox_id)
+        assert (cert.cause, cert.detail) == (c.DEATH_CAUSE_DISK_FULL, DISK_FULL_SIGBUS)
