@@ -8,8 +8,6 @@ NotFound in the gateway.
 
 from __future__ import annotations
 
-import grpc
-
 
 class AenvError(Exception):
     """Base of every expected failure. The message is safe to show to API users."""
@@ -109,17 +107,3 @@ class BodyTooLarge(AenvError):
 
 class RequestTimeout(AenvError):
     """A client too slow to send its request."""
-
-
-def from_rpc_error(err: grpc.aio.AioRpcError) -> AenvError:
-    """Kept for importers not yet moved to status_tables.from_rpc_error."""
-    from aenv_common import status_tables
-
-    return status_tables.from_rpc_error(err)
-
-
-def from_status(code: grpc.StatusCode, message: str) -> AenvError:
-    """Kept for importers not yet moved to status_tables.from_status."""
-    from aenv_common import status_tables
-
-    return status_tables.from_status(code, message)

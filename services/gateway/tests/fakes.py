@@ -323,7 +323,7 @@ class FakeNodeAgent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
                 zip(request.child_ids, request.child_tokens, strict=True)):
             if len(results) == 1:  # the second child fails, as a child may on a real node
                 results.append(nodeagent_pb2.ForkResult(
-                    error=nodeagent_pb2.ForkError(code=503, message="no room")))
+                    error=nodeagent_pb2.ForkError(status="UNAVAILABLE", message="no room")))
                 continue
             child = cluster_pb2.SandboxRecord()
             child.CopyFrom(parent)

@@ -141,7 +141,9 @@ async def test_grpc_lifecycle_calls(stack: Stack) -> None:
         forked = await stub.ForkSandbox(gateway_pb2.ForkSandboxRequest(sandbox_id=sid, count=2),
                                         metadata=MD)
         kinds = [r.WhichOneof("result") for r in forked.results]
-        assert kinds == ["sandbox", "error"] and forked.results[1].error.code == 503
+        failed = forked.results[1].error
+        assert kinds == ["sandbox", "error"]
+        assert (failed.code, failed.status) == (503, "UNAVAILABLE")
 
         paused = await stub.PauseSandbox(gateway_pb2.PauseSandboxRequest(sandbox_id=sid),
                                          metadata=MD)

@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv_common.errors import AenvError
-from aenv_common.status_tables import grpc_status, http_status
+from aenv_common.status_tables import grpc_status
 from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.images.auth import Login
 from aenv_nodeagent.sandbox.logs import LogQuery
@@ -211,9 +211,7 @@ def fork_result(outcome: Sandbox | AenvError) -> nodeagent_pb2.ForkResult:
     if isinstance(outcome, Sandbox):
         return nodeagent_pb2.ForkResult(sandbox=outcome.record)
     return nodeagent_pb2.ForkResult(error=nodeagent_pb2.ForkError(
-        status=grpc_status(outcome).name, message=outcome.message,
-        # Read by gateways that predate `status`.
-        code=http_status(outcome)))
+        status=grpc_status(outcome).name, message=outcome.message))
 
 
 def snapshot_info(meta: SnapshotMeta) -> nodeagent_pb2.SnapshotInfo:

@@ -15,11 +15,15 @@ import grpc
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2, nodeagent_pb2_grpc
 from aenv.scheduler.v1 import scheduler_pb2, scheduler_pb2_grpc
-from aenv_common.errors import Unavailable, from_rpc_error
+from aenv_common.errors import AenvError, Unavailable
+from aenv_common.status_tables import from_rpc_error, from_status
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# A fork's child: the sandbox made, or the typed error it failed with.
+ForkOutcome = cluster_pb2.SandboxRecord | AenvError
 
 # Between two rounds over the scheduler replicas while none places (a leader election runs).
 SCHEDULER_RETRY_INTERVAL_S = 0.2
@@ -271,12 +275,13 @@ class NodeAgentClients:
 
     async def fork(
         self, address: str, request: nodeagent_pb2.ForkSandboxRequest
-    ) -> list[nodeagent_pb2.ForkResult]:
+    ) -> list[ForkOutcome]:
+        """One outcome per child, in the request's order."""
         stub = self._stub(address)
         response: nodeagent_pb2.ForkSandboxResponse = await call(
             lambda: stub.ForkSandbox(request, timeout=self._create_deadline)
         )
-        return list(response.results)
+        return [_fork_outcome(result) for result in response.results]
 
     async def resolve_image(
         self, address: str, request: nodeagent_pb2.ResolveImageRequest
@@ -299,3 +304,10 @@ class NodeAgentClients:
             raise from_rpc_error(err) from err
         finally:
             stream.cancel()
+
+
+def _fork_outcome(result: nodeagent_pb2.ForkResult) -> ForkOutcome:
+    if result.HasField("sandbox"):
+        return result.sandbox
+    code = grpc.StatusCode.__members__.get(result.error.status, grpc.StatusCode.INTERNAL)
+    return from_status(code, result.error.message)

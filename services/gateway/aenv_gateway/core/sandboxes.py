@@ -28,7 +28,7 @@ from aenv_common.errors import (
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
 from aenv_common.rollout import create_span
-from aenv_gateway.cluster.clients import NodeAgentClients, SchedulerClient
+from aenv_gateway.cluster.clients import ForkOutcome, NodeAgentClients, SchedulerClient
 from aenv_gateway.cluster.directory import Located, Owner, SandboxDirectory
 from aenv_gateway.core.creates import NodeCreates
 from aenv_gateway.core.egress_checks import EgressChecks
@@ -404,8 +404,8 @@ class SandboxService:
 
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int, *, copy_on_write: bool = False
-    ) -> Sequence[nodeagent_pb2.ForkResult]:
-        """`count` children on the parent's node; one result (sandbox or error) per child. The
+    ) -> Sequence[ForkOutcome]:
+        """`count` children on the parent's node; one outcome (sandbox or error) per child. The
         children mount the parent's volumes, or copy-on-write clones of its read-write ones
         (volumes/mounts.py)."""
         if not 1 <= count <= MAX_FORK_CHILDREN:
@@ -422,8 +422,8 @@ class SandboxService:
             located.record, request, copy_on_write,
             lambda forked: self._nodeagents.fork(address, forked))
         for result in results:
-            if result.HasField("sandbox"):
-                self._directory.remember(result.sandbox, located.owner)
+            if isinstance(result, cluster_pb2.SandboxRecord):
+                self._directory.remember(result, located.owner)
         return results
 
     def check_timeout(self, timeout_s: int) -> None:

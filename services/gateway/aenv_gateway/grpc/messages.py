@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from aenv.cluster.v1 import cluster_pb2
 from aenv.gateway.v1 import gateway_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument
 from aenv_common.status_tables import grpc_status, http_status
+from aenv_gateway.cluster.clients import ForkOutcome
 from aenv_gateway.core.batch import BatchResult
 from aenv_gateway.core.bulk import Outcome, SandboxFilter
-from aenv_gateway.core.guest_envd import typed_http_error
 from aenv_gateway.core.leases.operations import LeaseView, timestamp
 from aenv_gateway.core.listing import VISIBLE_STATES, ListQuery
 from aenv_gateway.core.policy import MAX_PAGE
@@ -56,15 +57,13 @@ def list_query(request: gateway_pb2.ListSandboxesRequest) -> ListQuery:
     )
 
 
-def fork_result(result: nodeagent_pb2.ForkResult) -> gateway_pb2.ForkResult:
-    if result.HasField("sandbox"):
-        return gateway_pb2.ForkResult(sandbox=without_proxy_secrets(result.sandbox))
-    status = grpc_status(typed_http_error(result.error.code, result.error.message)).name
-    return gateway_pb2.ForkResult(
-        error=gateway_pb2.ForkError(
-            code=result.error.code, message=result.error.message, status=status
-        )
-    )
+def fork_result(outcome: ForkOutcome) -> gateway_pb2.ForkResult:
+    """A child, or its failure: its kind as gRPC names it (and, for clients that compare with
+    the REST answer, as HTTP does)."""
+    if isinstance(outcome, cluster_pb2.SandboxRecord):
+        return gateway_pb2.ForkResult(sandbox=without_proxy_secrets(outcome))
+    return gateway_pb2.ForkResult(error=gateway_pb2.ForkError(
+        code=http_status(outcome), message=outcome.message, status=grpc_status(outcome).name))
 
 
 def metric(sample: nodeagent_pb2.SandboxMetric) -> gateway_pb2.SandboxMetric:

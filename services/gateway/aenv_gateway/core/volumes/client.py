@@ -10,7 +10,7 @@ import grpc
 
 from aenv.snapstore.v1 import snapstore_pb2 as pb
 from aenv.snapstore.v1 import snapstore_pb2_grpc as pb_grpc
-from aenv_common.errors import from_rpc_error
+from aenv_common.status_tables import from_rpc_error
 from aenv_gateway.cluster.clients import call
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
+from aenv_gateway.cluster.clients import ForkOutcome
 from aenv_gateway.core.volumes.names import check_disjoint, check_mount_path, clone_name
 from aenv_gateway.core.volumes.operations import Volumes
 from aenv_gateway.core.volumes.records import VolumeRecord
@@ -31,7 +32,7 @@ from aenv_gateway.core.volumes.records import VolumeRecord
 log = logging.getLogger(__name__)
 
 VolumeMount = cluster_pb2.VolumeMount
-ForkSender = Callable[[nodeagent_pb2.ForkSandboxRequest], Awaitable[list[nodeagent_pb2.ForkResult]]]
+ForkSender = Callable[[nodeagent_pb2.ForkSandboxRequest], Awaitable[list[ForkOutcome]]]
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class VolumeMounts:
     async def forked(
         self, parent: cluster_pb2.SandboxRecord, request: nodeagent_pb2.ForkSandboxRequest,
         copy_on_write: bool, send: ForkSender,
-    ) -> list[nodeagent_pb2.ForkResult]:
+    ) -> list[ForkOutcome]:
         """`send`s the fork with its children's mounts (`child_volume_mounts`) when the parent
         has any; the clones of children that did not start are removed."""
         made = await self.for_fork(parent, request.child_ids, copy_on_write)
@@ -187,6 +188,6 @@ class VolumeMounts:
                     self.drop(made, [c for c in request.child_ids if c not in started]))
                 raise
         failed = [child for child, result in zip(request.child_ids, results, strict=False)
-                  if not result.HasField("sandbox")]
+                  if not isinstance(result, cluster_pb2.SandboxRecord)]
         await self.drop(made, failed)
         return results

@@ -9,9 +9,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from aenv.nodeagent.v1 import nodeagent_pb2
+from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, InvalidArgument
 from aenv_common.status_tables import http_status
+from aenv_gateway.cluster.clients import ForkOutcome
 from aenv_gateway.core.batch import BatchCreates, BatchResult
 from aenv_gateway.core.idempotency import checked_key
 from aenv_gateway.core.policy import FORK_DEFAULT_TIMEOUT_S
@@ -179,10 +180,10 @@ class SandboxRoutes:
             copy_on_write=mode == "copy-on-write")
         return JSONResponse([self._fork_entry(r) for r in results], status_code=201)
 
-    def _fork_entry(self, result: nodeagent_pb2.ForkResult) -> dict[str, Any]:
-        if result.HasField("sandbox"):
-            return {"sandbox": self._present.sandbox(result.sandbox)}
-        return {"error": {"code": result.error.code, "message": result.error.message}}
+    def _fork_entry(self, outcome: ForkOutcome) -> dict[str, Any]:
+        if isinstance(outcome, cluster_pb2.SandboxRecord):
+            return {"sandbox": self._present.sandbox(outcome)}
+        return {"error": {"code": http_status(outcome), "message": outcome.message}}
 
     async def metrics(self, request: Request) -> Response:
         start, end = parse_metrics_window(request.query_params)

@@ -362,14 +362,12 @@ class ForkResult(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[_cluster_pb2.SandboxRecord, _Mapping]] = ..., error: _Optional[_Union[ForkError, _Mapping]] = ...) -> None: ...
 
 class ForkError(_message.Message):
-    __slots__ = ("code", "message", "status")
-    CODE_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("message", "status")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
-    code: int
     message: str
     status: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
+    def __init__(self, message: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
 
 class ForkSandboxResponse(_message.Message):
     __slots__ = ("results",)
