@@ -18,7 +18,7 @@ from aenv_common.telemetry import read_trace_files
 # Plain (sync) tests: they drive the platform the way a user's program does, from outside.
 pytestmark = [pytest.mark.vm, pytest.mark.sdk, pytest.mark.etcd, pytest.mark.netns]
 
-PROGRAM = Path(__file__).parent / "programs" / "issue2_program.py"
+PROGRAM = Path(__file__).parent / "programs" / "acceptance_program.py"
 
 
 def test_issue_program_runs_unmodified(platform: Platform, e2b_env: dict[str, str]) -> None:
