@@ -23,9 +23,9 @@ log = logging.getLogger(__name__)
 Registrar = Callable[[Any, grpc.aio.Server], None]
 
 
-class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Turns typed `AenvError`s raised by servicers into gRPC statuses, so servicers never deal
-    with status codes themselves; counts and times every request by method and status."""
+class WrappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """A server interceptor that runs each call's handler, once found, wrapped in a behaviour
+    of its own (`wrap`, usually through `wrap_handler`)."""
 
     async def intercept_service(
         self,
@@ -35,7 +35,23 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        method = handler_call_details.method
+        return self.wrap(handler, handler_call_details)
+
+    def wrap(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        """The handler to run instead of `handler` (unknown methods never get here)."""
+        raise NotImplementedError
+
+
+class ErrorMappingInterceptor(WrappingInterceptor):
+    """Turns typed `AenvError`s raised by servicers into gRPC statuses, so servicers never deal
+    with status codes themselves; counts and times every request by method and status."""
+
+    def wrap(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        method = details.method
         return wrap_handler(handler, lambda fn, _: _wrap_unary(fn, method),
                             lambda fn, _: _wrap_stream(fn, method))
 

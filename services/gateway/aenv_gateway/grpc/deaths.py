@@ -16,9 +16,8 @@ import grpc
 from google.protobuf.message import Message
 
 from aenv_common.errors import NotFound
-from aenv_common.grpc_server import wrap_handler
+from aenv_common.grpc_server import WrappingInterceptor, wrap_handler
 from aenv_gateway.core.events.deaths import Deaths
-from aenv_gateway.grpc.wrapping import WrappingInterceptor
 
 
 def sandbox_id_of(request: Any) -> str:

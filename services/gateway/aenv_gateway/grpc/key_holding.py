@@ -12,8 +12,7 @@ from typing import Any
 
 import grpc
 
-from aenv_common.grpc_server import wrap_handler
-from aenv_gateway.grpc.wrapping import WrappingInterceptor
+from aenv_common.grpc_server import WrappingInterceptor, wrap_handler
 from aenv_gateway.keys.auth import ApiKeyAuth
 from aenv_gateway.keys.open_requests import OpenRequests
 
