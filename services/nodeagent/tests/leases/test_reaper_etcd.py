@@ -25,7 +25,7 @@ EXPIRED = "DEATH_CAUSE_LEASE_EXPIRED"
 
 
 async def _lease(store: ClusterStore, lease_id: str, ttl_s: int, action: int) -> int:
-    """A lease as the gateway takes it (aenv_gateway/core/leases/records.py): its etcd lease's id."""
+    """A lease as the gateway takes it (core/leases/records.py there): its etcd lease's id."""
     granted = await store.client.lease(ttl_s)
     record = cluster_pb2.LeaseRecord(
         lease_id=lease_id, ttl_seconds=ttl_s, etcd_lease=granted.id,
