@@ -16,6 +16,7 @@ packages=(
   nodejs                              # buf and the e2b JS SDK (npm comes with it)
   gcc libc6-dev                       # the write-logging library preloaded into QEMU
   esbuild                             # the code interpreter's TypeScript, in its own tests
+  chromium                            # the dashboard's browser tests (driven by Playwright)
 )
 missing=()
 for p in "${packages[@]}"; do
