@@ -189,6 +189,8 @@ class FakeJournal:
     record: WebhookRecord
     # Every write in order: ("log", delivery) or ("cursor", event id).
     writes: list[tuple[str, object]] = field(default_factory=list)
+    settled: int = 0
+    revision: int = 5
 
     async def advance(self, webhook_id: str, cursor: str) -> bool:
         self.record.cursor_event_id = cursor
@@ -199,6 +201,17 @@ class FakeJournal:
         copy = WebhookDelivery()
         copy.CopyFrom(delivery)
         self.writes.append(("log", copy))
+
+    async def settle(
+        self, seen: Versioned[WebhookRecord], cursor: str, delivery: WebhookDelivery | None,
+    ) -> Versioned[WebhookRecord] | None:
+        # One transaction in etcd; here its writes in the order the worker relies on.
+        self.settled += 1
+        if delivery is not None:
+            await self.log(delivery)
+        await self.advance(seen.record.webhook_id, cursor)
+        self.revision += 100
+        return Versioned(self.record, self.revision, seen.create_revision, 0)
 
 
 class FakeReceiver:
@@ -279,6 +292,27 @@ async def test_only_subscribed_types_are_sent_and_the_cursor_follows_each() -> N
     assert kinds == [("log", "e1"), ("cursor", "e1"), ("log", "e4"), ("cursor", "e4")]
     # The feed was resumed after the last event handled.
     assert feed.started_at[-1] == Position(13, "e4")
+
+
+async def test_a_burst_reads_the_record_once_and_settles_each_event_in_one_write() -> None:
+    events = [event(c.SANDBOX_EVENT_TYPE_CREATED, f"e{i}") for i in range(5)]
+    feed, receiver, clock = FakeFeed(events), FakeReceiver([]), FakeClock()
+    record = hook(CREATED)
+    journal = FakeJournal(record)
+    reads: list[int] = []
+
+    async def fresh() -> Versioned[WebhookRecord]:
+        reads.append(1)
+        return Versioned(record, 5, 1, 0)
+
+    worker = Worker("wh1", lambda: Versioned(record, 5, 1, 0), fresh, feed, receiver.send,
+                    journal, RetryPolicy(), lambda r: "s", clock=clock, sleep=clock.sleep)
+    await run_until_fed(worker, feed)
+    assert [json.loads(b)["id"] for _, _, b in receiver.bodies] == [f"e{i}" for i in range(5)]
+    # Every event was committed before the worker's first write: that write stands for the
+    # record; each event's log and cursor went in one settle.
+    assert len(reads) == 1 and journal.settled == 5
+    assert journal.record.cursor_event_id == "e4"
 
 
 async def test_failed_attempts_back_off_and_the_cursor_waits_for_the_2xx() -> None:

@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv_common.cluster import ClusterStore
+from aenv_common.errors import ResourceExhausted
 from aenv_common.events import EventLog
 from aenv_common.secrets.sealing import SecretsKey
 from aenv_gateway.core.webhooks.deliverer import WebhookDeliverer
@@ -217,3 +218,28 @@ async def test_the_delivery_log_outlives_a_revoked_retention_lease(cluster: Clus
         await until(lambda: len(receiver.accepted()) == 2, 20, "the event after the revoke")
         logged = await cluster.registry.deliveries("k1", hook.webhook_id, 10)
         assert [(d.event_id, d.delivered) for d in logged] == [(later.event_id, True)]
+
+
+async def test_two_gateways_racing_at_the_cap_create_only_one(cluster_store: ClusterStore) -> None:
+    """Two registries (two gateways) over one etcd, the key one short of its cap: of creates
+    racing from both, exactly one passes, every time; the others are told the cap."""
+    gateways = [Cluster(cluster_store) for _ in range(2)]
+    for gateway in gateways:
+        gateway.registry = WebhookRegistry(EtcdWebhookRecords(cluster_store), gateway.key,
+                                           TargetPolicy(True), 3)
+    spec = WebhookSpec("h", "http://127.0.0.1:9/", [CREATED], "s1")
+    for owner in ("r1", "r2", "r3"):
+        for _ in range(2):
+            await gateways[0].registry.create(owner, spec)
+        outcomes = await asyncio.gather(
+            *(g.registry.create(owner, spec) for g in gateways for _ in range(3)),
+            return_exceptions=True)
+        assert sum(isinstance(o, c.WebhookRecord) for o in outcomes) == 1, outcomes
+        assert all(isinstance(o, (c.WebhookRecord, ResourceExhausted)) for o in outcomes)
+        assert len(await gateways[1].registry.list(owner)) == 3
+    # A delete makes room again.
+    first = (await gateways[0].registry.list("r1"))[0]
+    await gateways[1].registry.delete("r1", first.webhook_id)
+    await gateways[0].registry.create("r1", spec)
+    with pytest.raises(ResourceExhausted):
+        await gateways[1].registry.create("r1", spec)

@@ -19,6 +19,8 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.cluster import ClusterStore
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 LEADER_KEY = "webhook-deliverer/leader"
 LEADER_TTL_S = 5
 
+T = TypeVar("T")
+
 
 class EtcdJournal:
     """Cursors in the webhooks' records, the delivery log on the events' retention lease."""
@@ -60,14 +64,29 @@ class EtcdJournal:
         return True
 
     async def log(self, delivery: WebhookDelivery) -> None:
+        await self._on_retention_lease(
+            lambda lease: self._records.put_delivery(delivery, lease))
+
+    async def settle(
+        self, seen: Versioned[WebhookRecord], cursor: str, delivery: WebhookDelivery | None,
+    ) -> Versioned[WebhookRecord] | None:
+        record = WebhookRecord()
+        record.CopyFrom(seen.record)
+        record.cursor_event_id = cursor
+        revision = await self._on_retention_lease(
+            lambda lease: self._records.settle(record, seen.mod_revision, delivery, lease))
+        if revision is None:
+            return None
+        return Versioned(record, revision, seen.create_revision, seen.lease)
+
+    async def _on_retention_lease(self, write: Callable[[int], Awaitable[T]]) -> T:
         try:
-            await self._records.put_delivery(delivery, await self._events.retention_lease())
+            return await write(await self._events.retention_lease())
         except Internal as err:
             if not lease_gone(err):
                 raise
             # Revoked or expired early (etcd restored): once more on a new one.
-            lease = await self._events.retention_lease(replace=True)
-            await self._records.put_delivery(delivery, lease)
+            return await write(await self._events.retention_lease(replace=True))
 
 
 class WebhookDeliverer:

@@ -6,6 +6,11 @@ sealed, its cursor); `webhook-deliveries/<webhook id>/<event id>` one event's `W
 on the events' retention lease, so the log ages out with the events it speaks of. Every change
 of a record is compare-and-swap on the revision its writer read: a PATCH and the deliverer
 advancing the cursor never overwrite each other.
+
+`webhook-owners/<owner key id>` is a key's guard: every create rewrites it in the transaction
+that puts the record, and commits only while the guard is where it was when the key's webhooks
+were counted, so two gateways racing at the cap cannot both pass it. (Outside `webhooks/`, where
+every key is a webhook's record; a delete leaves it, as lowering the count needs no guard.)
 """
 
 from __future__ import annotations
@@ -17,13 +22,22 @@ from aenv.cluster.v1.cluster_pb2 import WebhookDelivery, WebhookRecord
 from aenv_common.cluster import ClusterStore
 from aenv_common.cluster.codec import decode, encode
 from aenv_common.cluster.store import Versioned, etcd_errors
+from aenv_common.errors import Conflict
 
 WEBHOOKS = "webhooks"
 WEBHOOK_DELIVERIES = "webhook-deliveries"
+WEBHOOK_OWNERS = "webhook-owners"
+# Creates of one key racing each other: each loser counts again, this many times at most.
+CREATE_ATTEMPTS = 16
 
 
 class WebhookRecords(Protocol):
-    async def create(self, record: WebhookRecord) -> None: ...
+    async def create(self, record: WebhookRecord, most: int) -> bool:
+        """Creates the record unless its owner has `most` webhooks already (False then), also
+        when creates race each other.
+
+        :raise Conflict: other creates of the key kept winning."""
+        ...
 
     async def get(self, webhook_id: str) -> Versioned[WebhookRecord] | None: ...
 
@@ -56,8 +70,25 @@ class EtcdWebhookRecords:
     def deliveries_prefix(self, webhook_id: str) -> bytes:
         return self._store.keys.record(WEBHOOK_DELIVERIES, webhook_id) + b"/"
 
-    async def create(self, record: WebhookRecord) -> None:
-        await self._store.put_record(WEBHOOKS, record.webhook_id, record)
+    async def create(self, record: WebhookRecord, most: int) -> bool:
+        guard = self._store.keys.record(WEBHOOK_OWNERS, record.owner_key_id)
+        txn = self._store.client.transactions
+        for _ in range(CREATE_ATTEMPTS):
+            with etcd_errors(f"read the webhook guard of key {record.owner_key_id}"):
+                seen = await self._store.client.get(guard)
+            # Counted after the guard was read: a create in between moved the guard.
+            if _owned(await self.every(), record.owner_key_id) >= most:
+                return False
+            with etcd_errors(f"create webhook {record.webhook_id}"):
+                created, _ = await self._store.client.transaction(
+                    compare=[txn.mod(guard) == (seen.mod_revision if seen else 0)],
+                    success=[txn.put(guard, record.webhook_id.encode()),
+                             txn.put(self._key(record.webhook_id), encode(record))],
+                    failure=[])
+            if created:
+                return True
+        raise Conflict(f"webhooks of key {record.owner_key_id} kept being created; "
+                       "create abandoned")
 
     async def get(self, webhook_id: str) -> Versioned[WebhookRecord] | None:
         return await self._store.get_versioned(WEBHOOKS, webhook_id, WebhookRecord)
@@ -94,9 +125,33 @@ class EtcdWebhookRecords:
         return [decode(WebhookDelivery, kv.value) for kv in result.kvs]
 
     async def put_delivery(self, delivery: WebhookDelivery, lease: int) -> None:
-        key = self.deliveries_prefix(delivery.webhook_id) + delivery.event_id.encode()
         with etcd_errors(f"log a delivery of webhook {delivery.webhook_id}"):
-            await self._store.client.put(key, encode(delivery), lease)
+            await self._store.client.put(self._delivery_key(delivery), encode(delivery), lease)
+
+    def _delivery_key(self, delivery: WebhookDelivery) -> bytes:
+        return self.deliveries_prefix(delivery.webhook_id) + delivery.event_id.encode()
+
+    async def settle(
+        self, record: WebhookRecord, mod_revision: int, delivery: WebhookDelivery | None,
+        lease: int,
+    ) -> int | None:
+        """Puts the record and logs `delivery` (on `lease`) in one transaction, while the record
+        is at `mod_revision`; the revision written, or None when it changed or went."""
+        txn = self._store.client.transactions
+        key = self._key(record.webhook_id)
+        writes = [txn.put(key, encode(record))]
+        if delivery is not None:
+            writes.append(txn.put(self._delivery_key(delivery), encode(delivery), lease))
+        with etcd_errors(f"settle a delivery of webhook {record.webhook_id}"):
+            succeeded, responses = await self._store.client.transaction(
+                compare=[txn.mod(key) == mod_revision], success=writes, failure=[])
+        if not succeeded or not mod_revision:
+            return None
+        return int(responses[0].response_put.header.revision)
+
+
+def _owned(records: list[WebhookRecord], owner_key_id: str) -> int:
+    return sum(r.owner_key_id == owner_key_id for r in records)
 
 
 def _prefix_end(prefix: bytes) -> bytes:
@@ -121,8 +176,11 @@ class InMemoryWebhookRecords:
         self._records[record.webhook_id] = Versioned(copy, self._next(), created or
                                                      self._revision, 0)
 
-    async def create(self, record: WebhookRecord) -> None:
+    async def create(self, record: WebhookRecord, most: int) -> bool:
+        if _owned(await self.every(), record.owner_key_id) >= most:
+            return False
         self._keep(record, 0)
+        return True
 
     async def get(self, webhook_id: str) -> Versioned[WebhookRecord] | None:
         found = self._records.get(webhook_id)

@@ -108,20 +108,20 @@ class WebhookRegistry:
 
     async def create(self, owner_key_id: str, spec: WebhookSpec) -> WebhookRecord:
         """:raise InvalidArgument: a bad field or a URL the policy refuses.
-        :raise ResourceExhausted: the key has as many webhooks as it may."""
+        :raise ResourceExhausted: the key has as many webhooks as it may (also when creates
+        race: records.py). :raise Conflict: racing creates of the key kept winning."""
         record = WebhookRecord(
             webhook_id=str(uuid.uuid4()), owner_key_id=owner_key_id, name=_name(spec.name),
             url=spec.url, enabled=spec.enabled, events=_events(spec.events),
             created_at=_now())
         secret = _secret(spec.signature_secret)
         await self._policy.check(spec.url)
-        if len(await self.list(owner_key_id)) >= self._max_per_key:
-            raise ResourceExhausted(
-                f"a key may have {self._max_per_key} webhooks; delete one first")
         record.updated_at.CopyFrom(record.created_at)
         record.sealed_signature_secret = seal(
             self._key, secret, secret_aad(owner_key_id, record.webhook_id))
-        await self._records.create(record)
+        if not await self._records.create(record, self._max_per_key):
+            raise ResourceExhausted(
+                f"a key may have {self._max_per_key} webhooks; delete one first")
         log.info("webhook registered", extra=_fields(record))
         return record
 

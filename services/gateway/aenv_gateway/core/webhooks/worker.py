@@ -8,11 +8,19 @@ the cursor and sends again what was not acknowledged. A receiver may thus see an
 (the event's `id` tells it), never miss one still retained. Events the webhook did not subscribe
 to move the cursor too, written at most once a second (replaying them costs nothing).
 
-The worker reads its webhook's record from etcd before every attempt (a linearizable read, so
-never older than the event being sent): a new URL, secret or event list applies at once, and a
-webhook disabled or deleted before an event was committed is never sent it, however late the
-deliverer's own mirror of the records catches up (it cancels the worker then too). Skipping an
-event needs no such read: the mirror decides.
+Before an event's first attempt the worker knows its webhook's record as it stood when the event
+was committed or later: from a linearizable read, or — when the event was committed before the
+worker's own last write of the record (a burst) — from that write, which no other writer can
+have preceded unseen (it is compare-and-swap). So a new URL, secret or event list applies to
+every event committed after it, and a webhook disabled or deleted before an event was committed
+is never sent it, however late the deliverer's own mirror of the records catches up (it cancels
+the worker then too). A retry reads the record again. Skipping an event needs no such read: the
+mirror decides.
+
+Settling a finished delivery — its log entry and the cursor past it — is one transaction guarded
+by the record's revision (`Journal.settle`): a delivered event in a burst costs one etcd round
+trip, one after a quiet spell two. Only when someone changed the record meanwhile does the
+worker fall back to writing the log and then the cursor by a fresh read-modify-write.
 """
 
 from __future__ import annotations
@@ -54,6 +62,14 @@ class Journal(Protocol):
 
     async def log(self, delivery: WebhookDelivery) -> None: ...
 
+    async def settle(
+        self, seen: Versioned[WebhookRecord], cursor: str, delivery: WebhookDelivery | None,
+    ) -> Versioned[WebhookRecord] | None:
+        """In one transaction, while the record is still at `seen`'s revision: logs `delivery`
+        (when given) and moves the cursor. The record as written, or None (nothing written)
+        when it changed or went."""
+        ...
+
 
 class Worker:
     def __init__(
@@ -73,6 +89,8 @@ class Worker:
         self._clock = clock
         self._sleep = sleep
         self._written_at = float("-inf")
+        # The record as this worker last wrote it, at its revision (None: unknown).
+        self._written: Versioned[WebhookRecord] | None = None
 
     def _live(self) -> WebhookRecord | None:
         entry = self._current()
@@ -90,10 +108,11 @@ class Worker:
                         scope, entry.record.cursor_event_id, entry.create_revision)
                 async for revision, event in self._feed.follow(scope, position):
                     failures = 0
-                    if not await self._handle(event):
+                    if not await self._handle(revision, event):
                         return
                     position = Position(revision, event.event_id)
             except AenvError as err:
+                self._written = None
                 log.warning("webhook worker interrupted", extra={
                     "webhook_id": self.webhook_id, "error": err.message})
             except Exception:
@@ -101,7 +120,7 @@ class Worker:
             await self._sleep(FEED_RETRY_S[min(failures, len(FEED_RETRY_S) - 1)])
             failures += 1
 
-    async def _handle(self, event: c.SandboxEvent) -> bool:
+    async def _handle(self, revision: int, event: c.SandboxEvent) -> bool:
         """Delivers the event if subscribed, then moves the cursor past it. False: the webhook
         is gone or off."""
         record = self._live()
@@ -110,29 +129,44 @@ class Worker:
         name = e2b_event_type(event)
         if name is None or name not in record.events:
             if self._clock() - self._written_at >= SKIPPED_CURSOR_EVERY_S:
-                return await self._advance(event.event_id)
+                return await self._settle(self._written, event.event_id, None)
             return True
-        if not await self._deliver(event, name):
-            return False
-        return await self._advance(event.event_id)
+        return await self._deliver(revision, event, name)
 
-    async def _advance(self, cursor: str) -> bool:
+    async def _settle(self, seen: Versioned[WebhookRecord] | None, cursor: str,
+                      delivery: WebhookDelivery | None) -> bool:
+        """Logs the delivery (if any) and moves the cursor: one guarded transaction when the
+        record is known, else (or when it changed) the log, then a read-modify-write."""
         self._written_at = self._clock()
+        if seen is not None:
+            self._written = await self._journal.settle(seen, cursor, delivery)
+            if self._written is not None:
+                return True
+        if delivery is not None:
+            await self._journal.log(delivery)
         return await self._journal.advance(self.webhook_id, cursor)
 
-    async def _deliver(self, event: c.SandboxEvent, name: str) -> bool:
-        """Attempts until delivered or given up (True), or the webhook is gone or off, or no
-        longer subscribed to the type (True: nothing to deliver)."""
+    async def _record_for(self, revision: int) -> Versioned[WebhookRecord] | None:
+        """The record as it stood at the event's commit or later (module docstring)."""
+        written = self._written
+        if written is not None and 0 < revision <= written.mod_revision:
+            return written
+        self._written = None
+        return await self._fresh()
+
+    async def _deliver(self, revision: int, event: c.SandboxEvent, name: str) -> bool:
+        """Attempts until delivered or given up, then settles (True), or the webhook is gone or
+        off (False), or no longer subscribed to the type (True: the cursor moves on)."""
         body = payload.body(event, name)
         delivery = WebhookDelivery(webhook_id=self.webhook_id, event_id=event.event_id)
         first = self._clock()
+        entry = await self._record_for(revision)
         while True:
-            entry = await self._fresh()
             record = entry.record if entry is not None and entry.record.enabled else None
-            if record is None:
+            if entry is None or record is None:
                 return False
             if name not in record.events:
-                return True
+                return await self._settle(entry, event.event_id, None)
             attempt = await self._attempt(record, body)
             delivery.attempts += 1
             delivery.last_status = attempt.status
@@ -150,10 +184,12 @@ class Worker:
                 log.warning("webhook delivery given up", extra={
                     "webhook_id": self.webhook_id, "event_id": event.event_id,
                     "attempts": delivery.attempts, "error": attempt.error})
-            await self._journal.log(delivery)
             if delivery.delivered or delivery.gave_up:
-                return True
+                return await self._settle(entry, event.event_id, delivery)
+            await self._journal.log(delivery)
             await self._sleep(self._policy.delay(delivery.attempts))
+            entry = await self._fresh()
+            self._written = None
 
     async def _attempt(self, record: WebhookRecord, body: bytes) -> Attempt:
         try:
