@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 import grpc
 import uvicorn
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Mount
 from starlette.types import ASGIApp
 
 from aenv.gateway.v1 import gateway_pb2_grpc
@@ -55,6 +55,8 @@ from aenv_gateway.core.volumes.operations import Volumes
 from aenv_gateway.core.volumes.records import InMemoryVolumeRecords, VolumeRecords
 from aenv_gateway.core.volumes.sweep import VolumeSweep
 from aenv_gateway.core.webhooks.runtime import Webhooks
+from aenv_gateway.dashboard.app import Dashboard
+from aenv_gateway.dashboard.parts import DashboardParts
 from aenv_gateway.grpc.deaths import DeathsInterceptor
 from aenv_gateway.grpc.events import SandboxEvents
 from aenv_gateway.grpc.exec_stream import ExecStreams
@@ -66,6 +68,7 @@ from aenv_gateway.keys.open_requests import OpenRequests
 from aenv_gateway.keys.records import ApiKeyRecords, InMemoryApiKeyRecords, KeyIndex
 from aenv_gateway.metrics import SANDBOX_STATES
 from aenv_gateway.rest.app import GatewayApp, control_routes, instrumented
+from aenv_gateway.rest.boundary import Access
 from aenv_gateway.rest.dataplane import DataPlane
 from aenv_gateway.rest.edge_limits import guarded_http_protocol
 from aenv_gateway.rest.key_holding import RevocableRequests
@@ -227,11 +230,12 @@ async def start_gateway(
         connector=aiohttp.TCPConnector(limit=0, force_close=False), auto_decompress=False
     )
     metrics = SandboxMetrics(service, directory, nodeagents)
+    logs = SandboxLogs(service, nodeagents)
     sandbox_routes = SandboxRoutes(
         service,
         Presenter(settings.domain, settings.fallback_envd_version),
         settings.default_timeout_s,
-        SandboxLogs(service, nodeagents),
+        logs,
         metrics,
     )
     snapstore = (snapstore_stub(pool.get(settings.snapstore_address))
@@ -251,8 +255,15 @@ async def start_gateway(
     # Lifecycle webhooks: kept in memory without `webhooks` (nothing to deliver without etcd).
     hooks = webhooks if webhooks is not None else Webhooks.in_memory(settings, key)
     routes += WebhookRoutes(hooks.registry).routes()
+    # The operators' dashboard: its own login and sessions (no key header), so open here.
+    dashboard = Dashboard(DashboardParts(
+        service, auth, view, metrics, logs.read, catalog, native_events.reader, hub,
+        settings.default_timeout_s, settings.common.telemetry.trace_dir))
+    stored_keys.on_revoked(dashboard.sessions.end_keys)
+    mounted = Mount("/dashboard", app=dashboard.app)
+    mounted.access = Access.OPEN  # type: ignore[attr-defined]
     edge = GatewayApp(
-        routes,
+        [*routes, mounted],
         DataPlane(service.wake, StreamingProxy(session), deaths),
         settings.domain,
         SignedFileRouter(directory.records),

@@ -1,7 +1,7 @@
-"""The gateway's rooms and the direction of their imports: the REST edge (rest/) and the gRPC
-edge (grpc/) side by side, never importing each other; both over the operations (core/), over
-API keys (keys/) and the clients to the rest of the cluster (cluster/). Only the composition
-root (server.py, started by __main__.py) sees every room."""
+"""The gateway's rooms and the direction of their imports: the REST edge (rest/), the gRPC
+edge (grpc/) and the dashboard (dashboard/) side by side, never importing each other; all over
+the operations (core/), over API keys (keys/) and the clients to the rest of the cluster
+(cluster/). Only the composition root (server.py, started by __main__.py) sees every room."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from pathlib import Path
 import aenv_gateway
 
 PACKAGE = Path(aenv_gateway.__file__).parent
-EDGES = {"rest", "grpc"}
+EDGES = {"rest", "grpc", "dashboard"}
 # Each room and the rooms it must not import.
 FORBIDDEN = {
-    "rest": {"grpc"},
-    "grpc": {"rest"},
+    "rest": EDGES - {"rest"},
+    "grpc": EDGES - {"grpc"},
+    "dashboard": EDGES - {"dashboard"},
     "core": EDGES,
     "keys": EDGES | {"core", "cluster"},
     "cluster": EDGES | {"core", "keys"},
@@ -63,4 +64,4 @@ def test_every_module_lives_in_a_room_or_is_the_root() -> None:
     loose = {p.name for p in PACKAGE.glob("*.py")} - root
     assert loose == set()
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
-        "rest", "grpc", "core", "keys", "cluster"}
+        "rest", "grpc", "dashboard", "core", "keys", "cluster"}

@@ -1,0 +1,1 @@
+"""The operators' web dashboard: server-rendered pages over the gateway's operations."""
