@@ -90,6 +90,11 @@ class NodeAgentSettings(BaseSettings):
     warm_pool_slots: int = 4
     warm_pool_overlays: int = 2
     warm_pool_vms: int = 2
+    # Woken guests per template at most (restored, warmed by one command, stopped: a create only
+    # continues one), kept as many as creates asked for in the last minute; only while the
+    # host's MemAvailable is above warm_pool_guests_min_available_mib. 0 disables them.
+    warm_pool_guests: int = Field(default=4, ge=0)
+    warm_pool_guests_min_available_mib: int = Field(default=2048, ge=0)
     # The node record's lease. Long enough to outlast the seconds 2 cores crowded by a fork of
     # 16 busy VMs can hold a keepalive (11 s seen): a lapse marks every sandbox lost.
     heartbeat_ttl_s: int = 20

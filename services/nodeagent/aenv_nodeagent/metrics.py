@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from aenv.cluster.v1 import cluster_pb2
@@ -34,6 +34,8 @@ class NodeReadings:
 
     sandboxes_by_state: Callable[[], dict[str, int]]
     pool_depth: Callable[[], dict[str, int]]
+    # Creates that took a woken guest, a pre-started VM, or nothing from the pool (so far).
+    pool_takes: Callable[[], dict[str, int]]
     capacity: cluster_pb2.Resources
     allocated: Callable[[], cluster_pb2.Resources]
     # Sampled in the background (capacity/meter.py): a scrape reads no VM's page tables.
@@ -48,12 +50,17 @@ class NodeCollector(Collector):
     def __init__(self, readings: NodeReadings) -> None:
         self._readings = readings
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         r = self._readings
         yield _by_label("aenv_node_sandboxes", "Sandboxes on this node, by state", "state",
                         r.sandboxes_by_state())
         yield _by_label("aenv_node_pool_ready", "Warm pool: network slots, overlays and "
-                        "pre-started VMs ready", "kind", r.pool_depth())
+                        "pre-started VMs and woken guests ready", "kind", r.pool_depth())
+        takes = CounterMetricFamily("aenv_node_pool_takes", "Creates from a template, by what "
+                                    "the warm pool had for them", labels=["took"])
+        for took, count in sorted(r.pool_takes().items()):
+            takes.add_metric([took], float(count))
+        yield takes
         yield _resources("aenv_node_capacity", "What this node offers the scheduler",
                          r.capacity)
         yield _resources("aenv_node_allocated", "What this node's sandboxes were given",

@@ -33,7 +33,7 @@ from aenv_nodeagent.artifacts.preload import ensure_preload_library
 from aenv_nodeagent.artifacts.rootfs import CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
 from aenv_nodeagent.capacity.eviction import Evictions
 from aenv_nodeagent.capacity.guard import NodeCapacity
-from aenv_nodeagent.capacity.host import MIB
+from aenv_nodeagent.capacity.host import MIB, memory_available_mib
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import Confinement, LimitSettings, choose
 from aenv_nodeagent.egress.startup import start_egress
@@ -204,7 +204,10 @@ class NodeAgent:
         pool = WarmPool(network, s.resolved_state_dir() / "pool",
                         slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
                         vms_per_template=s.warm_pool_vms,
-                        vm_root=s.resolved_state_dir() / "sandboxes")
+                        guests_per_template=s.warm_pool_guests,
+                        vm_root=s.resolved_state_dir() / "sandboxes",
+                        room=lambda: (memory_available_mib()
+                                      > s.warm_pool_guests_min_available_mib))
         pool.start()
         stack.push_async_callback(pool.close)
         # Stopped after the sandboxes are killed: until then the cluster sees the node alive.
@@ -218,7 +221,8 @@ class NodeAgent:
             cut_traffic=connections.cut, allocation_changed=registration.publish,
             persistence=persistence)
         self.sandboxes = sandboxes = SandboxWing(wing, driver, pool=pool, relays=relays,
-                                                 publisher=publisher)
+                                                 publisher=publisher,
+                                                 commands=GuestCommands(session))
         stack.push_async_callback(sandboxes.stop)
         self.capacity = capacity = NodeCapacity.of_host(
             s, self.registry, templates, wing.snapshot_store, self.node_record)
@@ -288,6 +292,7 @@ class NodeAgent:
             sandboxes_by_state=lambda: {"running": len(registry.all()),
                                         "paused": len(registry.paused_ids())},
             pool_depth=pool.sizes,
+            pool_takes=lambda: dict(pool.takes),
             capacity=capacity.offer.capacity,
             allocated=registry.allocated,
             vm_pss_bytes=capacity.meter.measured_bytes,

@@ -32,6 +32,7 @@ from aenv_nodeagent.confinement.limits import (
     slice_cpu_files,
     v1_files,
     v2_files,
+    vm_cpu_weight_files,
 )
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,17 @@ class VmCgroup:
     def procs_files(self) -> list[Path]:
         """What the VMM writes its pid into to join (vmm/jail.py)."""
         return [directory / cgroupfs.PROCS for directory in self.dirs]
+
+
+def set_cpu_idle(cgroup: VmCgroup | None, idle: bool) -> None:
+    """Gives the VM of `cgroup` the least CPU share (idle) or the default one, in whichever of
+    its hierarchies has a CPU controller; a VM without a cgroup keeps what it has."""
+    if cgroup is None:
+        return
+    for directory in cgroup.dirs:
+        for name, value in vm_cpu_weight_files(idle=idle).items():
+            if (directory / name).exists():
+                cgroupfs.write_files(directory, {name: value})
 
 
 def detect(mountinfo: str) -> tuple[Hierarchy, ...]:

@@ -77,6 +77,14 @@ def slice_cpu_files(version: int, controllers: frozenset[str], host_cpus: int) -
     return {"cpu.shares": str(min(_V1_SHARES_MAX, _V1_SHARES * host_cpus))}
 
 
+def vm_cpu_weight_files(*, idle: bool) -> dict[str, str]:
+    """A VM's CPU share beside its siblings, in v2's and v1's terms: the default one, or (idle:
+    a warm-pool guest warming up) the least, so that it never slows a running sandbox."""
+    if idle:
+        return {"cpu.weight": "1", "cpu.shares": "2"}
+    return {"cpu.weight": str(_V2_WEIGHT), "cpu.shares": str(_V1_SHARES)}
+
+
 def v2_files(limits: VmLimits, controllers: frozenset[str]) -> dict[str, str]:
     """cgroup v2 interface files of the controllers this node has, in write order."""
     files = {

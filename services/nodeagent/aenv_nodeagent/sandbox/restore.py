@@ -18,7 +18,6 @@ Whatever fails is undone in reverse, so a failed restore leaves nothing but what
 from __future__ import annotations
 
 import asyncio
-import functools
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict
 from aenv_nodeagent.disks import create_overlay
+from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetSlot
 from aenv_nodeagent.phases import PhaseTimer, Undo
 from aenv_nodeagent.pool import PooledVm, WarmPool
@@ -38,8 +38,8 @@ from aenv_nodeagent.sandbox.plans import (
     backing_of,
     makes_directory,
 )
+from aenv_nodeagent.sandbox.pooled_guests import TemplateGuests, continue_woken
 from aenv_nodeagent.sandbox.records import egress_policy
-from aenv_nodeagent.templates import TemplateSnapshot
 from aenv_nodeagent.templates.launch import boot_from_disk, launch_restore_target
 from aenv_nodeagent.vmm.driver import Vm, VmmDriver
 from aenv_nodeagent.volumes import VolumeRelays, envd_mounts
@@ -51,7 +51,7 @@ class Restorer:
 
     def __init__(
         self, wing: WingContext, driver: VmmDriver, *, pool: WarmPool | None = None,
-        relays: VolumeRelays | None = None,
+        relays: VolumeRelays | None = None, commands: GuestCommands | None = None,
     ) -> None:
         self._registry = wing.registry
         self._events = wing.events
@@ -63,6 +63,8 @@ class Restorer:
         self._allocation_changed = wing.allocation_changed
         self._settings = wing.settings
         self._pool = pool
+        self._guests = TemplateGuests(wing.templates, driver, wing.envd, commands,
+                                      ready_timeout_s=wing.settings.ready_timeout_s)
 
     async def restore(
         self, plan: RestorePlan, timer: PhaseTimer, *,
@@ -89,7 +91,8 @@ class Restorer:
                 await self._start_relay(relays, plan, slot, timer, undo)
                 vm = await self._launch(plan, image, slot, timer)
                 undo.push(vm.shutdown)
-            await self._wake(vm, slot, image, plan.record, timer)
+            await self._wake(vm, slot, image, plan.record, timer,
+                             woken=pooled is not None and pooled.woken)
             sandbox = Sandbox(plan.record, slot, vm, plan.directory, timer.phases_ms)
             self._registry.add_running(sandbox, plan.chain)
             undo.push(lambda: self._registry.remove_running(plan.sandbox_id))
@@ -127,7 +130,8 @@ class Restorer:
         if self._pool is None or not isinstance(plan, FromTemplate):
             return None
         template = plan.template
-        self._pool.want_vms(template.template_id, functools.partial(self._launch_pooled, template))
+        self._pool.want_vms(template.template_id, self._guests.launcher(template),
+                            self._guests.waker(template))
         return self._pool.take_vm(template.template_id)
 
     async def _take_pooled(
@@ -142,14 +146,6 @@ class Restorer:
         await timer.timed("pooled_vm", self._pool.adopt_policy(
             pooled.slot, egress_policy(plan.record.network, plan.record.owner_key_id)))
         return pooled.slot, pooled.vm
-
-    async def _launch_pooled(
-        self, template: TemplateSnapshot, directory: Path, slot: NetSlot
-    ) -> Vm:
-        await create_overlay(template.disk, directory / DISK)
-        inputs = self._templates.inputs(template.template_id)
-        return await launch_restore_target(self._driver, inputs, directory, template.memory,
-                                           slot, DISK, disk_by_fd=True)
 
     async def _prepare(self, plan: RestorePlan, timer: PhaseTimer, undo: Undo) -> NetSlot:
         """The directory, and the slot built while the overlay is made."""
@@ -196,18 +192,14 @@ class Restorer:
 
     async def _wake(
         self, vm: Vm, slot: NetSlot, image: RestoreImage, record: cluster_pb2.SandboxRecord,
-        timer: PhaseTimer,
+        timer: PhaseTimer, *, woken: bool,
     ) -> None:
-        """Load the device state (unless it boots), wait for envd and give it the sandbox's
-        identity; the record gets the envd version that answered."""
-        state = image.state
-        if state is None and image.later_state is not None and not image.boots:
-            state = await timer.timed("memory_image", image.later_state())
-        if state is not None and not image.boots:
-            await timer.timed("restore", vm.restore(state))
-        ready_s = (self._settings.boot_timeout_s if image.boots
-                   else self._settings.ready_timeout_s)
-        await timer.timed("envd_ready", self._envd.wait_healthy(slot.ns_ip, ready_s))
+        """Load the device state (unless it boots, or the pool woke it), wait for envd and give
+        it the sandbox's identity; the record gets the envd version that answered."""
+        if woken:
+            await timer.timed("cont", continue_woken(vm))
+        else:
+            await self._load(vm, slot, image, timer)
         record.envd_version = await timer.timed("envd_init", self._envd.init(
             slot.ns_ip, env_vars=identity_env(record) | dict(record.env_vars),
             access_token=record.envd_access_token,
@@ -216,6 +208,18 @@ class Restorer:
             # Many guests woken at once (a fork) share the host's CPUs: as long as /health.
             timeout_s=self._settings.ready_timeout_s,
         ))
+
+    async def _load(
+        self, vm: Vm, slot: NetSlot, image: RestoreImage, timer: PhaseTimer
+    ) -> None:
+        state = image.state
+        if state is None and image.later_state is not None and not image.boots:
+            state = await timer.timed("memory_image", image.later_state())
+        if state is not None and not image.boots:
+            await timer.timed("restore", vm.restore(state))
+        ready_s = (self._settings.boot_timeout_s if image.boots
+                   else self._settings.ready_timeout_s)
+        await timer.timed("envd_ready", self._envd.wait_healthy(slot.ns_ip, ready_s))
 
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.restart.recovery import NOT_SURVIVED, NOT_SURVIVED_DETAIL
 from aenv_nodeagent.restart.takeback import TakeBack
@@ -35,9 +36,11 @@ class SandboxWing:
     def __init__(
         self, context: WingContext, driver: VmmDriver, *, pool: WarmPool | None = None,
         relays: VolumeRelays | None = None, publisher: SnapshotPublisher | None = None,
+        commands: GuestCommands | None = None,
     ) -> None:
+        """`commands` runs the warm-up of the pool's woken guests (None: none are woken)."""
         self.context = context
-        restorer = Restorer(context, driver, pool=pool, relays=relays)
+        restorer = Restorer(context, driver, pool=pool, relays=relays, commands=commands)
         self.transfers = PausedTransfer(context)
         self.pauses = Pauses(context, restorer, self.transfers)
         self.snapshots = Snapshots(context, publisher)

@@ -116,7 +116,7 @@ class Node:
 async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
-    pool_vms: int = 0, pool_cidr: str | None = None, snapstore: str = "",
+    pool_vms: int = 0, pool_guests: int = 0, pool_cidr: str | None = None, snapstore: str = "",
     node_id: str = "test-node", own_templates: bool = False, share_templates: bool = False,
     cgroups: VmCgroups | None = None, events: SandboxEvents | None = None,
 ) -> Node:
@@ -141,14 +141,15 @@ async def build_node(
     templates.register(base)
     pool = WarmPool(network, state_dir / "pool", slots=pool_slots,
                     overlays_per_backing=pool_overlays, vms_per_template=pool_vms,
-                    vm_root=state_dir / "sandboxes")
+                    guests_per_template=pool_guests, vm_root=state_dir / "sandboxes")
     pool.start()
     allocation = AllocationSink()
     sandboxes = SandboxWing(
         WingContext.of(SandboxSettings(state_dir, ready_timeout_s=60), SandboxRegistry(node_id),
                        records, templates, network, envd, events=events,
                        allocation_changed=allocation.publish, persistence=persistence),
-        driver, pool=pool, publisher=SnapshotPublisher(records, node_id))
+        driver, pool=pool, publisher=SnapshotPublisher(records, node_id),
+        commands=GuestCommands(session))
     return Node(sandboxes, records, network, session, state_dir, prefix, pool, node_id,
                 snapstore=snapstore, templates=templates, saved=saved, distribution=distribution,
                 allocation=allocation, cgroups=cgroups)
@@ -191,7 +192,7 @@ async def node() -> AsyncIterator[Node]:
 
 @contextlib.asynccontextmanager
 async def node_parts(
-    *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0,
+    *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0, pool_guests: int = 0,
     pool_cidr: str | None = None, snapstore: str = "", node_id: str = "test-node",
     records: MemoryRecords | None = None, own_templates: bool = False,
     share_templates: bool = False, confined: bool = False,
@@ -205,7 +206,8 @@ async def node_parts(
         async with aiohttp.ClientSession() as session:
             first = await build_node(state_dir, prefix, session, records,
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
-                                     pool_vms=pool_vms, pool_cidr=pool_cidr, snapstore=snapstore,
+                                     pool_vms=pool_vms, pool_guests=pool_guests,
+                                     pool_cidr=pool_cidr, snapstore=snapstore,
                                      node_id=node_id, own_templates=own_templates,
                                      share_templates=share_templates,
                                      cgroups=node_cgroups(state_dir) if confined else None,

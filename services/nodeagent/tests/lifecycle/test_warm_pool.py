@@ -8,6 +8,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest_asyncio
 from aenv_nodeagent.network import EgressPolicy, NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.sandbox.model import Sandbox
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_testing.subnets import free_subnet
 
 from ..policies import egress
@@ -69,7 +71,8 @@ async def test_pool_fills_hands_out_refills_and_drains(
         strict = await pool.take_slot(egress(allow_internet=True, deny_out=["1.1.1.1/32"]))
         assert plain.netns != strict.netns
         # Both came from the pool, which rebuilds its two in the background.
-        await until(lambda: pool.sizes() == {"slots": 2, "overlays": 2, "vms": 0}, "the refill")
+        await until(lambda: pool.sizes() == {"slots": 2, "overlays": 2, "vms": 0, "guests": 0},
+                    "the refill")
         assert len(netns_with(prefix)) == 4
         await network.destroy_slot(plain)
         await network.destroy_slot(strict)
@@ -77,7 +80,7 @@ async def test_pool_fills_hands_out_refills_and_drains(
         await pool.close()
     assert netns_with(prefix) == []
     assert list((work / "pool").iterdir()) == []
-    assert pool.sizes() == {"slots": 0, "overlays": 0, "vms": 0}
+    assert pool.sizes() == {"slots": 0, "overlays": 0, "vms": 0, "guests": 0}
 
 
 async def test_disabled_pool_builds_on_demand_and_keeps_nothing(
@@ -100,7 +103,8 @@ async def test_create_resume_and_fork_take_pooled_slots_and_overlays() -> None:
         lc, pool = node.sandboxes, node.pool
 
         async def refilled(overlays: int) -> set[str]:
-            await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays, "vms": 0},
+            await until(lambda: pool.sizes() == {"slots": 2, "overlays": overlays, "vms": 0,
+                                            "guests": 0},
                         "refill")
             await node.settled()  # a paused sandbox's slot goes after the pause
             in_use = {sbx.slot.netns for sbx in node.sandboxes.registry.all()}
@@ -158,3 +162,47 @@ async def test_create_takes_a_prestarted_vm_that_then_lives_a_full_life() -> Non
         resumed = await lc.pauses.resume(s.sandbox_id)
         assert await sh(node.session, resumed.host, token, "cat /root/f") == "kept\n"
         await until(lambda: pool.sizes()["vms"] == 1, "the refill")
+
+
+# What a sandbox may see of its guest: variables and files, without what is its own by design.
+SEEN = ("env | grep -v -e '^E2B_SANDBOX_ID=' -e '^PWD=' -e '^SHLVL=' -e '^_=' | sort; "
+        "ls -a /tmp /root /home/user 2>&1; cat ~root/.bash_history 2>&1 | wc -l")
+
+
+@pytest.mark.vm
+async def test_a_create_continues_a_woken_guest_that_keeps_nothing_of_its_warm_up() -> None:
+    async with node_parts(pool_guests=2) as node:
+        lc, pool = node.sandboxes, node.pool
+        cold = spec(env_vars={"ROLL": "r"})
+        first = await lc.creates.create(cold)  # nothing pooled yet: a restore of its own
+        assert "restore" in first.timings_ms and "cont" not in first.timings_ms
+        await lc.creates.create(spec())  # a second ask: the pool keeps two
+        await until(lambda: pool.sizes()["guests"] == 2, "two woken guests", 300)
+        await asyncio.sleep(3)  # they sit stopped: a take must set their clock
+        specs = [spec(env_vars={"ROLL": "r"}) for _ in range(2)]
+        woken = [await lc.creates.create(s) for s in specs]
+        for sandbox, s in zip(woken, specs, strict=True):
+            assert "cont" in sandbox.timings_ms
+            assert not {"restore", "envd_ready", "launch"} & set(sandbox.timings_ms)
+            token = s.envd_access_token
+            assert await sh(node.session, sandbox.host, token,
+                            "echo $E2B_SANDBOX_ID") == f"{s.sandbox_id}\n"
+            guest_now = float(await sh(node.session, sandbox.host, token, "date +%s.%N"))
+            assert abs(guest_now - time.time()) < 5
+            # Nothing of the warm-up: the same variables and files as a sandbox restored cold.
+            assert (await sh(node.session, sandbox.host, token, SEEN)
+                    == await sh(node.session, first.host, cold.envd_access_token, SEEN))
+        # Each got its own entropy at /init, though both come from one template's state.
+        draws = {await sh(node.session, w.host, s.envd_access_token,
+                          "head -c 16 /dev/urandom | od -An -tx1")
+                 for w, s in zip(woken, specs, strict=True)}
+        assert len(draws) == 2
+        assert {id(w.vm) for w in woken} != {id(first.vm)} and woken[0].vm is not woken[1].vm
+        # The template changes: its woken guests go, with their QEMUs and directories.
+        template = await node.templates.get(BASE_TEMPLATE) if node.templates else None
+        assert template is not None
+        await until(lambda: pool.sizes()["guests"] >= 1, "the refill", 300)
+        await pool.forget_template(template.template_id, template.disk)
+        assert pool.sizes()["guests"] == 0
+        await until(lambda: not [d for d in (node.state_dir / "sandboxes").iterdir()
+                                 if d.name.startswith(".pool-")], "the pool's VMs gone")

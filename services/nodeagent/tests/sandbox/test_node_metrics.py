@@ -66,7 +66,8 @@ async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> Non
     registry.register(NodeCollector(NodeReadings(
         sandboxes_by_state=lambda: {"running": len(wing.service.registry.all()),
                                     "paused": len(wing.service.registry.paused_ids())},
-        pool_depth=lambda: {"slots": 3, "overlays": 2, "vms": 1},
+        pool_depth=lambda: {"slots": 3, "overlays": 2, "vms": 1, "guests": 4},
+        pool_takes=lambda: {"woken": 5, "prestarted": 1, "missed": 2},
         capacity=cluster_pb2.Resources(vcpus=8, memory_mib=4096),
         allocated=wing.service.registry.allocated,
         vm_pss_bytes=lambda: 300 << 20,
@@ -78,6 +79,9 @@ async def test_a_scrape_reads_sandboxes_pool_capacity_and_use(wing: Wing) -> Non
     assert value(samples, "aenv_node_sandboxes", state="running") == 1
     assert value(samples, "aenv_node_sandboxes", state="paused") == 0
     assert value(samples, "aenv_node_pool_ready", kind="slots") == 3
+    assert value(samples, "aenv_node_pool_ready", kind="guests") == 4
+    assert value(samples, "aenv_node_pool_takes_total", took="woken") == 5
+    assert value(samples, "aenv_node_pool_takes_total", took="missed") == 2
     assert value(samples, "aenv_node_capacity", resource="memory_bytes") == 4096 << 20
     assert value(samples, "aenv_node_allocated", resource="vcpus") == 1
     assert value(samples, "aenv_node_vm_memory_pss_bytes") == 300 << 20

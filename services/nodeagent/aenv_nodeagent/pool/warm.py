@@ -13,11 +13,20 @@ sandboxes, so a restarted agent's recovery kills and removes it): its overlay, a
 waiting in `-incoming defer` with the template's memory mapped and its disk passed as an open
 descriptor. A create renames the directory to the sandbox's (QEMU keeps its descriptors, so the
 rename does not reach it) and only loads the template's device state.
+
+A woken guest goes further: a pre-started VM whose guest was restored, ran one command through
+envd (so the exec path is translated and faulted in, `VmWaker`) and was stopped, at a low CPU
+weight the whole time. A create only continues it and gives envd the sandbox's identity. The
+pool keeps as many per template as creates recently asked for (`Demand`, within
+`guests_per_template`), while the host has `room()` for them, and lets them go otherwise. Each
+pooled VM is popped by one take, so none is handed out twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import secrets
 import shutil
@@ -27,6 +36,7 @@ from pathlib import Path
 
 from aenv_nodeagent.disks import create_overlay
 from aenv_nodeagent.network import EgressPolicy, NetSlot, NetworkManager
+from aenv_nodeagent.pool.demand import Demand
 from aenv_nodeagent.vmm.driver import Vm
 
 log = logging.getLogger(__name__)
@@ -39,16 +49,22 @@ class PooledVm:
     directory: Path
     slot: NetSlot
     vm: Vm
+    woken: bool = False  # restored, warmed and stopped: a take only continues it
 
 
 # Prepares `directory` (its disk) and starts the QEMU waiting for the template's state.
 VmLauncher = Callable[[Path, NetSlot], Awaitable[Vm]]
+# Restores a pre-started VM's guest, warms it and stops it. :raise AenvError:
+VmWaker = Callable[[PooledVm], Awaitable[None]]
+# How often a pool holding woken guests checks whether it still should (demand, memory).
+RECHECK_S = 5.0
 
 
 class WarmPool:
     def __init__(
         self, network: NetworkManager, root: Path, *, slots: int, overlays_per_backing: int,
-        vms_per_template: int = 0, vm_root: Path | None = None,
+        vms_per_template: int = 0, guests_per_template: int = 0, vm_root: Path | None = None,
+        room: Callable[[], bool] = lambda: True, demand: Demand | None = None,
     ) -> None:
         self._network = network
         self._root = root
@@ -56,10 +72,15 @@ class WarmPool:
         self._overlay_target = overlays_per_backing
         self._vm_target = vms_per_template
         self._vm_root = vm_root or root
+        self._room = room
+        self._demand = demand or Demand(guests_per_template)
         self._slots: list[NetSlot] = []
         self._overlays: dict[Path, list[Path]] = {}
         self._vms: dict[str, list[PooledVm]] = {}
+        self._woken: dict[str, list[PooledVm]] = {}
         self._launchers: dict[str, VmLauncher] = {}
+        self._wakers: dict[str, VmWaker] = {}
+        self.takes = {"woken": 0, "prestarted": 0, "missed": 0}
         self._wake = asyncio.Event()
         self._refiller: asyncio.Task[None] | None = None
         self._closed = False
@@ -68,7 +89,8 @@ class WarmPool:
 
     @property
     def enabled(self) -> bool:
-        return self._slot_target > 0 or self._overlay_target > 0 or self._vm_target > 0
+        return (self._slot_target > 0 or self._overlay_target > 0 or self._vm_target > 0
+                or self._demand.cap > 0)
 
     def start(self) -> None:
         if self.enabled and self._refiller is None:
@@ -77,7 +99,8 @@ class WarmPool:
     def sizes(self) -> dict[str, int]:
         return {"slots": len(self._slots),
                 "overlays": sum(len(files) for files in self._overlays.values()),
-                "vms": sum(len(vms) for vms in self._vms.values())}
+                "vms": sum(len(vms) for vms in self._vms.values()),
+                "guests": sum(len(guests) for guests in self._woken.values())}
 
     async def take_slot(self, policy: EgressPolicy) -> NetSlot:
         """A network slot enforcing `policy`: a pooled one when available."""
@@ -108,24 +131,40 @@ class WarmPool:
         else:
             await create_overlay(backing, destination)
 
-    def want_vms(self, key: str, launcher: VmLauncher) -> None:
-        """Keep VMs pre-started for `key` (a template), made by `launcher`."""
-        if self._vm_target > 0 and key not in self._launchers:
+    def want_vms(self, key: str, launcher: VmLauncher, waker: VmWaker | None = None) -> None:
+        """Keep VMs pre-started for `key` (a template), made by `launcher`, and guests woken by
+        `waker` as demand asks."""
+        if key in self._launchers:
+            return
+        if self._vm_target > 0 or (waker is not None and self._demand.cap > 0):
             self._launchers[key] = launcher
             self._vms.setdefault(key, [])
+            self._woken.setdefault(key, [])
+            if waker is not None:
+                self._wakers[key] = waker
             self._wake.set()
 
     def take_vm(self, key: str) -> PooledVm | None:
-        """A pre-started VM for `key`, now the caller's (None when none is ready)."""
-        pooled = self._vms.get(key)
+        """A woken guest of `key`, else a pre-started VM, now the caller's (None when none is
+        ready)."""
+        self._demand.took(key)
         self._wake.set()
-        return pooled.pop() if pooled else None
+        if woken := self._woken.get(key):
+            self.takes["woken"] += 1
+            return woken.pop()
+        if pooled := self._vms.get(key):
+            self.takes["prestarted"] += 1
+            return pooled.pop()
+        self.takes["missed"] += 1
+        return None
 
     async def forget_template(self, key: str, backing: Path) -> None:
         """The template is going away: its warm VMs are discarded and not made again, and the
         overlays over its disk dropped."""
         self._launchers.pop(key, None)
-        vms = self._vms.pop(key, [])
+        self._wakers.pop(key, None)
+        self._demand.forget(key)
+        vms = self._vms.pop(key, []) + self._woken.pop(key, [])
         await asyncio.gather(*(self._discard_vm(vm) for vm in vms), return_exceptions=True)
         self.forget_backing(backing)
 
@@ -144,8 +183,9 @@ class WarmPool:
 
     async def _drain(self) -> None:
         slots, self._slots = self._slots, []
-        vms = [vm for pooled in self._vms.values() for vm in pooled]
-        for pooled in self._vms.values():
+        kept = [*self._vms.values(), *self._woken.values()]
+        vms = [vm for pooled in kept for vm in pooled]
+        for pooled in kept:
             pooled.clear()
         await asyncio.gather(*(self._network.destroy_slot(s) for s in slots),
                              *(self._discard_vm(vm) for vm in vms), return_exceptions=True)
@@ -172,7 +212,16 @@ class WarmPool:
                 log.exception("warm pool refill failed; drained")
                 await self._drain()
                 self._wake.clear()
+            await self._idle()
+
+    async def _idle(self) -> None:
+        """Until a take (or a forget) asks for a refill; with woken guests kept, at most
+        RECHECK_S: their demand decays and the host's memory changes without a take."""
+        if not any(self._woken.values()):
             await self._wake.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), RECHECK_S)
 
     async def _refill(self) -> None:
         """One item at a time: the pool runs beside the work it speeds up."""
@@ -190,6 +239,8 @@ class WarmPool:
                     overlay.unlink(missing_ok=True)
                     break
                 pooled.append(overlay)
+        for key in list(self._wakers):
+            await self._refill_woken(key)
         for key, launcher in list(self._launchers.items()):
             while (key in self._launchers and len(self._vms[key]) < self._vm_target
                    and not self._closed):
@@ -198,6 +249,28 @@ class WarmPool:
                     self._vms[key].append(started)
                 else:  # its template was evicted meanwhile
                     await self._discard_vm(started)
+
+    async def _refill_woken(self, key: str) -> None:
+        """Woken guests of `key` up to its demand while the host has room; beyond it, let go."""
+        woken = self._woken[key]
+        while len(woken) > (self._demand.target(key) if self._room() else 0):
+            await self._discard_vm(woken.pop(0))  # the oldest first
+        while (key in self._wakers and not self._closed and self._room()
+               and len(woken) < self._demand.target(key)):
+            started = await self._start_vm(self._launchers[key])
+            try:
+                await self._wakers[key](started)
+            except Exception:
+                # A template whose guest cannot be woken keeps its pre-started VMs only.
+                log.warning("waking a pooled guest of %s failed; not woken again", key,
+                            exc_info=True)
+                self._wakers.pop(key, None)
+                await self._discard_vm(started)
+                return
+            if key in self._wakers:
+                woken.append(dataclasses.replace(started, woken=True))
+            else:  # its template was evicted meanwhile
+                await self._discard_vm(started)
 
     async def _start_vm(self, launcher: VmLauncher) -> PooledVm:
         directory = self._vm_root / f"{VM_DIR_PREFIX}{secrets.token_hex(8)}"
