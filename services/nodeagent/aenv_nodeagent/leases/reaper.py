@@ -17,6 +17,9 @@ every paused one from the lapsed lease, so that its owner may resume it without 
 pausing it again.
 Sandboxes are ended concurrently, at most `concurrency` at once; one that another operation
 holds, or whose end failed, is ended by a later reconcile.
+
+The reconcile also ends the paused sandboxes whose node is gone (kept in snapstore), when this
+node is their keeper (orphans.py): no node agent holds them, so no watch sees them.
 """
 
 from __future__ import annotations
@@ -42,6 +45,21 @@ LEASE_EXPIRED = cluster_pb2.DEATH_CAUSE_LEASE_EXPIRED
 FULL_PAUSE = cluster_pb2.PAUSE_MODE_UNSPECIFIED
 RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
 PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
+Orphan = Versioned[cluster_pb2.SandboxRecord]
+
+
+class OrphanKeeper(Protocol):
+    """The cluster's paused sandboxes whose node is gone (orphans.py)."""
+
+    async def leased(self) -> list[Versioned[cluster_pb2.SandboxRecord]]:
+        """Those under a lease, when this node keeps them (none otherwise)."""
+        ...
+
+    async def kill(self, orphan: Versioned[cluster_pb2.SandboxRecord], *,
+                   cause: cluster_pb2.DeathCause, detail: str) -> None: ...
+
+    async def detach(self, orphan: Versioned[cluster_pb2.SandboxRecord], lease_id: str) -> None:
+        ...
 
 
 class LeasedSandboxes(Protocol):
@@ -58,6 +76,11 @@ class LeasedSandboxes(Protocol):
 
     async def detach(self, sandbox_id: str, lease_id: str) -> None:
         """A paused sandbox no longer names `lease_id` (its record, kept and published)."""
+        ...
+
+    @property
+    def orphans(self) -> OrphanKeeper | None:
+        """Who ends the paused sandboxes of gone nodes (None: this node does not)."""
         ...
 
 
@@ -126,23 +149,27 @@ class LeaseReaper:
 
     async def reconcile(self) -> list[str]:
         """Ends every sandbox of this node whose lease is gone; their ids."""
-        leased = [r for r in self._sandboxes.records() if r.lease_id]
+        leased: list[tuple[cluster_pb2.SandboxRecord, Orphan | None]] = [
+            (r, None) for r in self._sandboxes.records() if r.lease_id]
+        keeper = self._sandboxes.orphans
+        if keeper is not None:
+            leased += [(o.record, o) for o in await keeper.leased()]
         if not leased:
             self._lapsed.clear()
             return []
         _, live = await self._store.snapshot(LEASES, LeaseRecord)
         for lease_id, entry in live.items():
             self._actions[lease_id] = expiry_action(entry.record.on_expiry)
-        lapsed = {r.lease_id for r in leased} - live.keys()
+        lapsed = {r.lease_id for r, _ in leased} - live.keys()
         # Forget what no sandbox here names any more (the actions of live leases stay).
         self._lapsed = {i: a for i, a in self._lapsed.items() if i in lapsed}
         ended: list[str] = []
-        for record in leased:
+        for record, orphan in leased:
             if record.lease_id in lapsed and record.sandbox_id not in self._ending:
                 action = self._lapsed.setdefault(
                     record.lease_id, self._actions.pop(record.lease_id, None))
                 ended.append(record.sandbox_id)
-                self._spawn(record, action)
+                self._spawn(record, action, orphan)
         if ended:
             log.info("leases lapsed", extra={"leases": sorted(lapsed), "sandboxes": len(ended)})
         await self.settled()
@@ -167,13 +194,15 @@ class LeaseReaper:
         for record in under:
             self._spawn(record, action)
 
-    def _spawn(self, record: cluster_pb2.SandboxRecord, action: int | None) -> None:
+    def _spawn(self, record: cluster_pb2.SandboxRecord, action: int | None,
+               orphan: Orphan | None = None) -> None:
         self._ending.add(record.sandbox_id)
-        task = asyncio.create_task(self._end(record, action))
+        task = asyncio.create_task(self._end(record, action, orphan))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _end(self, record: cluster_pb2.SandboxRecord, action: int | None) -> None:
+    async def _end(self, record: cluster_pb2.SandboxRecord, action: int | None,
+                   orphan: Orphan | None) -> None:
         sandbox_id, lease_id = record.sandbox_id, record.lease_id
         what = decide(record, own_action(record) if action is None else action)
         try:
@@ -181,7 +210,10 @@ class LeaseReaper:
                 # In the trainer's trace: no call parents it, the sandbox's creator does.
                 with sandbox_span(tracer, "sandbox.lease_lapsed", record, attributes={
                         "aenv.lease_id": lease_id, "aenv.lease_action": what or "none"}):
-                    await self._act(what, sandbox_id, lease_id)
+                    if orphan is None:
+                        await self._act(what, sandbox_id, lease_id)
+                    else:
+                        await self._act_on_orphan(what, orphan)
             if what is not None:
                 self.reaped += 1
         except NotFound:
@@ -207,6 +239,14 @@ class LeaseReaper:
             await self._sandboxes.detach(sandbox_id, lease_id)
         elif what == "detach":
             await self._sandboxes.detach(sandbox_id, lease_id)
+
+    async def _act_on_orphan(self, what: str | None, orphan: Orphan) -> None:
+        keeper = self._sandboxes.orphans
+        assert keeper is not None  # only a keeper's reconcile finds orphans
+        if what == "kill":
+            await keeper.kill(orphan, cause=LEASE_EXPIRED, detail=detail(orphan.record.lease_id))
+        elif what == "detach":
+            await keeper.detach(orphan, orphan.record.lease_id)
 
     async def _run(self) -> None:
         while True:

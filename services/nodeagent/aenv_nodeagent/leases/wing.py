@@ -5,6 +5,8 @@ lease."""
 from __future__ import annotations
 
 from aenv.cluster.v1 import cluster_pb2
+from aenv_common.cluster import ClusterStore
+from aenv_nodeagent.leases.orphans import StoredOrphans
 from aenv_nodeagent.sandbox.records import SandboxRecords
 from aenv_nodeagent.sandbox.wing import SandboxWing
 
@@ -13,6 +15,12 @@ class WingSandboxes:
     def __init__(self, sandboxes: SandboxWing, records: SandboxRecords) -> None:
         self._sandboxes = sandboxes
         self._records = records
+        context = sandboxes.context
+        # Paused sandboxes of gone nodes need the cluster's records (a store, not a fake).
+        self.orphans: StoredOrphans | None = (
+            StoredOrphans(records, context.registry.node_id, context.events,
+                          context.persistence)
+            if isinstance(records, ClusterStore) else None)
 
     def records(self) -> list[cluster_pb2.SandboxRecord]:
         return self._sandboxes.registry.records()

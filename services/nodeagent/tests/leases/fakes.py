@@ -6,6 +6,7 @@ import asyncio
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, NotFound
+from aenv_nodeagent.leases.reaper import OrphanKeeper
 
 RUNNING = cluster_pb2.SANDBOX_STATE_RUNNING
 PAUSED = cluster_pb2.SANDBOX_STATE_PAUSED
@@ -15,6 +16,7 @@ class FakeSandboxes:
     def __init__(self) -> None:
         self.sandboxes: dict[str, cluster_pb2.SandboxRecord] = {}
         self.done: list[tuple[str, str, str]] = []  # (what, sandbox id, detail or cause)
+        self.orphans: OrphanKeeper | None = None
         # Errors the next operation on a sandbox raises (busy, etcd down).
         self.failures: dict[str, AenvError] = {}
         self.changed = asyncio.Event()
