@@ -121,7 +121,7 @@ class SandboxPages:
             start_ms=time.time_ns() // 1_000_000 - WEEK_MS, limit=LOG_LINES))
         events = await parts.events.list(EventFilter(caller, sandbox_id=sandbox_id),
                                          EventPage(0, 100, ascending=True))
-        log_text = "\n".join(f"{iso(e.timestamp)} {e.line or e.message}" for e in entries)
+        log_text = "\n".join(e.line or e.message for e in entries)
         event_rows = "".join(row([esc(iso(e.time)), esc(cluster_pb2.SandboxEventType.Name(
             e.type).removeprefix("SANDBOX_EVENT_TYPE_").lower()), esc(e.detail),
             esc(e.trace_id)]) for e in events) or '<tr><td colspan="4">None retained.</td></tr>'

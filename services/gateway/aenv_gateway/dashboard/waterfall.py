@@ -13,6 +13,8 @@ from aenv_common.telemetry import read_trace_files
 from aenv_gateway.dashboard.html import esc
 
 MAX_TRACES = 5
+# The dashboard's own pages touch the sandboxes they show: their traces are not the sandbox's.
+OWN_PAGES = "GET /dashboard"
 MAX_SPANS = 60
 WIDTH = 300
 
@@ -25,7 +27,9 @@ def _traces_of(spans: list[dict[str, Any]], sandbox_id: str) -> dict[str, list[d
     for span in spans:
         if span.get("trace_id") in ids:
             traces.setdefault(span["trace_id"], []).append(span)
-    ordered = sorted(traces.items(), key=lambda t: min(s["start_ns"] for s in t[1]))
+    ordered = sorted(((tid, spans) for tid, spans in traces.items()
+                      if not any(str(s.get("name", "")).startswith(OWN_PAGES) for s in spans)),
+                     key=lambda t: min(s["start_ns"] for s in t[1]))
     return dict(ordered[-MAX_TRACES:])
 
 
