@@ -1,39 +1,48 @@
 # aenv — the two commands that matter:
 #   make run    set up everything missing, then start the platform on this node
 #   make test   set up everything missing, then run every test
+# Each set-up step prints one line; what its tools say goes to $(SETUP_LOG), and a failing step
+# prints its end there (scripts/setup-step.sh).
 SHELL := /bin/bash
 AENV_HOME ?= $(HOME)/.aenv
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST := $(VENV)/bin/pytest
+SETUP_LOG ?= $(CURDIR)/build/setup.log
+export SETUP_LOG
+STEP := bash scripts/setup-step.sh
 UNIT := not vm and not netns and not etcd and not s3 and not sdk and not registry
 
 .PHONY: run test setup setup-host setup-python setup-node artifacts gen gen-check lint \
         test-unit test-vm test-scale bench clean-test
 
 run: setup
-	$(VENV)/bin/aenv up --home "$(AENV_HOME)"
+	@$(VENV)/bin/aenv up --home "$(AENV_HOME)"
 
+# The tests need code-interpreter-v1's rootfs too: built here, beside base's, before them.
+test: CODE_INTERPRETER_ROOTFS := --code-interpreter
 test: setup lint
 	bash scripts/run-tests.sh --timeout 1800 -m "not scale"
 
 setup: setup-host setup-python setup-node artifacts
 
 setup-host:
-	bash scripts/setup-host.sh
+	@$(STEP) setup-host bash scripts/setup-host.sh
 
 setup-python: setup-host
-	bash scripts/setup-python.sh
-	bash scripts/setup-harbor.sh
+	@$(STEP) setup-python bash scripts/setup-python.sh
+	@$(STEP) setup-harbor bash scripts/setup-harbor.sh
 
 setup-node: setup-host
-	bash scripts/setup-node.sh
+	@$(STEP) setup-node bash scripts/setup-node.sh
 
 # Guest kernel, initramfs, tools disk (Python + envd) and the base template rootfs, cached under
-# $(AENV_HOME)/cache by a hash of their inputs.
+# $(AENV_HOME)/cache by a hash of their inputs. code-interpreter-v1's rootfs (minutes) is not on
+# `make run`'s way: the node agent builds it in the background at its first start.
+CODE_INTERPRETER_ROOTFS ?= --no-code-interpreter
 artifacts: setup-python
-	$(PY) -m aenv_nodeagent.artifacts build --cache-dir "$(AENV_HOME)/cache" \
-	  --envd-package gen/python --envd-package services/envd
+	@$(STEP) artifacts $(PY) -m aenv_nodeagent.artifacts build --cache-dir "$(AENV_HOME)/cache" \
+	  --envd-package gen/python --envd-package services/envd $(CODE_INTERPRETER_ROOTFS)
 
 gen: setup-python
 	PYTHON=$(PY) bash scripts/gen-protos.sh

@@ -2,13 +2,14 @@
 # Harbor (Laude's agent-eval harness) in a venv of its own, for tests/e2e/harbor and
 # bench/harbor_trials.py: it needs Python >= 3.12, the platform's venv is 3.11. Installed from the
 # machine's pip configuration. Idempotent: skipped when the pin has not changed since the last
-# successful run.
+# successful run. Its one-line summary also goes to $AENV_STEP_SUMMARY (scripts/setup-step.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=$root/.venv/harbor
 pin="harbor[e2b]==0.26.0"
 stamp=$venv/.aenv-harbor
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pin" ]; then
+  echo "$pin present" | tee -a "${AENV_STEP_SUMMARY:-/dev/null}"
   exit 0
 fi
 
@@ -31,3 +32,4 @@ fi
 "$venv/bin/pip" install -q --upgrade pip
 "$venv/bin/pip" install -q "$pin"
 echo "$pin" > "$stamp"
+echo "installed $pin" | tee -a "${AENV_STEP_SUMMARY:-/dev/null}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages aenv needs on a node (idempotent: installs only what is missing,
-# through the machine's own apt sources).
+# through the machine's own apt sources). Its one-line summary also goes to $AENV_STEP_SUMMARY
+# (scripts/setup-step.sh).
 set -euo pipefail
 packages=(
   qemu-system-x86 qemu-utils          # the VMM and qcow2 tooling
@@ -23,9 +24,11 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
+  echo "all ${#packages[@]} packages present" | tee -a "${AENV_STEP_SUMMARY:-/dev/null}"
   exit 0
 fi
 echo "setup-host: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "installed ${#missing[@]} packages: ${missing[*]}" | tee -a "${AENV_STEP_SUMMARY:-/dev/null}"

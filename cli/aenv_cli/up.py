@@ -10,8 +10,9 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import httpx
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
@@ -28,6 +29,10 @@ EXIT_INTERRUPTED = 130
 # A service is restarted at most this often within the window; past that it is given up on.
 MAX_RESTARTS = 3
 RESTART_WINDOW_S = 300.0
+# Built-in templates a node's first start makes after it is ready (their rootfs is built in the
+# background, minutes): the ready panel names those the gateway does not list yet.
+BACKGROUND_TEMPLATES = ("code-interpreter-v1",)
+LISTING_TIMEOUT_S = 10.0
 
 
 async def run_platform(platform: Platform, console: Console) -> int:
@@ -58,7 +63,7 @@ async def _start_then_serve(platform: Platform, console: Console, stop: asyncio.
     if started is None:
         console.print("interrupted during start-up; everything stopped")
         return EXIT_INTERRUPTED
-    console.print(_ready_panel(platform))
+    console.print(ready_panel(platform, await fetch_pending_templates(platform)))
     died = await _serve(platform, console, stop)
     console.print("stopping …")
     await platform.stop()
@@ -114,7 +119,29 @@ async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> asyncio.Fu
     return None if task.cancelled() else task
 
 
-def _ready_panel(platform: Platform) -> Panel:
+async def fetch_pending_templates(platform: Platform) -> list[str]:
+    """BACKGROUND_TEMPLATES not yet among the gateway's built-in ones (none if it cannot say)."""
+    try:
+        # The gateway is on loopback: no proxy from the environment applies.
+        async with httpx.AsyncClient(base_url=platform.api_url, timeout=LISTING_TIMEOUT_S,
+                                     trust_env=False,
+                                     headers={"X-API-Key": platform.api_key}) as http:
+            response = await http.get("/default-templates")
+        response.raise_for_status()
+        listed = response.json()
+    except (httpx.HTTPError, ValueError):
+        return []
+    return pending_templates(listed if isinstance(listed, list) else [])
+
+
+def pending_templates(listed: list[Any]) -> list[str]:
+    """Of BACKGROUND_TEMPLATES, those no entry of `GET /default-templates` names."""
+    names = {str(name) for entry in listed if isinstance(entry, dict)
+             for name in entry.get("names") or [entry.get("templateID")]}
+    return [template for template in BACKGROUND_TEMPLATES if template not in names]
+
+
+def ready_panel(platform: Platform, pending: list[str]) -> Panel:
     body = Text()
     body.append("API URL      ", style="bold")
     body.append(platform.api_url + "\n")
@@ -129,6 +156,10 @@ def _ready_panel(platform: Platform) -> Panel:
     body.append("\n".join(platform.e2b_env_lines()) + "\n\n", style="green")
     body.append(f"saved to {platform.e2b_env_path} (mode 0600); use it with\n", style="dim")
     body.append(f"  set -a; . {platform.e2b_env_path}; set +a\n", style="dim")
+    for template in pending:
+        body.append(f"{template} ", style="bold")
+        body.append("is being built in the background (a first start: minutes); `aenv status` "
+                    "lists it among the node's templates when it is ready\n\n", style="yellow")
     body.append(f"logs: {platform.home / 'logs'}   Ctrl-C stops everything", style="dim")
     return Panel(body, title="aenv is running", border_style="green")
 

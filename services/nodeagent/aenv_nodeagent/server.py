@@ -30,7 +30,12 @@ from aenv_common.metrics import MetricsEndpoint
 from aenv_common.snapshots import snapstore_stub
 from aenv_nodeagent.artifacts import ensure_base_rootfs, ensure_guest_artifacts
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
-from aenv_nodeagent.artifacts.rootfs import CODE_INTERPRETER_ROOTFS, ensure_rootfs_build
+from aenv_nodeagent.artifacts.rootfs import (
+    BACKGROUND_NICE,
+    CODE_INTERPRETER_ROOTFS,
+    ensure_rootfs_build,
+    is_rootfs_cached,
+)
 from aenv_nodeagent.capacity.eviction import Evictions
 from aenv_nodeagent.capacity.guard import NodeCapacity
 from aenv_nodeagent.capacity.host import MIB, memory_available_mib
@@ -373,14 +378,33 @@ class NodeAgent:
         templates.register(inputs)
         snap = await templates.get(BASE_TEMPLATE)
         await _publish_builtin(store, inputs, snap.envd_version)
-        interpreter = code_interpreter_inputs(inputs, (await ensure_rootfs_build(
-            s.resolved_cache_dir(), CODE_INTERPRETER_ROOTFS)).image)
+        interpreter = self._code_interpreter(store, templates, inputs, snap.envd_version)
+        if is_rootfs_cached(s.resolved_cache_dir(), CODE_INTERPRETER_ROOTFS):
+            await interpreter
+        else:
+            # A first start: its rootfs takes minutes to build, so the node is ready with base
+            # and publishes code-interpreter-v1 when that is done.
+            log.info("building code-interpreter-v1's rootfs in the background")
+            self._run(interpreter)
+        return _Templates(templates, saved, distribution)
+
+    async def _code_interpreter(
+        self, store: ClusterStore, templates: TemplateStore, base: TemplateInputs, envd: str
+    ) -> None:
+        s = self.settings
+        try:
+            rootfs = await ensure_rootfs_build(
+                s.resolved_cache_dir(), CODE_INTERPRETER_ROOTFS, nice=BACKGROUND_NICE)
+        except AenvError as err:  # the node serves base; a restart tries again
+            log.error("code-interpreter-v1's rootfs build failed", extra={"error": err.message})
+            return
+        log.info("code-interpreter-v1's rootfs ready", extra={"built": rootfs.entry.built})
+        interpreter = code_interpreter_inputs(base, rootfs.image)
         templates.register(interpreter)
         # Same tools disk as base's, so the same envd.
-        await _publish_builtin(store, interpreter, snap.envd_version)
+        await _publish_builtin(store, interpreter, envd)
         if s.prewarm_code_interpreter:
             self._run(_prewarm(templates, CODE_INTERPRETER_TEMPLATE))
-        return _Templates(templates, saved, distribution)
 
     def _snapstore_stub(self) -> Any | None:
         """A snapstore client for template builds' uploaded files (None: no snapstore)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from collections.abc import Sequence
@@ -26,7 +27,10 @@ TOOL_PACKAGES: dict[str, str] = {
     "busybox": "busybox-static",
     "python3.11": "python3.11",
     "gcc": "gcc",
+    "nice": "coreutils",
 }
+# A cancelled command's time to stop on SIGTERM (mmdebstrap unmounts its target's /proc, /dev).
+STOP_GRACE_S = 10.0
 
 
 def require_tool(name: str) -> str:
@@ -44,10 +48,17 @@ async def run(
     cwd: Path | None = None,
     stdin: bytes | None = None,
     env: dict[str, str] | None = None,
+    nice: int = 0,
 ) -> bytes:
-    """Run a command to completion; return stdout, raise Internal with its stderr on failure."""
+    """Run a command to completion; return stdout, raise Internal with its stderr on failure.
+
+    `nice` > 0 runs it (and what it starts) at that lower CPU priority. Cancelled, it stops the
+    command (SIGTERM, then SIGKILL) before passing the cancellation on: a build's temporary tree
+    is removed next, which must not happen under a command still writing into it."""
     args = [str(a) for a in argv]
     args[0] = require_tool(args[0]) if "/" not in args[0] else args[0]
+    if nice > 0:
+        args = [require_tool("nice"), "-n", str(nice), *args]
     log.debug("run", extra={"argv": args, "cwd": str(cwd) if cwd else None})
     proc = await asyncio.create_subprocess_exec(
         *args,
@@ -57,8 +68,24 @@ async def run(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await proc.communicate(stdin)
+    try:
+        out, err = await proc.communicate(stdin)
+    except asyncio.CancelledError:
+        await _stop(proc)
+        raise
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip()[-2000:]
-        raise Internal(f"{Path(args[0]).name} failed (exit {proc.returncode}): {tail}")
+        name = Path(args[3 if nice > 0 else 0]).name
+        raise Internal(f"{name} failed (exit {proc.returncode}): {tail}")
     return out
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()

@@ -40,6 +40,9 @@ _DPKG_OPTIONS = (
     "path-include=/usr/share/doc/*/copyright",
 )
 IMAGE_SIZE = "2G"  # sparse: only written blocks use host disk
+# A build in the background of a running node (code-interpreter-v1's at a first start) yields the
+# CPU to its sandboxes and template captures.
+BACKGROUND_NICE = 19
 # E2B's code-interpreter template (Jupyter, numpy, pandas, matplotlib, Pillow; R's IRkernel;
 # TypeScript), from Debian's packages; its server (services/codeinterp, on the tools disk) runs
 # on this Python with these. R is r-base-core, not r-base: r-base's recommended packages (MASS,
@@ -108,25 +111,26 @@ def host_apt_sources() -> list[Path]:
     return sources
 
 
-async def _debootstrap(target: Path, spec: RootfsSpec) -> None:
+async def _debootstrap(target: Path, spec: RootfsSpec, nice: int) -> None:
     customize = [arg for hook in _CUSTOMIZE for arg in ("--customize-hook", hook)]
     dpkg = [f"--dpkgopt={option}" for option in _DPKG_OPTIONS]
     await run([
         "mmdebstrap", "--quiet", "--mode=root", "--variant=minbase", "--format=directory",
         "--include=" + ",".join(spec.packages), *dpkg, *customize, SUITE, target,
         *host_apt_sources(),
-    ])
+    ], nice=nice)
     # apt lists and caches are useless in a template and large
     for junk in ("var/lib/apt/lists", "var/cache/apt"):
         shutil.rmtree(target / junk, ignore_errors=True)
 
 
-def _builder(spec: RootfsSpec) -> Callable[[Path], Awaitable[None]]:
+def _builder(spec: RootfsSpec, nice: int) -> Callable[[Path], Awaitable[None]]:
     async def build(tmp: Path) -> None:
         tree, raw, qcow2 = tmp / "tree", tmp / "rootfs.ext4", tmp / "rootfs.qcow2"
-        await _debootstrap(tree, spec)
-        await run(["mkfs.ext4", "-q", "-F", "-L", "aenv-root", "-d", tree, raw, spec.size])
-        await run(["qemu-img", "convert", "-O", "qcow2", raw, qcow2])
+        await _debootstrap(tree, spec, nice)
+        await run(["mkfs.ext4", "-q", "-F", "-L", "aenv-root", "-d", tree, raw, spec.size],
+                  nice=nice)
+        await run(["qemu-img", "convert", "-O", "qcow2", raw, qcow2], nice=nice)
         raw.unlink()
         shutil.rmtree(tree)
         qcow2.chmod(0o444)  # a base is shared by every sandbox's overlay: never written
@@ -141,9 +145,24 @@ async def ensure_base_rootfs_build(cache_dir: Path) -> RootfsBuild:
     return await ensure_rootfs_build(cache_dir, BASE_ROOTFS)
 
 
-async def ensure_rootfs_build(cache_dir: Path, spec: RootfsSpec) -> RootfsBuild:
-    """The rootfs `spec` describes, built unless the cache has it."""
-    key = (
+async def ensure_rootfs_build(
+    cache_dir: Path, spec: RootfsSpec, *, nice: int = 0
+) -> RootfsBuild:
+    """The rootfs `spec` describes, built unless the cache has it (its tools at CPU priority
+    `nice`: BACKGROUND_NICE for a build a running node does not wait for)."""
+    digest = _digest(spec)
+    entry = await cached_build(cache_dir, spec.kind, digest, _builder(spec, nice))
+    image = RootfsImage(entry.path / "rootfs.qcow2", digest, spec.packages)
+    return RootfsBuild(image, entry)
+
+
+def is_rootfs_cached(cache_dir: Path, spec: RootfsSpec) -> bool:
+    """Whether ensure_rootfs_build would return at once (no build)."""
+    return (cache_dir / spec.kind / _digest(spec)).is_dir()
+
+
+def _digest(spec: RootfsSpec) -> str:
+    return (
         CacheKey("rootfs")
         .add("build", _BUILD_VERSION)
         .add("suite", SUITE)
@@ -151,8 +170,5 @@ async def ensure_rootfs_build(cache_dir: Path, spec: RootfsSpec) -> RootfsBuild:
         .add("dpkg", "\n".join(_DPKG_OPTIONS))
         .add("customize", "\n".join(_CUSTOMIZE))
         .add("size", spec.size)
+        .hexdigest()
     )
-    digest = key.hexdigest()
-    entry = await cached_build(cache_dir, spec.kind, digest, _builder(spec))
-    image = RootfsImage(entry.path / "rootfs.qcow2", digest, spec.packages)
-    return RootfsBuild(image, entry)

@@ -1,0 +1,86 @@
+"""Fast tests of what `make`'s artifacts step and a node's background rootfs build rely on: the
+build's one-line summary, whether a rootfs is cached, and build commands run at low priority and
+stopped when their build is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from aenv_common.errors import Internal
+from aenv_nodeagent.artifacts import rootfs
+from aenv_nodeagent.artifacts.__main__ import summary_line
+from aenv_nodeagent.artifacts.cache import CacheEntry
+from aenv_nodeagent.artifacts.proc import run
+from aenv_nodeagent.artifacts.rootfs import (
+    BASE_ROOTFS,
+    CODE_INTERPRETER_ROOTFS,
+    ensure_rootfs_build,
+    is_rootfs_cached,
+)
+
+DEADLINE_S = 30.0
+
+
+def _entry(built: bool, seconds: float = 0.0) -> CacheEntry:
+    return CacheEntry(Path("/cache/x"), built=built, seconds=seconds)
+
+
+def test_summary_names_what_was_built_and_reused() -> None:
+    line = summary_line({"kernel": _entry(True, 12.4), "initramfs": _entry(False),
+                         "rootfs-base": _entry(True, 98.6), "qemu preload": _entry(False)})
+    assert line == "built kernel (12 s), rootfs-base (99 s); reused initramfs, qemu preload"
+
+
+def test_summary_when_everything_was_cached() -> None:
+    assert summary_line({"kernel": _entry(False), "toolsdisk": _entry(False)}) == (
+        "all 2 reused from the cache")
+
+
+def test_summary_when_everything_was_built() -> None:
+    assert summary_line({"kernel": _entry(True, 1.0)}) == "built kernel (1 s)"
+
+
+async def test_a_cached_rootfs_is_known_without_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not is_rootfs_cached(tmp_path, CODE_INTERPRETER_ROOTFS)
+    builds: list[Path] = []
+
+    async def fake_build(tmp: Path) -> None:  # no mmdebstrap: the cache's bookkeeping only
+        builds.append(tmp)
+
+    monkeypatch.setattr(rootfs, "_builder", lambda spec, nice: fake_build)
+    built = await ensure_rootfs_build(tmp_path, CODE_INTERPRETER_ROOTFS)
+    assert built.entry.built and len(builds) == 1
+    assert is_rootfs_cached(tmp_path, CODE_INTERPRETER_ROOTFS)
+    assert not is_rootfs_cached(tmp_path, BASE_ROOTFS)  # another spec, another entry
+    again = await ensure_rootfs_build(tmp_path, CODE_INTERPRETER_ROOTFS)
+    assert not again.entry.built and again.image.digest == built.image.digest
+
+
+async def test_a_command_runs_at_the_priority_asked() -> None:
+    out = await run(["sh", "-c", "cut -d' ' -f19 /proc/$$/stat"], nice=19)
+    assert int(out) == min(os.nice(0) + 19, 19)
+
+
+async def test_a_failing_command_is_named_without_nice() -> None:
+    with pytest.raises(Internal, match=r"^sh failed \(exit 3\): oops"):
+        await run(["sh", "-c", "echo oops >&2; exit 3"], nice=19)
+
+
+async def test_a_cancelled_command_is_stopped(tmp_path: Path) -> None:
+    fifo = tmp_path / "pid"
+    os.mkfifo(fifo)  # the command says its PID through it once it runs
+    task = asyncio.create_task(run(["sh", "-c", f"echo $$ > {fifo}; exec sleep 300"]))
+    try:
+        pid = int(await asyncio.wait_for(asyncio.to_thread(fifo.read_text), DEADLINE_S))
+    finally:
+        task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Reaped by run() before the cancellation went on: the PID is gone, not a zombie.
+    assert not Path(f"/proc/{pid}").exists()
