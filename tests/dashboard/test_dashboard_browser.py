@@ -1,7 +1,8 @@
 """The dashboard in a real browser (Debian's chromium through Playwright) against the whole
 platform: log in with the platform's key, see the sandboxes made with the SDK, filter them,
 open one, pause and resume it and kill another through the buttons (each change checked through
-the SDK), then the templates, nodes and events pages. Screenshots go to build/screenshots/."""
+the SDK) while other tabs see its table refresh itself and its events arrive live, then the
+templates, nodes and events pages. Screenshots go to build/screenshots/."""
 
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ async def test_an_operator_drives_the_platform_from_the_dashboard(platform: Plat
             browser = await p.chromium.launch(executable_path=shutil.which("chromium"),
                                               args=["--no-sandbox"])
             try:
-                page = await browser.new_page()
+                context = await browser.new_context()  # one cookie jar for all its tabs
+                page = await context.new_page()
                 page.set_default_timeout(STEP_MS)
                 await page.goto(f"{base}/login")
                 await page.get_by_label("API key").fill(platform.api_key)
@@ -105,9 +107,21 @@ async def test_an_operator_drives_the_platform_from_the_dashboard(platform: Plat
                 await expect(page.get_by_role("heading", name="Lifecycle events")).to_be_visible()
                 await _shot(page, "sandbox")
 
+                # Two more tabs, open meanwhile: the table refreshes itself, events arrive live.
+                table, events = await context.new_page(), await context.new_page()
+                await table.goto(f"{base}/sandboxes?metadata=dash%3D{run}")
+                await events.goto(f"{base}/events")
+                await expect(table.get_by_role("row", name=first)).to_contain_text("running")
                 await page.get_by_role("button", name=f"Pause {first}").click()
                 await expect(page.get_by_role("button", name=f"Resume {first}")).to_be_visible()
                 await _until(lambda: _is(first, "paused"), 60, "paused through the dashboard")
+                await expect(table.get_by_role("row", name=first)).to_contain_text(
+                    "paused", timeout=30_000)
+                await expect(events.get_by_role("row").filter(has_text=first)
+                             .filter(has_text="paused")).to_have_count(1, timeout=30_000)
+                await _shot(events, "events-live")
+                await table.close()
+                await events.close()
                 await page.get_by_role("button", name=f"Resume {first}").click()
                 await expect(page.get_by_role("button", name=f"Pause {first}")).to_be_visible()
                 await _until(lambda: _is(first, "running"), 60, "resumed through the dashboard")
