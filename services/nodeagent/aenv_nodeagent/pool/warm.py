@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import secrets
 import shutil
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,8 @@ VmLauncher = Callable[[Path, NetSlot], Awaitable[Vm]]
 VmWaker = Callable[[PooledVm], Awaitable[None]]
 # How often a pool holding woken guests checks whether it still should (demand, memory).
 RECHECK_S = 5.0
+# A template whose guest could not be woken is tried again after this long.
+WAKE_RETRY_S = 60.0
 
 
 class WarmPool:
@@ -65,6 +68,7 @@ class WarmPool:
         self, network: NetworkManager, root: Path, *, slots: int, overlays_per_backing: int,
         vms_per_template: int = 0, guests_per_template: int = 0, vm_root: Path | None = None,
         room: Callable[[], bool] = lambda: True, demand: Demand | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._network = network
         self._root = root
@@ -80,6 +84,8 @@ class WarmPool:
         self._woken: dict[str, list[PooledVm]] = {}
         self._launchers: dict[str, VmLauncher] = {}
         self._wakers: dict[str, VmWaker] = {}
+        self._clock = clock
+        self._wake_again_at: dict[str, float] = {}
         self.takes = {"woken": 0, "prestarted": 0, "missed": 0}
         self._wake = asyncio.Event()
         self._refiller: asyncio.Task[None] | None = None
@@ -163,6 +169,7 @@ class WarmPool:
         overlays over its disk dropped."""
         self._launchers.pop(key, None)
         self._wakers.pop(key, None)
+        self._wake_again_at.pop(key, None)
         self._demand.forget(key)
         vms = self._vms.pop(key, []) + self._woken.pop(key, [])
         await asyncio.gather(*(self._discard_vm(vm) for vm in vms), return_exceptions=True)
@@ -239,8 +246,7 @@ class WarmPool:
                     overlay.unlink(missing_ok=True)
                     break
                 pooled.append(overlay)
-        for key in list(self._wakers):
-            await self._refill_woken(key)
+        # Pre-started VMs first: cheap, and what a create takes while guests are being woken.
         for key, launcher in list(self._launchers.items()):
             while (key in self._launchers and len(self._vms[key]) < self._vm_target
                    and not self._closed):
@@ -249,28 +255,38 @@ class WarmPool:
                     self._vms[key].append(started)
                 else:  # its template was evicted meanwhile
                     await self._discard_vm(started)
+        for key in list(self._wakers):
+            await self._refill_woken(key)
 
     async def _refill_woken(self, key: str) -> None:
-        """Woken guests of `key` up to its demand while the host has room; beyond it, let go."""
+        """Lets go of woken guests of `key` beyond its demand (all of them when the host lacks
+        room), or wakes one more: one per pass, so that slots, overlays and other templates
+        are refilled between two slow wakes."""
         woken = self._woken[key]
         while len(woken) > (self._demand.target(key) if self._room() else 0):
             await self._discard_vm(woken.pop(0))  # the oldest first
-        while (key in self._wakers and not self._closed and self._room()
-               and len(woken) < self._demand.target(key)):
-            started = await self._start_vm(self._launchers[key])
-            try:
-                await self._wakers[key](started)
-            except Exception:
-                # A template whose guest cannot be woken keeps its pre-started VMs only.
-                log.warning("waking a pooled guest of %s failed; not woken again", key,
-                            exc_info=True)
-                self._wakers.pop(key, None)
-                await self._discard_vm(started)
-                return
-            if key in self._wakers:
-                woken.append(dataclasses.replace(started, woken=True))
-            else:  # its template was evicted meanwhile
-                await self._discard_vm(started)
+        if (key not in self._wakers or self._closed or not self._room()
+                or len(woken) >= self._demand.target(key)
+                or self._clock() < self._wake_again_at.get(key, 0.0)):
+            return
+        started = await self._start_vm(self._launchers[key])
+        try:
+            await self._wakers[key](started)
+        except asyncio.CancelledError:  # the pool closes
+            await self._discard_vm(started)
+            raise
+        except Exception:
+            # Perhaps a host too busy for a guest at the least CPU share: later, not at once.
+            log.warning("waking a pooled guest of %s failed; next try in %s s", key,
+                        WAKE_RETRY_S, exc_info=True)
+            self._wake_again_at[key] = self._clock() + WAKE_RETRY_S
+            await self._discard_vm(started)
+            return
+        if key in self._wakers:
+            woken.append(dataclasses.replace(started, woken=True))
+            self._wake.set()  # another pass: perhaps more to wake
+        else:  # its template was evicted meanwhile
+            await self._discard_vm(started)
 
     async def _start_vm(self, launcher: VmLauncher) -> PooledVm:
         directory = self._vm_root / f"{VM_DIR_PREFIX}{secrets.token_hex(8)}"
