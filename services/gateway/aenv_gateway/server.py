@@ -257,7 +257,7 @@ async def start_gateway(
     routes += WebhookRoutes(hooks.registry).routes()
     # The operators' dashboard: its own login and sessions (no key header), so open here.
     dashboard = Dashboard(DashboardParts(
-        service, auth, view, metrics, logs.read, catalog, native_events.reader, hub,
+        service, auth, view, metrics, logs.read, catalog, native_events.reader, hub, deaths,
         settings.default_timeout_s, settings.common.telemetry.trace_dir))
     stored_keys.on_revoked(dashboard.sessions.end_keys)
     mounted = Mount("/dashboard", app=dashboard.app)

@@ -18,7 +18,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route, Router
 
-from aenv_common.errors import AenvError
+from aenv_common.errors import AenvError, NotFound
 from aenv_common.status_tables import http_status
 from aenv_gateway.dashboard.cluster_pages import ClusterPages
 from aenv_gateway.dashboard.html import esc, page
@@ -178,7 +178,10 @@ class Dashboard:
 
     async def sandbox(self, request: Request, session: Session) -> Response:
         sandbox_id = request.path_params["sandbox_id"]
-        body = await self._sandboxes.detail_body(sandbox_id, session.key_id, session.csrf)
+        try:
+            body = await self._sandboxes.detail_body(sandbox_id, session.key_id, session.csrf)
+        except NotFound as err:
+            raise await self._parts.deaths.explain(sandbox_id, err) from err
         return _html(page(f"Sandbox {sandbox_id}", "sandboxes", body, session.csrf))
 
     async def kill(self, request: Request, session: Session) -> Response:

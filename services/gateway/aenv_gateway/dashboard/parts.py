@@ -9,6 +9,7 @@ from pathlib import Path
 
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_gateway.cluster.directory import ClusterView
+from aenv_gateway.core.events.deaths import Deaths
 from aenv_gateway.core.events.reader import EventReader
 from aenv_gateway.core.events.stream import EventHub
 from aenv_gateway.core.sandbox_metrics import SandboxMetrics
@@ -31,6 +32,8 @@ class DashboardParts:
     catalog: TemplateCatalog
     events: EventReader
     hub: EventHub
+    # A dead sandbox's page says why it died (its certificate), as the API's 404 does.
+    deaths: Deaths
     # How long a resume from the dashboard lets the sandbox live.
     resume_timeout_s: int
     # Where the services' JSON-lines spans are (None: the gateway keeps none to read).

@@ -178,3 +178,17 @@ async def test_five_hundred_sandboxes_stay_one_page_of_fifty(stack: Stack) -> No
         in_group = ROW.findall(group.text)
         assert len(in_group) == 50 and all(int(s[4:]) % 5 == 3 for s in in_group)
         assert took_ms < 10_000
+
+
+async def test_a_dead_sandboxs_page_says_why_it_died(stack: Stack) -> None:
+    store = stack.gateway.event_store
+    assert store is not None
+    certificate = c.DeathCertificate(sandbox_id="isb-dead", cause=c.DEATH_CAUSE_VMM_CRASH,
+                                     detail="qemu killed by signal 9", owner_key_id="admin")
+    await store.certify(certificate, c.SandboxEvent(  # type: ignore[attr-defined]
+        sandbox_id="isb-dead", type=c.SANDBOX_EVENT_TYPE_DIED, owner_key_id="admin"))
+    async with client(stack) as http:
+        await login(http)
+        page = await http.get("/dashboard/sandboxes/isb-dead")
+        assert page.status_code == 404
+        assert "qemu killed by signal 9" in page.text and 'role="alert"' in page.text
