@@ -1,12 +1,15 @@
 """Paused sandboxes whose node is gone (kept in snapstore), under a lapsed lease, over a real
-etcd: the keeper (the live node with the lowest id) kills a kill lease's with a DIED event, a
-lease_expired certificate and its stored state dropped, and detaches a pause lease's; a live
-lease's, a live node's and an unleased one stay; no other node acts, and two keepers racing on
-one orphan end it once."""
+etcd and a real snapstore: the keeper (the live node with the lowest id) kills a kill lease's
+with a DIED event, a lease_expired certificate and its stored state dropped, and detaches a
+pause lease's; a live lease's, a live node's and an unleased one stay; no other node acts, and
+two keepers racing on one orphan end it once."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -47,15 +50,48 @@ def orphan(sandbox_id: str, lease_id: str, action: int, node_id: str = "gone") -
         lease_on_expiry=action)  # type: ignore[arg-type]
 
 
-def keeper(store: ClusterStore, node_id: str, snapstore: FakeSnapstore) -> StoredOrphans:
+def keeper(store: ClusterStore, node_id: str,
+           snapstore: FakeSnapstore | SnapshotPersistence) -> StoredOrphans:
     events = SandboxEvents(store, node_id, EventLog(store, retention_s=600))
     return StoredOrphans(store, node_id, events, cast(SnapshotPersistence, snapstore))
 
 
+async def stored(persistence: SnapshotPersistence, manifest_ids: list[str], state: Path) -> None:
+    """Each id pushed as a paused sandbox's manifest (one small file), once all are in."""
+    state.write_bytes(b"paused state")
+
+    async def files() -> Mapping[str, Path]:
+        return {"memory": state}
+
+    async def pushed() -> None:
+        return None
+
+    for manifest_id in manifest_ids:
+        persistence.push_soon(manifest_id, files, pushed, labels={})
+    await until_manifests(persistence, lambda held: set(manifest_ids) <= held, "pushed")
+
+
+async def until_manifests(persistence: SnapshotPersistence, check: Callable[[set[str]], bool],
+                          what: str, within_s: float = 60) -> None:
+    deadline = time.monotonic() + within_s
+    while not check(await persistence.manifests()):
+        assert time.monotonic() < deadline, f"not within {within_s} s: {what}"
+        await asyncio.sleep(0.1)
+
+
 async def test_the_keeper_ends_a_lapsed_leases_orphans_and_no_one_else_does(
-    cluster_store: ClusterStore,
+    cluster_store: ClusterStore, snapstore: str, tmp_path: Path,
 ) -> None:
     store = cluster_store
+    persistence = SnapshotPersistence(snapstore, retry_delays_s=())
+    try:
+        await _keeper_ends_orphans(store, persistence, tmp_path)
+    finally:
+        await persistence.close()
+
+
+async def _keeper_ends_orphans(store: ClusterStore, persistence: SnapshotPersistence,
+                               tmp_path: Path) -> None:
     for node_id in ("node-a", "node-b"):
         await store.put_node(cluster_pb2.NodeRecord(node_id=node_id))
     granted = await store.client.lease(60)
@@ -66,15 +102,15 @@ async def test_the_keeper_ends_a_lapsed_leases_orphans_and_no_one_else_does(
                orphan("on-b", "gone-k", KILL, node_id="node-b")]
     for record in records:
         await store.put_sandbox(record)
-    snapstore = FakeSnapstore()
+    await stored(persistence, ["paused-o-kill", "paused-o-pause"], tmp_path / "memory")
     # node-b is alive, node-a too: node-b keeps no orphans, its reconcile touches none.
     other = FakeSandboxes()
-    other.orphans = keeper(store, "node-b", snapstore)
+    other.orphans = keeper(store, "node-b", persistence)
     assert await other.orphans.leased() == []
     assert await LeaseReaper(store, other, interval_s=60, concurrency=4).reconcile() == []
 
     mine = FakeSandboxes()
-    mine.orphans = keeper(store, "node-a", snapstore)
+    mine.orphans = keeper(store, "node-a", persistence)
     ended = await LeaseReaper(store, mine, interval_s=60, concurrency=4).reconcile()
     assert sorted(ended) == ["o-kill", "o-pause"]
     assert await store.get_sandbox("o-kill") is None
@@ -84,7 +120,9 @@ async def test_the_keeper_ends_a_lapsed_leases_orphans_and_no_one_else_does(
     assert (certificate.cause, certificate.detail) == (EXPIRED, "lease gone-k lapsed")
     died = [e for e in await log.events(SANDBOX_EVENTS, "o-kill") if e.type == DIED]
     assert [(e.cause, e.lease_id) for e in died] == [(EXPIRED, "gone-k")]
-    assert snapstore.forgotten == ["paused-o-kill"]
+    # Its stored state is dropped from snapstore; the paused one's stays.
+    await until_manifests(persistence, lambda held: "paused-o-kill" not in held, "dropped")
+    assert "paused-o-pause" in await persistence.manifests()
     # The pause lease's: still paused and stored, out of the lease, not dead.
     paused = await store.get_sandbox("o-pause")
     assert paused is not None and paused.state == PAUSED and paused.paused_image
