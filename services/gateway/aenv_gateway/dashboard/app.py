@@ -219,7 +219,8 @@ class Dashboard:
             return self.sessions.get(session.session_id) is not None and \
                 self._parts.auth.identify(session.api_key) == session.key_id
 
-        return StreamingResponse(self._cluster.stream(session.key_id, valid),
+        after = request.headers.get("last-event-id", "")
+        return StreamingResponse(self._cluster.stream(session.key_id, valid, after),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no"})

@@ -99,13 +99,21 @@ class ClusterPages:
                 "at the top as they happen.</p>"
                 + table("Lifecycle events", EVENT_HEADERS, rows, "event-rows"))
 
-    async def stream(self, caller: str, valid: Callable[[], bool]) -> AsyncIterator[bytes]:
+    async def stream(
+        self, caller: str, valid: Callable[[], bool], after: str = ""
+    ) -> AsyncIterator[bytes]:
         """SSE of rendered rows (the key's events only, as the API's stream), heartbeats
         between them; an `end` event when the subscription is cut or the session ends
-        (`valid` is asked at each event and heartbeat: a revoked key's stream stops)."""
+        (`valid` is asked at each event and heartbeat: a revoked key's stream stops). A
+        reconnecting browser's `after` (its Last-Event-ID) replays what it missed, when that is
+        still retained (else the stream starts from now)."""
         async with contextlib.AsyncExitStack() as stack:
-            subscriber = await stack.enter_async_context(
-                self._parts.hub.subscribe(EventFilter(caller)))
+            try:
+                subscriber = await stack.enter_async_context(
+                    self._parts.hub.subscribe(EventFilter(caller), after))
+            except AenvError:
+                subscriber = await stack.enter_async_context(
+                    self._parts.hub.subscribe(EventFilter(caller)))
             yield b": connected\n\n"
             while True:
                 try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import AsyncIterator
 
 from aenv.cluster.v1 import cluster_pb2 as c
 from aenv.nodeagent.v1 import nodeagent_pb2
@@ -192,3 +193,32 @@ async def test_a_dead_sandboxs_page_says_why_it_died(stack: Stack) -> None:
         page = await http.get("/dashboard/sandboxes/isb-dead")
         assert page.status_code == 404
         assert "qemu killed by signal 9" in page.text and 'role="alert"' in page.text
+
+
+async def test_a_reconnecting_stream_replays_what_it_missed(stack: Stack) -> None:
+    store = stack.gateway.event_store
+    assert store is not None
+    [seen] = await store.record(c.SandboxEvent(  # type: ignore[attr-defined]
+        sandbox_id="isb-seen", type=c.SANDBOX_EVENT_TYPE_CREATED, owner_key_id="admin"))
+    [missed] = await store.record(c.SandboxEvent(  # type: ignore[attr-defined]
+        sandbox_id="isb-missed", type=c.SANDBOX_EVENT_TYPE_KILLED, owner_key_id="admin"))
+    async with client(stack) as http:
+        await login(http)
+        for last, expected in ((seen.event_id, "isb-missed"), ("not-an-id", None)):
+            headers = {"Last-Event-ID": last}
+            async with http.stream("GET", "/dashboard/events/stream", headers=headers) as stream:
+                lines = stream.aiter_lines()
+                assert await anext(lines) == ": connected"
+                if expected is None:  # a stale or malformed id: from now on, no error
+                    continue
+                sent = [line async for line in _first_lines(lines, 2)]
+                assert sent[0] == f"id: {missed.event_id}" and expected in sent[1]
+
+
+async def _first_lines(lines: AsyncIterator[str], count: int) -> AsyncIterator[str]:
+    """The stream's next `count` lines that are not blank (SSE's separators)."""
+    while count:
+        line = await asyncio.wait_for(anext(lines), 10)
+        if line:
+            count -= 1
+            yield line
