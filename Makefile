@@ -13,7 +13,8 @@ export SETUP_LOG
 STEP := bash scripts/setup-step.sh
 UNIT := not vm and not netns and not etcd and not s3 and not sdk and not registry
 
-.PHONY: run test setup setup-host setup-python setup-node artifacts gen gen-check lint \
+.PHONY: run test setup setup-dev setup-host setup-python setup-node setup-harbor artifacts gen \
+        gen-check lint \
         test-unit test-vm test-scale bench clean-test
 
 run: setup
@@ -21,18 +22,24 @@ run: setup
 
 # The tests need code-interpreter-v1's rootfs too: built here, beside base's, before them.
 test: CODE_INTERPRETER_ROOTFS := --code-interpreter
-test: setup lint
+test: setup setup-dev lint
 	bash scripts/run-tests.sh --timeout 1800 -m "not scale"
 
-setup: setup-host setup-python setup-node artifacts
+# What the platform needs to run; setup-dev adds what only lint and the tests use.
+setup: setup-host setup-python artifacts
+setup-dev: setup-node setup-harbor
 
 setup-host:
 	@$(STEP) setup-host bash scripts/setup-host.sh
 
 setup-python: setup-host
 	@$(STEP) setup-python bash scripts/setup-python.sh
+
+# Harbor's own venv, for tests/e2e/harbor and bench/harbor_trials.py.
+setup-harbor: setup-host
 	@$(STEP) setup-harbor bash scripts/setup-harbor.sh
 
+# buf (lint, gen) and the e2b JS SDK (its conformance tests).
 setup-node: setup-host
 	@$(STEP) setup-node bash scripts/setup-node.sh
 
