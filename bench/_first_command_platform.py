@@ -26,8 +26,8 @@ from aenv_client import AenvError, GatewayClient
 CALL_TIMEOUT_S = 600.0
 # Before each measured round the pool is given this long to be back at its idle depth.
 REFILL_WITHIN_S = float(os.environ.get("BENCH_REFILL_WITHIN_S", "30"))
-# The pool's gauges and counters, and the PSS of the node's VMs.
-WATCHED = ("aenv_node_pool", "aenv_node_vm_memory")
+# The pool's gauges and counters, the node's sandboxes by state and the PSS of their VMs.
+WATCHED = ("aenv_node_pool", "aenv_node_sandboxes", "aenv_node_vm_memory")
 READY = "aenv_node_pool_ready"
 
 Sample = tuple[float, float]  # (create → first command result, create call alone), seconds
@@ -53,8 +53,9 @@ class PoolWatch:
             for sample in family.samples
         }
 
-    async def settle(self, quiet_s: float = 3.0, within_s: float = 180.0) -> dict[str, float]:
-        """The pool once its gauges held still for `quiet_s` (filled at start): its idle depth."""
+    async def settle(self, quiet_s: float = 10.0, within_s: float = 180.0) -> dict[str, float]:
+        """The pool once its metrics held still for `quiet_s` (filled, the last kills done): its
+        idle depth."""
         started, last, since = time.perf_counter(), await self.read(), time.perf_counter()
         while time.perf_counter() - since < quiet_s and time.perf_counter() - started < within_s:
             await asyncio.sleep(0.5)

@@ -11,7 +11,7 @@ restored guests off ("before") and on ("after").
 - the node agent's pool as its metrics show it (`aenv_node_pool*`, idle after BENCH_WARMUP
   untimed creates, default 4, since the pool of guests follows recent demand; and at the end,
   with its takes by kind) and the host memory (PSS) of the platform's QEMUs while no sandbox
-  runs (the pool's pre-started or warmed guests);
+  runs (the pool's pre-started or warmed guests), at both points;
 - pool miss: creates at 1 on a third platform with every warm pool setting 0;
 - floor: the same template snapshot restored by bare QEMU + QMP in a prepared netns (no
   services), then `true` run by that guest's envd directly (Connect process Start over HTTP):
@@ -103,7 +103,9 @@ async def platform_side(plat: Platform, levels: list[int], *, lifecycle: bool) -
             out["fork"] = [await runs.fork(n) for n in FORKS]
             out["resume"] = await runs.resume(ROUNDS)
         out["rounds_started_on_partial_pool"] = pool.refill_misses
-        out["pool_end"] = await pool.read()
+        # Settled again: the pool of guests follows the demand the rounds made.
+        out["pool_end"] = await pool.settle()
+        out["pool_memory_end"] = platform_qemu_memory(NET_PREFIX)
         out["errors"] = dict(runs.errors)
     return out
 
