@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,8 +31,6 @@ TOOL_PACKAGES: dict[str, str] = {
     "gcc": "gcc",
     "nice": "coreutils",
 }
-# A cancelled command's time to stop on SIGTERM (mmdebstrap unmounts its target's /proc, /dev).
-STOP_GRACE_S = 10.0
 
 
 def require_tool(name: str) -> str:
@@ -52,9 +52,10 @@ async def run(
 ) -> bytes:
     """Run a command to completion; return stdout, raise Internal with its stderr on failure.
 
-    `nice` > 0 runs it (and what it starts) at that lower CPU priority. Cancelled, it stops the
-    command (SIGTERM, then SIGKILL) before passing the cancellation on: a build's temporary tree
-    is removed next, which must not happen under a command still writing into it."""
+    `nice` > 0 runs it (and what it starts) at that lower CPU priority. Cancelled (a node agent
+    stopping during a background build), it kills the command and everything it started before
+    passing the cancellation on: the build's temporary tree is removed next, which must not
+    happen under a process still writing into it, and a stop must not wait for a build."""
     args = [str(a) for a in argv]
     args[0] = require_tool(args[0]) if "/" not in args[0] else args[0]
     if nice > 0:
@@ -67,11 +68,15 @@ async def run(
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        # A group of its own, so a cancellation reaches what it started (mmdebstrap's apt, dpkg).
+        process_group=0,
     )
     try:
         out, err = await proc.communicate(stdin)
     except asyncio.CancelledError:
-        await _stop(proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
         raise
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip()[-2000:]
@@ -79,13 +84,3 @@ async def run(
         raise Internal(f"{name} failed (exit {proc.returncode}): {tail}")
     return out
 
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.terminate()
-    try:
-        await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()

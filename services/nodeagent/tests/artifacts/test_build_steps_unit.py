@@ -1,6 +1,6 @@
 """Fast tests of what `make`'s artifacts step and a node's background rootfs build rely on: the
 build's one-line summary, whether a rootfs is cached, and build commands run at low priority and
-stopped when their build is cancelled."""
+killed when their build is cancelled."""
 
 from __future__ import annotations
 
@@ -72,15 +72,27 @@ async def test_a_failing_command_is_named_without_nice() -> None:
         await run(["sh", "-c", "echo oops >&2; exit 3"], nice=19)
 
 
-async def test_a_cancelled_command_is_stopped(tmp_path: Path) -> None:
-    fifo = tmp_path / "pid"
-    os.mkfifo(fifo)  # the command says its PID through it once it runs
-    task = asyncio.create_task(run(["sh", "-c", f"echo $$ > {fifo}; exec sleep 300"]))
+def _running(pid: int) -> bool:
+    """Not gone and not a zombie waiting for its parent."""
     try:
-        pid = int(await asyncio.wait_for(asyncio.to_thread(fifo.read_text), DEADLINE_S))
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_a_cancelled_command_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    fifo = tmp_path / "pids"
+    os.mkfifo(fifo)  # the command says its PID and its child's through it once both run
+    task = asyncio.create_task(
+        run(["sh", "-c", f"sleep 300 & echo $$ $! > {fifo}; wait"]))
+    try:
+        said = await asyncio.wait_for(asyncio.to_thread(fifo.read_text), DEADLINE_S)
     finally:
         task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # Reaped by run() before the cancellation went on: the PID is gone, not a zombie.
-    assert not Path(f"/proc/{pid}").exists()
+    shell, child = (int(pid) for pid in said.split())
+    # The shell is reaped by run() before the cancellation goes on; its child, killed with it,
+    # is reaped by whoever inherits it.
+    assert not Path(f"/proc/{shell}").exists()
+    assert not _running(child)
