@@ -86,6 +86,7 @@ class WarmPool:
         self._wakers: dict[str, VmWaker] = {}
         self._clock = clock
         self._wake_again_at: dict[str, float] = {}
+        self._discards: set[asyncio.Task[None]] = set()
         self.takes = {"woken": 0, "prestarted": 0, "missed": 0}
         self._wake = asyncio.Event()
         self._refiller: asyncio.Task[None] | None = None
@@ -186,6 +187,7 @@ class WarmPool:
             self._refiller.cancel()
             await asyncio.gather(self._refiller, return_exceptions=True)
             self._refiller = None
+        await asyncio.gather(*self._discards, return_exceptions=True)
         await self._drain()
 
     async def _drain(self) -> None:
@@ -200,6 +202,14 @@ class WarmPool:
             self.forget_backing(backing)
 
     async def _discard_vm(self, pooled: PooledVm) -> None:
+        """Ends the VM, its slot and directory, to the end even if the caller is cancelled (a
+        close waits for it): a shutdown cut short would leave its QEMU running."""
+        discard = asyncio.ensure_future(self._discard(pooled))
+        self._discards.add(discard)
+        discard.add_done_callback(self._discards.discard)
+        await asyncio.shield(discard)
+
+    async def _discard(self, pooled: PooledVm) -> None:
         try:
             await pooled.vm.shutdown()
         finally:

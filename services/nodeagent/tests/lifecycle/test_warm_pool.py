@@ -206,3 +206,23 @@ async def test_a_create_continues_a_woken_guest_that_keeps_nothing_of_its_warm_u
         assert pool.sizes()["guests"] == 0
         await until(lambda: not [d for d in (node.state_dir / "sandboxes").iterdir()
                                  if d.name.startswith(".pool-")], "the pool's VMs gone")
+
+
+@pytest.mark.vm
+async def test_a_pool_closed_while_it_wakes_a_guest_leaves_no_vm() -> None:
+    async with node_parts(pool_guests=1) as node:
+        pool, sandboxes = node.pool, node.state_dir / "sandboxes"
+        await node.sandboxes.creates.create(spec())  # asks the pool for a woken guest
+
+        def waking() -> list[Path]:
+            return [d for d in sandboxes.iterdir() if d.name.startswith(".pool-")]
+
+        def launched() -> list[Path]:
+            return [d / "vm" / "qemu.pid" for d in waking() if (d / "vm" / "qemu.pid").exists()]
+
+        await until(lambda: bool(launched()), "a guest being woken", 120)
+        assert pool.sizes()["guests"] == 0  # not woken yet: the close cuts its wake short
+        qemu = int(launched()[0].read_text())
+        await pool.close()
+        assert waking() == [] and pool.sizes()["guests"] == 0
+        await until(lambda: not Path(f"/proc/{qemu}").exists(), "its QEMU gone", 30)
