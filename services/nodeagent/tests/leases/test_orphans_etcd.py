@@ -72,7 +72,7 @@ async def stored(persistence: SnapshotPersistence, manifest_ids: list[str], stat
 
 
 async def until_manifests(persistence: SnapshotPersistence, check: Callable[[set[str]], bool],
-                          what: str, within_s: float = 60) -> None:
+                          what: str, within_s: float = 180) -> None:
     deadline = time.monotonic() + within_s
     while not check(await persistence.manifests()):
         assert time.monotonic() < deadline, f"not within {within_s} s: {what}"
