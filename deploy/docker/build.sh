@@ -53,7 +53,7 @@ cd "$root"
 git ls-files -z --cached --others --exclude-standard -- \
     deploy/docker gen/python common services clients cli \
   | tar --null --ignore-failed-read -c -T - -C "$extra" deploy/docker/host-ca \
-  | "$docker" build --network host -f deploy/docker/Dockerfile -t "$tag" \
+  | "$docker" build --network host --force-rm -f deploy/docker/Dockerfile -t "$tag" \
       --build-arg BASE_IMAGE="$base" \
       --build-arg PIP_INDEX_URL="$index_url" \
       --build-arg PIP_EXTRA_INDEX_URL="$extra_index_url" \
