@@ -145,6 +145,8 @@ def ready_panel(platform: Platform, pending: list[str]) -> Panel:
     body = Text()
     body.append("API URL      ", style="bold")
     body.append(platform.api_url + "\n")
+    body.append("Dashboard    ", style="bold")
+    body.append(platform.api_url + "/dashboard/\n")
     body.append("gRPC API     ", style="bold")
     body.append(platform.grpc_address + "\n")
     body.append("API key      ", style="bold")
