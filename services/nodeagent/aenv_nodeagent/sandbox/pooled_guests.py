@@ -7,12 +7,14 @@ in, before anyone waits for it), then stopped: all of it at the least CPU share,
 never slows a running sandbox. A take gives it its share back and continues it
 (`continue_woken`); envd's /init then hands it the sandbox's identity, variables, token, clock
 and fresh entropy, so the sandbox gets nothing of the warm-up: its command has ended, set no
-variable, wrote no file and was run before any token existed.
+variable, wrote no file, was run before any token existed, and its log lines are emptied from
+the guest's console file before the guest is handed out.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 from aenv_nodeagent.confinement.cgroups import set_cpu_idle
@@ -21,6 +23,7 @@ from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import CommandSpec, GuestCommands
 from aenv_nodeagent.network import NetSlot
 from aenv_nodeagent.pool import PooledVm, VmLauncher, VmWaker
+from aenv_nodeagent.sandbox.logs import CONSOLE_LOG
 from aenv_nodeagent.sandbox.model import DISK
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
 from aenv_nodeagent.templates.launch import launch_restore_target
@@ -64,6 +67,9 @@ class TemplateGuests:
         await self._envd.wait_healthy(host, self._ready_timeout_s)
         await self._commands.run(host, WARM_UP, timeout_s=self._ready_timeout_s)
         await pooled.vm.pause()
+        # Its console (envd's log of the warm-up) is not the sandbox's: QEMU appends, so the
+        # stopped guest's file can be emptied under it.
+        os.truncate(pooled.directory / CONSOLE_LOG, 0)
 
 
 async def continue_woken(vm: Vm) -> None:
