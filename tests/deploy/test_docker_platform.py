@@ -125,6 +125,7 @@ def platform_container(image: str) -> Iterator[Running]:
     node = ["-e", f"AENV_NODEAGENT_NET_PREFIX={prefix}",
             # Guests only as asked: a 2-core host boots each under TCG.
             "-e", "AENV_NODEAGENT_WARM_POOL_VMS=0",
+            "-e", "AENV_NODEAGENT_WARM_POOL_GUESTS=0",
             "-e", "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER=false"]
     mounts = ["-v", f"{HOST_CACHE}:/aenv-host-cache:ro"] if HOST_CACHE.is_dir() else []
     docker("run", "-d", "--name", name, *CONTAINER_RIGHTS, *node, *mounts, image,

@@ -90,6 +90,7 @@ async def another_node_agent(
         "AENV_NODEAGENT_NET_PREFIX": prefix,
         "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+        "AENV_NODEAGENT_WARM_POOL_GUESTS": "0",
         "AENV_NODEAGENT_PREWARM_CODE_INTERPRETER": "false",
     } | env
     child = await ChildProcess.spawn(node_id, [sys.executable, "-m", "aenv_nodeagent"],

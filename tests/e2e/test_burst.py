@@ -70,6 +70,7 @@ async def platform_of_40(tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         "AENV_NODEAGENT_PRESSURE_PSI_SOME_AVG10_MAX": "100",
         # No warm pool: every QEMU and netns left afterwards is a leak.
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+        "AENV_NODEAGENT_WARM_POOL_GUESTS": "0",
         "AENV_NODEAGENT_WARM_POOL_SLOTS": "0",
         "AENV_NODEAGENT_WARM_POOL_OVERLAYS": "0",
         # 40 restores at once under TCG on two loaded cores take minutes (a QEMU's QMP past

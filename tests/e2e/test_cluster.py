@@ -57,6 +57,8 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
         "AENV_NODEAGENT_PRESSURE_MEMORY_AVAILABLE_MIN_MIB": "256",
         "AENV_NODEAGENT_PRESSURE_PSI_SOME_AVG10_MAX": "100",
         "AENV_NODEAGENT_WARM_POOL_VMS": "1",
+        # Three hosts waking guests on two shared CPUs would crowd the burst's timed queue.
+        "AENV_NODEAGENT_WARM_POOL_GUESTS": "0",
         "AENV_NODEAGENT_HEARTBEAT_TTL_S": "5",
     }
     scheduler_env = {

@@ -92,6 +92,7 @@ async def domain_platform(
         "AENV_NODEAGENT_NET_PREFIX": prefix,
         "AENV_NODEAGENT_NET_POOL_CIDR": free_subnet(24),
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+        "AENV_NODEAGENT_WARM_POOL_GUESTS": "0",
     }
     edge = PublicEdge(DOMAIN, f"{client_netns.gateway_address}:443")
     async with running_platform(tmp_path / "home", env, prefix, edge) as plat:

@@ -38,6 +38,7 @@ async def test_a_capture_cut_short_by_a_crash_is_ended_by_the_next_start(tmp_pat
         prefix,
         AENV_NODEAGENT_TEMPLATES_DIR=str(templates),
         AENV_NODEAGENT_WARM_POOL_VMS="0",
+        AENV_NODEAGENT_WARM_POOL_GUESTS="0",
         AENV_NODEAGENT_PREWARM_CODE_INTERPRETER="true",
     )
     async with running_platform(tmp_path / "home", env, prefix) as platform:

@@ -41,7 +41,8 @@ ETCD_DOWN_S = 15.0  # past the node lease's TTL (10 s)
 async def lone_platform(tmp_path: Path) -> AsyncIterator[Platform]:
     """A platform of its own: a fault here must not reach the other tests' platform."""
     env = lone_platform_env(
-        PREFIX, AENV_NODEAGENT_NODE_ID=FAULTS_NODE, AENV_NODEAGENT_WARM_POOL_VMS="0"
+        PREFIX, AENV_NODEAGENT_NODE_ID=FAULTS_NODE, AENV_NODEAGENT_WARM_POOL_VMS="0",
+        AENV_NODEAGENT_WARM_POOL_GUESTS="0"
     )
     async with running_platform(tmp_path / "home", env, PREFIX) as platform:
         yield platform

@@ -34,7 +34,8 @@ async def cluster_platform(tmp_path: Path) -> AsyncIterator[tuple[Platform, Etcd
     etcd = EtcdCluster([(ports.etcd_client, ports.etcd_peer),
                         (free_port(), free_port()), (free_port(), free_port())])
     env = lone_platform_env(
-        prefix, AENV_NODEAGENT_NODE_ID=FAULTS_NODE, AENV_NODEAGENT_WARM_POOL_VMS="0"
+        prefix, AENV_NODEAGENT_NODE_ID=FAULTS_NODE, AENV_NODEAGENT_WARM_POOL_VMS="0",
+        AENV_NODEAGENT_WARM_POOL_GUESTS="0"
     )
     platform = Platform(home, ports, base_env=env,
                         commands={"etcd": etcd.member_argv(0, home / "etcd")})

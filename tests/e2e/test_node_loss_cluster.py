@@ -51,6 +51,7 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
         "AENV_NODEAGENT_PRESSURE_PSI_SOME_AVG10_MAX": "100",
         # No warm pool: every QEMU and netns left on a host afterwards is a leak.
         "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+        "AENV_NODEAGENT_WARM_POOL_GUESTS": "0",
         "AENV_NODEAGENT_WARM_POOL_SLOTS": "0",
         "AENV_NODEAGENT_WARM_POOL_OVERLAYS": "0",
         "AENV_NODEAGENT_RESTORE_READY_TIMEOUT_S": "300",

@@ -71,6 +71,7 @@ async def s3_platform(
     env = lone_platform_env(
         prefix,
         AENV_NODEAGENT_WARM_POOL_VMS="0",
+        AENV_NODEAGENT_WARM_POOL_GUESTS="0",
         AENV_SNAPSTORE_BACKEND="s3",
         AENV_SNAPSTORE_S3_ENDPOINT_URL=moto,
         AENV_SNAPSTORE_S3_BUCKET=BUCKET,

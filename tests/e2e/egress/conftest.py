@@ -42,7 +42,8 @@ async def egress_platform(
     prefix = "aeg" + "".join(secrets.choice("abcdefghij") for _ in range(3)) + "x"
     # Debug logs: the egress decisions are logged too, and must hold no secret either.
     env = lone_platform_env(prefix) | internet.node_env() | {
-        "AENV_NODEAGENT_WARM_POOL_VMS": "0", "AENV_LOG_LEVEL": "DEBUG"}
+        "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+        "AENV_NODEAGENT_WARM_POOL_GUESTS": "0", "AENV_LOG_LEVEL": "DEBUG"}
     async with running_platform(tmp_path_factory.mktemp("egress-home"), env, prefix) as plat:
         yield plat
 
