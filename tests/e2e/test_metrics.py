@@ -70,8 +70,11 @@ async def test_every_service_counts_a_create_and_a_snapshot(
     for operation in ("sandbox.create", "sandbox.snapshot"):
         assert moved(before["nodeagent"], node, "aenv_node_operation_seconds_count",
                      operation=operation, outcome="ok") >= 1, operation
+    # envd_init is the phase of every create, whether the pool had a woken guest or not.
     assert moved(before["nodeagent"], node, "aenv_node_operation_phase_seconds_count",
-                 operation="sandbox.create", phase="envd_ready") >= 1
+                 operation="sandbox.create", phase="envd_init") >= 1
+    assert sum(moved(before["nodeagent"], node, "aenv_node_pool_takes_total", took=took)
+               for took in ("woken", "prestarted", "missed")) >= 1
     assert value(node, "aenv_node_sandboxes", state="running") >= 1
     assert moved(before["nodeagent"], node, "aenv_grpc_requests_total",
                  method="/aenv.nodeagent.v1.NodeAgentService/CreateSandbox", code="OK") >= 1
