@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Builds the aenv image on this machine, without Docker Hub: a Debian base image made locally by
-# mmdebstrap from the host's own apt sources (kept as a cache, built once), then
-# deploy/docker/Dockerfile over it. Idempotent; a second build reuses every cached layer.
+# mmdebstrap from the host's own apt sources with the image's packages (packages.txt) already in
+# (kept as a cache, tagged by that list: built once), then deploy/docker/Dockerfile over it.
+# Idempotent; a second build reuses every cached layer.
+#
+# The base reuses what the host has by input: the .deb files in the host's apt cache are hard
+# linked into mmdebstrap's chroot, so apt downloads only what the host lacks (a cached .deb is
+# used only when it is the version the index names).
 #
 #   deploy/docker/build.sh [TAG]        (default TAG: aenv:latest; env BASE_IMAGE, DOCKER)
 #
@@ -12,7 +17,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tag=${1:-aenv:latest}
-base=${BASE_IMAGE:-aenv-base:bookworm}
+packages=$(grep -v '^#' "$root/deploy/docker/packages.txt" | paste -sd,)
+# No recommends, as the Dockerfile's apt; dpkg without fsync (a base is made whole or not at all).
+mm_options=(--variant=minbase --include="$packages" --dpkgopt=force-unsafe-io
+  --aptopt='APT::Install-Recommends "false"' --aptopt='Acquire::Check-Valid-Until "false"')
+base=${BASE_IMAGE:-aenv-base:bookworm-$(sha256sum <<<"${mm_options[*]}" | cut -c1-12)}
 docker=${DOCKER:-/usr/bin/docker}
 export DOCKER_BUILDKIT=0
 
@@ -24,9 +33,13 @@ if ! "$docker" image inspect "$base" >/dev/null 2>&1; then
   done
   [ "${#sources[@]}" -gt 0 ] || { echo "no apt sources on this host" >&2; exit 1; }
   echo "build: making $base with mmdebstrap from ${sources[*]}"
-  # ca-certificates: pip's HTTPS; the sources go into the image, so apt there uses them too.
-  mmdebstrap --quiet --variant=minbase --include=ca-certificates \
-    --aptopt='Acquire::Check-Valid-Until "false"' \
+  # The host's cached .deb files hard linked in (the chroot is under $TMPDIR; on another
+  # filesystem none are, and apt downloads them). The sources go into the image, so apt there
+  # uses them too.
+  mmdebstrap --quiet "${mm_options[@]}" \
+    --setup-hook='mkdir -p "$1"/var/cache/apt/archives' \
+    --setup-hook='find /var/cache/apt/archives -maxdepth 1 -name "*.deb" \
+      -exec cp -l -t "$1"/var/cache/apt/archives {} + 2>/dev/null || true' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
     bookworm - "${sources[@]}" | "$docker" import - "$base"
 fi

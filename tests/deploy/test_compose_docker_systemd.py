@@ -40,7 +40,8 @@ def python_modules(argv: list[str]) -> list[str]:
 def test_compose_file_parses_and_references_only_existing_modules() -> None:
     compose: dict[str, Any] = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
     services = compose["services"]
-    assert set(services) == {"etcd", "scheduler", "snapstore", "nodeagent", "gateway"}
+    nodes = {"nodeagent-a", "nodeagent-b"}
+    assert set(services) == {"etcd", "scheduler", "snapstore", "gateway"} | nodes
     modules = []
     for svc in services.values():
         modules += python_modules(list(svc["command"]))
@@ -50,8 +51,16 @@ def test_compose_file_parses_and_references_only_existing_modules() -> None:
     for name, svc in services.items():
         for dep in svc.get("depends_on", {}):
             assert dep in services, f"{name} depends on unknown {dep}"
-    agent = services["nodeagent"]
-    assert agent["privileged"] is True and "/dev/kvm:/dev/kvm" in agent["devices"]
+    for node in nodes:
+        agent = services[node]
+        assert "/dev/kvm:/dev/kvm" in agent["devices"] and "ALL" in agent["cap_add"]
+        assert agent["environment"]["AENV_NODEAGENT_NODE_ID"] == node
+        assert f"{node}:/var/lib/aenv" in agent["volumes"]
+    # nodeagent-b only with the `two-nodes` profile; the host cache's override names both.
+    assert services["nodeagent-b"]["profiles"] == ["two-nodes"]
+    assert "profiles" not in services["nodeagent-a"]
+    host_cache = yaml.safe_load((DEPLOY / "compose" / "compose.host-cache.yaml").read_text())
+    assert set(host_cache["services"]) == nodes
 
 
 def test_compose_and_systemd_set_every_variable_the_launcher_sets() -> None:

@@ -25,12 +25,10 @@ from pathlib import Path
 import pytest
 
 from ..conftest import qemu_pids_under
+from .conftest import DOCKER, HOST_CACHE, docker, host_network_of
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[2]
-DOCKER = "/usr/bin/docker"
-HOST_CACHE = Path.home() / ".aenv" / "cache"
 HOME_IN_CONTAINER = "/var/lib/aenv"
 # Everything but CAP_SYS_RESOURCE, which this host's own bounding set lacks (so --privileged
 # fails): netns, taps, nftables and mounts need the rest; seccomp and AppArmor would refuse them.
@@ -40,7 +38,6 @@ CONTAINER_RIGHTS = [
     "--security-opt", "systempaths=unconfined",
     "--device", "/dev/kvm", "--device", "/dev/net/tun",
 ]
-BUILD_TIMEOUT_S = 3600
 # A loaded 2-core host: the cache copy, etcd and four services, a TCG guest's first boot.
 START_TIMEOUT_S = 900
 
@@ -55,38 +52,6 @@ after = [s.sandbox_id for s in Sandbox.list().next_items()]
 print(json.dumps({"id": sandbox.sandbox_id, "stdout": result.stdout, "listed": listed,
                   "after": after}))
 """
-
-
-def docker(*args: str, timeout: float = 300, check: bool = True) -> str:
-    done = subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
-    if check and done.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} failed: {done.stderr[-2000:]}")
-    return done.stdout
-
-
-def host_network_of(prefix: str) -> list[str]:
-    """The host's links, netns and nftables tables whose names carry the prefix."""
-    found = []
-    for argv in (["ip", "-o", "link", "show"], ["ip", "netns", "list"], ["nft", "list", "tables"]):
-        out = subprocess.run(argv, capture_output=True, text=True).stdout
-        found += [line for line in out.splitlines() if prefix in line]
-    return found
-
-
-@pytest.fixture(scope="module")
-def image() -> Iterator[str]:
-    """The image, built from this checkout. Removed afterwards; its layers and the base image
-    stay as the build cache (--no-prune), so the next build takes only what changed."""
-    subprocess.run(["bash", str(REPO / "scripts" / "setup-docker.sh")], check=True, timeout=1800)
-    tag = f"aenv-test-platform:{secrets.token_hex(4)}"
-    started = time.monotonic()
-    subprocess.run([str(REPO / "deploy" / "docker" / "build.sh"), tag], check=True,
-                   timeout=BUILD_TIMEOUT_S, stdout=subprocess.DEVNULL)
-    print(f"image {tag} built in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    try:
-        yield tag
-    finally:
-        docker("rmi", "--no-prune", tag, check=False)
 
 
 def container_state(name: str) -> dict[str, object]:
