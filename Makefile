@@ -11,11 +11,12 @@ PYTEST := $(VENV)/bin/pytest
 SETUP_LOG ?= $(CURDIR)/build/setup.log
 export SETUP_LOG
 STEP := bash scripts/setup-step.sh
-UNIT := not vm and not netns and not etcd and not s3 and not sdk and not registry and not docker
+UNIT := not vm and not netns and not etcd and not s3 and not sdk and not registry and not docker \
+        and not nspawn
 
 .PHONY: run test setup setup-dev setup-host setup-python setup-node setup-harbor artifacts gen \
         gen-check lint \
-        test-unit test-vm test-scale test-docker bench clean-test
+        test-unit test-vm test-scale test-docker test-nspawn bench clean-test
 
 run: setup
 	@$(VENV)/bin/aenv up --home "$(AENV_HOME)"
@@ -23,7 +24,7 @@ run: setup
 # The tests need code-interpreter-v1's rootfs too: built here, beside base's, before them.
 test: CODE_INTERPRETER_ROOTFS := --code-interpreter
 test: setup setup-dev lint
-	bash scripts/run-tests.sh --timeout 1800 -m "not scale and not docker"
+	bash scripts/run-tests.sh --timeout 1800 -m "not scale and not docker and not nspawn"
 
 # What the platform needs to run; setup-dev adds what only lint and the tests use.
 setup: setup-host setup-python artifacts
@@ -73,6 +74,11 @@ test-scale:
 # image build takes 11-14 minutes on a 2-core host, too long for every run.
 test-docker:
 	bash scripts/run-tests.sh --timeout 3600 -m docker
+
+# The systemd units booted in a systemd-nspawn machine (Debian's systemd, a rootfs made by
+# mmdebstrap and cached by scripts/setup-nspawn.sh): install.sh, an SDK program, a restart, a stop.
+test-nspawn:
+	bash scripts/run-tests.sh --timeout 3600 -m nspawn
 
 bench: setup
 	$(PY) bench/create_latency.py

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs aenv as systemd services on this host: Debian packages, a venv in /opt/aenv/venv with
-# every aenv package, the units, and /etc/aenv/aenv.env (kept if it exists). Then starts aenv.target.
+# Installs aenv as systemd services on this host: the node's Debian packages (node-packages), a
+# venv in /opt/aenv/venv with every aenv package, the units, and /etc/aenv/aenv.env (kept if it
+# exists). Then starts aenv.target. pip uses this host's settings (an offline host: no-index and
+# find-links in /etc/pip.conf, as tests/deploy/test_systemd_nspawn.py's machine has).
 #
 #   sudo deploy/systemd/install.sh [--no-start] [--no-packages]
 #
@@ -24,17 +26,37 @@ done
 if [ -n "$destdir" ]; then start=0; packages=0; fi
 
 if [ "$packages" = 1 ]; then
-  bash "$repo/scripts/setup-host.sh"
+  missing=()
+  while read -r p; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done < <(grep -v '^#' "$here/node-packages")
+  if [ "${#missing[@]}" -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
 fi
 
 if [ "$venv" = 1 ]; then
   prefix=$destdir/opt/aenv/venv
   [ -x "$prefix/bin/python" ] || python3.11 -m venv "$prefix"
   "$prefix/bin/pip" install -q --upgrade pip setuptools wheel
-  "$prefix/bin/pip" install -q "$repo/gen/python" "$repo/common" "$repo/services/envd" \
-    "$repo/services/codeinterp" \
-    "$repo/services/snapstore" "$repo/services/scheduler" "$repo/services/nodeagent" \
-    "$repo/services/gateway" "$repo/clients/python" "$repo/cli"
+  # aenv's packages are built from a copy in /opt/aenv/src (setuptools writes into the tree it
+  # builds, and the checkout may be read-only). The protos, envd and the code interpreter go onto
+  # every guest's tools disk as source trees (found through their import paths, keyed by their
+  # contents): installed editable from that copy, so the venv needs nothing of the checkout.
+  src=$destdir/opt/aenv/src
+  rm -rf "$src"
+  for tree in gen/python common services/envd services/codeinterp services/snapstore \
+      services/scheduler services/nodeagent services/gateway clients/python cli; do
+    mkdir -p "$src/$tree"
+    tar -C "$repo/$tree" --exclude=__pycache__ --exclude='*.egg-info' --exclude=build \
+      -c . | tar -C "$src/$tree" -x
+  done
+  "$prefix/bin/pip" install -q -e "$src/gen/python" -e "$src/services/envd" \
+    -e "$src/services/codeinterp" "$src/common" \
+    "$src/services/snapstore" "$src/services/scheduler" "$src/services/nodeagent" \
+    "$src/services/gateway" "$src/clients/python" "$src/cli"
 fi
 
 install -d -m 0755 "$destdir/etc/systemd/system" "$destdir/etc/aenv"
@@ -47,6 +69,10 @@ if [ ! -e "$destdir/etc/aenv/aenv.env" ]; then
 fi
 
 if [ "$start" = 1 ]; then
+  # Debian's etcd-server starts its own etcd on 127.0.0.1:2379, the port aenv-etcd serves.
+  if systemctl cat etcd.service >/dev/null 2>&1; then
+    systemctl disable --now etcd.service
+  fi
   systemctl daemon-reload
   systemctl enable --now aenv.target
   echo "aenv started. API key: /var/lib/aenv/api-key; status: systemctl status 'aenv-*'"
