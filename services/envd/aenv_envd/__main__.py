@@ -39,9 +39,10 @@ def main(argv: list[str] | None = None) -> None:
     _reuse_big_buffers()
 
     from .app import build_app
+    from .quiet_server import QuietServer
 
     # asyncio's selector transports set TCP_NODELAY on accepted sockets (no Nagle delay).
-    uvicorn.run(
+    server_config = uvicorn.Config(
         build_app(config),
         host=config.host,
         port=config.port,
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         date_header=False,
         timeout_keep_alive=75,
     )
+    QuietServer(server_config).run()
 
 
 if __name__ == "__main__":

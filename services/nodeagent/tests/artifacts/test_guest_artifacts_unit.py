@@ -218,6 +218,7 @@ def test_cpio_archive_lists_with_busybox(tmp_path: Path) -> None:
 def test_kernel_cmdline_quiet_and_verbose() -> None:
     quiet = kernel_cmdline()
     assert "console=ttyS0" in quiet and "panic=-1" in quiet and "quiet" in quiet.split()
+    assert "tsc=reliable" in quiet.split()  # an idle guest's tick stops only on the TSC
     verbose = kernel_cmdline(verbose=True, extra=["aenv.hostname=box"])
     assert "quiet" not in verbose.split() and "aenv.debug=1" in verbose
     assert verbose.endswith("aenv.hostname=box")

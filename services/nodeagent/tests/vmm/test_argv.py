@@ -42,7 +42,7 @@ def test_full_tcg_argv() -> None:
 
     assert argv == [
         "qemu-system-x86_64",
-        "-M", "microvm,acpi=on,memory-backend=mem",
+        "-M", "microvm,acpi=on,pit=off,memory-backend=mem",
         "-accel", "tcg,tb-size=64",
         "-cpu", "max",
         "-smp", "2",
@@ -76,6 +76,17 @@ def test_kvm_uses_host_cpu_and_no_tsc_hint() -> None:
     assert option(argv, "-accel") == ["kvm"]
     assert option(argv, "-cpu") == ["host"]
     assert option(argv, "-append") == ["console=ttyS0 quiet"]
+    assert option(argv, "-M") == ["microvm,acpi=on,memory-backend=mem"]
+
+
+def test_tcg_keeps_the_pit_when_the_guest_calibrates_its_tsc_on_it() -> None:
+    unknown_rate = AcceleratorChoice(Accelerator.TCG, "test")
+    argv = build_argv(make_spec(accel=unknown_rate), FILES, incoming=False, console_log=None)
+    assert option(argv, "-M") == ["microvm,acpi=on,memory-backend=mem"]
+    assert option(argv, "-append") == ["console=ttyS0 quiet"]
+    given = make_spec(accel=unknown_rate, cmdline="console=ttyS0 tsc_early_khz=1000")
+    argv = build_argv(given, FILES, incoming=False, console_log=None)
+    assert option(argv, "-M") == ["microvm,acpi=on,pit=off,memory-backend=mem"]
 
 
 def test_pvm_masks_arch_capabilities_and_boots_pvm_kernel() -> None:
