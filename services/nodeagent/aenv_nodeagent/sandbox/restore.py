@@ -29,7 +29,7 @@ from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetSlot
 from aenv_nodeagent.phases import PhaseTimer, Undo
 from aenv_nodeagent.pool import PooledVm, WarmPool
-from aenv_nodeagent.sandbox.context import WingContext
+from aenv_nodeagent.sandbox.context import AllocationChanged, WingContext
 from aenv_nodeagent.sandbox.model import BOOT_RAM, DISK, RestoreImage, Sandbox
 from aenv_nodeagent.sandbox.plans import (
     FromTemplate,
@@ -60,7 +60,7 @@ class Restorer:
         self._network = wing.network
         self._envd = wing.envd
         self._driver = driver
-        self._allocation_changed = wing.allocation_changed
+        self._allocation_changed = AllocationSoon(wing.allocation_changed)
         self._settings = wing.settings
         self._pool = pool
         self._guests = TemplateGuests(wing.templates, driver, wing.envd, commands,
@@ -81,8 +81,10 @@ class Restorer:
         undo.push(lambda: self._registry.restore_ended(plan.sandbox_id))
         try:
             pooled = self._pooled(plan)
+            adopting: asyncio.Future[None] | None = None
             if pooled is not None:
-                slot, vm = await self._take_pooled(plan, pooled, timer, undo)
+                slot, vm = self._take_pooled(plan, pooled, undo)
+                adopting = self._adopt_policy(plan, slot, timer, undo)
                 await self._start_relay(relays, plan, slot, timer, undo)
                 image = await plan.image(plan.directory)
             else:
@@ -93,6 +95,8 @@ class Restorer:
                 undo.push(vm.shutdown)
             await self._wake(vm, slot, image, plan.record, timer,
                              woken=pooled is not None and pooled.woken)
+            if adopting is not None:
+                await adopting
             sandbox = Sandbox(plan.record, slot, vm, plan.directory, timer.phases_ms)
             self._registry.add_running(sandbox, plan.chain)
             undo.push(lambda: self._registry.remove_running(plan.sandbox_id))
@@ -101,7 +105,7 @@ class Restorer:
         except BaseException:
             await undo.run()
             raise
-        await self._allocation_changed()
+        self._allocation_changed()
         return sandbox
 
     def _relays_for(self, plan: RestorePlan) -> VolumeRelays | None:
@@ -134,18 +138,35 @@ class Restorer:
                             self._guests.waker(template))
         return self._pool.take_vm(template.template_id)
 
-    async def _take_pooled(
-        self, plan: RestorePlan, pooled: PooledVm, timer: PhaseTimer, undo: Undo
+    def _take_pooled(
+        self, plan: RestorePlan, pooled: PooledVm, undo: Undo
     ) -> tuple[NetSlot, Vm]:
-        assert self._pool is not None
         undo.push(lambda: shutil.rmtree(pooled.directory, ignore_errors=True))
         undo.push(lambda: shutil.rmtree(plan.directory, ignore_errors=True))
         undo.push(lambda: self._network.destroy_slot(pooled.slot))
         undo.push(pooled.vm.shutdown)
         pooled.directory.rename(plan.directory)
-        await timer.timed("pooled_vm", self._pool.adopt_policy(
-            pooled.slot, egress_policy(plan.record.network, plan.record.owner_key_id)))
         return pooled.slot, pooled.vm
+
+    def _adopt_policy(
+        self, plan: RestorePlan, slot: NetSlot, timer: PhaseTimer, undo: Undo
+    ) -> asyncio.Future[None]:
+        """The sandbox's egress rules in place of the pool's (one nft transaction: 20-50 ms on a
+        loaded host), made while its guest wakes rather than before: the guest runs nothing of
+        the sandbox's until the create is answered, and the host's and the volume relay's
+        traffic to it pass whichever rules hold (network/firewall.py). A failed restore waits
+        for it before the slot goes."""
+        assert self._pool is not None
+        adopting = asyncio.ensure_future(timer.timed("pooled_vm", self._pool.adopt_policy(
+            slot, egress_policy(plan.record.network, plan.record.owner_key_id))))
+
+        async def settled() -> None:
+            await asyncio.wait([adopting])
+            if not adopting.cancelled():
+                adopting.exception()  # (retrieved: the restore's own error is the one raised)
+
+        undo.push(settled)
+        return adopting
 
     async def _prepare(self, plan: RestorePlan, timer: PhaseTimer, undo: Undo) -> NetSlot:
         """The directory, and the slot built while the overlay is made."""
@@ -221,6 +242,28 @@ class Restorer:
                    else self._settings.ready_timeout_s)
         await timer.timed("envd_ready", self._envd.wait_healthy(slot.ns_ip, ready_s))
 
+
+
+class AllocationSoon:
+    """The node's allocation (its record in etcd) published after the restore is answered, not
+    before: it only ends early the scheduler's reservation for the sandbox, which holds its
+    room meanwhile (aenv_scheduler/reservations.py). One write at a time, and one more when
+    restores ended during it (that one carries them all): a burst writes twice, not once each."""
+
+    def __init__(self, publish: AllocationChanged) -> None:
+        self._publish = publish  # never raises (context.py: the heartbeat writes it again)
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+
+    def __call__(self) -> None:
+        self._again = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while self._again:
+            self._again = False
+            await self._publish()
 
 
 def identity_env(record: cluster_pb2.SandboxRecord) -> dict[str, str]:

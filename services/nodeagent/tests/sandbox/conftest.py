@@ -3,6 +3,8 @@ a fake network, envd and template store, and in-memory cluster records."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
@@ -39,12 +42,27 @@ FILESYSTEM = cluster_pb2.PAUSE_MODE_FILESYSTEM
 
 @dataclass
 class Allocations:
-    """Counts the node's allocation publications (the node record, in production)."""
+    """Counts the node's allocation publications (the node record, in production); `hold`
+    makes them wait until the event it returns is set."""
 
     published: int = 0
+    gate: asyncio.Event | None = None
 
     async def publish(self) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
         self.published += 1
+
+    def hold(self) -> asyncio.Event:
+        self.gate = asyncio.Event()
+        return self.gate
+
+    async def reached(self, count: int, within_s: float = 10.0) -> None:
+        """Until `count` were published (a create's is written after its answer)."""
+        deadline = time.monotonic() + within_s
+        while self.published < count:
+            assert time.monotonic() < deadline, f"{self.published} of {count} published"
+            await asyncio.sleep(0.001)
 
 
 @dataclass
@@ -105,7 +123,7 @@ class Wing:
 
 def build_wing(
     state_dir: Path, records: RecordingRecords, templates: FakeTemplates,
-    template: TemplateSnapshot,
+    template: TemplateSnapshot, pool: WarmPool | None = None,
 ) -> Wing:
     driver, network, envd, allocations = FakeDriver(), FakeNetwork(), FakeEnvd(), Allocations()
     network.relays = relays = loopback_relays()
@@ -115,7 +133,7 @@ def build_wing(
             SandboxRegistry(NODE_ID), records, cast(TemplateStore, templates),
             cast(NetworkManager, network), cast(EnvdClient, envd),
             events=RecordingEvents(records, NODE_ID), allocation_changed=allocations.publish),
-        driver, relays=relays, publisher=SnapshotPublisher(records, NODE_ID))
+        driver, pool=pool, relays=relays, publisher=SnapshotPublisher(records, NODE_ID))
     return Wing(service, state_dir, records, templates, template, driver, network, envd,
                 allocations, relays)
 

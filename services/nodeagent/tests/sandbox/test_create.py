@@ -45,7 +45,7 @@ async def test_a_create_restores_the_template_and_publishes_a_running_record(win
     assert record.envd_version == FAKE_ENVD_VERSION  # what the guest's /init answered
     assert (record.resources.vcpus, record.resources.memory_mib) == (1, 128)
     assert dict(record.metadata) == {"team": "a"}
-    assert wing.allocations.published == 1
+    await wing.allocations.reached(1)  # after the answer
 
     # One VM, launched to take the template's state, its RAM the template's memory file and
     # its root disk a new overlay over the template's disk.
@@ -272,3 +272,16 @@ async def test_a_busy_sandbox_refuses_other_operations(wing: Wing) -> None:
     assert record.state == PAUSED
     assert wing.service.registry.paused_ids() == [sandbox_id]
     assert not wing.service.registry.is_busy(sandbox_id)
+
+
+async def test_the_node_record_is_written_after_the_answer_once_per_burst(wing: Wing) -> None:
+    gate = wing.allocations.hold()
+    first = await asyncio.wait_for(wing.create(), 10)  # its node record waits at the gate
+    assert wing.records.states(first.sandbox_id) == [RUNNING]  # known cluster-wide already
+    await asyncio.wait_for(asyncio.gather(*(wing.create() for _ in range(5))), 10)
+    assert wing.allocations.published == 0
+    gate.set()
+    # The write in flight, then one carrying the five that ended during it.
+    await wing.allocations.reached(2)
+    await asyncio.sleep(0.05)  # (no third write comes)
+    assert wing.allocations.published == 2
