@@ -51,7 +51,7 @@ mmdebstrap --quiet --variant=minbase \
 "$python" "$root/deploy/docker/requirements.py" "${pyprojects[@]}" > "$work/requirements.txt"
 wheels=$work/root/opt/aenv/wheels
 "$python" -m pip wheel -q --wheel-dir "$wheels" -r "$work/requirements.txt" \
-  pip "setuptools>=68" wheel >&2
+  pip "setuptools>=68" wheel > "$work/pip.log" 2>&1 || { tail -40 "$work/pip.log" >&2; exit 1; }
 printf '[global]\nno-index = true\nfind-links = /opt/aenv/wheels\n' > "$work/root/etc/pip.conf"
 
 rm -rf "$dir"/rootfs-*

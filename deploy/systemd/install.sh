@@ -25,6 +25,15 @@ for arg in "$@"; do
 done
 if [ -n "$destdir" ]; then start=0; packages=0; fi
 
+# apt's and pip's output goes to a log (setuptools' warnings would bury an error); a failing
+# step prints the log's end.
+log=${AENV_INSTALL_LOG:-$destdir/var/log/aenv-install.log}
+mkdir -p "$(dirname "$log")"
+logged() {
+  "$@" >>"$log" 2>&1 || { echo "install.sh: '$*' failed; the end of $log:" >&2
+    tail -40 "$log" >&2; return 1; }
+}
+
 if [ "$packages" = 1 ]; then
   missing=()
   while read -r p; do
@@ -32,15 +41,17 @@ if [ "$packages" = 1 ]; then
   done < <(grep -v '^#' "$here/node-packages")
   if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    echo "install.sh: installing ${missing[*]}"
+    logged apt-get update -qq
+    logged apt-get install -y -qq --no-install-recommends "${missing[@]}"
   fi
 fi
 
 if [ "$venv" = 1 ]; then
   prefix=$destdir/opt/aenv/venv
+  echo "install.sh: aenv's venv in $prefix (log: $log)"
   [ -x "$prefix/bin/python" ] || python3.11 -m venv "$prefix"
-  "$prefix/bin/pip" install -q --upgrade pip setuptools wheel
+  logged "$prefix/bin/pip" install -q --upgrade pip setuptools wheel
   # aenv's packages are built from a copy in /opt/aenv/src (setuptools writes into the tree it
   # builds, and the checkout may be read-only). The protos, envd and the code interpreter go onto
   # every guest's tools disk as source trees (found through their import paths, keyed by their
@@ -53,7 +64,7 @@ if [ "$venv" = 1 ]; then
     tar -C "$repo/$tree" --exclude=__pycache__ --exclude='*.egg-info' --exclude=build \
       -c . | tar -C "$src/$tree" -x
   done
-  "$prefix/bin/pip" install -q -e "$src/gen/python" -e "$src/services/envd" \
+  logged "$prefix/bin/pip" install -q -e "$src/gen/python" -e "$src/services/envd" \
     -e "$src/services/codeinterp" "$src/common" \
     "$src/services/snapstore" "$src/services/scheduler" "$src/services/nodeagent" \
     "$src/services/gateway" "$src/clients/python" "$src/cli"

@@ -99,8 +99,12 @@ def install_and_start(machine: Machine, prefix: str) -> dict[str, str]:
         "Environment=AENV_NODEAGENT_PREWARM_CODE_INTERPRETER=false",
     ]) + "\n")
     started = time.monotonic()
-    machine.run("bash", f"{CHECKOUT}/deploy/systemd/install.sh", timeout=INSTALL_TIMEOUT_S)
+    done = machine.run("bash", f"{CHECKOUT}/deploy/systemd/install.sh",
+                       timeout=INSTALL_TIMEOUT_S)
     print(f"install.sh took {time.monotonic() - started:.0f} s", file=sys.stderr)
+    # Its steps and systemctl's words; apt's and pip's output is in its log.
+    said = (done.stdout + done.stderr).splitlines()
+    assert len(said) <= 12, "\n".join(said)
     assert machine.run("systemctl", "is-active", "aenv.target").stdout.strip() == "active"
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
