@@ -26,10 +26,12 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
 from e2b import Sandbox
+from google.protobuf.message import Message
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster.codec import decode
@@ -48,6 +50,8 @@ ETCD_PREFIX = "/aenv/v1"
 START_TIMEOUT_S = 1200
 SDK_TIMEOUT_S = 300
 KEPT = "/home/user/kept"
+
+Record = TypeVar("Record", bound=Message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +76,22 @@ class Stack:
                      f"{ETCD_PREFIX}/{kind}/")
         return [line for line in out.splitlines() if line]
 
-    def sandbox_record(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
+    def record(self, kind: str, record_id: str, record_type: type[Record]) -> Record | None:
         out = docker("exec", self.container("etcd"), "etcdctl", "get", "-w", "json",
-                     f"{ETCD_PREFIX}/sandboxes/{sandbox_id}")
+                     f"{ETCD_PREFIX}/{kind}/{record_id}")
         kvs = json.loads(out).get("kvs", [])
         if not kvs:
             return None
-        return decode(cluster_pb2.SandboxRecord, base64.b64decode(kvs[0]["value"]))
+        return decode(record_type, base64.b64decode(kvs[0]["value"]))
+
+    def sandbox_record(self, sandbox_id: str) -> cluster_pb2.SandboxRecord | None:
+        return self.record("sandboxes", sandbox_id, cluster_pb2.SandboxRecord)
+
+    def offers_base(self, node_id: str) -> bool:
+        """Whether the node's record is in etcd and names `base` among its cached templates,
+        which placement prefers."""
+        node = self.record("nodes", node_id, cluster_pb2.NodeRecord)
+        return node is not None and "base" in node.cached_templates
 
     def project_objects(self) -> list[str]:
         """The project's containers, volumes and networks, as Docker labels them."""
@@ -190,6 +203,8 @@ def test_sdk_spreads_over_two_nodes_and_a_paused_sandbox_outlives_its_node_conta
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wait_healthy(stack, ["gateway", *NODES])
+    wait_for(lambda: all(stack.offers_base(node) for node in NODES), 120,
+             "both nodes offering the base template")
     containers = stack.compose("ps", "-q").split()
     assert len(containers) == 6
     url = f"http://127.0.0.1:{stack.env['AENV_GATEWAY_PORT']}"
