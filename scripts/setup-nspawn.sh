@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The machine tests/deploy/test_systemd_nspawn.py boots with systemd-nspawn: Debian's
 # systemd-container on this host, and a Debian rootfs with systemd, the node's packages
-# (deploy/systemd/node-packages) and the wheels of every third-party package aenv's venv needs,
+# (deploy/docker/packages.txt) and the wheels of every third-party package aenv's venv needs,
 # so deploy/systemd/install.sh runs inside it offline (pip there: no index, those wheels only).
 # Made by mmdebstrap from this host's own apt sources and pip settings, cached under
 # $AENV_NSPAWN_DIR (default ~/.aenv/nspawn) by a digest of its inputs; an older one is removed.
@@ -19,9 +19,9 @@ then
   apt-get install -y -qq --no-install-recommends systemd-container >&2
 fi
 
-packages=$(grep -v '^#' "$root/deploy/systemd/node-packages" | paste -sd,)
+packages=$(grep -v '^#' "$root/deploy/docker/packages.txt" | paste -sd,)
 pyprojects=("$root"/*/pyproject.toml "$root"/*/*/pyproject.toml)
-key=$(cat "$0" "$root/deploy/systemd/node-packages" "$root/deploy/docker/requirements.py" \
+key=$(cat "$0" "$root/deploy/docker/packages.txt" "$root/deploy/docker/requirements.py" \
   "${pyprojects[@]}" | sha256sum | cut -c1-16)
 rootfs=$dir/rootfs-$key
 if [ -e "$rootfs/.complete" ]; then

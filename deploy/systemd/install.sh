@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs aenv as systemd services on this host: the node's Debian packages (node-packages), a
-# venv in /opt/aenv/venv with every aenv package, the units, and /etc/aenv/aenv.env (kept if it
-# exists). Then starts aenv.target. pip uses this host's settings (an offline host: no-index and
-# find-links in /etc/pip.conf, as tests/deploy/test_systemd_nspawn.py's machine has).
+# Installs aenv as systemd services on this host: the node's Debian packages (the image's list,
+# deploy/docker/packages.txt), a venv in /opt/aenv/venv with every aenv package, the units, and
+# /etc/aenv/aenv.env (kept if it exists). Then starts aenv.target. pip uses this host's settings
+# (an offline host: no-index and find-links in /etc/pip.conf, as the machine of
+# tests/deploy/test_systemd_nspawn.py has).
 #
 #   sudo deploy/systemd/install.sh [--no-start] [--no-packages]
 #
@@ -37,8 +38,9 @@ logged() {
 if [ "$packages" = 1 ]; then
   missing=()
   while read -r p; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done < <(grep -v '^#' "$here/node-packages")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+      || missing+=("$p")
+  done < <(grep -v '^#' "$repo/deploy/docker/packages.txt")
   if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     echo "install.sh: installing ${missing[*]}"
