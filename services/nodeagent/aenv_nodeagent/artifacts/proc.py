@@ -61,26 +61,44 @@ async def run(
     if nice > 0:
         args = [require_tool("nice"), "-n", str(nice), *args]
     log.debug("run", extra={"argv": args, "cwd": str(cwd) if cwd else None})
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        # A group of its own, so a cancellation reaches what it started (mmdebstrap's apt, dpkg).
-        process_group=0,
-    )
+    proc = await _spawn(args, cwd, env, piped_stdin=stdin is not None)
     try:
         out, err = await proc.communicate(stdin)
     except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
+        await _kill_group(proc)
         raise
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip()[-2000:]
         name = Path(args[3 if nice > 0 else 0]).name
         raise Internal(f"{name} failed (exit {proc.returncode}): {tail}")
     return out
+
+
+async def _spawn(
+    args: list[str], cwd: Path | None, env: dict[str, str] | None, *, piped_stdin: bool
+) -> asyncio.subprocess.Process:
+    """The command started in a process group of its own, so that a cancellation reaches what
+    it started (mmdebstrap's apt, dpkg). Cancelled while it starts, it still waits for the
+    start and kills the whole group: asyncio alone would kill only the first process, and
+    leave its children running."""
+    spawning = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.PIPE if piped_stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        process_group=0,
+    ))
+    try:
+        return await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        await _kill_group(await spawning)
+        raise
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
 
