@@ -42,6 +42,8 @@ DEVICE_STATE = "device.state"
 BASE_MEMORY = "base.memory"
 BASE_STATE = "base.state"
 DELTA = "delta.state"
+# Beside a delta: the runs of the base the guest read before its pause (vmm/hot_pages.py).
+HOT_PAGES = "hot.pages"
 # A capture's device state as QEMU saved it, until the image's or delta's state holds it.
 DEVICES = "devices.state"
 # In a running sandbox's directory: the image its RAM equalled at its last capture

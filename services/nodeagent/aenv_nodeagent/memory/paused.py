@@ -14,9 +14,18 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_nodeagent.memory.images import BASE_MEMORY, BASE_STATE, DELTA, DEVICES, partial_delta
+from aenv_nodeagent.memory.images import (
+    BASE_MEMORY,
+    BASE_STATE,
+    DELTA,
+    DEVICES,
+    HOT_PAGES,
+    partial_delta,
+)
 from aenv_nodeagent.vmm.delta import write_delta
 from aenv_nodeagent.vmm.dirtylog import DirtyLog
+from aenv_nodeagent.vmm.errors import CaptureFailed
+from aenv_nodeagent.vmm.hot_pages import touched_runs, write_runs
 from aenv_nodeagent.vmm.process import qemu_owning
 
 log = logging.getLogger(__name__)
@@ -34,6 +43,7 @@ class PendingDelta:
     def write(self) -> int:
         """Write and publish the delta; the pages it holds. Blocking; run it in a thread."""
         devices, partial = self.directory / DEVICES, partial_delta(self.directory)
+        self._keep_hot_pages()
         try:
             result = write_delta(
                 self.pid, self.directory / BASE_MEMORY, self.directory / BASE_STATE, devices,
@@ -44,6 +54,16 @@ class PendingDelta:
             self.close()
         devices.unlink()
         return result.pages
+
+    def _keep_hot_pages(self) -> None:
+        """The pages of the base the guest read, for its resume to read ahead; a pause without
+        them is only slower to resume from a cold page cache."""
+        try:
+            write_runs(self.directory / HOT_PAGES,
+                       touched_runs(self.pid, self.directory / BASE_MEMORY))
+        except (OSError, CaptureFailed) as err:
+            log.warning("hot pages not kept", extra={"sandbox_id": self.directory.name,
+                                                     "error": str(err)})
 
     def close(self) -> None:
         if self.dirty is not None:

@@ -20,6 +20,7 @@ from aenv_common.errors import Conflict, Internal
 from aenv_nodeagent.memory.images import (
     BASE_MEMORY,
     BASE_STATE,
+    HOT_PAGES,
     MEMORY,
     MemoryImage,
     MemoryImages,
@@ -44,6 +45,7 @@ from aenv_nodeagent.sandbox.records import end_at, new_record
 from aenv_nodeagent.snapshots.store import LayerStore, SnapshotMeta
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
 from aenv_nodeagent.vmm.delta import mapped_memory
+from aenv_nodeagent.vmm.hot_pages import read_ahead_soon
 
 
 class RestoreSources:
@@ -163,6 +165,7 @@ class RestoreSources:
             return boot_image(inputs)
         token = paused.record.envd_access_token
         if (delta := delta_image(paused.directory)) is not None:
+            read_ahead_soon(delta.memory, paused.directory / HOT_PAGES)
             return RestoreImage(inputs, delta.memory, delta.device_state, token)
         image = await timer.timed("memory_image", asyncio.shield(self.paused_capture(paused)))
         return RestoreImage(inputs, image.memory, image.device_state, token)

@@ -11,7 +11,9 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Conflict
+from aenv_nodeagent.memory.images import BASE_MEMORY, HOT_PAGES
 from aenv_nodeagent.memory.paused import PendingDelta
+from aenv_nodeagent.vmm.hot_pages import read_runs
 
 from .conftest import Node, netns_with, qemus_under, spec
 from .guest import counter, sh, start_counter
@@ -32,6 +34,10 @@ async def test_process_memory_files_and_id_survive_pause_resume_cycles(node: Nod
         assert node.records.records[s.sandbox_id].state == cluster_pb2.SANDBOX_STATE_PAUSED
         await node.settled()  # the slot goes after the pause returned
         assert qemus_under(node.state_dir) == [] and netns_with(node.prefix) == []
+        # What the guest read of its base is kept beside the delta, for the resume to read ahead.
+        directory = node.state_dir / "sandboxes" / s.sandbox_id
+        hot, size = read_runs(directory / HOT_PAGES), (directory / BASE_MEMORY).stat().st_size
+        assert hot and all(offset + length <= size for offset, length in hot)
         with pytest.raises(Conflict):
             await node.sandboxes.pauses.pause(s.sandbox_id)
         await asyncio.sleep(1.5)  # the guest clock must not lose the paused time

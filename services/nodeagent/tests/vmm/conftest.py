@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 from aenv_nodeagent.vmm import DiskSpec, QemuVm, VmSpec, detect_accelerator
 
 from .guest import GuestKernel, cached_kernel, write_ticker_initramfs
+from .test_stream import page
 
 
 @pytest.fixture(scope="session")
@@ -127,3 +130,37 @@ def processes_mentioning(text: str) -> list[int]:
             if text.encode() in cmdline:
                 found.append(int(entry.name))
     return found
+
+
+# Maps argv[1] copy-on-write, writes pages 1 and 5, reads page 2, then waits to be killed.
+_DIRTIER = """
+import mmap, sys
+with open(sys.argv[1], "r+b") as f:
+    ram = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+ram[1 * 4096:2 * 4096] = b"\\xa1" * 4096
+ram[5 * 4096:6 * 4096] = b"\\xa5" * 4096
+assert ram[2 * 4096] == 2
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Path:
+    """A RAM file of 8 pages, page i filled with byte i."""
+    path = tmp_path / "memory"
+    path.write_bytes(b"".join(page(i) for i in range(8)))
+    return path
+
+
+@pytest.fixture
+def dirtier(memory: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process mapping `memory` copy-on-write that wrote pages 1 and 5 and read page 2."""
+    proc = subprocess.Popen([sys.executable, "-c", _DIRTIER, str(memory)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()

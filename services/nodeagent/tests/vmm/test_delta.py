@@ -29,37 +29,6 @@ from aenv_nodeagent.vmm.stream import IOV_MAX, PAGE_SIZE, UnsupportedStream, str
 
 from .test_stream import CONTINUE, DEVICES, PAGE, Stream, eos, name, page, part
 
-# Maps argv[1] copy-on-write, writes pages 1 and 5, reads page 2, then waits to be killed.
-_DIRTIER = """
-import mmap, sys
-with open(sys.argv[1], "r+b") as f:
-    ram = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
-ram[1 * 4096:2 * 4096] = b"\\xa1" * 4096
-ram[5 * 4096:6 * 4096] = b"\\xa5" * 4096
-assert ram[2 * 4096] == 2
-print("ready", flush=True)
-sys.stdin.read()
-"""
-
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Path:
-    path = tmp_path / "memory"
-    path.write_bytes(b"".join(page(i) for i in range(8)))
-    return path
-
-
-@pytest.fixture
-def dirtier(memory: Path) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen([sys.executable, "-c", _DIRTIER, str(memory)], text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
 
 def base_state() -> bytes:
     """A template's device state: the block list, a ROM block's page, no page of `mem`."""
