@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from aenv.cluster.v1 import cluster_pb2 as c
@@ -125,9 +126,12 @@ async def test_an_envd_that_stops_answering_is_a_guest_hang(cluster_store: Clust
         settings = LivenessSettings(interval_s=1.0, failures=3, timeout_s=1.0)
         async with _running(node.sandboxes.liveness(settings).run()):
             sandbox = await node.sandboxes.creates.create(spec())
-            # envd runs this shell: its parent is stopped a second after the call returned.
-            await sh(node.session, sandbox.host, sandbox.record.envd_access_token,
-                     'E=$PPID; setsid sh -c "sleep 1; kill -STOP $E" </dev/null >/dev/null 2>&1 &')
+            # envd runs this shell: its parent is stopped a second after the shell ended. On a
+            # loaded host that may come before envd answered the call: no answer is fine.
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+                await sh(node.session, sandbox.host, sandbox.record.envd_access_token,
+                         'E=$PPID; setsid sh -c "sleep 1; kill -STOP $E" </dev/null >/dev/null '
+                         '2>&1 &', timeout_s=15)
             cert = await _certificate(node, log, sandbox.sandbox_id)
         assert cert.cause == c.DEATH_CAUSE_GUEST_HANG
         assert re.fullmatch(r"envd did not answer /health for \d+ s", cert.detail), cert.detail
