@@ -9,15 +9,24 @@ import json
 import os
 import re
 import struct
+from pathlib import Path
 
 import aiohttp
 
+from aenv.cluster.v1 import cluster_pb2
+from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
-from aenv_nodeagent.network import NetworkManager
+from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
+from aenv_nodeagent.sandbox.registry import SandboxRegistry
+from aenv_nodeagent.sandbox.wing import SandboxWing
+from aenv_nodeagent.server import base_template_inputs
 from aenv_nodeagent.templates import TemplateStore
-from aenv_nodeagent.vmm import QemuDriver
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
+from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
+from aenv_testing.records import MemoryRecords
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 FORKS = [int(n) for n in os.environ.get("BENCH_FORKS", "1,4,16").split(",")]
@@ -65,4 +74,31 @@ def template_store(
         GuestCommands(session),
         boot_timeout_s=120,
         boot_attempts=3,
+    )
+
+
+async def bench_wing(
+    state_dir: Path, session: aiohttp.ClientSession, prefix: str, pool_cidr: str
+) -> tuple[SandboxWing, NetworkManager]:
+    """A node agent's sandbox wing over real QEMU, netns and envd, with the base template
+    (no gateway, scheduler or etcd); its network manager, to remove what is left at the end."""
+    settings = NodeAgentSettings(state_dir=state_dir)
+    network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
+    envd = EnvdClient(session)
+    templates = template_store(settings, network, session)
+    templates.register(await base_template_inputs(settings, detect_accelerator(None)))
+    wing = SandboxWing(
+        WingContext.of(SandboxSettings(state_dir, ready_timeout_s=300), SandboxRegistry("bench"),
+                       MemoryRecords(), templates, network, envd),
+        QemuDriver(),
+    )
+    return wing, network
+
+
+def spec(template_id: str = BASE_TEMPLATE) -> cluster_pb2.SandboxSpec:
+    return cluster_pb2.SandboxSpec(
+        sandbox_id=new_sandbox_id(),
+        template_id=template_id,
+        envd_access_token=new_secret(),
+        timeout_seconds=3600,
     )

@@ -34,38 +34,17 @@ from _lifecycle_workload import (
     DIRTY,
     FORKS,
     ROUNDS,
+    bench_wing,
     guest_sh,
     settle_host_writeback,
-    template_store,
+    spec,
 )
 from _qemu_memory import child_memory
 from _stats import emit, summary_ms
 
-from aenv.cluster.v1 import cluster_pb2
-from aenv_common.ids import new_sandbox_id, new_secret
-from aenv_nodeagent.config import NodeAgentSettings
-from aenv_nodeagent.envd_client import EnvdClient
-from aenv_nodeagent.network import (
-    NetworkConfig,
-    NetworkManager,
-)
-from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.model import Sandbox
-from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.wing import SandboxWing
-from aenv_nodeagent.server import base_template_inputs
-from aenv_nodeagent.templates.model import BASE_TEMPLATE
-from aenv_nodeagent.vmm import QemuDriver, detect_accelerator
-from aenv_testing.records import MemoryRecords
-
-
-def spec(template_id: str = BASE_TEMPLATE) -> cluster_pb2.SandboxSpec:
-    return cluster_pb2.SandboxSpec(
-        sandbox_id=new_sandbox_id(),
-        template_id=template_id,
-        envd_access_token=new_secret(),
-        timeout_seconds=3600,
-    )
+from aenv_nodeagent.vmm import detect_accelerator
 
 
 async def elapsed(awaitable: Awaitable[Any]) -> tuple[float, Any]:
@@ -202,17 +181,7 @@ class NodeBench:
 
 
 async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> dict[str, object]:
-    settings = NodeAgentSettings(state_dir=state_dir)
-    network = NetworkManager(NetworkConfig(prefix="alcb", pool_cidr="10.216.0.0/24"))
-    envd = EnvdClient(session)
-    templates = template_store(settings, network, session)
-    templates.register(await base_template_inputs(settings, detect_accelerator(None)))
-    records = MemoryRecords()
-    lc = SandboxWing(
-        WingContext.of(SandboxSettings(state_dir, ready_timeout_s=300), SandboxRegistry("bench"),
-                       records, templates, network, envd),
-        QemuDriver(),
-    )
+    lc, network = await bench_wing(state_dir, session, "alcb", "10.216.0.0/24")
     bench = NodeBench(lc, session)
     phases = PhaseLog()
     logging.getLogger("aenv_nodeagent.sandbox").addHandler(phases)

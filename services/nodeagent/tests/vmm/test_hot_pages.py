@@ -66,13 +66,11 @@ def resident(path: Path) -> set[int]:
 
 def test_read_ahead_brings_the_runs_into_the_page_cache(tmp_path: Path) -> None:
     path = tmp_path / "memory"
-    path.write_bytes(os.urandom(64 * PAGE_SIZE))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # only clean pages can be dropped
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    with path.open("wb") as file:
+        file.write(os.urandom(64 * PAGE_SIZE))
+        file.flush()
+        os.fsync(file.fileno())  # only clean pages can be dropped from the cache
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     assert not resident(path) & set(range(8, 12))
 
     asked = read_ahead(path, [(8 * PAGE_SIZE, 4 * PAGE_SIZE)])
