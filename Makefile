@@ -70,8 +70,10 @@ test-vm:
 test-scale:
 	bash scripts/run-tests.sh --timeout 3600 -m scale
 
-# The platform in a Docker image built here (Debian's engine, a base made by mmdebstrap): a cold
-# image build takes 11-14 minutes on a 2-core host, too long for every run.
+# The platform in Docker containers built here (Debian's engine, a base made by mmdebstrap with
+# the image's packages from the host's apt archives): `aenv up` in one container, and the compose
+# stack as a two-node cluster. On a loaded 2-core host a cold image build takes ~5 minutes (a
+# warm one under 1.5), the whole marker ~11 minutes cold: too long for every run.
 test-docker:
 	bash scripts/run-tests.sh --timeout 3600 -m docker
 
