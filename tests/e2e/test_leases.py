@@ -3,8 +3,8 @@
   sandboxes (one forked into the rest) under a lease of 10 s and is SIGKILLed: within the lease
   time and a few seconds every one is gone, each with a DIED event and a death certificate
   saying lease_expired, and nothing of them is left (no QEMU, netns, tap, VM cgroup, sandbox
-  record, lease key); the same with 200 created ones in `make test-scale` only (minutes of
-  restores on two TCG cores, each idle guest ~0.75 % of a core);
+  record, lease key); the same with 200 created ones (about 3 minutes of restores on two TCG
+  cores; an idle guest costs ~0.8 % of a core, docs/leases.md);
 - a pause-on-expiry lease: its 2 sandboxes are paused when it lapses (a PAUSED event naming the
   lease), leave it, and may be resumed; a create naming the lapsed lease is refused (404);
 - a bulk kill by metadata through REST answers one outcome per sandbox and kills no other.
@@ -181,12 +181,10 @@ async def _renew_every(client: GatewayClient, lease_id: str, interval_s: float) 
 async def test_a_sigkilled_trainers_forked_sandboxes_are_gone_within_its_lease(
     roomy: Platform, store: ClusterStore, tmp_path: Path,
 ) -> None:
-    """The 200 below at a size `make test` holds on two TCG cores: one sandbox forked into the
-    rest (each idle TCG guest costs ~0.75 % of a core; 200 take most of the host)."""
+    """A fork's children under the lease too: one sandbox forked into the rest."""
     await _trainer_sigkilled(roomy, store, tmp_path, FORKED, "fork")
 
 
-@pytest.mark.scale
 async def test_a_sigkilled_trainers_200_sandboxes_are_gone_within_its_lease(
     roomy: Platform, store: ClusterStore, tmp_path: Path,
 ) -> None:
