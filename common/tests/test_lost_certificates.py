@@ -56,11 +56,14 @@ class RefusingOnce(EventLog):
 
     refused = 0
 
-    async def certify(self, certificate: c.DeathCertificate, event: c.SandboxEvent) -> None:
+    async def certify(
+        self, certificate: c.DeathCertificate, event: c.SandboxEvent, *,
+        replacing: tuple[bytes, int] | None = None,
+    ) -> bool:
         if not self.refused:
             self.refused += 1
             raise errors.Unavailable("etcd unavailable during certify")
-        await super().certify(certificate, event)
+        return await super().certify(certificate, event, replacing=replacing)
 
 
 async def test_a_certificate_not_taken_is_written_on_the_next_pass(

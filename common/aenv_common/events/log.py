@@ -87,8 +87,14 @@ class EventLog:
         """
         await self.commit([], events)
 
-    async def certify(self, certificate: c.DeathCertificate, event: c.SandboxEvent) -> None:
-        """Records a death: its certificate and its DIED (or LOST) event, together.
+    async def certify(
+        self, certificate: c.DeathCertificate, event: c.SandboxEvent, *,
+        replacing: tuple[bytes, int] | None = None,
+    ) -> bool:
+        """Records a death: its certificate and its DIED (or LOST) event, together. With
+        `replacing` (a record's key and the revision it was read at), the record is deleted in
+        the same transaction, only while it is still at that revision: the sandbox is never
+        neither there nor certified. False when that record changed (nothing was written).
 
         :raise Unavailable: etcd did not answer.
         """
@@ -98,23 +104,34 @@ class EventLog:
             certificate.time.CopyFrom(event.time)
         lease = await self._retention_lease()
         txn = self._store.client.transactions
-        put = txn.put(self._death_key(certificate.sandbox_id), encode(certificate), lease)
-        await self.commit([put], [event])
+        ops = [txn.put(self._death_key(certificate.sandbox_id), encode(certificate), lease)]
+        compare = []
+        if replacing is not None:
+            key, revision = replacing
+            ops.append(txn.delete(key))
+            compare.append(txn.mod(key) == revision)
+        return await self.commit(ops, [event], compare=compare)
 
-    async def commit(self, operations: Sequence[Any], events: Sequence[c.SandboxEvent]) -> None:
-        """Runs `operations` and records `events` in one unconditional transaction."""
+    async def commit(
+        self, operations: Sequence[Any], events: Sequence[c.SandboxEvent],
+        compare: Sequence[Any] = (),
+    ) -> bool:
+        """Runs `operations` and records `events` in one transaction, if every `compare` holds
+        (none: always); whether they held."""
         for attempt in range(2):
             ops = list(operations)
             for event in events:
                 ops += await self.operations(event)
             try:
                 with etcd_errors("record sandbox events"):
-                    await self._store.client.transaction(compare=[], success=ops, failure=[])
-                return
+                    succeeded, _ = await self._store.client.transaction(
+                        compare=list(compare), success=ops, failure=[])
+                return bool(succeeded)
             except errors.Internal as err:
                 if attempt or not lease_gone(err):
                     raise
                 self._lease = None  # revoked or expired early (etcd restored): take a new one
+        raise AssertionError("unreachable")
 
     async def death(self, sandbox_id: str) -> c.DeathCertificate | None:
         """The certificate of a sandbox that died, while retained.

@@ -8,10 +8,11 @@ joining or leaving moves the job within one interval), and every change it makes
 compare-and-swap on the record's revision as it read it: a node taking the sandbox over, its own
 node coming back, or a second keeper during a hand-over makes the write fail, never doubles it.
 
-- KILL: the record is deleted (guarded), then the DIED event and its certificate
-  (`LEASE_EXPIRED`, "lease <id> lapsed") are written, and the stored state is dropped from
-  snapstore. The record goes first: a certificate is never written for a sandbox another node
-  took meanwhile (that node's own reaper ends it, under the same cause).
+- KILL: the record's delete, the DIED event and its certificate (`LEASE_EXPIRED`, "lease <id>
+  lapsed") are one transaction, guarded on the record's revision, then the stored state is
+  dropped from snapstore. So no call ever finds the sandbox neither there nor certified, and no
+  certificate is written for a sandbox another node took meanwhile (that node's own reaper ends
+  it, under the same cause). With events off, only the record is deleted.
 - PAUSE: it is paused already; it leaves the lapsed lease as a node's own paused sandboxes do
   (`lease_id` emptied, `lease_on_expiry` cleared), still stored, resumable by its owner.
 """
@@ -55,10 +56,13 @@ class StoredOrphans:
     async def kill(self, orphan: Orphan, *, cause: cluster_pb2.DeathCause, detail: str) -> None:
         """:raise Conflict: the record changed (taken over, resumed): not this keeper's now."""
         record = orphan.record
-        if not await self._store.delete_guarded(SANDBOXES, record.sandbox_id,
-                                                orphan.mod_revision):
+        if self._events.enabled:
+            ended = await self._events.died_replacing(record, orphan.mod_revision, cause, detail)
+        else:
+            ended = await self._store.delete_guarded(SANDBOXES, record.sandbox_id,
+                                                     orphan.mod_revision)
+        if not ended:
             raise Conflict(f'orphaned sandbox "{record.sandbox_id}" changed meanwhile')
-        await self._events.died(record, cause, detail)
         if self._persistence is not None:
             self._persistence.forget_soon(record.paused_image)
         else:

@@ -7,7 +7,8 @@ Three ways to write, by what the change needs:
 - `announce` / `announce_soon`: the event alone, best effort (CREATED at accept, KILLED, FORKED,
   SNAPSHOTTED): an event never fails the operation it reports; a failure is logged and counted.
 - `died`: a death certificate and its DIED event together, retried in the background until etcd
-  takes them: a death is the one fact a trainer must not miss.
+  takes them: a death is the one fact a trainer must not miss. `died_replacing` writes them with
+  the record's delete, for a sandbox no node holds.
 
 Built off (`SandboxEvents.off`, the node agent's `events_enabled` false) it writes no event and no
 certificate, and `publish` is a plain record put: the benchmark's events-off arm.
@@ -142,6 +143,27 @@ class SandboxEvents:
         if not await self._certify(event, certificate):
             self._background(self._certify_until_taken(event, certificate))
         return certificate
+
+    async def died_replacing(
+        self, record: c.SandboxRecord, revision: int, cause: c.DeathCause, detail: str
+    ) -> bool:
+        """A sandbox no node holds (a paused orphan) ended: its record, read at `revision`,
+        deleted, and its certificate and DIED event written, in one transaction that only
+        holds while the record is at that revision. False when it changed (a node took it
+        over): nothing was written. Events must be on.
+
+        :raise Unavailable: etcd did not answer (the record stays: a later try ends it).
+        """
+        assert self._log is not None
+        event = self.event(record, DIED, detail=detail, cause=cause)
+        key = self._log.store.keys.record(cluster_keys.SANDBOXES, record.sandbox_id)
+        if not await self._log.certify(self.certificate(event), event,
+                                       replacing=(key, revision)):
+            return False
+        _count(event, "recorded")
+        log.warning("sandbox died", extra={"sandbox_id": event.sandbox_id,
+                                           "cause": cause_name(cause), "detail": detail})
+        return True
 
     async def operations(
         self, subject: Subject, type_: c.SandboxEventType, *, detail: str = "",

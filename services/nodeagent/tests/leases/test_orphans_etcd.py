@@ -16,9 +16,10 @@ import pytest
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.cluster import ClusterStore
+from aenv_common.cluster.keys import SANDBOXES
 from aenv_common.errors import Conflict
 from aenv_common.events import EventLog
-from aenv_common.events.log import SANDBOX_EVENTS
+from aenv_common.events.log import DEATHS, SANDBOX_EVENTS
 from aenv_common.leases import KILL, LEASES, PAUSE
 from aenv_nodeagent.leases import LeaseReaper
 from aenv_nodeagent.leases.orphans import StoredOrphans
@@ -155,3 +156,42 @@ async def test_two_keepers_racing_on_one_orphan_end_it_once(
     died = [e for e in await EventLog(store).events(SANDBOX_EVENTS, "o-race") if e.type == DIED]
     assert len(died) == 1 and snapstore.forgotten == ["paused-o-race"]
     assert await store.get_sandbox("o-race") is None
+
+
+async def test_an_orphans_record_goes_in_the_transaction_that_certifies_it(
+    cluster_store: ClusterStore,
+) -> None:
+    """No revision of etcd in which the sandbox is neither there nor certified: a call never
+    finds it gone without its cause, whenever the keeper dies."""
+    store = cluster_store
+    await store.put_sandbox(orphan("o-one", "gone-1", KILL))
+    mine = keeper(store, "node-a", FakeSnapstore())
+    [found] = await mine.leased()
+    before, _ = await store.snapshot(SANDBOXES, cluster_pb2.SandboxRecord)
+
+    await mine.kill(found, cause=EXPIRED, detail="lease gone-1 lapsed")
+
+    after, records = await store.snapshot(SANDBOXES, cluster_pb2.SandboxRecord)
+    certificate = await store.client.get(store.keys.record(DEATHS, "o-one"))
+    assert "o-one" not in records and certificate is not None
+    assert after == before + 1 and certificate.mod_revision == after
+
+
+async def test_an_orphan_changed_after_it_was_read_is_left_alone(
+    cluster_store: ClusterStore,
+) -> None:
+    store = cluster_store
+    await store.put_sandbox(orphan("o-moved", "gone-m", KILL))
+    snapstore = FakeSnapstore()
+    mine = keeper(store, "node-a", snapstore)
+    [found] = await mine.leased()
+    taken = orphan("o-moved", "gone-m", KILL, node_id="node-b")  # a node took it over
+    await store.put_sandbox(taken)
+
+    with pytest.raises(Conflict):
+        await mine.kill(found, cause=EXPIRED, detail="lease gone-m lapsed")
+
+    assert await store.get_sandbox("o-moved") == taken
+    log = EventLog(store)
+    assert await log.death("o-moved") is None
+    assert await log.events(SANDBOX_EVENTS, "o-moved") == [] and snapstore.forgotten == []
