@@ -48,7 +48,7 @@ def test_helm_takes_an_existing_secret_instead() -> None:
 
 def test_compose_shares_one_key_volume_and_systemd_names_one_file() -> None:
     compose = yaml.safe_load((DEPLOY_DIR / "compose" / "compose.yaml").read_text())
-    for name in ("gateway", "nodeagent"):
+    for name in ("gateway", "nodeagent-a", "nodeagent-b"):
         service = compose["services"][name]
         assert service["environment"]["AENV_SECRETS_KEY_FILE"] == KEY_FILE
         assert "secrets-key:/etc/aenv/secrets-key" in service["volumes"]
