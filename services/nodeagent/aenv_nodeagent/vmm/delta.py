@@ -274,13 +274,22 @@ def private_runs(pid: int, memory: Path) -> Iterator[PageRun]:
 def private_runs_in(pid: int, mappings: list[RamMapping]) -> Iterator[PageRun]:
     """The runs of private pages in the process's `mappings` of its RAM file (read lazily)."""
     for mapping in mappings:
-        pages = mapping.length // PAGE_SIZE
-        with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
-            entries = os.pread(pagemap.fileno(), pages * 8, mapping.address // PAGE_SIZE * 8)
-        if len(entries) != pages * 8:
-            raise CaptureFailed(f"short read of the page map of QEMU {pid}")
-        for run in _PRIVATE_RUN.finditer(_private(entries)):
+        for run in _PRIVATE_RUN.finditer(_private(page_map(pid, mapping))):
             yield mapping.run(run.start() * PAGE_SIZE, (run.end() - run.start()) * PAGE_SIZE)
+
+
+def page_map(pid: int, mapping: RamMapping) -> bytes:
+    """The process's /proc/<pid>/pagemap entries of `mapping`, one little-endian u64 a page.
+
+    :raise CaptureFailed: a short read.
+    :raise OSError: the page map cannot be read.
+    """
+    pages = mapping.length // PAGE_SIZE
+    with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
+        entries = os.pread(pagemap.fileno(), pages * 8, mapping.address // PAGE_SIZE * 8)
+    if len(entries) != pages * 8:
+        raise CaptureFailed(f"short read of the page map of QEMU {pid}")
+    return entries
 
 
 def _private(entries: bytes) -> bytes:

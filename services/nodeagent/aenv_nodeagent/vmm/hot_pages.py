@@ -20,7 +20,7 @@ import re
 import threading
 from pathlib import Path
 
-from aenv_nodeagent.vmm.delta import ram_mappings
+from aenv_nodeagent.vmm.delta import page_map, ram_mappings
 from aenv_nodeagent.vmm.stream import PAGE_SIZE
 
 log = logging.getLogger(__name__)
@@ -36,15 +36,12 @@ def touched_runs(pid: int, memory: Path) -> list[Run]:
     """The runs of `memory` (its RAM file) that QEMU `pid` maps as the file's pages, in file
     order. Blocking.
 
-    :raise CaptureFailed: the process does not map the file.
+    :raise CaptureFailed: the process does not map the file, or its page map reads short.
     :raise OSError: its page map cannot be read.
     """
     runs: list[Run] = []
     for mapping in ram_mappings(pid, memory):
-        pages = mapping.length // PAGE_SIZE
-        with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
-            entries = os.pread(pagemap.fileno(), pages * 8, mapping.address // PAGE_SIZE * 8)
-        for run in _RUN.finditer(entries[7::8].translate(_FILE_PAGE)):
+        for run in _RUN.finditer(page_map(pid, mapping)[7::8].translate(_FILE_PAGE)):
             runs.append((mapping.file_offset + run.start() * PAGE_SIZE,
                          (run.end() - run.start()) * PAGE_SIZE))
     return sorted(runs)
@@ -89,16 +86,15 @@ def read_ahead(memory: Path, runs: list[Run]) -> int:
 
 
 def read_ahead_soon(memory: Path, kept: Path) -> None:
-    """`read_ahead` of the runs kept at `kept`, on a thread of its own: the resume does not wait
-    for it (its VM's faults are served either way, the sooner the more of them it read)."""
-    runs = read_runs(kept)
-    if runs:
-        threading.Thread(target=_read_ahead_logged, args=(memory, runs), daemon=True,
-                         name="hot-pages").start()
+    """`read_ahead` of the runs kept at `kept`, on a thread of its own (reading them too): the
+    resume does not wait for it (its VM's faults are served either way, the sooner the more of
+    them it read)."""
+    threading.Thread(target=_read_ahead_logged, args=(memory, kept), daemon=True,
+                     name="hot-pages").start()
 
 
-def _read_ahead_logged(memory: Path, runs: list[Run]) -> None:
+def _read_ahead_logged(memory: Path, kept: Path) -> None:
     try:
-        read_ahead(memory, runs)
+        read_ahead(memory, read_runs(kept))
     except OSError as err:
         log.warning("hot pages not read ahead", extra={"memory": str(memory), "error": str(err)})
