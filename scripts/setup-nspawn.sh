@@ -29,12 +29,8 @@ if [ -e "$rootfs/.complete" ]; then
   exit 0
 fi
 
-sources=()
-[ -s /etc/apt/sources.list ] && sources+=(/etc/apt/sources.list)
-for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
-  [ -f "$f" ] && sources+=("$f")
-done
-[ "${#sources[@]}" -gt 0 ] || { echo "setup-nspawn: no apt sources on this host" >&2; exit 1; }
+found=$(bash "$root/scripts/host-apt-sources.sh")
+mapfile -t sources <<<"$found"
 
 mkdir -p "$dir"
 work=$(mktemp -d "$dir/.build-XXXXXX")

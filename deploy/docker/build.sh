@@ -26,12 +26,8 @@ docker=${DOCKER:-/usr/bin/docker}
 export DOCKER_BUILDKIT=0
 
 if ! "$docker" image inspect "$base" >/dev/null 2>&1; then
-  sources=()
-  [ -s /etc/apt/sources.list ] && sources+=(/etc/apt/sources.list)
-  for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] && sources+=("$f")
-  done
-  [ "${#sources[@]}" -gt 0 ] || { echo "no apt sources on this host" >&2; exit 1; }
+  found=$(bash "$root/scripts/host-apt-sources.sh")
+  mapfile -t sources <<<"$found"
   echo "build: making $base with mmdebstrap from ${sources[*]}"
   # The host's cached .deb files hard linked in (the chroot is under $TMPDIR; on another
   # filesystem none are, and apt downloads them). The sources go into the image, so apt there
