@@ -21,10 +21,12 @@ UNIT := not vm and not netns and not etcd and not s3 and not sdk and not registr
 run: setup
 	@$(VENV)/bin/aenv up --home "$(AENV_HOME)"
 
-# The tests need code-interpreter-v1's rootfs too: built here, beside base's, before them.
+# The tests need code-interpreter-v1's rootfs too: built here, beside base's, before them. The
+# Docker image's layers and the nspawn machine's rootfs are built in the background while the
+# components before `tests` run (scripts/prepare-deployments.sh); --durations names the slowest.
 test: CODE_INTERPRETER_ROOTFS := --code-interpreter
 test: setup setup-dev lint
-	bash scripts/run-tests.sh --timeout 1800 -m "not scale and not docker and not nspawn"
+	bash scripts/run-tests.sh --prepare-deployments --timeout 1800 --durations=15 -m "not scale"
 
 # What the platform needs to run; setup-dev adds what only lint and the tests use.
 setup: setup-host setup-python artifacts
@@ -73,7 +75,7 @@ test-scale:
 # The platform in Docker containers built here (Debian's engine, a base made by mmdebstrap with
 # the image's packages from the host's apt archives): `aenv up` in one container, and the compose
 # stack as a two-node cluster. On a loaded 2-core host a cold image build takes ~5 minutes (a
-# warm one under 1.5), the whole marker ~11 minutes cold: too long for every run.
+# warm one under 1.5), the whole marker ~11 minutes cold; make test builds the image ahead.
 test-docker:
 	bash scripts/run-tests.sh --timeout 3600 -m docker
 

@@ -1,6 +1,7 @@
-"""Static checks of the non-Kubernetes deployments (no Docker engine or systemd boot here):
-compose parses and runs only modules that exist, the Dockerfile copies what exists, the systemd
-install script installs the units into a DESTDIR."""
+"""Static checks of the non-Kubernetes deployments, in seconds and without a Docker engine or a
+systemd boot: compose parses and runs only modules that exist, the Dockerfile copies what exists,
+the systemd install script installs the units into a DESTDIR. They run for real in
+test_docker_platform.py, test_compose_platform.py and test_systemd_nspawn.py."""
 
 from __future__ import annotations
 
