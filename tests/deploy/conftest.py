@@ -1,13 +1,11 @@
 """What the Docker tests share: the docker CLI, the host cache the containers copy guest artifacts
-from, and the image, built once per session from this checkout (deploy/docker/build.sh)."""
+from, and the image, built once per session from this checkout (scripts/build-test-image.sh)."""
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,17 +33,13 @@ def host_network_of(prefix: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def image() -> Iterator[str]:
+def image() -> str:
     """The image, built from this checkout once per session (the daemon started first when none
-    answers). Removed afterwards; its layers and the base image stay as the build cache
-    (--no-prune, both keyed by their inputs), so the next build takes only what changed."""
-    subprocess.run(["bash", str(REPO / "scripts" / "setup-docker.sh")], check=True, timeout=1800)
-    tag = f"aenv-test-platform:{secrets.token_hex(4)}"
+    answers) by scripts/build-test-image.sh. It stays tagged afterwards as the next build's cache
+    (older test builds are pruned), so a build takes only what changed."""
     started = time.monotonic()
-    subprocess.run([str(REPO / "deploy" / "docker" / "build.sh"), tag], check=True,
-                   timeout=BUILD_TIMEOUT_S, stdout=subprocess.DEVNULL)
+    built = subprocess.run(["bash", str(REPO / "scripts" / "build-test-image.sh")], check=True,
+                           timeout=BUILD_TIMEOUT_S, stdout=subprocess.PIPE, text=True)
+    tag = built.stdout.strip().splitlines()[-1]
     print(f"image {tag} built in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    try:
-        yield tag
-    finally:
-        docker("rmi", "--no-prune", tag, check=False)
+    return tag
