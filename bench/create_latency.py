@@ -50,7 +50,8 @@ from aenv_nodeagent.vmm import QemuVm, detect_accelerator
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "20"))
 # Untimed creates before the paced series: the pool keeps as many woken guests as were asked for.
 WARMUP = 4
-TAKES = "aenv_node_pool_takes"
+# The pool's counters of what each create took (woken, prestarted, missed).
+TAKES = "aenv_node_pool_takes_total"
 DURING_PUSHES = os.environ.get("BENCH_DURING_PUSHES") == "1"
 # A fresh node's start-up pushes took ~1-3 min on this 2-core host.
 PUSHES_WITHIN_S = 900.0
@@ -96,41 +97,31 @@ async def create_and_kill(client: httpx.AsyncClient, plat: Platform) -> tuple[fl
     return t1 - t0, t2 - t0
 
 
-async def platform_creates(plat: Platform, pool: PoolWatch | None) -> dict[str, object]:
-    """ROUNDS creates one at a time; with `pool`, each once the pool is back at its idle depth."""
+async def platform_creates(plat: Platform, pool: PoolWatch, *, paced: bool) -> dict[str, object]:
+    """ROUNDS creates one at a time; `paced`, each once the pool is back at its idle depth."""
     totals, api = [], []
-    before = await _takes(plat)
+    before = await pool.read()
     async with httpx.AsyncClient(timeout=120) as client:
         for _ in range(ROUNDS):
-            if pool is not None:
+            if paced:
                 await pool.refilled()
             call, total = await create_and_kill(client, plat)
             api.append(call)
             totals.append(total)
-    after = await _takes(plat)
+    after = await pool.read()
     return {"create_to_ready": summary_ms(totals), "api_create": summary_ms(api),
             "first_health_after_201": summary_ms([t - a for t, a in zip(totals, api, strict=True)]),
-            "pool_takes": {k: after[k] - before.get(k, 0) for k in after}}
+            "pool_takes": {k: after[k] - before.get(k, 0.0) for k in after if k.startswith(TAKES)}}
 
 
-async def _takes(plat: Platform) -> dict[str, int]:
-    """The node's pool takes so far, by path (woken, prestarted, missed)."""
-    async with httpx.AsyncClient(timeout=10) as client:
-        text = (await client.get(f"http://{address(plat.ports.nodeagent_metrics)}/metrics")).text
-    return {sample.labels["took"]: int(sample.value)
-            for family in text_string_to_metric_families(text) if family.name == TAKES
-            for sample in family.samples if sample.name.endswith("_total")}
-
-
-async def steady_creates(plat: Platform) -> dict[str, object]:
-    async with httpx.AsyncClient(timeout=120) as http:
-        pool = PoolWatch(plat, http)
+async def steady_creates(plat: Platform, pool: PoolWatch) -> dict[str, object]:
+    async with httpx.AsyncClient(timeout=120) as client:
         for _ in range(WARMUP):
-            await create_and_kill(http, plat)
-        await pool.settle()
-        paced = await platform_creates(plat, pool)
-        paced["rounds_started_on_partial_pool"] = pool.refill_misses
-    return {"paced": paced, "back_to_back": await platform_creates(plat, None)}
+            await create_and_kill(client, plat)
+    await pool.settle()
+    paced = await platform_creates(plat, pool, paced=True)
+    paced["rounds_started_on_partial_pool"] = pool.refill_misses
+    return {"paced": paced, "back_to_back": await platform_creates(plat, pool, paced=False)}
 
 
 async def raw_qemu_restores(cache_dir: Path) -> dict[str, object]:
@@ -184,15 +175,17 @@ def p50_of(result: dict[str, object], key: str) -> float:
 
 async def main() -> None:
     during: dict[str, object] = {}
-    async with running_platform("abenp", "10.215.0.0/20") as plat:
+    async with (running_platform("abenp", "10.215.0.0/20") as plat,
+                httpx.AsyncClient(timeout=10) as metrics):
+        pool = PoolWatch(plat, metrics)
         started = time.perf_counter()
         pushes = asyncio.create_task(startup_pushes_done(plat, started))
         if DURING_PUSHES:
-            during = await platform_creates(plat, None)
+            during = await platform_creates(plat, pool, paced=False)
             during["startup_pushes_still_running_at_end"] = not pushes.done()
         pushes_s = await pushes
         waited_s = time.perf_counter() - started
-        steady = await steady_creates(plat)
+        steady = await steady_creates(plat, pool)
     floor = await raw_qemu_restores(artifact_cache())
     floor_p50 = p50_of(floor, "exec_to_ready")
     result: dict[str, object] = {
