@@ -78,7 +78,7 @@ class VmJail:
         return [*prefix, *jail.wrapped(
             qemu, cgroup_procs=confined.cgroup.procs_files if confined.cgroup else (),
             nofile=self.nofile, hole_punch_filter=_needs_hole_punch_filter(spec),
-            jailed=options)]
+            huge_pages=_wants_huge_pages(spec), jailed=options)]
 
     def adopt(self, pid: int) -> Confined:
         """The cgroup and uid of a QEMU an earlier run launched."""
@@ -114,6 +114,12 @@ def shape_of(spec: VmSpec) -> VmShape:
     tb_mib = spec.tcg_tb_mib if spec.accel.accel is Accelerator.TCG else 0
     return VmShape(spec.vcpus, spec.memory_mib, freezes=spec.copy_on_write_preload,
                    vmm_extra_mib=tb_mib)
+
+
+def _wants_huge_pages(spec: VmSpec) -> bool:
+    """Under KVM huge pages back guest RAM in fewer TLB entries; under TCG they only round each
+    VM's translation cache up to 2 MiB steps, in memory no other VM can share."""
+    return spec.accel.accel is not Accelerator.TCG
 
 
 def _needs_hole_punch_filter(spec: VmSpec) -> bool:

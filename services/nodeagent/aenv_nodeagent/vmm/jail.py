@@ -4,7 +4,9 @@ only the VM's files (jailroot.py) and becomes the sandbox's uid without capabili
 (privileges.py), and asks the preload library, if loaded, for its exec filter (execfilter.c);
 then sets `no_new_privs`, installs the hole-punch filter when asked (seccomp.py), and execs its
 command line in place (same PID). So no guest instruction ever runs outside the cgroup or as
-root, and nothing of a guest's memory can land in a core file.
+root, and nothing of a guest's memory can land in a core file. Without huge pages when asked: a
+TCG QEMU advises them for its translation cache, whose 2 MiB pages are mostly unused code space
+(~3 MiB more per VM, unshared, bench/lifecycle.py).
 
 Run as a script (`wrapped`), not in a `preexec_fn`: Python code between fork and exec runs gRPC's
 fork handlers, which abort the child. Standard library only, started with `-I -S` (10-20 ms).
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_THP_DISABLE = 41  # kept across the exec, as the kernel documents it
 _FAILED = 125  # the exit status of a step that failed (as env(1) and friends use it)
 # Read (and removed) by the preload's execfilter.c: a jailed QEMU may not exec or fork.
 EXEC_FILTER_ENV = "AENV_EXEC_FILTER"
@@ -40,13 +43,16 @@ def jail_options(
 
 def wrapped(
     argv: Sequence[str], *, cgroup_procs: Sequence[Path] = (), nofile: int = 4096,
-    hole_punch_filter: bool = False, jailed: Sequence[str] = (),
+    hole_punch_filter: bool = False, huge_pages: bool = True, jailed: Sequence[str] = (),
 ) -> list[str]:
     """`argv` run in the cgroup whose `cgroup.procs` files are `cgroup_procs` (one per
-    hierarchy), with at most `nofile` descriptors, jailed as `jailed` (jail_options) says."""
+    hierarchy), with at most `nofile` descriptors, transparent huge pages only if `huge_pages`,
+    jailed as `jailed` (jail_options) says."""
     options = [f"--cgroup={path}" for path in cgroup_procs] + [f"--nofile={nofile}"]
     if hole_punch_filter:
         options.append("--hole-punch-filter")
+    if not huge_pages:
+        options.append("--no-huge-pages")
     options += jailed
     return [sys.executable, "-I", "-S", __file__, *options, "--", *argv]
 
@@ -65,12 +71,12 @@ def _limit_resources(nofile: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (bound, bound))
 
 
-def _no_new_privs() -> None:
+def _prctl_set(option: int, name: str) -> None:
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
     prctl.restype = ctypes.c_int
-    if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if prctl(option, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({name}) failed")
 
 
 def _values(options: list[str], name: str) -> list[str]:
@@ -99,7 +105,9 @@ def main(args: list[str]) -> None:
                            _values(options, "--bind-ro="))
             privileges.drop_to(uid, uid, last_cap)
             os.environ[EXEC_FILTER_ENV] = "1"
-        _no_new_privs()
+        if "--no-huge-pages" in options:
+            _prctl_set(_PR_SET_THP_DISABLE, "PR_SET_THP_DISABLE")
+        _prctl_set(_PR_SET_NO_NEW_PRIVS, "PR_SET_NO_NEW_PRIVS")
         if "--hole-punch-filter" in options:
             seccomp.install()
     except OSError as err:

@@ -23,6 +23,7 @@ from aenv_nodeagent.confinement import (
 )
 from aenv_nodeagent.confinement.cgroupfs import children, proc_cgroup
 from aenv_nodeagent.vmm import QemuVm, VmJail, VmSpec
+from aenv_nodeagent.vmm.accel import Accelerator
 from aenv_nodeagent.vmm.confined import Confined
 
 from .conftest import process_exists
@@ -86,7 +87,11 @@ async def test_qemu_runs_in_its_own_cgroup_with_its_vms_limits(
             {"cpu.max": "200000 100000", "memory.max": memory, "pids.max": "256"})
         assert _proc_limit(vm.pid, "Max core file size") == ["0", "0"]
         assert _proc_limit(vm.pid, "Max open files") == ["4096", "4096"]
-        assert "NoNewPrivs:\t1" in Path(f"/proc/{vm.pid}/status").read_text()
+        status = Path(f"/proc/{vm.pid}/status").read_text()
+        assert "NoNewPrivs:\t1" in status
+        # Under TCG without huge pages (its translation cache would round up to 2 MiB steps).
+        tcg = spec.accel.accel is Accelerator.TCG
+        assert f"THP_enabled:\t{0 if tcg else 1}" in status
         assert await vm.status() == "running"
     finally:
         await vm.shutdown()

@@ -53,6 +53,12 @@ def test_rlimits_and_no_new_privs_hold_without_a_cgroup() -> None:
     assert lines[-3:] == ["0", "256", "NoNewPrivs:\t1"]
 
 
+def test_huge_pages_are_off_for_the_command_only_when_asked() -> None:
+    report = ["grep", "THP_enabled", "/proc/self/status"]
+    assert _run(jail.wrapped(report, huge_pages=False)).stdout.split() == ["THP_enabled:", "0"]
+    assert _run(jail.wrapped(report)).stdout.split() == ["THP_enabled:", "1"]
+
+
 def test_the_command_runs_in_its_cgroup(cgroups: VmCgroups) -> None:
     cgroup = cgroups.create(VmShape(1, 64))
     done = _run(jail.wrapped(["sh", "-c", _REPORT], cgroup_procs=cgroup.procs_files))
