@@ -9,6 +9,9 @@ import json
 import os
 import re
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -19,6 +22,7 @@ from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import EnvdClient
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
+from aenv_nodeagent.pool import WarmPool
 from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
 from aenv_nodeagent.sandbox.registry import SandboxRegistry
 from aenv_nodeagent.sandbox.wing import SandboxWing
@@ -77,22 +81,55 @@ def template_store(
     )
 
 
-async def bench_wing(
-    state_dir: Path, session: aiohttp.ClientSession, prefix: str, pool_cidr: str
-) -> tuple[SandboxWing, NetworkManager]:
+@dataclass(frozen=True)
+class BenchNode:
+    wing: SandboxWing
+    pool: WarmPool | None
+    pooled_slots: int
+
+    async def pool_refilled(self) -> None:
+        """Until the slot pool is full again (a running node's is, between two operations).
+
+        :raise RuntimeError: it was not within a minute."""
+        for _ in range(1200):
+            if self.pool is None or self.pool.sizes()["slots"] >= self.pooled_slots:
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError("the warm pool did not refill its slots within a minute")
+
+
+@asynccontextmanager
+async def bench_node(
+    state_dir: Path, session: aiohttp.ClientSession, prefix: str, pool_cidr: str, *,
+    pooled_slots: int = 0,
+) -> AsyncIterator[BenchNode]:
     """A node agent's sandbox wing over real QEMU, netns and envd, with the base template
-    (no gateway, scheduler or etcd); its network manager, to remove what is left at the end."""
+    (no gateway, scheduler or etcd), and with `pooled_slots` a warm pool of network slots only
+    (a node agent's default holds 4, config.py); every sandbox, pooled slot and netns of its
+    prefix is removed at the end."""
     settings = NodeAgentSettings(state_dir=state_dir)
     network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
     envd = EnvdClient(session)
     templates = template_store(settings, network, session)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
+    pool = (WarmPool(network, state_dir / "pool", slots=pooled_slots, overlays_per_backing=0)
+            if pooled_slots else None)
     wing = SandboxWing(
         WingContext.of(SandboxSettings(state_dir, ready_timeout_s=300), SandboxRegistry("bench"),
                        MemoryRecords(), templates, network, envd),
-        QemuDriver(),
+        QemuDriver(), pool=pool,
     )
-    return wing, network
+    node = BenchNode(wing, pool, pooled_slots)
+    try:
+        if pool is not None:
+            pool.start()
+        await node.pool_refilled()
+        yield node
+    finally:
+        await wing.destroy_all()
+        if pool is not None:
+            await pool.close()
+        await network.destroy_orphans(keep=set())
 
 
 def spec(template_id: str = BASE_TEMPLATE) -> cluster_pb2.SandboxSpec:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-from _lifecycle_workload import ROUNDS, bench_wing, guest_sh, spec
+from _lifecycle_workload import ROUNDS, bench_node, guest_sh, spec
 from _stats import emit, summary_ms
 
 from aenv_nodeagent.memory.images import BASE_MEMORY, DELTA, HOT_PAGES
@@ -111,13 +111,9 @@ async def runs(wing: SandboxWing, session: aiohttp.ClientSession) -> dict[str, o
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="acrb", dir="/tmp") as tmp:
         async with aiohttp.ClientSession() as session:
-            wing, network = await bench_wing(Path(tmp) / "node", session, "acrb",
-                                             "10.217.0.0/24")
-            try:
-                emit("cold_resume", await runs(wing, session))
-            finally:
-                await wing.destroy_all()
-                await network.destroy_orphans(keep=set())
+            async with bench_node(Path(tmp) / "node", session, "acrb",
+                                  "10.217.0.0/24") as node:
+                emit("cold_resume", await runs(node.wing, session))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Pause, resume, snapshot and fork through the node agent's sandbox wing, beside the QEMU floor.
 
-- node agent: a SandboxWing over real QEMU, netns and envd (no gateway, scheduler or etcd):
+- node agent: a SandboxWing over real QEMU, netns and envd (no gateway, scheduler or etcd),
+  with a node agent's default pool of network slots (refilled before each fork), no VMs pooled:
   pause; resume (until envd answers and took /init); snapshot after dirtying 1 GiB of disk and
   256 MiB of memory in the guest, the host's dirty page cache flushed (the call, the part of it
   the guest is stopped for, and when its memory image is ready); fork
@@ -34,7 +35,8 @@ from _lifecycle_workload import (
     DIRTY,
     FORKS,
     ROUNDS,
-    bench_wing,
+    BenchNode,
+    bench_node,
     guest_sh,
     settle_host_writeback,
     spec,
@@ -42,8 +44,8 @@ from _lifecycle_workload import (
 from _qemu_memory import child_memory
 from _stats import emit, summary_ms
 
+from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.sandbox.model import Sandbox
-from aenv_nodeagent.sandbox.wing import SandboxWing
 from aenv_nodeagent.vmm import detect_accelerator
 
 
@@ -109,8 +111,9 @@ SUB_PHASES = ("freeze",)
 
 
 class NodeBench:
-    def __init__(self, sandboxes: SandboxWing, session: aiohttp.ClientSession) -> None:
-        self.lc = sandboxes
+    def __init__(self, node: BenchNode, session: aiohttp.ClientSession) -> None:
+        self.node = node
+        self.lc = node.wing
         self.session = session
 
     async def pause_resume(self) -> dict[str, object]:
@@ -164,6 +167,7 @@ class NodeBench:
     async def fork(self, count: int) -> dict[str, object]:
         parent = await self.lc.creates.create(spec())
         pid = parent.record.sandbox_id
+        await self.node.pool_refilled()
         try:
             took, results = await elapsed(self.lc.forks.fork(pid, count, timeout_s=3600))
             children = [r.sandbox_id for r in results if isinstance(r, Sandbox)]
@@ -181,8 +185,13 @@ class NodeBench:
 
 
 async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> dict[str, object]:
-    lc, network = await bench_wing(state_dir, session, "alcb", "10.216.0.0/24")
-    bench = NodeBench(lc, session)
+    async with bench_node(state_dir, session, "alcb", "10.216.0.0/24",
+                          pooled_slots=NodeAgentSettings().warm_pool_slots) as node:
+        return await _node_agent_runs(node, session)
+
+
+async def _node_agent_runs(node: BenchNode, session: aiohttp.ClientSession) -> dict[str, object]:
+    bench = NodeBench(node, session)
     phases = PhaseLog()
     logging.getLogger("aenv_nodeagent.sandbox").addHandler(phases)
     logging.getLogger("aenv_nodeagent.sandbox").setLevel(logging.INFO)
@@ -207,8 +216,6 @@ async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> di
         return out
     finally:
         logging.getLogger("aenv_nodeagent.sandbox").removeHandler(phases)
-        await lc.destroy_all()
-        await network.destroy_orphans(keep=set())
 
 
 def plot(node: dict[str, Any], floor: dict[str, Any], path: Path) -> None:

@@ -17,6 +17,8 @@ from aenv_common.errors import DeadlineExceeded, Internal, Unavailable
 from aenv_nodeagent.guest_spans import record_envd_span, traced
 
 ENVD_PORT = 49983
+# One attempt's connect (a guest whose network is not up yet drops the SYN); then again.
+_CONNECT_TIMEOUT_S = 2.0
 
 
 class EnvdClient:
@@ -81,7 +83,15 @@ class EnvdClient:
         ENV steps); the default user and workdir, when given, replace its own (a template
         captured them); the guest trusts the cluster's egress CA; the volumes are mounted through
         the slot's relay (``volumes.envd_mounts``; envd skips a path already mounted from the same
-        source: a guest restored from memory). Returns envd's version."""
+        source: a guest restored from memory). Returns envd's version.
+
+        A guest just restored or booted gets its /init as its first request, retried until
+        `timeout_s` while it reaches no envd yet, instead of after /health probes (one request
+        fewer on every restore's path, and the one a cold guest translates first under TCG).
+
+        :raise DeadlineExceeded: envd did not answer within `timeout_s`.
+        :raise Internal: envd refused the /init.
+        """
         body: dict[str, Any] = {
             "envVars": dict(env_vars),
             "accessToken": access_token,
@@ -98,9 +108,28 @@ class EnvdClient:
             body["volumeMounts"] = [dict(mount) for mount in volume_mounts]
         url = f"http://{host}:{port}/init"
         # A guest restored from a sandbox (not a template) already enforces that sandbox's token.
-        async with self._session.post(
-            url, json=body, headers=traced(_token_header(current_token)),
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        headers = traced(_token_header(current_token))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return await self._post_init(url, body, headers, deadline - time.monotonic())
+            except (aiohttp.ClientConnectionError, TimeoutError) as err:
+                if not _not_delivered(err) or time.monotonic() >= deadline:
+                    raise DeadlineExceeded(
+                        f"envd did not answer /init within {timeout_s:.0f}s "
+                        f"({type(err).__name__})") from err
+            await asyncio.sleep(0.005)  # a restored guest answers within a few ms on KVM
+
+    async def _post_init(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], timeout_s: float,
+    ) -> str:
+        # On a connection of its own, never a kept-alive one: one to the slot's address belongs
+        # to a VM before this one, or, in a guest restored from a capture, to the captured
+        # guest's envd, which can hold it unanswered.
+        async with aiohttp.request(
+            "POST", url, json=body, headers=headers,
+            timeout=aiohttp.ClientTimeout(total=max(timeout_s, 0.001),
+                                          sock_connect=_CONNECT_TIMEOUT_S),
         ) as resp:
             record_envd_span("envd POST /init", resp.headers, self._tracer_provider)
             if resp.status >= 300:
@@ -141,3 +170,13 @@ class EnvdClient:
 
 def _token_header(token: str | None) -> dict[str, str]:
     return {"X-Access-Token": token} if token else {}
+
+
+def _not_delivered(err: BaseException) -> bool:
+    """Whether the request cannot have reached envd: no connection was made (refused, no route,
+    the connect timed out) or it was dropped unanswered (the guest's network coming up); so
+    sending it again cannot apply it twice. Waiting for the answer timed out is not one of
+    them."""
+    if isinstance(err, aiohttp.ServerTimeoutError):
+        return isinstance(err, aiohttp.ConnectionTimeoutError)
+    return isinstance(err, aiohttp.ClientConnectionError)

@@ -62,6 +62,7 @@ class NetworkManager:
         self._ports = egress.ports if egress is not None else firewall.EgressPorts()
         self._in_use: set[int] = set()  # indices this process holds or is building
         self._building: set[int] = set()
+        self._next_index = 0  # where the search for a free index starts (_reserve_index)
         # Policy last applied per netns: re-applying an equal one is skipped, because an nft
         # transaction that deletes rules waits for an RCU grace period (~10-15 ms here).
         self._applied: dict[str, EgressPolicy] = {}
@@ -72,7 +73,7 @@ class NetworkManager:
         return self._config
 
     async def create_slot(self, policy: EgressPolicy) -> NetSlot:
-        """Build a slot at the lowest free index. On failure nothing is left behind and
+        """Build a slot at the next free index. On failure nothing is left behind and
         Internal (or ResourceExhausted when the pool is full) is raised."""
         slot = slot_for(self._config, self._reserve_index())
         self._building.add(slot.index)
@@ -239,16 +240,22 @@ class NetworkManager:
         return removed
 
     def _reserve_index(self) -> int:
-        """Lowest index neither held here nor present in the kernel. Synchronous, so concurrent
-        create_slot calls on one event loop never pick the same index."""
-        prefix = self._config.prefix
-        for index in range(self._config.capacity):
+        """The first index after the last one given (wrapping) neither held here nor present
+        in the kernel. Not the lowest free one: a slot's address then serves a new VM only
+        after every other free one did, so a connection kept alive to the VM it served before
+        (a client's pool; in a guest restored from that VM's capture, its very connection,
+        which then hangs) has long expired. Synchronous, so concurrent create_slot calls on
+        one event loop never pick the same index."""
+        prefix, capacity = self._config.prefix, self._config.capacity
+        for step in range(capacity):
+            index = (self._next_index + step) % capacity
             if index in self._in_use:
                 continue
             slot = slot_for(self._config, index)
             if netns_exists(slot.netns) or os.path.exists(f"/sys/class/net/{slot.host_veth}"):
                 continue
             self._in_use.add(index)
+            self._next_index = (index + 1) % capacity
             return index
         raise ResourceExhausted(f"no free network slot with prefix {prefix!r}")
 

@@ -4,7 +4,7 @@ A create from a template (a restore of the template's snapshot), a create from a
 fork's children, a resume and a reset all run the same steps, with one undo stack:
 
     slot ∥ overlay → volume relay → QEMU (pre-started from the warm pool, or launched now)
-    → device state → envd /health → envd /init (clock, entropy, this sandbox's token, its
+    → device state → envd /init, its first request (clock, entropy, this sandbox's token, its
     volume mounts) → record → publish (with its event: READY, RESUMED, UPDATED for a reset, in
     the record's own etcd transaction, sandbox/events.py)
 
@@ -220,28 +220,27 @@ class Restorer:
         if woken:
             await timer.timed("cont", continue_woken(vm))
         else:
-            await self._load(vm, slot, image, timer)
+            await self._load(vm, image, timer)
+        # Its first request (no /health before it): it waits for envd as long as a probe would.
+        # Many guests woken at once (a fork) share the host's CPUs.
         record.envd_version = await timer.timed("envd_init", self._envd.init(
             slot.ns_ip, env_vars=identity_env(record) | dict(record.env_vars),
             access_token=record.envd_access_token,
             current_token=image.guest_token or None,
             volume_mounts=envd_mounts(record.volume_mounts),
-            # Many guests woken at once (a fork) share the host's CPUs: as long as /health.
-            timeout_s=self._settings.ready_timeout_s,
+            timeout_s=(self._settings.boot_timeout_s if image.boots
+                       else self._settings.ready_timeout_s),
         ))
 
-    async def _load(
-        self, vm: Vm, slot: NetSlot, image: RestoreImage, timer: PhaseTimer
-    ) -> None:
+    async def _load(self, vm: Vm, image: RestoreImage, timer: PhaseTimer) -> None:
+        """The guest's memory and device state into the waiting VM (a boot has none)."""
+        if image.boots:
+            return
         state = image.state
-        if state is None and image.later_state is not None and not image.boots:
+        if state is None and image.later_state is not None:
             state = await timer.timed("memory_image", image.later_state())
-        if state is not None and not image.boots:
+        if state is not None:
             await timer.timed("restore", vm.restore(state))
-        ready_s = (self._settings.boot_timeout_s if image.boots
-                   else self._settings.ready_timeout_s)
-        await timer.timed("envd_ready", self._envd.wait_healthy(slot.ns_ip, ready_s))
-
 
 
 class AllocationSoon:

@@ -185,7 +185,7 @@ async def test_a_create_continues_a_woken_guest_that_keeps_nothing_of_its_warm_u
             assert "cont" in sandbox.timings_ms
             # Its logs start with it: envd's lines of the warm-up command are not in them.
             assert "process started" not in (sandbox.directory / "console.log").read_text()
-            assert not {"restore", "envd_ready", "launch"} & set(sandbox.timings_ms)
+            assert not {"restore", "memory_image", "launch"} & set(sandbox.timings_ms)
             token = s.envd_access_token
             assert await sh(node.session, sandbox.host, token,
                             "echo $E2B_SANDBOX_ID") == f"{s.sandbox_id}\n"

@@ -132,18 +132,45 @@ async def test_create_builds_every_object_and_destroy_removes_them(
 
 
 async def test_a_released_slot_keeps_its_index_until_its_background_teardown_ends(
-    manager: NetworkManager, net_config: NetworkConfig
+    run_prefix: str,
 ) -> None:
-    slot = await manager.create_slot(NO_INTERNET)
-    manager.release_slot(slot)
-    other = await manager.create_slot(NO_INTERNET)  # built while the release runs
-    assert other.index != slot.index
-    await manager.settled()
-    assert kernel_objects(net_config.prefix) == sorted([other.netns, other.host_veth])
-    await manager.destroy_slot(other)
-    reused = await manager.create_slot(NO_INTERNET)
-    assert reused.index == slot.index  # free again once torn down
-    await manager.destroy_slot(reused)
+    prefix = f"{run_prefix}zk"
+    manager = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=free_subnet(29)))  # two
+    try:
+        slot, second = [await manager.create_slot(NO_INTERNET) for _ in range(2)]
+        await manager.destroy_slot(second)
+        manager.release_slot(slot)
+        other = await manager.create_slot(NO_INTERNET)  # built while the release runs
+        assert other.index == second.index  # the next search starts at slot's, still held
+        await manager.settled()
+        assert kernel_objects(prefix) == sorted([other.netns, other.host_veth])
+        await manager.destroy_slot(other)
+        reused = await manager.create_slot(NO_INTERNET)
+        assert reused.index == slot.index  # free again once torn down
+    finally:
+        await manager.destroy_orphans(keep=set())
+    assert kernel_objects(prefix) == []
+
+
+async def test_a_freed_index_serves_again_only_after_every_other_free_one(
+    run_prefix: str,
+) -> None:
+    """A new VM rarely gets the address of one that just ended: what was kept alive to it
+    would reach the new one."""
+    manager = NetworkManager(NetworkConfig(prefix=f"{run_prefix}zr", pool_cidr=free_subnet(28)))
+    try:
+        first = await manager.create_slot(NO_INTERNET)
+        await manager.destroy_slot(first)
+        given = [await manager.create_slot(NO_INTERNET) for _ in range(3)]
+        assert [s.index for s in given] == [1, 2, 3]  # not 0 again, though free
+        await manager.destroy_slot(given[1])
+        # At the end of the pool: on from its start, where the longest free ones are.
+        assert [(await manager.create_slot(NO_INTERNET)).index for _ in range(2)] == [0, 2]
+        with pytest.raises(ResourceExhausted):
+            await manager.create_slot(NO_INTERNET)
+    finally:
+        await manager.destroy_orphans(keep=set())
+    assert kernel_objects(f"{run_prefix}zr") == []
 
 
 async def test_host_reaches_every_guest_port_through_dnat(slot: NetSlot, guest: str) -> None:

@@ -25,7 +25,7 @@ from ..fakes.envd import FAKE_ENVD_VERSION
 from .conftest import PAUSED, RUNNING, TEMPLATE, Wing
 
 # A create's phases, each timed (sandbox.timings_ms).
-CREATE_PHASES = {"template", "network", "overlay", "launch", "restore", "envd_ready",
+CREATE_PHASES = {"template", "network", "overlay", "launch", "restore",
                  "envd_init", "publish"}
 
 
@@ -68,7 +68,8 @@ async def test_a_create_restores_the_template_and_publishes_a_running_record(win
     init = [call for call in wing.envd.calls if call.method == "init"]
     assert [(c.host, c.access_token, c.current_token) for c in init] == [
         (sandbox.slot.ns_ip, spec.envd_access_token, None)]
-    assert wing.envd.methods_called() == ["wait_healthy", "init"]
+    # The /init is its guest's first request: no /health probe before it.
+    assert wing.envd.methods_called() == ["init"]
 
 
 def test_a_built_templates_sandbox_knows_the_template_by_e2bs_id() -> None:
@@ -122,8 +123,8 @@ def corrupt_state(wing: Wing) -> Heal:
     return lambda: state.write_bytes(kept)
 
 
-def fail_envd_ready(wing: Wing) -> Heal:
-    wing.envd.fail_on["wait_healthy"] = DeadlineExceeded("envd did not become healthy")
+def fail_envd_unanswered(wing: Wing) -> Heal:
+    wing.envd.fail_on["init"] = DeadlineExceeded("envd did not answer /init within 60s")
     return wing.envd.fail_on.clear
 
 
@@ -143,7 +144,7 @@ def fail_publish(wing: Wing) -> Heal:
     pytest.param(fail_launch, Internal, False, id="launch"),
     pytest.param(fail_restore, Internal, True, id="restore"),
     pytest.param(corrupt_state, Internal, True, id="corrupt-state"),
-    pytest.param(fail_envd_ready, DeadlineExceeded, True, id="envd-ready"),
+    pytest.param(fail_envd_unanswered, DeadlineExceeded, True, id="envd-unanswered"),
     pytest.param(fail_envd_init, Internal, True, id="envd-init"),
     pytest.param(fail_publish, Unavailable, True, id="publish"),
 ])

@@ -90,7 +90,7 @@ def fail_launch(wing: Wing) -> None:
 
 
 def fail_envd(wing: Wing) -> None:
-    wing.envd.fail_on["wait_healthy"] = DeadlineExceeded("envd did not become healthy")
+    wing.envd.fail_on["init"] = DeadlineExceeded("envd did not answer /init within 60s")
 
 
 def fail_publish(wing: Wing) -> None:

@@ -272,9 +272,9 @@ async def test_a_create_in_flight_holds_its_snapshots_layers(wing: Wing) -> None
     parent = await wing.create()
     meta = await snapshot(wing, parent)
     await wing.service.kills.kill(parent.sandbox_id)  # the snapshot alone stands on its layer now
-    released = wing.envd.hold("wait_healthy")
+    released = wing.envd.hold("init")
     creating = asyncio.ensure_future(wing.create(template_id=meta.snapshot_id))
-    await asyncio.wait_for(wing.envd.held("wait_healthy"), 5)  # its VM runs over the layer
+    await asyncio.wait_for(wing.envd.held("init"), 5)  # its VM runs over the layer
 
     await wing.service.snapshots.delete(meta.snapshot_id)
     released.set()

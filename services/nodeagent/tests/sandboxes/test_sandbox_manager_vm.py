@@ -83,7 +83,7 @@ async def test_create_restores_and_kill_removes_everything(env: Env) -> None:
     assert records.records[spec.sandbox_id].state == cluster_pb2.SANDBOX_STATE_RUNNING
     assert records.records[spec.sandbox_id].envd_version
     # Host-side phases are measured for every create; a create never cold-boots.
-    assert {"network", "overlay", "launch", "restore", "envd_ready"} <= set(sandbox.timings_ms)
+    assert {"network", "overlay", "launch", "restore", "envd_init"} <= set(sandbox.timings_ms)
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://{sandbox.host}:49983/envs",
                                headers={"X-Access-Token": spec.envd_access_token}) as resp:
