@@ -25,6 +25,7 @@ import aiohttp
 from _lifecycle_workload import ROUNDS, bench_node, guest_sh, spec
 from _stats import emit, summary_ms
 
+from aenv_nodeagent.envd_client import guest_session
 from aenv_nodeagent.memory.images import BASE_MEMORY, DELTA, HOT_PAGES
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.wing import SandboxWing
@@ -110,7 +111,7 @@ async def runs(wing: SandboxWing, session: aiohttp.ClientSession) -> dict[str, o
 
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="acrb", dir="/tmp") as tmp:
-        async with aiohttp.ClientSession() as session:
+        async with guest_session() as session:
             async with bench_node(Path(tmp) / "node", session, "acrb",
                                   "10.217.0.0/24") as node:
                 emit("cold_resume", await runs(node.wing, session))

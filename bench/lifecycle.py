@@ -45,6 +45,7 @@ from _qemu_memory import child_memory
 from _stats import emit, summary_ms
 
 from aenv_nodeagent.config import NodeAgentSettings
+from aenv_nodeagent.envd_client import guest_session
 from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.vmm import detect_accelerator
 
@@ -269,7 +270,7 @@ def plot(node: dict[str, Any], floor: dict[str, Any], path: Path) -> None:
 
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="alcb", dir="/tmp") as tmp:
-        async with aiohttp.ClientSession() as session:
+        async with guest_session() as session:
             node = await node_agent_runs(Path(tmp) / "node", session)
             # Kept on stderr in case the floor run fails.
             print(json.dumps({"node_agent": node}), file=sys.stderr, flush=True)

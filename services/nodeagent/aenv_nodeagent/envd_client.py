@@ -21,6 +21,15 @@ ENVD_PORT = 49983
 _CONNECT_TIMEOUT_S = 2.0
 
 
+def guest_session() -> aiohttp.ClientSession:
+    """The node agent's HTTP session to its guests (envd, their commands): a connection per
+    request, none kept alive. A kept-alive one would outlive its VM: a reset's guest, or the
+    next VM at a slot's address restored from a capture, has the captured guest's side of it
+    and leaves a request on it unanswered. (Sandbox traffic has pools of its own, per VM,
+    proxy.py.)"""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+
+
 class EnvdClient:
     def __init__(
         self, session: aiohttp.ClientSession, tracer_provider: TracerProvider | None = None,

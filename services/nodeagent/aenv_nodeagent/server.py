@@ -43,7 +43,7 @@ from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import Confinement, LimitSettings, choose
 from aenv_nodeagent.egress.startup import start_egress
 from aenv_nodeagent.egress.supervisor import EgressSupervisor
-from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.envd_client import EnvdClient, guest_session
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.images import BlobCache, RegistryHosts, load_credentials
 from aenv_nodeagent.leases import LeaseReaper, WingSandboxes
@@ -171,7 +171,7 @@ class NodeAgent:
         self.accel = detect_accelerator(s.pvm_guest_kernel)
         store = await ClusterStore.connect(s.common)
         stack.push_async_callback(store.close)
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        session = guest_session()
         stack.push_async_callback(session.close)
         connections = SandboxConnections()
         stack.push_async_callback(connections.close)

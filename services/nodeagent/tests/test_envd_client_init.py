@@ -1,6 +1,7 @@
 """The restore's /init is its guest's first request: sent again while no envd takes it (nothing
 listening yet, a connection dropped unanswered), never once envd may have applied it, and
-bounded by its deadline. Over real sockets, against small HTTP servers standing in for envd."""
+bounded by its deadline; the node agent keeps no connection to a guest alive. Over real
+sockets, against small HTTP servers standing in for envd."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from aenv_common.errors import DeadlineExceeded, Internal
-from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.envd_client import EnvdClient, guest_session
 from aenv_testing.ports import free_port
 
 HOST = "127.0.0.1"
@@ -118,3 +119,20 @@ async def test_a_refused_init_fails_at_once() -> None:
         with pytest.raises(Internal, match="HTTP 401 bad token"):
             await init(session, port, 10)
         assert len(bodies) == 1
+
+
+async def test_the_guest_session_keeps_no_connection_alive() -> None:
+    """Each request on a connection of its own: none outlives the VM it reached."""
+    peers: list[object] = []
+
+    async def peer(request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        peers.append(request.transport.get_extra_info("peername"))
+        return web.Response(status=204)
+
+    port = free_port()
+    async with envd(port, peer), guest_session() as session:
+        for _ in range(2):
+            async with session.post(f"http://{HOST}:{port}/init", json={}) as resp:
+                assert resp.status == 204
+    assert len(peers) == 2 and peers[0] != peers[1]

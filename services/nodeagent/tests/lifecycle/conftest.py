@@ -24,7 +24,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
-from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.envd_client import EnvdClient, guest_session
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.pool import WarmPool
@@ -203,7 +203,7 @@ async def node_parts(
     state_dir = Path(tempfile.mkdtemp(prefix="alc", dir="/tmp"))
     try:
         records = records or MemoryRecords()
-        async with aiohttp.ClientSession() as session:
+        async with guest_session() as session:
             first = await build_node(state_dir, prefix, session, records,
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
                                      pool_vms=pool_vms, pool_guests=pool_guests,
