@@ -36,7 +36,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.confinement import LimitSettings, VmCgroups, choose
-from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.envd_client import EnvdClient, guest_session
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
@@ -216,7 +216,7 @@ async def measure(sides: list[Side]) -> None:
 
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="aenv-bench-jail-") as tmp:
-        async with aiohttp.ClientSession() as session:
+        async with guest_session() as session:
             emit("jail", await run(Path(tmp), session))
 
 

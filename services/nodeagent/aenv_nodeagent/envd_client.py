@@ -31,6 +31,9 @@ def guest_session() -> aiohttp.ClientSession:
 
 
 class EnvdClient:
+    """`session`: a guest_session in a node agent (a restore's /init must not take a kept-alive
+    connection)."""
+
     def __init__(
         self, session: aiohttp.ClientSession, tracer_provider: TracerProvider | None = None,
         *, egress_ca_pem: str | None = None,
@@ -132,11 +135,10 @@ class EnvdClient:
     async def _post_init(
         self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], timeout_s: float,
     ) -> str:
-        # On a connection of its own, never a kept-alive one: one to the slot's address belongs
-        # to a VM before this one, or, in a guest restored from a capture, to the captured
-        # guest's envd, which can hold it unanswered.
-        async with aiohttp.request(
-            "POST", url, json=body, headers=headers,
+        # The session must be a guest_session: a kept-alive connection would reach the VM
+        # before this one, or the captured guest's envd, which leaves it unanswered.
+        async with self._session.post(
+            url, json=body, headers=headers,
             timeout=aiohttp.ClientTimeout(total=max(timeout_s, 0.001),
                                           sock_connect=_CONNECT_TIMEOUT_S),
         ) as resp:

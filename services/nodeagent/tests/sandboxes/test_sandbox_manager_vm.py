@@ -20,7 +20,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, InvalidArgument, NotFound
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_nodeagent.config import NodeAgentSettings
-from aenv_nodeagent.envd_client import EnvdClient
+from aenv_nodeagent.envd_client import EnvdClient, guest_session
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import NetworkConfig, NetworkManager
 from aenv_nodeagent.sandbox.context import SandboxSettings, WingContext
@@ -49,7 +49,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     prefix = "ast" + "".join(secrets.choice("abcdefgh") for _ in range(3)) + "z"
     settings = NodeAgentSettings(state_dir=tmp_path / "state")
     network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=free_subnet(24)))
-    async with aiohttp.ClientSession() as session:
+    async with guest_session() as session:
         envd = EnvdClient(session)
         templates = TemplateStore(settings.resolved_templates_dir(), network, envd,
                                   QemuDriver(), GuestCommands(session),
