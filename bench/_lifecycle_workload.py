@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import re
+import statistics
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from _stats import summary_ms
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.ids import new_sandbox_id, new_secret
@@ -34,6 +36,8 @@ from aenv_testing.records import MemoryRecords
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 FORKS = [int(n) for n in os.environ.get("BENCH_FORKS", "1,4,16").split(",")]
+# Each fork size is measured this many times, a new parent (or fresh restores) each time.
+FORK_ROUNDS = int(os.environ.get("BENCH_FORK_ROUNDS", "3"))
 ENVD_PORT = 49983
 # Rewritten before every snapshot: non-zero data (zero pages cost nothing in a capture).
 DIRTY = (
@@ -65,6 +69,18 @@ async def guest_sh(session: aiohttp.ClientSession, host: str, token: str, script
         body = await resp.read()
     if resp.status != 200 or re.search(rb'"exitCode":\s*-?[1-9]', body):
         raise RuntimeError(f"guest command failed: {body[-300:]!r}")
+
+
+def fork_summary(
+    children: int, took_s: list[float], memories: list[dict[str, float | None]]
+) -> dict[str, object]:
+    """A fork size's rounds: the time until all children answered (p50 and spread), and each
+    memory figure's median over the rounds."""
+    took = summary_ms(took_s)
+    memory = {key: round(statistics.median(v for m in memories if (v := m[key]) is not None), 1)
+              for key in memories[0]}
+    return {"children": children, "fork_to_all_ready_ms": took["p50_ms"],
+            "fork_to_all_ready": took, **memory}
 
 
 def template_store(

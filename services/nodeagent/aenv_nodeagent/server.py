@@ -221,7 +221,8 @@ class NodeAgent:
         wing = WingContext.of(
             SandboxSettings(s.resolved_state_dir(), ready_timeout_s=s.restore_ready_timeout_s,
                             persist_paused=s.snapstore_persist_paused,
-                            metrics_max_samples=s.metrics_max_samples),
+                            metrics_max_samples=s.metrics_max_samples,
+                            fork_restores_at_once=s.fork_restores_at_once),
             self.registry, store, templates, network, envd, events=events,
             cut_traffic=connections.cut, allocation_changed=registration.publish,
             persistence=persistence)

@@ -3,8 +3,10 @@ sandbox rewound to a snapshot in place.
 
 A fork is one hidden capture of the parent, which then continues, and `count` children restored
 from it by the one restore pipeline, each with an id, token and network of its own; the capture
-goes when they run (they hold its memory image and disk layer). A child that fails gets an error
-entry; the others live. A reset quits the sandbox's VM and restores the snapshot into its own
+goes when they run (they hold its memory image and disk layer). Children are restored at most
+one per host core at a time, node-wide: guests woken all at once slow each other's wake-up, so
+the last child of a big fork is ready sooner in waves. A child that fails gets an error entry;
+the others live. A reset quits the sandbox's VM and restores the snapshot into its own
 directory and slot: same id, token and address.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from collections.abc import Sequence
 
@@ -26,6 +29,7 @@ from aenv_nodeagent.sandbox.model import Sandbox
 from aenv_nodeagent.sandbox.pause import discard_memory
 from aenv_nodeagent.sandbox.restore import Restorer
 from aenv_nodeagent.sandbox.snapshot import Snapshots
+from aenv_nodeagent.snapshots.store import SnapshotMeta
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,8 @@ class Forks:
         self._network = wing.network
         self._records = wing.records
         self._cut_traffic = wing.cut_traffic
+        self._restoring = asyncio.Semaphore(
+            wing.settings.fork_restores_at_once or os.cpu_count() or 1)
 
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int = 0,
@@ -74,9 +80,8 @@ class Forks:
                 "capture", self._snapshots.create(sandbox_id, hidden=True))
             try:
                 outcomes = await timer.timed("children", asyncio.gather(
-                    *(self._creates.from_snapshot(
-                        snapshot, _child_spec(parent, cid, token, timeout_s, volumes),
-                        parent=(sandbox_id,))
+                    *(self._child(snapshot, _child_spec(parent, cid, token, timeout_s, volumes),
+                                  sandbox_id)
                       for cid, token, volumes in zip(ids, tokens, mounts, strict=True)),
                     return_exceptions=True,
                 ))
@@ -86,6 +91,12 @@ class Forks:
             if children:
                 await self._events.announce(parent, FORKED, related=children)
         return [_child_outcome(outcome) for outcome in outcomes]
+
+    async def _child(
+        self, snapshot: SnapshotMeta, spec: cluster_pb2.SandboxSpec, parent_id: str
+    ) -> Sandbox:
+        async with self._restoring:
+            return await self._creates.from_snapshot(snapshot, spec, parent=(parent_id,))
 
     async def reset(self, sandbox_id: str, snapshot_id: str) -> cluster_pb2.SandboxRecord:
         """Rewind a running sandbox to one of the snapshots in place: same id, token, network.

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from collections.abc import Sequence
 from typing import cast
 
 import grpc
@@ -12,7 +15,11 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv.nodeagent.v1 import nodeagent_pb2
 from aenv_common.cluster import SNAPSHOTS
 from aenv_common.errors import Conflict, Internal, NotFound
+from aenv_nodeagent.sandbox.create import Creates
+from aenv_nodeagent.sandbox.fork import Forks
+from aenv_nodeagent.sandbox.restore import Restorer
 from aenv_nodeagent.servicer import NodeAgentServicer, fork_result
+from aenv_nodeagent.snapshots.store import SnapshotMeta
 from aenv_nodeagent.templates.builds import TemplateBuilds
 
 from .conftest import RUNNING, Wing
@@ -89,6 +96,46 @@ async def test_a_fork_whose_children_fail_leaves_the_parent_alone(wing: Wing) ->
     assert list((wing.state_dir / "snapshots").iterdir()) == []
     assert wing.records.by_kind.get(SNAPSHOTS, {}) == {}
     assert wing.layer_files() == set(wing.service.registry.chain(parent.sandbox_id).layers)
+
+
+class CountingCreates:
+    """Children restored one event-loop turn after another, the most at once counted."""
+
+    def __init__(self) -> None:
+        self.running = self.most = 0
+
+    async def from_snapshot(
+        self, snapshot: SnapshotMeta, spec: cluster_pb2.SandboxSpec, *,
+        parent: Sequence[str] = (),
+    ) -> object:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            raise Conflict(f"child {spec.sandbox_id} refused")
+        finally:
+            self.running -= 1
+
+
+@pytest.mark.parametrize("at_once", [1, 2])
+async def test_a_forks_children_are_restored_so_many_at_a_time_across_forks(
+    wing: Wing, at_once: int
+) -> None:
+    first, second = await wing.create(), await wing.create()
+    context = wing.service.context
+    context = dataclasses.replace(context, settings=dataclasses.replace(
+        context.settings, fork_restores_at_once=at_once))
+    creates = CountingCreates()
+    forks = Forks(context, wing.service.snapshots, cast(Creates, creates),
+                  cast(Restorer, None))
+
+    outcomes = await asyncio.gather(forks.fork(first.sandbox_id, 3),
+                                    forks.fork(second.sandbox_id, 4))
+
+    assert [len(children) for children in outcomes] == [3, 4]
+    assert all(isinstance(child, Conflict) for children in outcomes for child in children)
+    assert creates.most == at_once
 
 
 async def test_the_grpc_edge_tells_each_failed_child_by_its_kind(wing: Wing) -> None:
