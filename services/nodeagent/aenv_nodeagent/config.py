@@ -85,8 +85,8 @@ class NodeAgentSettings(BaseSettings):
     # A template's ready command must succeed within this long after its start command.
     build_ready_timeout_s: float = Field(default=120.0, gt=0)
     restore_ready_timeout_s: float = 30.0
-    # A fork's children are restored this many at a time, node-wide (0: one per host core):
-    # every guest woken at once makes each one's wake-up slower and the last child later.
+    # A fork's children are restored this many at a time, node-wide (0: one per CPU the agent
+    # may run on): every guest woken at once makes each one's wake-up slower.
     fork_restores_at_once: int = Field(default=0, ge=0)
     # Warm pool: network slots, per-template disk overlays and pre-started QEMUs (each idle one
     # holds a slot and ~40 MiB of host memory) built ahead; all 0 disables it.

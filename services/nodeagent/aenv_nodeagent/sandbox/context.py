@@ -51,7 +51,7 @@ class SandboxSettings:
     max_layers: int = 8
     persist_paused: bool = True
     metrics_max_samples: int = DEFAULT_MAX_SAMPLES
-    fork_restores_at_once: int = 0  # 0: one per host core
+    fork_restores_at_once: int = 0  # 0: one per CPU the agent may run on
 
 
 async def _nothing(_: str = "", __: str = "", /) -> None:

@@ -55,7 +55,7 @@ class Forks:
         self._records = wing.records
         self._cut_traffic = wing.cut_traffic
         self._restoring = asyncio.Semaphore(
-            wing.settings.fork_restores_at_once or os.cpu_count() or 1)
+            wing.settings.fork_restores_at_once or len(os.sched_getaffinity(0)))
 
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int = 0,
