@@ -37,7 +37,12 @@ def read_host(state_dir: Path) -> Host:
     limit = cgroup_memory_limit()
     if limit is not None:
         memory = min(memory, limit // MIB)
-    return Host(len(os.sched_getaffinity(0)), memory, disk_free_mib(state_dir))
+    return Host(usable_cpus(), memory, disk_free_mib(state_dir))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a cpuset narrows it)."""
+    return len(os.sched_getaffinity(0))
 
 
 def disk_free_mib(path: Path) -> int:

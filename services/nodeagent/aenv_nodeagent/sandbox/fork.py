@@ -1,20 +1,19 @@
 """Fork and reset: many sandboxes branched from one moment of a running one, and a running
 sandbox rewound to a snapshot in place.
 
-A fork is one hidden capture of the parent, which then continues, and `count` children restored
-from it by the one restore pipeline, each with an id, token and network of its own; the capture
-goes when they run (they hold its memory image and disk layer). Children are restored at most
-one per host core at a time, node-wide: guests woken all at once slow each other's wake-up, so
-the last child of a big fork is ready sooner in waves. A child that fails gets an error entry;
-the others live. A reset quits the sandbox's VM and restores the snapshot into its own
-directory and slot: same id, token and address.
+A fork is one hidden capture of the parent, which then continues, and `count` children restored from
+it by the one restore pipeline, each with an id, token and network of its own; the capture goes when
+they run (they hold its memory image and disk layer). Children are restored at most one per CPU the
+agent may run on at a time, node-wide: guests woken all at once slow each other's wake-up, so the
+last child of a big fork is ready sooner in waves. A child that fails gets an error entry; the
+others live. A reset quits the sandbox's VM and restores the snapshot into its own directory and
+slot: same id, token and address.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 from collections.abc import Sequence
 
@@ -22,6 +21,7 @@ from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import AenvError, Internal, InvalidArgument
 from aenv_common.ids import new_sandbox_id, new_secret
 from aenv_common.limits import MAX_FORK_CHILDREN
+from aenv_nodeagent.capacity.host import usable_cpus
 from aenv_nodeagent.phases import PhaseTimer
 from aenv_nodeagent.sandbox.context import WingContext
 from aenv_nodeagent.sandbox.create import Creates
@@ -55,7 +55,7 @@ class Forks:
         self._records = wing.records
         self._cut_traffic = wing.cut_traffic
         self._restoring = asyncio.Semaphore(
-            wing.settings.fork_restores_at_once or len(os.sched_getaffinity(0)))
+            wing.settings.fork_restores_at_once or usable_cpus())
 
     async def fork(
         self, sandbox_id: str, count: int, timeout_s: int = 0,
