@@ -101,41 +101,43 @@ def template_store(
 class BenchNode:
     wing: SandboxWing
     pool: WarmPool | None
-    pooled_slots: int
 
     async def pool_refilled(self) -> None:
-        """Until the slot pool is full again (a running node's is, between two operations).
+        """Until the warm pool is full again (a running node's is, between two operations).
 
-        :raise RuntimeError: it was not within a minute."""
-        for _ in range(1200):
-            if self.pool is None or self.pool.sizes()["slots"] >= self.pooled_slots:
+        :raise RuntimeError: it was not within two minutes."""
+        for _ in range(2400):
+            if self.pool is None or self.pool.full():
                 return
             await asyncio.sleep(0.05)
-        raise RuntimeError("the warm pool did not refill its slots within a minute")
+        raise RuntimeError(f"the warm pool did not refill within two minutes: {self.pool.sizes()}")
 
 
 @asynccontextmanager
 async def bench_node(
     state_dir: Path, session: aiohttp.ClientSession, prefix: str, pool_cidr: str, *,
-    pooled_slots: int = 0,
+    pooled_slots: int = 0, pooled_vms: int = 0, pooled_snapshot_vms: int = 0,
 ) -> AsyncIterator[BenchNode]:
     """A node agent's sandbox wing over real QEMU, netns and envd, with the base template
-    (no gateway, scheduler or etcd), and with `pooled_slots` a warm pool of network slots only
-    (a node agent's default holds 4, config.py); every sandbox, pooled slot and netns of its
-    prefix is removed at the end."""
+    (no gateway, scheduler or etcd), and a warm pool of `pooled_slots` network slots,
+    `pooled_vms` pre-started VMs per template and up to `pooled_snapshot_vms` more as restores
+    from snapshots ask (a node agent's defaults: config.py), no woken guests; every sandbox,
+    pooled slot and netns of its prefix is removed at the end."""
     settings = NodeAgentSettings(state_dir=state_dir)
     network = NetworkManager(NetworkConfig(prefix=prefix, pool_cidr=pool_cidr))
     envd = EnvdClient(session)
     templates = template_store(settings, network, session)
     templates.register(await base_template_inputs(settings, detect_accelerator(None)))
-    pool = (WarmPool(network, state_dir / "pool", slots=pooled_slots, overlays_per_backing=0)
-            if pooled_slots else None)
+    pool = (WarmPool(network, state_dir / "pool", slots=pooled_slots, overlays_per_backing=0,
+                     vms_per_template=pooled_vms, snapshot_vms_per_template=pooled_snapshot_vms,
+                     vm_root=state_dir / "sandboxes")
+            if pooled_slots or pooled_vms or pooled_snapshot_vms else None)
     wing = SandboxWing(
         WingContext.of(SandboxSettings(state_dir, ready_timeout_s=300), SandboxRegistry("bench"),
                        MemoryRecords(), templates, network, envd),
         QemuDriver(), pool=pool,
     )
-    node = BenchNode(wing, pool, pooled_slots)
+    node = BenchNode(wing, pool)
     try:
         if pool is not None:
             pool.start()

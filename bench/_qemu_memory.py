@@ -7,7 +7,8 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from aenv_nodeagent.vmm.delta import mapped_memory, private_runs
+from aenv_nodeagent.vmm.delta import private_runs
+from aenv_nodeagent.vmm.ram_file import mapped_memory
 
 
 def pss_mib(pid: int) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import tempfile
 from pathlib import Path
@@ -21,17 +22,42 @@ async def create_overlay(backing: Path, path: Path, *, like: Path | None = None)
     the same bytes for every overlay of a size but the backing's name, so it runs once per size
     and format; each overlay is that template with its backing named (in microseconds, where a
     qemu-img process takes about 15 ms: it is on the path of every restore and capture)."""
-    source = like or backing
+    overlay = await _overlay_bytes(backing, like or backing)
+    try:
+        path.write_bytes(overlay)
+    except OSError as err:
+        raise Internal(f"cannot write disk layer {path}: {err}") from err
+
+
+async def rename_backing(overlay: Path, backing: Path) -> None:
+    """Make `overlay`, an empty layer `create_overlay` made over another disk of `backing`'s
+    size and format and never written since, stand on `backing`: rewritten in place (the same
+    file, open in a QEMU that has not read it yet) as `create_overlay` would make it now.
+
+    :raise Internal: `overlay` is not such a layer, or it cannot be written."""
+    new = await _overlay_bytes(backing, backing)
+    try:
+        fd = os.open(overlay, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size != len(new) or qcow2_virtual_size(overlay) != (
+                    qcow2_virtual_size(backing)):
+                raise Internal(f"{overlay} is not an empty layer of {backing}'s size")
+            os.pwrite(fd, new, 0)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise Internal(f"cannot write disk layer {overlay}: {err}") from err
+
+
+async def _overlay_bytes(backing: Path, source: Path) -> bytes:
+    """An empty qcow2 overlay naming `backing`, of `source`'s size and format."""
     backing_format = _format_of(source)
     size = qcow2_virtual_size(source) if backing_format == "qcow2" else source.stat().st_size
     template = _overlay_templates.get((size, backing_format))
     if template is None:
         template = await _overlay_template(size, backing_format)
         _overlay_templates[(size, backing_format)] = template
-    try:
-        path.write_bytes(_naming(template, backing))
-    except OSError as err:
-        raise Internal(f"cannot write disk layer {path}: {err}") from err
+    return _naming(template, backing)
 
 
 _overlay_templates: dict[tuple[int, str], bytes] = {}  # (virtual size, backing format)

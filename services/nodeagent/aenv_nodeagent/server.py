@@ -210,6 +210,7 @@ class NodeAgent:
                         slots=s.warm_pool_slots, overlays_per_backing=s.warm_pool_overlays,
                         vms_per_template=s.warm_pool_vms,
                         guests_per_template=s.warm_pool_guests,
+                        snapshot_vms_per_template=s.warm_pool_snapshot_vms,
                         vm_root=s.resolved_state_dir() / "sandboxes",
                         room=lambda: (memory_available_mib()
                                       > s.warm_pool_guests_min_available_mib))

@@ -14,6 +14,12 @@ waiting in `-incoming defer` with the template's memory mapped and its disk pass
 descriptor. A create renames the directory to the sandbox's (QEMU keeps its descriptors, so the
 rename does not reach it) and only loads the template's device state.
 
+A pre-started VM also becomes a fork's child (or a create from a snapshot) of its template: the
+restore maps the snapshot's memory image over its RAM and puts the snapshot's disk layers under
+its overlay before loading the device state (`QemuVm.repoint`), so no child waits for a QEMU to
+start. The pool keeps as many per template as such restores recently asked for
+(`snapshot_vms_per_template` caps it), beside the `vms_per_template` it always keeps.
+
 A woken guest goes further: a pre-started VM whose guest was restored, ran one command through
 envd (so the exec path is translated and faulted in, `VmWaker`) and was stopped, at a low CPU
 weight the whole time. A create only continues it and gives envd the sandbox's identity. The
@@ -66,9 +72,10 @@ WAKE_RETRY_S = 60.0
 class WarmPool:
     def __init__(
         self, network: NetworkManager, root: Path, *, slots: int, overlays_per_backing: int,
-        vms_per_template: int = 0, guests_per_template: int = 0, vm_root: Path | None = None,
+        vms_per_template: int = 0, guests_per_template: int = 0,
+        snapshot_vms_per_template: int = 0, vm_root: Path | None = None,
         room: Callable[[], bool] = lambda: True, demand: Demand | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        snapshot_demand: Demand | None = None, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._network = network
         self._root = root
@@ -78,6 +85,8 @@ class WarmPool:
         self._vm_root = vm_root or root
         self._room = room
         self._demand = demand or Demand(guests_per_template)
+        # Restores from snapshots (fork children): they take pre-started VMs, never woken ones.
+        self._snapshot_demand = snapshot_demand or Demand(snapshot_vms_per_template)
         self._slots: list[NetSlot] = []
         self._overlays: dict[Path, list[Path]] = {}
         self._vms: dict[str, list[PooledVm]] = {}
@@ -97,7 +106,7 @@ class WarmPool:
     @property
     def enabled(self) -> bool:
         return (self._slot_target > 0 or self._overlay_target > 0 or self._vm_target > 0
-                or self._demand.cap > 0)
+                or self._demand.cap > 0 or self._snapshot_demand.cap > 0)
 
     def start(self) -> None:
         if self.enabled and self._refiller is None:
@@ -143,7 +152,8 @@ class WarmPool:
         `waker` as demand asks."""
         if key in self._launchers:
             return
-        if self._vm_target > 0 or (waker is not None and self._demand.cap > 0):
+        if (self._vm_target > 0 or self._snapshot_demand.cap > 0
+                or (waker is not None and self._demand.cap > 0)):
             self._launchers[key] = launcher
             self._vms.setdefault(key, [])
             self._woken.setdefault(key, [])
@@ -165,6 +175,26 @@ class WarmPool:
         self.takes["missed"] += 1
         return None
 
+    def take_prestarted(self, key: str) -> PooledVm | None:
+        """A pre-started VM of `key` for a restore from one of its snapshots, now the caller's
+        (None when none is ready). Demand for them grows the pool's share of `key`."""
+        self._snapshot_demand.took(key)
+        self._wake.set()
+        if pooled := self._vms.get(key):
+            self.takes["prestarted"] += 1
+            return pooled.pop()
+        self.takes["missed"] += 1
+        return None
+
+    def full(self) -> bool:
+        """Whether every kind the pool keeps is at its target now (nothing left to refill)."""
+        return (len(self._slots) >= self._slot_target
+                and all(len(files) >= self._overlay_target
+                        for backing, files in self._overlays.items() if backing.is_file())
+                and all(len(self._vms[key]) >= self._vms_wanted(key) for key in self._launchers)
+                and all(len(self._woken[key]) >= (self._demand.target(key) if self._room() else 0)
+                        for key in self._wakers))
+
     async def forget_template(self, key: str, backing: Path) -> None:
         """The template is going away: its warm VMs are discarded and not made again, and the
         overlays over its disk dropped."""
@@ -172,6 +202,7 @@ class WarmPool:
         self._wakers.pop(key, None)
         self._wake_again_at.pop(key, None)
         self._demand.forget(key)
+        self._snapshot_demand.forget(key)
         vms = self._vms.pop(key, []) + self._woken.pop(key, [])
         await asyncio.gather(*(self._discard_vm(vm) for vm in vms), return_exceptions=True)
         self.forget_backing(backing)
@@ -232,9 +263,9 @@ class WarmPool:
             await self._idle()
 
     async def _idle(self) -> None:
-        """Until a take (or a forget) asks for a refill; with woken guests kept, at most
-        RECHECK_S: their demand decays and the host's memory changes without a take."""
-        if not any(self._woken.values()):
+        """Until a take (or a forget) asks for a refill; at most RECHECK_S while demand and the
+        host's memory may change what the pool holds without one."""
+        if not self._changes_untaken():
             await self._wake.wait()
             return
         with contextlib.suppress(TimeoutError):
@@ -258,7 +289,10 @@ class WarmPool:
                 pooled.append(overlay)
         # Pre-started VMs first: cheap, and what a create takes while guests are being woken.
         for key, launcher in list(self._launchers.items()):
-            while (key in self._launchers and len(self._vms[key]) < self._vm_target
+            vms = self._vms[key]
+            while key in self._launchers and len(vms) > self._vms_wanted(key):
+                await self._discard_vm(vms.pop(0))  # demand decayed: the oldest first
+            while (key in self._launchers and len(self._vms[key]) < self._vms_wanted(key)
                    and not self._closed):
                 started = await self._start_vm(launcher)
                 if key in self._launchers:
@@ -267,6 +301,20 @@ class WarmPool:
                     await self._discard_vm(started)
         for key in list(self._wakers):
             await self._refill_woken(key)
+
+    def _changes_untaken(self) -> bool:
+        """Whether what the pool should hold may change without a take: woken guests are kept,
+        or pre-started VMs asked for beyond the base share (demand lapses, room comes and
+        goes)."""
+        return any(self._woken.values()) or any(
+            len(self._vms[key]) > self._vm_target
+            or self._snapshot_demand.target(key) > self._vm_target for key in self._launchers)
+
+    def _vms_wanted(self, key: str) -> int:
+        """Pre-started VMs to keep for `key`: always `vms_per_template`, more as restores from
+        its snapshots asked for lately while the host has room."""
+        asked = self._snapshot_demand.target(key) if self._room() else 0
+        return max(self._vm_target, asked)
 
     async def _refill_woken(self, key: str) -> None:
         """Lets go of woken guests of `key` beyond its demand (all of them when the host lacks

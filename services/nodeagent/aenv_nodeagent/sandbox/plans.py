@@ -5,7 +5,8 @@
 - `FromTemplate`: a new sandbox in a new directory, its overlay over the template's disk; a
   pre-started VM of the template may come from the warm pool.
 - `FromSnapshot`: a new sandbox in a new directory, its overlay over the snapshot's top layer (a
-  create from a snapshot, or a fork's child).
+  create from a snapshot, or a fork's child); a pre-started VM of the snapshot's template may
+  come from the warm pool, re-pointed at the snapshot's memory image and layers.
 - `Resume`: a paused sandbox in its own directory, on its own overlay as it is.
 - `Reset`: a running sandbox rewound in its own directory and network slot, a new overlay over
   the snapshot's top layer.
@@ -47,6 +48,7 @@ class FromTemplate(_Plan):
 @dataclass(frozen=True)
 class FromSnapshot(_Plan):
     backing: Path  # the snapshot's top disk layer
+    has_memory: bool  # False: a filesystem-only snapshot, which boots
 
 
 @dataclass(frozen=True)

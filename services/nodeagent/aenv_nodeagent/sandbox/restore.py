@@ -18,13 +18,14 @@ Whatever fails is undone in reverse, so a failed restore leaves nothing but what
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
-from aenv_common.errors import Conflict
-from aenv_nodeagent.disks import create_overlay
+from aenv_common.errors import Conflict, Internal
+from aenv_nodeagent.disks import create_overlay, rename_backing
 from aenv_nodeagent.guest_commands import GuestCommands
 from aenv_nodeagent.network import EgressPolicy, NetSlot
 from aenv_nodeagent.phases import PhaseTimer, Undo
@@ -32,6 +33,7 @@ from aenv_nodeagent.pool import PooledVm, WarmPool
 from aenv_nodeagent.sandbox.context import AllocationChanged, WingContext
 from aenv_nodeagent.sandbox.model import BOOT_RAM, DISK, RestoreImage, Sandbox
 from aenv_nodeagent.sandbox.plans import (
+    FromSnapshot,
     FromTemplate,
     Reset,
     RestorePlan,
@@ -42,8 +44,11 @@ from aenv_nodeagent.sandbox.pooled_guests import TemplateGuests, continue_woken
 from aenv_nodeagent.sandbox.records import egress_policy
 from aenv_nodeagent.templates.launch import boot_from_disk, launch_restore_target
 from aenv_nodeagent.vmm.driver import Vm, VmmDriver
+from aenv_nodeagent.vmm.errors import RemapFailed
 from aenv_nodeagent.volumes import VolumeRelays, envd_mounts
 from aenv_nodeagent.volumes.endpoint import NO_SNAPSTORE
+
+log = logging.getLogger(__name__)
 
 
 class Restorer:
@@ -87,6 +92,8 @@ class Restorer:
                 adopting = self._adopt_policy(plan, slot, timer, undo)
                 await self._start_relay(relays, plan, slot, timer, undo)
                 image = await plan.image(plan.directory)
+                if isinstance(plan, FromSnapshot):
+                    vm = await self._repointed(plan, image, vm, slot, timer, undo)
             else:
                 slot = await self._prepare(plan, timer, undo)
                 image = await plan.image(plan.directory)
@@ -131,12 +138,40 @@ class Restorer:
         undo.push(lambda: relays.stop(slot.netns))
 
     def _pooled(self, plan: RestorePlan) -> PooledVm | None:
-        if self._pool is None or not isinstance(plan, FromTemplate):
+        if self._pool is None:
+            return None
+        if isinstance(plan, FromSnapshot) and plan.has_memory:
+            return self._pool.take_prestarted(plan.chain.template_id)
+        if not isinstance(plan, FromTemplate):
             return None
         template = plan.template
         self._pool.want_vms(template.template_id, self._guests.launcher(template),
                             self._guests.waker(template))
         return self._pool.take_vm(template.template_id)
+
+    async def _repointed(
+        self, plan: FromSnapshot, image: RestoreImage, vm: Vm, slot: NetSlot, timer: PhaseTimer,
+        undo: Undo,
+    ) -> Vm:
+        """The pre-started VM made the snapshot's restore target: its overlay renamed onto the
+        snapshot's top layer, the snapshot's memory image mapped over its RAM and its layers put
+        under the overlay. One that cannot be is ended and a VM launched as without the pool."""
+        assert image.memory is not None
+        try:
+            await timer.timed("repoint", self._repoint(plan, image.memory, vm))
+            return vm
+        except (RemapFailed, Internal) as err:
+            log.warning("a pre-started VM could not be re-pointed at a snapshot; launching one",
+                        extra={"sandbox_id": plan.sandbox_id, "error": str(err)})
+        await vm.shutdown()
+        await timer.timed("overlay", create_overlay(plan.backing, plan.directory / DISK))
+        launched = await self._launch(plan, image, slot, timer)
+        undo.push(launched.shutdown)
+        return launched
+
+    async def _repoint(self, plan: FromSnapshot, memory: Path, vm: Vm) -> None:
+        await rename_backing(plan.directory / DISK, plan.backing)
+        await vm.repoint(memory, plan.chain.top_node, plan.backing)
 
     def _take_pooled(
         self, plan: RestorePlan, pooled: PooledVm, undo: Undo

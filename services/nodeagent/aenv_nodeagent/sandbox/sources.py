@@ -44,8 +44,8 @@ from aenv_nodeagent.sandbox.plans import FromSnapshot, FromTemplate, Reset, Resu
 from aenv_nodeagent.sandbox.records import end_at, new_record
 from aenv_nodeagent.snapshots.store import LayerStore, SnapshotMeta
 from aenv_nodeagent.templates import TemplateSnapshot, TemplateStore
-from aenv_nodeagent.vmm.delta import mapped_memory
 from aenv_nodeagent.vmm.hot_pages import read_ahead_soon
+from aenv_nodeagent.vmm.ram_file import mapped_memory
 
 
 class RestoreSources:
@@ -83,7 +83,7 @@ class RestoreSources:
             directory=self._sandboxes_dir / spec.sandbox_id,
             chain=Chain(snapshot.template_id, list(snapshot.layers)),
             image=lambda directory: self.snapshot_image(snapshot, directory),
-            backing=self._layers.path(snapshot.layers[0]))
+            backing=self._layers.path(snapshot.layers[0]), has_memory=snapshot.has_memory)
 
     def for_resume(
         self, paused: Paused, timeout_s: int, *, boots: bool, timer: PhaseTimer

@@ -74,26 +74,6 @@ class RamMapping:
         return PageRun(self.address + start, self.file_offset + start, length)
 
 
-def mapped_memory(pid: int) -> Path:
-    """The file QEMU `pid` maps its guest RAM from (its memory backend's mem-path)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    except OSError as err:
-        raise CaptureFailed(f"cannot read the command line of QEMU {pid}: {err}") from err
-    for arg in argv:
-        options = _options(arg)
-        if options.get("id") == MEMORY_BACKEND_ID and "mem-path" in options:
-            return Path(options["mem-path"])
-    raise CaptureFailed(f"QEMU {pid} has no file-backed memory backend {MEMORY_BACKEND_ID!r}")
-
-
-def _options(arg: str) -> dict[str, str]:
-    """QEMU's key=value,... syntax, where ',,' is a literal comma."""
-    parts = arg.replace(",,", "\0").split(",")
-    pairs = (part.replace("\0", ",").partition("=") for part in parts)
-    return {key: value for key, sep, value in pairs if sep}
-
-
 def write_delta(
     pid: int, memory: Path, base_state: Path, device_state: Path, out: Path,
     changed: Callable[[], list[PageRun]] | None = None,

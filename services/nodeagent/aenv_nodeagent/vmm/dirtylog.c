@@ -9,6 +9,11 @@
  * and re-arms the log with the PAGEMAP_SCAN ioctl on /proc/<pid>/pagemap (vmm/dirtylog.py). The
  * descriptor stays open for the life of the process; nothing else of QEMU changes. Any failure
  * leaves the mapping unregistered and the node agent falls back to whole captures.
+ *
+ * A QEMU waiting for an incoming state has never let its guest run, so nothing reads its RAM:
+ * `aenv_remap_ram` (asked for over freeze.c's socket) maps another memory image there in place
+ * of the one QEMU mapped, with the same protection and flags, and logs writes to it anew. A VM
+ * pre-started on a template's RAM so becomes a fork's child, whose RAM is its parent's capture.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -88,7 +93,19 @@ static int arm(uint64_t start, uint64_t len)
     return 0;
 }
 
-static void track(void *addr, size_t len)
+/* The RAM mapping QEMU made of the tracked file (or a remap put there), and its log. */
+static struct {
+    void *addr;
+    size_t len;
+    int prot, flags;
+    off_t offset;
+    int uffd;
+} ram = {.uffd = -1};
+
+static mmap_fn real_mmap;
+
+/* Returns the registered descriptor, or -1 (the mapping stays unlogged). */
+static int track(void *addr, size_t len)
 {
     int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | AENV_UFFD_USER_MODE_ONLY);
     struct aenv_uffdio_api api = {
@@ -100,7 +117,7 @@ static void track(void *addr, size_t len)
     };
     if (uffd < 0) {
         complain("userfaultfd");
-        return;
+        return -1;
     }
     if (ioctl(uffd, AENV_UFFDIO_API, &api) < 0) {
         complain("UFFDIO_API (asynchronous write-protect needs Linux 6.7)");
@@ -109,22 +126,50 @@ static void track(void *addr, size_t len)
     } else if (arm(reg.start, reg.len) < 0) {
         complain("PAGEMAP_SCAN");
     } else {
-        return; /* registered: the descriptor lives as long as the process */
+        return uffd; /* registered: the descriptor lives as long as the mapping */
     }
     close(uffd);
+    return -1;
 }
 
 static void *mapped(void *addr, size_t len, int prot, int flags, int fd, off_t offset)
 {
-    static mmap_fn real;
     void *result;
-    if (real == NULL)
-        real = (mmap_fn)dlsym(RTLD_NEXT, "mmap");
-    result = real(addr, len, prot, flags, fd, offset);
+    if (real_mmap == NULL)
+        real_mmap = (mmap_fn)dlsym(RTLD_NEXT, "mmap");
+    result = real_mmap(addr, len, prot, flags, fd, offset);
     if (result != MAP_FAILED && (flags & MAP_PRIVATE) && (prot & PROT_WRITE)
-        && tracked_file(fd))
-        track(result, len);
+        && tracked_file(fd)) {
+        ram.addr = result;
+        ram.len = len;
+        ram.prot = prot;
+        ram.flags = flags;
+        ram.offset = offset;
+        ram.uffd = track(result, len);
+    }
     return result;
+}
+
+/* Called by freeze.c's thread only, while QEMU waits for an incoming state. Returns 0, or
+ * -errno: -ENOENT when no RAM is tracked, -EINVAL for an image smaller than the RAM, -EIO when
+ * the new mapping could not be logged. After a failed map the RAM may be gone: the caller must
+ * not run that guest. */
+int aenv_remap_ram(int fd)
+{
+    struct stat st;
+    if (ram.addr == NULL || real_mmap == NULL)
+        return -ENOENT;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    if (st.st_size < ram.offset + (off_t)ram.len)
+        return -EINVAL;
+    if (real_mmap(ram.addr, ram.len, ram.prot, ram.flags | MAP_FIXED, fd, ram.offset)
+        == MAP_FAILED)
+        return -errno;
+    if (ram.uffd >= 0)
+        close(ram.uffd); /* its registration went with the mapping it replaced */
+    ram.uffd = track(ram.addr, ram.len);
+    return ram.uffd >= 0 ? 0 : -EIO;
 }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset)

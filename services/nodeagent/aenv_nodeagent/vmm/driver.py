@@ -77,6 +77,12 @@ class Vm(Protocol):
         A missing state file raises NotFound; a corrupt one Internal."""
         ...
 
+    async def repoint(self, memory: Path, top_node: str, top_layer: Path) -> None:
+        """Before its restore, make a VM launched on a template's files the target of a
+        snapshot of it: `memory` over its RAM, `top_layer`'s chain under `top_node`. A VM that
+        could not be raises RemapFailed and must never run."""
+        ...
+
     async def disk_chain(self, disk_id: str) -> DiskChain:
         """The layers under disk `disk_id`: top node and file, then backing files, nearest
         first."""

@@ -14,6 +14,8 @@ caller that must decide what to do next catches the kind instead of reading mess
           +-- VmExited            QEMU exited while an operation waited on it
           +-- MigrationError      a migration (capture's or restore's) ended other than completed
           +-- DiskJobError        a block job (a disk's layers merged) failed or was cancelled
+          +-- RemapFailed         a pre-started VM could not take another memory image or disk
+                                  chain: its guest must never run
           +-- CaptureError        a capture made no usable state or image
                +-- CaptureFailed  recoverable: the VM runs as before (stopped at worst, and
                |                  resumable); the capture can be retried or the sandbox kept
@@ -64,6 +66,11 @@ class MigrationError(VmmError):
 
 class DiskJobError(VmmError):
     """A block job on a disk's layers failed or was cancelled."""
+
+
+class RemapFailed(VmmError):
+    """A VM waiting for its incoming state could not be re-pointed at another memory image or
+    disk layer; its RAM or disk may be neither the old nor the new one, so it is discarded."""
 
 
 class CaptureError(VmmError):

@@ -5,7 +5,9 @@
  * is read from the copy afterwards (vmm/frozen.py).
  *
  * With AENV_FREEZE_FD naming an inherited unix socket, a thread (all signals blocked) serves it:
- * each one-byte message asks for a copy. The thread forks the process with a raw
+ * a one-byte message 'F' asks for a copy, 'R' with a descriptor for a memory image to map over
+ * guest RAM before the guest first runs (dirtylog.c, `aenv_remap_ram`; answered 0 or -errno).
+ * For a copy, the thread forks the process with a raw
  * clone(CLONE_PARENT), so that no atfork handler of QEMU runs and the copy is the node agent's
  * child, and answers with the copy's pid (or -errno). The copy closes every descriptor, names
  * itself COPY_NAME and sleeps until the agent kills it: it outlives a crash of the agent, whose
@@ -23,6 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -36,6 +39,8 @@ typedef int (*madvise_fn)(void *, size_t, int);
 
 static int control_fd = -1;
 
+int aenv_remap_ram(int fd); /* dirtylog.c */
+
 /* The copy: only raw system calls, as the thread that forked may have held any libc lock. Every
  * signal is blocked (the thread's mask), so only SIGKILL ends it. */
 static void run_copy(void)
@@ -46,22 +51,53 @@ static void run_copy(void)
         syscall(SYS_ppoll, NULL, 0UL, NULL, NULL, 0UL);  /* no descriptor, no timeout */
 }
 
+static int32_t copy(void)
+{
+    long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
+    if (pid == 0)
+        run_copy();
+    return pid < 0 ? -errno : (int32_t)pid;
+}
+
+/* One message: its byte, and the descriptor it carries (-1: none). */
+static ssize_t receive(char *byte, int *fd)
+{
+    union {
+        struct cmsghdr header;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {.iov_base = byte, .iov_len = 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = control.space, .msg_controllen = sizeof(control.space)};
+    struct cmsghdr *cmsg;
+    ssize_t got = recvmsg(control_fd, &msg, MSG_CMSG_CLOEXEC);
+    *fd = -1;
+    if (got > 0 && (cmsg = CMSG_FIRSTHDR(&msg)) != NULL && cmsg->cmsg_level == SOL_SOCKET
+        && cmsg->cmsg_type == SCM_RIGHTS && cmsg->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(fd, CMSG_DATA(cmsg), sizeof(int));
+    return got;
+}
+
 static void *serve(void *unused)
 {
     (void)unused;
     for (;;) {
         char byte;
-        ssize_t got = recv(control_fd, &byte, 1, 0);
+        int fd;
+        ssize_t got = receive(&byte, &fd);
         int32_t answer;
-        long pid;
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
             break;
-        pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
-        if (pid == 0)
-            run_copy();
-        answer = pid < 0 ? -errno : (int32_t)pid;
+        if (byte == 'F')
+            answer = copy();
+        else if (byte == 'R')
+            answer = fd < 0 ? -EBADF : aenv_remap_ram(fd);
+        else
+            answer = -EINVAL;
+        if (fd >= 0)
+            close(fd);
         if (send(control_fd, &answer, sizeof(answer), MSG_NOSIGNAL) != sizeof(answer))
             break;
     }

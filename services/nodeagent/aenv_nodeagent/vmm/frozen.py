@@ -1,6 +1,7 @@
 """Frozen copies of a stopped QEMU: forks of the process (made by `freeze.c`, preloaded) whose
 memory the kernel keeps as it was at the fork while the guest runs on. A capture stops the guest
-only for the fork, and reads its memory image from the copy afterwards.
+only for the fork, and reads its memory image from the copy afterwards. The same socket asks a
+QEMU that never ran its guest to map another memory image over its RAM (`FreezeChannel.remap`).
 
 A copy holds no descriptor and sleeps until it is killed (`release`): neither a QEMU that quits
 nor an agent that dies ends it, so the agent's next run can still make the image from it
@@ -19,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from aenv_nodeagent.vmm.errors import CaptureFailed, CaptureLostVm
+from aenv_nodeagent.vmm.errors import CaptureFailed, CaptureLostVm, RemapFailed
 
 FREEZE_FD_ENV = "AENV_FREEZE_FD"  # the inherited socket the library serves
 COPY_NAME = "aenv-frozen"  # a copy's /proc/<pid>/comm (freeze.c)
@@ -123,18 +124,43 @@ class FreezeChannel:
         async with self._lock:
             return await asyncio.to_thread(self._freeze)
 
+    async def remap(self, memory_fd: int) -> None:
+        """Map the memory image open as `memory_fd` over guest RAM, in place of the file QEMU
+        mapped, and log writes to it from now on. Only while QEMU waits for its incoming state.
+
+        :raise RemapFailed: it was not mapped (or not logged); the guest must not run."""
+        async with self._lock:
+            await asyncio.to_thread(self._remap, memory_fd)
+
     def close(self) -> None:
         self._sock.close()
 
+    def _ask(self, request: bytes, fd: int | None = None) -> int | None:
+        """One request (with a descriptor to hand over) and its answer; None: QEMU closed its
+        end. :raise OSError:"""
+        handed = [] if fd is None else [
+            (socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("=i", fd))]
+        self._sock.sendmsg([request], handed)
+        answer = self._sock.recv(_ANSWER.size)
+        return _ANSWER.unpack(answer)[0] if len(answer) == _ANSWER.size else None
+
+    def _remap(self, memory_fd: int) -> None:
+        try:
+            status = self._ask(b"R", memory_fd)
+        except OSError as err:
+            raise RemapFailed(f"cannot ask QEMU to map another memory image: {err}") from err
+        if status is None:
+            raise RemapFailed("QEMU closed its freeze socket")
+        if status != 0:
+            raise RemapFailed(f"QEMU could not map the memory image: {os.strerror(-status)}")
+
     def _freeze(self) -> FrozenCopy:
         try:
-            self._sock.send(b"F")
-            answer = self._sock.recv(_ANSWER.size)
+            pid = self._ask(b"F")
         except OSError as err:
             raise CaptureFailed(f"cannot ask QEMU for a frozen copy: {err}") from err
-        if len(answer) != _ANSWER.size:
+        if pid is None:
             raise CaptureLostVm("QEMU closed its freeze socket")
-        (pid,) = _ANSWER.unpack(answer)
         if pid < 0:
             raise CaptureFailed(f"cannot fork QEMU: {os.strerror(-pid)}")
         try:

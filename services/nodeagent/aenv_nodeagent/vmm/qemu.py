@@ -25,6 +25,7 @@ from aenv_nodeagent.vmm.errors import (
     QmpCommandFailed,
     QmpConnectionLost,
     QmpError,
+    RemapFailed,
     VmExited,
     VmmError,
     capture_error,
@@ -331,6 +332,33 @@ class QemuVm:
         if self._freezer is None:
             raise CaptureFailed(f"QEMU {self.pid} cannot be frozen: it was not launched to be")
         return await self._freezer.freeze()
+
+    async def repoint(self, memory: Path, top_node: str, top_layer: Path) -> None:
+        """Make this VM, launched incoming on a template's RAM file and an empty overlay over its
+        disk, the restore target of a capture of a sandbox of that template: `memory` (an image
+        of the RAM's size) mapped copy-on-write over guest RAM in its place, writes logged from
+        then on; `top_layer` and the layers under it down to the disk's backing put under
+        `top_node`, whose header must name `top_layer` already (vmm/qemu_disks.py).
+
+        :raise Conflict: not waiting for its incoming state.
+        :raise RemapFailed: not re-pointed; its guest must never run."""
+        if not self._awaiting_restore:
+            raise Conflict(f"QEMU {self.pid} is not waiting for an incoming state")
+        if self._freezer is None:
+            raise RemapFailed(f"QEMU {self.pid} was not launched with the preload library")
+        try:
+            fd = os.open(memory, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as err:
+            raise RemapFailed(f"cannot open the memory image {memory}: {err.strerror}") from err
+        try:
+            await self._freezer.remap(fd)
+        finally:
+            os.close(fd)
+        try:
+            layers = [top_layer, *jailed_files.backing_chain(top_layer)]
+            await qemu_disks.insert_layers(self, top_node, layers, self._add_fd)
+        except (VmmError, NotFound, OSError) as err:
+            raise RemapFailed(f"QEMU {self.pid} could not take the disk layers: {err}") from err
 
     async def release(self) -> None:
         """Let go of QEMU without stopping it (a VM not taken over after all)."""

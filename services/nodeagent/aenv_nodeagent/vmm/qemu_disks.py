@@ -125,6 +125,65 @@ async def switch_disk_to_overlay(
         raise
 
 
+async def insert_layers(
+    qmp: QmpSession, top_node: str, layers: Sequence[Path],
+    add_fd: Callable[[int], Awaitable[int]],
+) -> None:
+    """Put `layers` (a chain of qcow2 files, newest first, as their headers name it) between
+    `top_node` and its backing, in a VM waiting for its incoming state, whose disks are not
+    active yet (nothing reads them): those above the node's backing, each opened read-only from
+    a descriptor QEMU is handed (`add_fd`: a jailed QEMU may not open them), the oldest over the
+    backing, then `top_node` reopened over the newest. `top_node`'s header must name the newest
+    already: QEMU reads it again when it activates the disk after the restore, and later
+    restores of the disk open the chain by the headers' names.
+
+    :raise NotFound: `top_node` has no backing, or `layers` do not stand on it.
+    :raise QmpError: QEMU refused a step; the disk may be neither chain, so the VM must not run.
+    :raise OSError: a layer could not be opened.
+    """
+    reply = await qmp.execute("query-named-block-nodes", {"flat": True})
+    nodes = [node for node in reply if isinstance(node, dict)] if isinstance(reply, list) else []
+    top = next((node for node in nodes if node.get("node-name") == top_node), None)
+    if top is None or not top.get("backing_file"):
+        raise NotFound(f"QEMU {qmp.pid} has no block node {top_node!r} over a backing")
+    backing = str(top["backing_file"])
+    names = [str(layer) for layer in layers]
+    if backing not in names[1:]:
+        raise NotFound(f"{layers[0]} does not stand on {backing}, the disk's backing in QEMU "
+                       f"{qmp.pid}")
+    layers = layers[:names.index(backing)]
+    below = _node_of(nodes, backing, protocol=False)
+    for index in reversed(range(len(layers))):
+        fd = os.open(layers[index], os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fd_set = await add_fd(fd)
+        finally:
+            os.close(fd)
+        layer = f"{top_node}-under{index}"
+        await qmp.execute("blockdev-add", {
+            "driver": "qcow2", "node-name": layer, "read-only": True,
+            "file": {"driver": "file", "filename": f"/dev/fdset/{fd_set}"}, "backing": below})
+        below = layer
+    # Every option as at launch (vmm/argv.py): a reopen resets those it is not given.
+    await qmp.execute("blockdev-reopen", {"options": [{
+        "driver": "qcow2", "node-name": top_node, "read-only": False, "discard": "unmap",
+        "file": _node_of(nodes, str(top["file"]), protocol=True, other_than=top_node),
+        "backing": below}]})
+
+
+def _node_of(
+    nodes: list[dict[str, object]], filename: str, *, protocol: bool, other_than: str = "",
+) -> str:
+    """The name of the node opening `filename`: its protocol node (driver `file`) or its format
+    node. :raise NotFound: none."""
+    for node in nodes:
+        name = str(node.get("node-name", ""))
+        if (node.get("file") == filename and (node.get("drv") == "file") == protocol
+                and name != other_than):
+            return name
+    raise NotFound(f"no block node opens {filename}")
+
+
 async def close_writable_fds(qmp: QmpSession) -> None:
     """Remove the writable descriptors of disks passed by fd from their fd sets. Call once
     such a disk is a frozen (read-only) layer, with the VM running, when QEMU closes a

@@ -27,6 +27,7 @@ from aenv_nodeagent.vmm.errors import (
     CaptureFailed,
     QmpCommandFailed,
     QmpConnectionLost,
+    RemapFailed,
     VmExited,
     VmmError,
     VmStartError,
@@ -75,6 +76,7 @@ class FakeVm:
                                _backing_chain(disk.path))
             for index, disk in enumerate(spec.disks)}
         self.logs_writes = spec.copy_on_write_preload
+        self.memory = spec.mem_path  # what its RAM maps (repoint changes it)
         self.exit_code: int | None = None
         self.released = False
         self.writable_fds_closed = False
@@ -169,6 +171,20 @@ class FakeVm:
             return {"migrate_incoming": 0.0}
         self._status = "running"
         return {"migrate_incoming": 0.0, "cont": 0.0}
+
+    async def repoint(self, memory: Path, top_node: str, top_layer: Path) -> None:
+        await self._call("repoint", memory=memory, top_node=top_node, top_layer=top_layer)
+        if not self._awaiting_restore:
+            raise Conflict(f"QEMU {self.pid} is not waiting for an incoming state")
+        if not memory.is_file():
+            raise RemapFailed(f"cannot open the memory image {memory}: No such file or directory")
+        self.memory = memory
+        disk_id, chain = self._disk_of(top_node, "blockdev-reopen")
+        layers = [top_layer, *_backing_chain(top_layer)]
+        if not chain.backing_files or chain.backing_files[0] not in layers[1:]:
+            raise RemapFailed(f"QEMU {self.pid} could not take the disk layers: {top_layer} does "
+                              f"not stand on the disk's backing")
+        self.chains[disk_id] = DiskChain(top_node, chain.top_file, layers)
 
     async def disk_chain(self, disk_id: str) -> DiskChain:
         await self._call("disk_chain", disk_id=disk_id)

@@ -116,7 +116,8 @@ class Node:
 async def build_node(
     state_dir: Path, prefix: str, session: aiohttp.ClientSession, records: MemoryRecords,
     network: NetworkManager | None = None, *, pool_slots: int = 0, pool_overlays: int = 0,
-    pool_vms: int = 0, pool_guests: int = 0, pool_cidr: str | None = None, snapstore: str = "",
+    pool_vms: int = 0, pool_guests: int = 0, pool_snapshot_vms: int = 0,
+    pool_cidr: str | None = None, snapstore: str = "",
     node_id: str = "test-node", own_templates: bool = False, share_templates: bool = False,
     cgroups: VmCgroups | None = None, events: SandboxEvents | None = None,
 ) -> Node:
@@ -141,7 +142,8 @@ async def build_node(
     templates.register(base)
     pool = WarmPool(network, state_dir / "pool", slots=pool_slots,
                     overlays_per_backing=pool_overlays, vms_per_template=pool_vms,
-                    guests_per_template=pool_guests, vm_root=state_dir / "sandboxes")
+                    guests_per_template=pool_guests, snapshot_vms_per_template=pool_snapshot_vms,
+                    vm_root=state_dir / "sandboxes")
     pool.start()
     allocation = AllocationSink()
     sandboxes = SandboxWing(
@@ -193,7 +195,8 @@ async def node() -> AsyncIterator[Node]:
 @contextlib.asynccontextmanager
 async def node_parts(
     *, pool_slots: int = 0, pool_overlays: int = 0, pool_vms: int = 0, pool_guests: int = 0,
-    pool_cidr: str | None = None, snapstore: str = "", node_id: str = "test-node",
+    pool_snapshot_vms: int = 0, pool_cidr: str | None = None, snapstore: str = "",
+    node_id: str = "test-node",
     records: MemoryRecords | None = None, own_templates: bool = False,
     share_templates: bool = False, confined: bool = False,
     events: Callable[[MemoryRecords], SandboxEvents] | None = None,
@@ -207,7 +210,8 @@ async def node_parts(
             first = await build_node(state_dir, prefix, session, records,
                                      pool_slots=pool_slots, pool_overlays=pool_overlays,
                                      pool_vms=pool_vms, pool_guests=pool_guests,
-                                     pool_cidr=pool_cidr, snapstore=snapstore,
+                                     pool_snapshot_vms=pool_snapshot_vms, pool_cidr=pool_cidr,
+                                     snapstore=snapstore,
                                      node_id=node_id, own_templates=own_templates,
                                      share_templates=share_templates,
                                      cgroups=node_cgroups(state_dir) if confined else None,

@@ -123,9 +123,12 @@ class Wing:
 
 def build_wing(
     state_dir: Path, records: RecordingRecords, templates: FakeTemplates,
-    template: TemplateSnapshot, pool: WarmPool | None = None,
+    template: TemplateSnapshot, pool: WarmPool | None = None, *,
+    network: FakeNetwork | None = None,
 ) -> Wing:
-    driver, network, envd, allocations = FakeDriver(), FakeNetwork(), FakeEnvd(), Allocations()
+    """The wing; a `pool` of its own must build its slots on the wing's `network`."""
+    driver, envd, allocations = FakeDriver(), FakeEnvd(), Allocations()
+    network = network or FakeNetwork()
     network.relays = relays = loopback_relays()
     service = SandboxWing(
         WingContext.of(

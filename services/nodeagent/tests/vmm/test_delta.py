@@ -9,8 +9,6 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ from aenv_nodeagent.vmm.delta import (
     ImageParts,
     copy_pages,
     copy_sparse,
-    mapped_memory,
     private_runs,
     write_delta,
     write_image,
@@ -88,30 +85,6 @@ def test_streams_that_do_not_fit_are_refused(
     with pytest.raises(CaptureFailed, match="does not map"):
         write_delta(dirtier.pid, other, tmp_path / "base", tmp_path / "devices",
                     tmp_path / "delta")
-
-
-def test_the_memory_file_is_read_from_the_command_line() -> None:
-    backend = "memory-backend-file,id=mem,size=1M,mem-path=/var/a,,b/memory,share=off"
-    with _waiting("-object", backend) as pid:
-        assert mapped_memory(pid) == Path("/var/a,b/memory")
-    with _waiting() as pid, pytest.raises(CaptureFailed, match="no file-backed memory backend"):
-        mapped_memory(pid)
-
-
-@contextmanager
-def _waiting(*args: str) -> Iterator[int]:
-    """A process with `args` on its command line, until the block ends."""
-    proc = subprocess.Popen([sys.executable, "-c", WAIT, *args], text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # exec'd
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-WAIT = "import sys; print('ready', flush=True); sys.stdin.read()"
 
 
 def test_an_image_is_the_copied_base_with_the_private_pages_written_over_it(
