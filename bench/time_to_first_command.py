@@ -74,7 +74,8 @@ NET_PREFIX = "attfp"
 GUESTS_ENV = "AENV_NODEAGENT_WARM_POOL_GUESTS"
 # Every warm pool of the node agent off: the pool-miss run.
 NO_POOL = {GUESTS_ENV: "0", "AENV_NODEAGENT_WARM_POOL_SLOTS": "0",
-           "AENV_NODEAGENT_WARM_POOL_OVERLAYS": "0", "AENV_NODEAGENT_WARM_POOL_VMS": "0"}
+           "AENV_NODEAGENT_WARM_POOL_OVERLAYS": "0", "AENV_NODEAGENT_WARM_POOL_VMS": "0",
+           "AENV_NODEAGENT_WARM_POOL_SNAPSHOT_VMS": "0"}
 FIGURE = Path(__file__).parent.parent / "docs" / "figures" / "time_to_first_command.png"
 
 

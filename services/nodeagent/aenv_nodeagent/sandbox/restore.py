@@ -18,6 +18,7 @@ Whatever fails is undone in reverse, so a failed restore leaves nothing but what
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from collections.abc import Sequence
@@ -80,6 +81,13 @@ class Restorer:
 
         :raise AenvError: a step failed; everything the restore made is undone.
         """
+        with self._pool.restoring() if self._pool is not None else contextlib.nullcontext():
+            return await self._restore(plan, timer, event, detail, related)
+
+    async def _restore(
+        self, plan: RestorePlan, timer: PhaseTimer, event: cluster_pb2.SandboxEventType,
+        detail: str, related: Sequence[str],
+    ) -> Sandbox:
         relays = self._relays_for(plan)
         undo = Undo()
         self._registry.restoring(plan.sandbox_id, plan.chain)  # before any await: its layers stay

@@ -74,3 +74,33 @@ async def test_children_on_pre_started_vms_have_the_past_and_a_future_of_their_o
         await asyncio.gather(*(lc.kills.kill(s.record.sandbox_id)
                                for s in [*children, restored, parent]))
         await lc.snapshots.delete(snapshot.snapshot_id)
+
+
+async def test_a_child_on_a_pre_started_vm_is_adopted_after_a_restart_and_captured_whole(
+) -> None:
+    async with node_parts(pool_vms=1) as node:
+        parent_spec = spec()
+        parent = await node.sandboxes.creates.create(parent_spec)
+        await sh(node.session, parent.host, parent_spec.envd_access_token,
+                 "echo disk > /root/disk && sync && echo mem > /run/mem")
+        await until(lambda: node.pool.sizes()["vms"] == 1, "a pre-started VM", 120)
+        (child,) = await node.sandboxes.forks.fork(parent_spec.sandbox_id, 1)
+        assert isinstance(child, Sandbox) and "repoint" in child.timings_ms
+        cid, token = child.record.sandbox_id, child.record.envd_access_token
+        await sh(node.session, child.host, token, "echo own > /run/own")
+
+        # The new agent finds what its RAM maps though QEMU's command line names the
+        # template's file: a capture of it holds the parent's pages and its own.
+        restarted = await node.restart()
+        adopted = restarted.sandboxes.registry.get(cid)
+        assert adopted.vm.pid == child.vm.pid
+        snapshot = await restarted.sandboxes.snapshots.create(cid, "adopted")
+        restored_spec = spec(template_id=snapshot.snapshot_id)
+        restored = await restarted.sandboxes.creates.create(restored_spec)
+        assert await sh(restarted.session, restored.host, restored_spec.envd_access_token,
+                        "cat /root/disk /run/mem /run/own") == "disk\nmem\nown\n"
+        await restarted.sandboxes.pauses.pause(cid)
+        resumed = await restarted.sandboxes.pauses.resume(cid)
+        assert await sh(restarted.session, resumed.host, token, "cat /run/mem /run/own") == (
+            "mem\nown\n")
+        await restarted.sandboxes.snapshots.delete(snapshot.snapshot_id)

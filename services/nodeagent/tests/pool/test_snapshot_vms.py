@@ -5,6 +5,7 @@ lapses, and never handed out twice."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -92,3 +93,32 @@ async def test_the_extra_vms_go_when_the_demand_lapses_or_the_host_needs_room(
     await until(lambda: pool.sizes()["vms"] == 3, "the demand's share again")
     clock.now += 61  # a minute later only the last restore counts, as one VM: the base share
     await until(lambda: pool.sizes()["vms"] == BASE, "the lapsed demand's VMs let go")
+
+
+async def test_no_vm_is_started_while_a_restore_runs(
+    parts: tuple[WarmPool, FakeNetwork, Guests, Room, Clock],
+) -> None:
+    pool, network, guests, _, _ = parts
+    await until(pool.full, "the base share")
+    launched = len(guests.launched)
+    with pool.restoring():
+        taken = pool.take_prestarted("base")
+        assert taken is not None
+        await asyncio.sleep(0.2)  # many refill passes' time
+        assert len(guests.launched) == launched and not pool.full()
+    await until(pool.full, "the refill once the restore ended")
+    assert len(guests.launched) > launched
+    await given_back(taken, network)
+
+
+async def test_a_restore_that_goes_on_delays_the_refill_only_so_long(
+    parts: tuple[WarmPool, FakeNetwork, Guests, Room, Clock], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool, network, _, _, _ = parts
+    monkeypatch.setattr(warm, "QUIET_WAIT_S", 0.05)
+    await until(pool.full, "the base share")
+    with pool.restoring():
+        taken = pool.take_prestarted("base")
+        assert taken is not None
+        await until(pool.full, "the refill beside a long restore")
+    await given_back(taken, network)

@@ -5,6 +5,7 @@ once both are done; a wake that fails waits for the rules before its slot is tak
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
@@ -56,6 +57,9 @@ class HeldPool:
 
     def take_vm(self, key: str) -> PooledVm | None:
         return self.guests.pop() if self.guests else None
+
+    def restoring(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     async def adopt_policy(self, slot: NetSlot, policy: EgressPolicy) -> None:
         assert self.wing is not None
