@@ -67,8 +67,10 @@ VmWaker = Callable[[PooledVm], Awaitable[None]]
 RECHECK_S = 5.0
 # A template whose guest could not be woken is tried again after this long.
 WAKE_RETRY_S = 60.0
-# A VM is started between restores, not beside them, unless they go on longer than this.
+# A VM is started between restores, not beside them, unless they go on longer than this; and
+# not until SETTLE_S after the last one, when its sandbox's first commands run.
 QUIET_WAIT_S = 5.0
+SETTLE_S = 1.0
 
 
 class WarmPool:
@@ -101,6 +103,7 @@ class WarmPool:
         self.takes = {"woken": 0, "prestarted": 0, "missed": 0}
         self._wake = asyncio.Event()
         self._restoring = 0
+        self._quiet_since = float("-inf")  # when the last restore ended (the loop's clock)
         self._quiet = asyncio.Event()
         self._quiet.set()
         self._refiller: asyncio.Task[None] | None = None
@@ -125,9 +128,10 @@ class WarmPool:
 
     @contextlib.contextmanager
     def restoring(self) -> Iterator[None]:
-        """Around a restore: the pool starts no VM meanwhile, for up to QUIET_WAIT_S (a QEMU's
-        start takes the CPU the restore's guest wakes on; a fork of 4 took ~35% longer
-        beside the refill of the VMs its children took)."""
+        """Around a restore: the pool starts no VM meanwhile nor for SETTLE_S after, for up to
+        QUIET_WAIT_S (a QEMU's start takes the CPU the restore's guest wakes on and its first
+        commands run on; a fork of 4 took ~35% longer beside the refill of the VMs its
+        children took)."""
         self._restoring += 1
         self._quiet.clear()
         try:
@@ -135,6 +139,7 @@ class WarmPool:
         finally:
             self._restoring -= 1
             if not self._restoring:
+                self._quiet_since = asyncio.get_running_loop().time()
                 self._quiet.set()
 
     async def take_slot(self, policy: EgressPolicy) -> NetSlot:
@@ -365,9 +370,22 @@ class WarmPool:
         else:  # its template was evicted meanwhile
             await self._discard_vm(started)
 
+    async def _between_restores(self) -> None:
+        """Until no restore has run for SETTLE_S, or for QUIET_WAIT_S at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + QUIET_WAIT_S
+        while (left := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(self._quiet.wait(), left)
+            except TimeoutError:
+                return
+            settle = self._quiet_since + SETTLE_S - loop.time()
+            if settle <= 0:
+                return
+            await asyncio.sleep(min(settle, left))
+
     async def _start_vm(self, launcher: VmLauncher) -> PooledVm:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._quiet.wait(), QUIET_WAIT_S)
+        await self._between_restores()
         directory = self._vm_root / f"{VM_DIR_PREFIX}{secrets.token_hex(8)}"
         directory.mkdir(parents=True)
         try:

@@ -41,6 +41,7 @@ async def parts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[tuple[WarmPool, FakeNetwork, Guests, Room, Clock]]:
     monkeypatch.setattr(warm, "RECHECK_S", 0.02)  # the demand's and the room's changes, soon
+    monkeypatch.setattr(warm, "SETTLE_S", 0.05)
     network, guests, room, clock = FakeNetwork(), Guests(), Room(), Clock()
     pool = WarmPool(network, tmp_path / "pool", slots=0, overlays_per_backing=0,  # type: ignore[arg-type]
                     vms_per_template=BASE, vm_root=tmp_path / "sandboxes", room=room,
@@ -96,9 +97,10 @@ async def test_the_extra_vms_go_when_the_demand_lapses_or_the_host_needs_room(
 
 
 async def test_no_vm_is_started_while_a_restore_runs(
-    parts: tuple[WarmPool, FakeNetwork, Guests, Room, Clock],
+    parts: tuple[WarmPool, FakeNetwork, Guests, Room, Clock], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pool, network, guests, _, _ = parts
+    monkeypatch.setattr(warm, "SETTLE_S", 0.5)
     await until(pool.full, "the base share")
     launched = len(guests.launched)
     with pool.restoring():
@@ -106,6 +108,8 @@ async def test_no_vm_is_started_while_a_restore_runs(
         assert taken is not None
         await asyncio.sleep(0.2)  # many refill passes' time
         assert len(guests.launched) == launched and not pool.full()
+    await asyncio.sleep(0.05)  # within SETTLE_S of its end, when its first commands run
+    assert len(guests.launched) == launched
     await until(pool.full, "the refill once the restore ended")
     assert len(guests.launched) > launched
     await given_back(taken, network)

@@ -15,7 +15,7 @@ import pytest
 
 from aenv_nodeagent.memory.images import BASE_MEMORY, BASE_STATE
 from aenv_nodeagent.network import NetworkManager
-from aenv_nodeagent.pool import WarmPool
+from aenv_nodeagent.pool import WarmPool, warm
 from aenv_nodeagent.sandbox.model import DISK, RestoreImage, Sandbox, boot_image
 from aenv_nodeagent.snapshots.store import SnapshotMeta
 from aenv_nodeagent.templates.model import ROOT_DISK_ID
@@ -50,7 +50,10 @@ def captured_images(wing: Wing) -> None:
 
 
 @pytest.fixture
-async def pooled(tmp_path: Path, templates: FakeTemplates) -> AsyncIterator[tuple[Wing, WarmPool]]:
+async def pooled(
+    tmp_path: Path, templates: FakeTemplates, monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[tuple[Wing, WarmPool]]:
+    monkeypatch.setattr(warm, "SETTLE_S", 0.01)
     network = FakeNetwork()
     state = tmp_path / "state"
     pool = WarmPool(cast(NetworkManager, network), state / "pool", slots=0,
