@@ -3,10 +3,11 @@
 A create from a template (a restore of the template's snapshot), a create from a snapshot, a
 fork's children, a resume and a reset all run the same steps, with one undo stack:
 
-    slot ∥ overlay → volume relay → QEMU (pre-started from the warm pool, or launched now)
-    → device state → envd /init, its first request (clock, entropy, this sandbox's token, its
-    volume mounts) → record → publish (with its event: READY, RESUMED, UPDATED for a reset, in
-    the record's own etcd transaction, sandbox/events.py)
+    slot ∥ overlay → volume relay → QEMU (pre-started from the warm pool, re-pointed at a
+    snapshot's memory image and layers for a restore of one, or launched now) → device state
+    → envd /init, its first request (clock, entropy, this sandbox's token, its volume mounts)
+    → record → publish (with its event: READY, RESUMED, UPDATED for a reset, in the record's
+    own etcd transaction, sandbox/events.py)
 
 What differs between them is the plan, one kind per case (sandbox/plans.py; sandbox/sources.py
 makes them): where the sandbox's directory is and whether the restore makes it, what its disk
