@@ -95,7 +95,8 @@ class NodeAgentSettings(BaseSettings):
     warm_pool_vms: int = 2
     # More pre-started VMs per template, up to this many, as restores from its snapshots (a
     # fork's children) asked for in the last minute, while the host has the room woken guests
-    # need: a child then takes one instead of waiting for a QEMU to start. 0 disables them.
+    # need: a child then takes one instead of waiting for a QEMU to start. 0 disables them, as
+    # does warm_pool_vms 0 (no pre-started VM at all).
     warm_pool_snapshot_vms: int = Field(default=16, ge=0)
     # Woken guests per template at most (restored, warmed by one command, stopped: a create only
     # continues one), kept as many as creates asked for in the last minute; only while the

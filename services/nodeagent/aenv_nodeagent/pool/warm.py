@@ -89,8 +89,10 @@ class WarmPool:
         self._vm_root = vm_root or root
         self._room = room
         self._demand = demand or Demand(guests_per_template)
-        # Restores from snapshots (fork children): they take pre-started VMs, never woken ones.
-        self._snapshot_demand = snapshot_demand or Demand(snapshot_vms_per_template)
+        # Restores from snapshots (fork children): they take pre-started VMs, never woken ones;
+        # none beyond a base share of 0 (`vms_per_template` 0 turns pre-started VMs off).
+        self._snapshot_demand = snapshot_demand or Demand(
+            snapshot_vms_per_template if vms_per_template > 0 else 0)
         self._slots: list[NetSlot] = []
         self._overlays: dict[Path, list[Path]] = {}
         self._vms: dict[str, list[PooledVm]] = {}

@@ -126,3 +126,19 @@ async def test_a_restore_that_goes_on_delays_the_refill_only_so_long(
         assert taken is not None
         await until(pool.full, "the refill beside a long restore")
     await given_back(taken, network)
+
+
+async def test_no_base_share_means_no_pre_started_vm_at_all(tmp_path: Path) -> None:
+    network, guests = FakeNetwork(), Guests()
+    pool = WarmPool(network, tmp_path / "pool", slots=1, overlays_per_backing=0,  # type: ignore[arg-type]
+                    vms_per_template=0, snapshot_vms_per_template=4,
+                    vm_root=tmp_path / "sandboxes")
+    pool.start()
+    try:
+        pool.want_vms("base", guests.launch)  # type: ignore[arg-type]
+        assert [pool.take_prestarted("base") for _ in range(3)] == [None] * 3
+        await until(pool.full, "the slot")
+        await asyncio.sleep(0.1)
+        assert guests.launched == [] and pool.sizes()["vms"] == 0
+    finally:
+        await pool.close()
