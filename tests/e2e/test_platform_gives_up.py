@@ -45,7 +45,9 @@ async def test_giving_up_on_the_node_agent_leaves_no_vm_or_netns(tmp_path: Path)
         assert not up.done(), out.getvalue()
         async with GatewayClient.for_home(home, timeout_s=300) as client:
             sandbox = await client.create_sandbox("base", timeout_seconds=600)
-        assert len(qemu_pids_under(home)) >= 2 and netns_names(prefix)  # a sandbox and the pool
+        # A sandbox, and the pool's VM: started a moment after the restore, not beside it.
+        await _until(lambda: len(qemu_pids_under(home)) >= 2, "the pool's VM beside the sandbox")
+        assert netns_names(prefix)
 
         for attempt in range(MAX_RESTARTS + 1):
             await _until(_back(out, attempt), "the node agent to be back")
