@@ -46,7 +46,6 @@ from aenv_nodeagent.sandbox.pooled_guests import TemplateGuests, continue_woken
 from aenv_nodeagent.sandbox.records import egress_policy
 from aenv_nodeagent.templates.launch import boot_from_disk, launch_restore_target
 from aenv_nodeagent.vmm.driver import Vm, VmmDriver
-from aenv_nodeagent.vmm.errors import RemapFailed
 from aenv_nodeagent.volumes import VolumeRelays, envd_mounts
 from aenv_nodeagent.volumes.endpoint import NO_SNAPSTORE
 
@@ -169,7 +168,7 @@ class Restorer:
         try:
             await timer.timed("repoint", self._repoint(plan, image.memory, vm))
             return vm
-        except (RemapFailed, Internal) as err:
+        except Internal as err:  # RemapFailed, or an overlay that could not be renamed
             log.warning("a pre-started VM could not be re-pointed at a snapshot; launching one",
                         extra={"sandbox_id": plan.sandbox_id, "error": str(err)})
         await vm.shutdown()

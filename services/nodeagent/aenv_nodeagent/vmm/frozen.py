@@ -124,13 +124,21 @@ class FreezeChannel:
         async with self._lock:
             return await asyncio.to_thread(self._freeze)
 
-    async def remap(self, memory_fd: int) -> None:
-        """Map the memory image open as `memory_fd` over guest RAM, in place of the file QEMU
-        mapped, and log writes to it from now on. Only while QEMU waits for its incoming state.
+    async def remap(self, memory: Path) -> None:
+        """Map the memory image `memory` (opened read-only here) over guest RAM, in place of the
+        file QEMU mapped, and log writes to it from now on. Only while QEMU waits for its
+        incoming state.
 
         :raise RemapFailed: it was not mapped (or not logged); the guest must not run."""
-        async with self._lock:
-            await asyncio.to_thread(self._remap, memory_fd)
+        try:
+            fd = os.open(memory, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as err:
+            raise RemapFailed(f"cannot open the memory image {memory}: {err.strerror}") from err
+        try:
+            async with self._lock:
+                await asyncio.to_thread(self._remap, fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         self._sock.close()

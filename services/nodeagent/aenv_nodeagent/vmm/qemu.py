@@ -346,14 +346,7 @@ class QemuVm:
             raise Conflict(f"QEMU {self.pid} is not waiting for an incoming state")
         if self._freezer is None:
             raise RemapFailed(f"QEMU {self.pid} was not launched with the preload library")
-        try:
-            fd = os.open(memory, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as err:
-            raise RemapFailed(f"cannot open the memory image {memory}: {err.strerror}") from err
-        try:
-            await self._freezer.remap(fd)
-        finally:
-            os.close(fd)
+        await self._freezer.remap(memory)
         try:
             layers = [top_layer, *jailed_files.backing_chain(top_layer)]
             await qemu_disks.insert_layers(self, top_node, layers, self._add_fd)
