@@ -24,6 +24,7 @@ take it away; and which capture is still making that file.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import weakref
 from collections.abc import Coroutine
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aenv_nodeagent.memory.deferred import REFERENCE, fill, forget, recorded
+from aenv_nodeagent.memory.fork_delta import worth_writing, write_fork_delta
 from aenv_nodeagent.memory.images import (
     CAPTURED,
     DEVICES,
@@ -51,8 +53,11 @@ from aenv_nodeagent.vmm.delta import (
 )
 from aenv_nodeagent.vmm.dirtylog import DirtyLog
 from aenv_nodeagent.vmm.driver import Vm
+from aenv_nodeagent.vmm.errors import CaptureFailed
 from aenv_nodeagent.vmm.frozen import FrozenCopy
 from aenv_nodeagent.vmm.stream import PAGE_SIZE
+
+log = logging.getLogger(__name__)
 
 _PASSES = 3  # copies while the guest runs, at most
 _SETTLED_PAGES = 256  # a pass that copied fewer leaves too little to be worth another
@@ -134,6 +139,7 @@ class MemoryCapture:
     _reference: Path | None = None  # what a deferred image is made on, linked beside it
     _later: _Later | None = None  # the frozen copy, until `finishing` takes it
     _forking: asyncio.Future[None] | None = None  # the fork started while stopped
+    _onto_base: bool = False  # a deferred image is made on the base (no capture since)
 
     async def while_running(self) -> None:
         """Before the guest is stopped: with a frozen copy to come, only what the copy needs;
@@ -150,6 +156,7 @@ class MemoryCapture:
         reference = self.ledger.reference(self.vm, self.base)
         if reference is not None and self.vm.freezes:
             self._reference = link_into(reference, self.out.memory.with_name(REFERENCE))
+            self._onto_base = reference == base
             self.deferred = True
             return
         self.ledger.unknown(self.vm)  # until this capture is done
@@ -184,6 +191,25 @@ class MemoryCapture:
         """`image` (published) is what the VM's RAM equalled when it was stopped."""
         if self.dirty is not None:
             self.ledger.captured(self.vm, image, sandbox_dir)
+
+    async def fork_delta(self, directory: Path) -> None:
+        """For a fork's first children, after the guest continued: the pages written since the
+        base as a delta onto it (memory/fork_delta.py), when the deferred image is made on the
+        base and they are few. Without it they wait for the image.
+
+        :raise CaptureFailed: the frozen copy's pages could not be read, or the delta written.
+        """
+        later = self._later
+        if later is None or not self._onto_base:
+            return
+        try:
+            if await asyncio.to_thread(worth_writing, self.base, later.runs):
+                self.copied["fork_delta"] = await self.timer.timed(
+                    "fork_delta", asyncio.to_thread(
+                        write_fork_delta, later.copy.pid, self.base, later.parts, later.runs,
+                        directory))
+        except (OSError, CaptureFailed) as err:  # the children wait for the image
+            log.warning("fork delta not written", extra={"error": str(err)})
 
     def finishing(self, sandbox_dir: Path) -> Coroutine[None, None, MemoryImage]:
         """The deferred image's making, from the frozen copy (which goes after). It leaves
@@ -259,7 +285,7 @@ class MemoryCapture:
         except BaseException:
             self.ledger.made(self.vm, made, None, directory)
             raise
-        self._later = _Later(copy, runs, made)
+        self._later = _Later(copy, runs, made, parts)
         self.copied["frozen"] = sum(run.length for run in runs) // PAGE_SIZE
 
     def _presize(self) -> None:
@@ -298,6 +324,7 @@ class _Later:
     copy: FrozenCopy
     runs: list[PageRun]
     made: asyncio.Future[None]
+    parts: ImageParts
 
 
 def pages_fields(capture: MemoryCapture) -> dict[str, int]:

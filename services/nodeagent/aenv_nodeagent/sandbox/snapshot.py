@@ -197,6 +197,8 @@ class Snapshots:
                                     memory=memory, pending=ram is not None and ram.deferred)
             self.store.add(meta)
             if ram is not None and ram.deferred:
+                if hidden:  # a fork's: its first children need not wait for the image
+                    await ram.fork_delta(directory)
                 self._images.build(directory, self.deferred_image(
                     meta, ram.finishing(sandbox.directory), ram.image_timings))
         except BaseException:

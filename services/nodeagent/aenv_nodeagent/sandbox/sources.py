@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common.errors import Conflict, Internal
+from aenv_nodeagent.memory.fork_delta import fork_delta
 from aenv_nodeagent.memory.images import (
     BASE_MEMORY,
     BASE_STATE,
@@ -136,6 +137,9 @@ class RestoreSources:
         if not snapshot.has_memory:
             return boot_image(inputs)
         partial = self._images.building_memory(snapshot.directory)
+        if partial is not None and (delta := fork_delta(snapshot.directory)) is not None:
+            pinned = pin_base(delta.base, directory)  # and the delta loaded onto it
+            return RestoreImage(inputs, pinned.memory, delta.stream, snapshot.guest_token)
         if partial is not None:  # launched on the memory file now, loaded once it is made
             async def later_state() -> Path:
                 image = await self.materialized(snapshot)

@@ -85,6 +85,17 @@ def write_delta(
     a thread."""
     parts = ImageParts.read(base_state, device_state)
     runs = changed() if changed is not None else private_runs(pid, memory)
+    return write_delta_stream(pid, parts, runs, out)
+
+
+def write_delta_stream(
+    pid: int, parts: ImageParts, runs: Iterable[PageRun], out: Path
+) -> DeltaResult:
+    """Write to `out` a delta stream of `parts` with the `runs` of QEMU `pid` (stopped, or a
+    frozen copy of it) as its pages. Blocking.
+
+    :raise CaptureFailed: the process's pages or the file could not be read or written.
+    """
     section = parts.section_id
     fd = _create(out)
     try:

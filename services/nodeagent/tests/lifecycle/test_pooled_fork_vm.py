@@ -86,6 +86,7 @@ async def test_a_child_on_a_pre_started_vm_is_adopted_after_a_restart_and_captur
         await until(lambda: node.pool.sizes()["vms"] == 1, "a pre-started VM", 120)
         (child,) = await node.sandboxes.forks.fork(parent_spec.sandbox_id, 1)
         assert isinstance(child, Sandbox) and "repoint" in child.timings_ms
+        assert "memory_image" not in child.timings_ms  # on the parent's base, with the delta
         cid, token = child.record.sandbox_id, child.record.envd_access_token
         await sh(node.session, child.host, token, "echo own > /run/own")
 
