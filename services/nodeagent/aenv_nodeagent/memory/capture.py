@@ -35,6 +35,8 @@ from aenv_nodeagent.memory.deferred import REFERENCE, fill, forget, recorded
 from aenv_nodeagent.memory.fork_delta import worth_writing, write_fork_delta
 from aenv_nodeagent.memory.images import (
     CAPTURED,
+    CAPTURED_STATE,
+    DEVICE_STATE,
     DEVICES,
     MemoryImage,
     discard_image,
@@ -68,7 +70,7 @@ class CaptureLedger:
 
     def __init__(self) -> None:
         # None: the log was re-armed by a capture that failed (or is still making its image).
-        self._files: weakref.WeakKeyDictionary[Vm, Path | None] = (
+        self._files: weakref.WeakKeyDictionary[Vm, MemoryImage | None] = (
             weakref.WeakKeyDictionary())
         # The capture making the VM's next reference from a frozen copy, done when it is made.
         self._making: weakref.WeakKeyDictionary[Vm, asyncio.Future[None]] = (
@@ -85,12 +87,13 @@ class CaptureLedger:
         self._making.pop(vm, None)
         self._files.pop(vm, None)
 
-    def reference(self, vm: Vm, base: MemoryImage) -> Path | None:
+    def reference(self, vm: Vm, base: MemoryImage) -> MemoryImage | None:
+        """The image the VM's RAM equals outside its log: its last capture's, or its base."""
         if vm in self._files:
             found = self._files[vm]
-            return found if found is not None and found.is_file() else None
+            return found if found is not None and found.memory.is_file() else None
         # Logged since QEMU mapped its base: what differs from the base is in the log.
-        return base.memory if vm.logs_writes else None
+        return base if vm.logs_writes else None
 
     def since_mapped(self, vm: Vm, memory: Path) -> DirtyLog | None:
         """The VM's log, if it holds every page written since QEMU mapped `memory` (no capture
@@ -103,7 +106,13 @@ class CaptureLedger:
         self._files[vm] = None
 
     def captured(self, vm: Vm, image: Path, sandbox_dir: Path) -> None:
-        self._files[vm] = link_into(image, sandbox_dir / CAPTURED)
+        """`image` (a published image's memory) is what the VM's RAM equalled at its capture."""
+        state, kept_state = image.with_name(DEVICE_STATE), sandbox_dir / CAPTURED_STATE
+        if state.is_file():
+            link_into(state, kept_state)
+        else:
+            kept_state.unlink(missing_ok=True)
+        self._files[vm] = MemoryImage(link_into(image, sandbox_dir / CAPTURED), kept_state)
 
     def making(self, vm: Vm) -> asyncio.Future[None]:
         """A capture starts making the VM's next reference (set the future's result when it
@@ -139,7 +148,7 @@ class MemoryCapture:
     _reference: Path | None = None  # what a deferred image is made on, linked beside it
     _later: _Later | None = None  # the frozen copy, until `finishing` takes it
     _forking: asyncio.Future[None] | None = None  # the fork started while stopped
-    _onto_base: bool = False  # a deferred image is made on the base (no capture since)
+    _delta_base: MemoryImage | None = None  # what a deferred image is made on, as found
 
     async def while_running(self) -> None:
         """Before the guest is stopped: with a frozen copy to come, only what the copy needs;
@@ -155,14 +164,15 @@ class MemoryCapture:
             return
         reference = self.ledger.reference(self.vm, self.base)
         if reference is not None and self.vm.freezes:
-            self._reference = link_into(reference, self.out.memory.with_name(REFERENCE))
-            self._onto_base = reference == base
+            self._reference = link_into(reference.memory,
+                                        self.out.memory.with_name(REFERENCE))
+            self._delta_base = reference
             self.deferred = True
             return
         self.ledger.unknown(self.vm)  # until this capture is done
         runs = await asyncio.to_thread(self._changed, reference)
         await self.timer.timed("copy_base", asyncio.to_thread(
-            copy_sparse, reference or base, self.out.memory))
+            copy_sparse, base if reference is None else reference.memory, self.out.memory))
         self.copied["precopy0"] = await self.timer.timed("precopy0", asyncio.to_thread(
             copy_pages, pid, runs, self.out.memory))
         for n in range(1, _PASSES):
@@ -194,19 +204,16 @@ class MemoryCapture:
 
     async def fork_delta(self, directory: Path) -> None:
         """For a fork's first children, after the guest continued: the pages written since the
-        base as a delta onto it (memory/fork_delta.py), when the deferred image is made on the
-        base and they are few. Without it they wait for the image.
-
-        :raise CaptureFailed: the frozen copy's pages could not be read, or the delta written.
-        """
-        later = self._later
-        if later is None or not self._onto_base:
+        deferred image's reference as a delta onto it (memory/fork_delta.py), when they are few.
+        Without it (or when it fails) the children wait for the image."""
+        later, onto = self._later, self._delta_base
+        if later is None or onto is None:
             return
         try:
-            if await asyncio.to_thread(worth_writing, self.base, later.runs):
+            if await asyncio.to_thread(worth_writing, onto, later.runs):
                 self.copied["fork_delta"] = await self.timer.timed(
                     "fork_delta", asyncio.to_thread(
-                        write_fork_delta, later.copy.pid, self.base, later.parts, later.runs,
+                        write_fork_delta, later.copy.pid, onto, later.parts, later.runs,
                         directory))
         except (OSError, CaptureFailed) as err:  # the children wait for the image
             log.warning("fork delta not written", extra={"error": str(err)})
@@ -303,7 +310,7 @@ class MemoryCapture:
                 else private_runs(self.vm.pid, self.base.memory))
         return write_image(self.vm.pid, parts, runs, self.out.memory, self.out.device_state)
 
-    def _changed(self, reference: Path | None) -> list[PageRun]:
+    def _changed(self, reference: MemoryImage | None) -> list[PageRun]:
         """Re-arms the log: the pages that differ from `reference`, or from the base."""
         assert self.dirty is not None
         written = self.dirty.take()

@@ -2,11 +2,12 @@
 
 A fork's capture makes its image after the call returns (memory/capture.py): a copy of the
 reference's data (on ext4, 128 MiB of a template's in 45-100 ms) with the pages written since
-over it. The first children would wait for that copy. When the parent's RAM still maps its base
-(no capture since) and few pages were written since, the capture also writes those pages as a
-delta stream (`DELTA`, vmm/delta.py) onto the base, pinned beside it in the snapshot's directory:
-a child restored while the image is being made maps the base and loads the delta, as a resume
-from a delta pause does; later ones map the image. A child on the delta holds its pages
+over it. The first children would wait for that copy. When few pages were written since the
+reference (the parent's base, or its last capture's image with the device state kept beside it,
+memory/capture.py), the capture also writes them as a delta stream (`DELTA`, vmm/delta.py) onto
+the reference, pinned beside it in the snapshot's directory: a child restored while the image is
+being made maps the reference and loads the delta, as a resume from a delta pause does; later
+ones map the image. A child on the delta holds its pages
 privately where children on the image share them, so only a delta small beside the base's data
 is written.
 """
@@ -35,7 +36,10 @@ class ForkDelta:
 
 
 def worth_writing(base: MemoryImage, runs: list[PageRun]) -> bool:
-    """Whether the pages written since `base` are few beside its data. Blocking."""
+    """Whether `base` is whole (its device state kept) and the pages written since it are few
+    beside its data. Blocking."""
+    if not base.device_state.is_file():
+        return False
     written = sum(run.length for run in runs)
     return written <= base.memory.stat().st_blocks * 512 * _MOST_OF_BASE
 

@@ -49,6 +49,7 @@ DEVICES = "devices.state"
 # In a running sandbox's directory: the image its RAM equalled at its last capture
 # (memory/capture.py).
 CAPTURED = "captured.memory"
+CAPTURED_STATE = "captured.state"  # its device state: a delta onto it can be loaded (fork_delta.py)
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,16 @@ def publish_image(directory: Path) -> MemoryImage:
 
 def discard_image(directory: Path) -> None:
     """The image (complete or not) in `directory`: before a new capture replaces it."""
-    for path in (*image_in(directory), *partial_image(directory), directory / CAPTURED):
+    for path in (*image_in(directory), *partial_image(directory), directory / CAPTURED,
+                 directory / CAPTURED_STATE):
         path.unlink(missing_ok=True)
 
 
 def discard_interrupted(directory: Path) -> None:
     """What a materialization or delta capture cut short by a crash left behind. The capture
     stream is only removed after success, so the image is simply made again on first use."""
-    pin_links = (_pin_link(directory / name) for name in (BASE_MEMORY, BASE_STATE, CAPTURED))
+    pinned = (BASE_MEMORY, BASE_STATE, CAPTURED, CAPTURED_STATE)
+    pin_links = (_pin_link(directory / name) for name in pinned)
     for leftover in (*partial_image(directory), partial_delta(directory), *pin_links,
                      directory / DEVICES):
         leftover.unlink(missing_ok=True)

@@ -1,6 +1,7 @@
 """A fork's first children with real QEMU: restored while the capture's image is still being
-made, they map the parent's base and load the pages written since (memory/fork_delta.py), and
-live a full life on it; when the parent wrote too much for that, they wait for the image."""
+made, they map the capture's reference (the parent's base, or its last capture's image) and load
+the pages written since (memory/fork_delta.py), and live a full life on it; when the parent wrote
+too much for that, they wait for the image."""
 
 from __future__ import annotations
 
@@ -62,9 +63,27 @@ async def test_a_child_loads_the_delta_onto_its_parents_base_and_lives_a_full_li
     resumed = await lc.pauses.resume(cid)
     assert await sh(node.session, resumed.host, token, f"{PAST} /run/own") == "disk\nmem\nown\n"
 
+
+    # The parent's next fork: a delta onto the image of its last capture, not onto its base.
+    await sh(node.session, parent.host, ptoken, "echo again > /run/again")
+    (second,) = await lc.forks.fork(parent.record.sandbox_id, 1)
+    assert isinstance(second, Sandbox)
+    assert "memory_image" not in second.timings_ms
+    assert not os.path.samefile(second.directory / BASE_MEMORY, template.memory)
+    stoken = second.record.envd_access_token
+    assert await sh(node.session, second.host, stoken, f"{PAST} /run/again") == (
+        "disk\nmem\nagain\n")
+    await sh(node.session, second.host, stoken, "echo its-own > /run/own")
+    of_second = await lc.snapshots.create(second.record.sandbox_id, "of-a-second-child")
+    again_spec = spec(template_id=of_second.snapshot_id)
+    again = await lc.creates.create(again_spec)
+    assert await sh(node.session, again.host, again_spec.envd_access_token,
+                    f"{PAST} /run/again /run/own") == "disk\nmem\nagain\nits-own\n"
+
     await asyncio.gather(*(lc.kills.kill(s.record.sandbox_id)
-                           for s in (child, grandchild, restored, parent)))
-    await lc.snapshots.delete(snapshot.snapshot_id)
+                           for s in (child, grandchild, restored, second, again, parent)))
+    for taken in (snapshot, of_second):
+        await lc.snapshots.delete(taken.snapshot_id)
 
 
 async def test_children_of_a_parent_that_wrote_much_wait_for_the_image(node: Node) -> None:

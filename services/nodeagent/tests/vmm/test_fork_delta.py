@@ -67,6 +67,8 @@ def test_only_a_delta_small_beside_the_base_data_is_worth_writing(tmp_path: Path
         f.write(b"\x01" * 64 * PAGE_SIZE)
         f.truncate(1024 * PAGE_SIZE)
     base = MemoryImage(data, tmp_path / "state")
+    assert not worth_writing(base, [])  # its device state is not kept: nothing to load onto
+    base.device_state.write_bytes(base_state())
     allocated = data.stat().st_blocks * 512
     assert worth_writing(base, [PageRun(0, 0, allocated // 4)])
     assert not worth_writing(base, [PageRun(0, 0, allocated // 4), PageRun(0, 0, PAGE_SIZE)])
