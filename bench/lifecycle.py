@@ -3,7 +3,9 @@
 - node agent: a SandboxWing over real QEMU, netns and envd (no gateway, scheduler or etcd),
   with a node agent's default warm pool (refilled before each fork) of network slots and
   pre-started VMs, as many as forks asked for lately (a child takes one and re-points it at the
-  fork's capture; the first round of a size finds fewer than it has children), no woken guests:
+  fork's capture; the first round of a size finds fewer than it has children), no woken guests
+  (children restored while the fork's image is still made load the parent's pages written since
+  the template as a delta onto it, memory/fork_delta.py: counted per round):
   pause; resume (until envd answers and took /init); snapshot after dirtying 1 GiB of disk and
   256 MiB of memory in the guest, the host's dirty page cache flushed (the call, the part of it
   the guest is stopped for, and when its memory image is ready); fork
@@ -51,7 +53,9 @@ from _stats import emit, summary_ms
 
 from aenv_nodeagent.config import NodeAgentSettings
 from aenv_nodeagent.envd_client import guest_session
+from aenv_nodeagent.memory.images import BASE_MEMORY
 from aenv_nodeagent.sandbox.model import Sandbox
+from aenv_nodeagent.templates.model import BASE_TEMPLATE
 from aenv_nodeagent.vmm import detect_accelerator
 
 
@@ -173,7 +177,8 @@ class NodeBench:
         }
 
     async def fork(self, count: int) -> dict[str, object]:
-        took_s, memories, ok, prestarted = [], [], [], []
+        took_s, memories, ok, prestarted, on_delta = [], [], [], [], []
+        template = (await self.lc.context.templates.get(BASE_TEMPLATE)).memory
         for _ in range(FORK_ROUNDS):
             parent = await self.lc.creates.create(spec())
             pid = parent.record.sandbox_id
@@ -183,6 +188,8 @@ class NodeBench:
                 children = [r for r in results if isinstance(r, Sandbox)]
                 memories.append(child_memory([c.vm.pid for c in children]))
                 prestarted.append(sum("repoint" in c.timings_ms for c in children))
+                on_delta.append(sum((c.directory / BASE_MEMORY).samefile(template)
+                                    for c in children))
                 for child in children:
                     await self.lc.kills.kill(child.record.sandbox_id)
             finally:
@@ -190,7 +197,8 @@ class NodeBench:
             took_s.append(took)
             ok.append(len(children))
         return {**fork_summary(count, took_s, memories), "ok": min(ok),
-                "children_on_prestarted_vms_per_round": prestarted}
+                "children_on_prestarted_vms_per_round": prestarted,
+                "children_on_the_delta_per_round": on_delta}
 
 
 async def node_agent_runs(state_dir: Path, session: aiohttp.ClientSession) -> dict[str, object]:
