@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aenv_nodeagent.vmm.argv import VmFiles
 from aenv_nodeagent.vmm.errors import VmmError, VmStartError
+from aenv_nodeagent.vmm.preload import preloaded
 from aenv_nodeagent.vmm.spec import VmSpec
 
 _QCOW2_MAGIC = b"QFI\xfb"
@@ -60,7 +61,7 @@ def binds(spec: VmSpec, workdir: Path, files: VmFiles, console_log: Path | None)
         writable.append(console_log)
     readonly = [spec.boot_kernel, spec.initrd]
     if spec.preload_library is not None:
-        readonly.append(spec.preload_library)
+        readonly += preloaded(spec.preload_library)
     for disk in spec.disks:
         (readonly if disk.readonly else writable).append(disk.path)
         if disk.format == "qcow2":

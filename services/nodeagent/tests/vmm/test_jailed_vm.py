@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from aenv_nodeagent.artifacts.no_disassembler import disassembler_needs
 from aenv_nodeagent.artifacts.preload import ensure_preload_library
+from aenv_nodeagent.artifacts.proc import require_tool
 from aenv_nodeagent.vmm import QemuVm, VmJail, VmSpec
-from aenv_nodeagent.vmm.argv import SOCKET_DIR
+from aenv_nodeagent.vmm.argv import QEMU_BINARY, SOCKET_DIR
+from aenv_nodeagent.vmm.preload import NO_DISASSEMBLER_NAME, preloaded
 from aenv_nodeagent.vmm.uids import UidRange, VmUids
 
 pytestmark = pytest.mark.vm
@@ -70,18 +73,31 @@ async def test_a_jailed_qemu_is_unprivileged_and_sees_only_its_files(
             *(f"{rel}/vm/{name}" for name in ("qmp.sock", "qemu.pid", "qemu.stderr")),
             f"{rel}/console.log",
             str(ticker_spec.boot_kernel).lstrip("/"), str(ticker_spec.initrd).lstrip("/"),
-            str(library).lstrip("/"),
+            *(str(path).lstrip("/") for path in preloaded(library)),
         }
         assert (root / "dev").is_dir() and str(ticker_spec.mem_path).startswith("/dev/shm/")
         await vm.pause()
         await vm.resume()
         assert await vm.status() == "running"
+        await _without_the_disassembler(vm, library)
         await vm.capture(scratch / "state")
         await vm.save_device_state(scratch / "devices")
         assert (scratch / "devices").stat().st_uid == 0 and (scratch / "devices").stat().st_size
     finally:
         await vm.shutdown()
     assert uids.acquire() != vm.uid  # the freed uid comes last
+
+
+async def _without_the_disassembler(vm: QemuVm, library: Path) -> None:
+    """A QEMU that links a disassembler library maps the stand-in instead (vmm/preload.py),
+    and runs on when asked to disassemble."""
+    if await disassembler_needs(require_tool(QEMU_BINARY)) is None:
+        return
+    maps = Path(f"/proc/{vm.pid}/maps").read_text()
+    assert str(library.with_name(NO_DISASSEMBLER_NAME)) in maps
+    assert "libcapstone" not in maps
+    await vm.execute("human-monitor-command", {"command-line": "x/4i 0"})
+    assert await vm.status() == "running"
 
 
 async def test_an_adopted_jailed_vm_keeps_its_uid_held(ticker_spec: VmSpec, scratch: Path) -> None:
