@@ -29,6 +29,8 @@ TOOL_PACKAGES: dict[str, str] = {
     "busybox": "busybox-static",
     "python3.11": "python3.11",
     "gcc": "gcc",
+    "readelf": "binutils",
+    "nm": "binutils",
     "nice": "coreutils",
 }
 
