@@ -225,6 +225,38 @@ async def test_mark_lost_sandboxes(store: ClusterStore) -> None:
     assert await mark_lost_sandboxes(store, {"n1"}) == []  # idempotent
 
 
+async def test_a_node_back_since_the_sweep_read_the_live_ones_keeps_its_sandboxes(
+    store: ClusterStore,
+) -> None:
+    await store.put_sandbox(sandbox("back", node_id="n2"))
+    await store.put_sandbox(sandbox("gone", node_id="n3"))
+    await store.put_node(node("n2"))  # registered again after the sweep read {"n1"}
+    assert await mark_lost_sandboxes(store, {"n1"}) == ["gone"]
+    back = await store.get_sandbox("back")
+    assert back is not None and back.state == RUNNING
+
+
+async def test_an_update_unless_a_record_exists_writes_only_while_it_is_absent(
+    store: ClusterStore,
+) -> None:
+    await store.put_sandbox(sandbox("s1", node_id="n2"))
+
+    def lose(record: cluster_pb2.SandboxRecord) -> None:
+        record.state = LOST
+
+    await store.put_node(node("n2"))
+    with pytest.raises(errors.Conflict, match="nodes 'n2' exists"):
+        await store.update_record("sandboxes", "s1", cluster_pb2.SandboxRecord, lose,
+                                  unless=("nodes", "n2"))
+    kept = await store.get_sandbox("s1")
+    assert kept is not None and kept.state == RUNNING
+    await store.delete_record("nodes", "n2")
+    await store.update_record("sandboxes", "s1", cluster_pb2.SandboxRecord, lose,
+                              unless=("nodes", "n2"))
+    lost = await store.get_sandbox("s1")
+    assert lost is not None and lost.state == LOST
+
+
 async def test_paused_sandboxes_in_snapstore_are_not_lost(store: ClusterStore) -> None:
     stored = sandbox("stored", node_id="gone")
     stored.state = cluster_pb2.SANDBOX_STATE_PAUSED

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aenv.cluster.v1 import cluster_pb2
 from aenv_common import errors
+from aenv_common.cluster.keys import NODES, SANDBOXES
 from aenv_common.cluster.store import ClusterStore
 
 if TYPE_CHECKING:  # (events/log.py imports the cluster package: no cycle at run time)
@@ -48,26 +49,34 @@ class LostSandboxes:
         for record in await self._store.list_sandboxes():
             if not _losable(record, live_node_ids):
                 continue
-            if await self._mark_lost(record.sandbox_id, live_node_ids):
+            if await self._mark_lost(record.sandbox_id, record.node_id, live_node_ids):
                 marked.append(record.sandbox_id)
         return marked
 
-    async def _mark_lost(self, sandbox_id: str, live_node_ids: Collection[str]) -> bool:
+    async def _mark_lost(
+        self, sandbox_id: str, node_id: str, live_node_ids: Collection[str]
+    ) -> bool:
+        """Marked in one transaction with the absence of its node's record: a node that
+        registered again since `live_node_ids` was read (and rewrote its sandbox's record)
+        keeps it."""
         found: cluster_pb2.SandboxEvent | None = None
 
         def mutate(record: cluster_pb2.SandboxRecord) -> None:
             # Re-checked on the fresh copy: the owner may have rewritten the record meanwhile.
             nonlocal found
             found = None
-            if _losable(record, live_node_ids):
+            if record.node_id == node_id and _losable(record, live_node_ids):
                 found = self._lost_event(record)
                 record.state = LOST
                 record.death.CopyFrom(_certificate(found))
 
         try:
-            await self._store.update_sandbox(sandbox_id, mutate)
+            await self._store.update_record(SANDBOXES, sandbox_id, cluster_pb2.SandboxRecord,
+                                            mutate, unless=(NODES, node_id))
         except errors.NotFound:
             return False  # deleted meanwhile: nothing to report
+        except errors.Conflict:
+            return False  # its node is back (or the record kept changing): not lost
         if found is None:
             return False
         log.warning("sandbox lost with its node", extra={

@@ -111,6 +111,10 @@ class ClusterStore:
         record = decode(record_type, kv.value)
         return Versioned(record, kv.mod_revision, kv.create_revision, kv.lease)
 
+    async def _exists(self, key: bytes) -> bool:
+        with etcd_errors(f"get {key.decode()}"):
+            return await self.client.get(key) is not None
+
     async def get_record(self, kind: str, record_id: str, record_type: type[M]) -> M | None:
         found = await self.get_versioned(kind, record_id, record_type)
         return None if found is None else found.record
@@ -141,19 +145,29 @@ class ClusterStore:
         return [v.record for v in records.values()]
 
     async def update_record(
-        self, kind: str, record_id: str, record_type: type[M], mutate: Callable[[M], None]
+        self, kind: str, record_id: str, record_type: type[M], mutate: Callable[[M], None], *,
+        unless: tuple[str, str] | None = None,
     ) -> M:
         """Read-modify-write guarded by the key's mod revision, retried when another writer won
-        the race. The key keeps its lease. Raises NotFound if the record does not exist."""
+        the race. The key keeps its lease. With `unless` (a kind and id), written only while
+        that record is absent, in the same transaction.
+
+        :raise NotFound: the record does not exist.
+        :raise Conflict: it kept changing, or the `unless` record exists.
+        """
         key = self.keys.record(kind, record_id)
+        guard = None if unless is None else self.keys.record(*unless)
         for attempt in range(UPDATE_ATTEMPTS):
             current = await self.get_versioned(kind, record_id, record_type)
             if current is None:
                 raise errors.NotFound(f"{kind} '{record_id}' not found")
             record = current.record
             mutate(record)
-            if await self._put_if_unchanged(key, record, current):
+            if await self._put_if_unchanged(key, record, current, guard):
                 return record
+            if guard is not None and await self._exists(guard):
+                assert unless is not None
+                raise errors.Conflict(f"{unless[0]} '{unless[1]}' exists")
             # Jittered back-off so racing writers spread out instead of colliding again.
             await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
         raise errors.Conflict(f"{kind} '{record_id}' kept changing; update abandoned")
@@ -183,11 +197,16 @@ class ClusterStore:
                 compare=[txn.mod(key) == mod_revision], success=[txn.delete(key)], failure=[])
         return bool(succeeded)
 
-    async def _put_if_unchanged(self, key: bytes, record: Message, seen: Versioned[Any]) -> bool:
+    async def _put_if_unchanged(
+        self, key: bytes, record: Message, seen: Versioned[Any], absent: bytes | None = None
+    ) -> bool:
         txn = self.client.transactions
+        compare = [txn.mod(key) == seen.mod_revision]
+        if absent is not None:
+            compare.append(txn.version(absent) == 0)
         with etcd_errors(f"update {key.decode()}"):
             succeeded, _ = await self.client.transaction(
-                compare=[txn.mod(key) == seen.mod_revision],
+                compare=compare,
                 success=[txn.put(key, encode(record), seen.lease or None)],
                 failure=[],
             )
