@@ -148,7 +148,8 @@ class MemoryCapture:
     _reference: Path | None = None  # what a deferred image is made on, linked beside it
     _later: _Later | None = None  # the frozen copy, until `finishing` takes it
     _forking: asyncio.Future[None] | None = None  # the fork started while stopped
-    _delta_base: MemoryImage | None = None  # what a deferred image is made on, as found
+    # `_reference` as the ledger found it, memory and device state (a fork's delta is onto it).
+    _reference_image: MemoryImage | None = None
 
     async def while_running(self) -> None:
         """Before the guest is stopped: with a frozen copy to come, only what the copy needs;
@@ -166,7 +167,7 @@ class MemoryCapture:
         if reference is not None and self.vm.freezes:
             self._reference = link_into(reference.memory,
                                         self.out.memory.with_name(REFERENCE))
-            self._delta_base = reference
+            self._reference_image = reference
             self.deferred = True
             return
         self.ledger.unknown(self.vm)  # until this capture is done
@@ -206,7 +207,7 @@ class MemoryCapture:
         """For a fork's first children, after the guest continued: the pages written since the
         deferred image's reference as a delta onto it (memory/fork_delta.py), when they are few.
         Without it (or when it fails) the children wait for the image."""
-        later, onto = self._later, self._delta_base
+        later, onto = self._later, self._reference_image
         if later is None or onto is None:
             return
         try:

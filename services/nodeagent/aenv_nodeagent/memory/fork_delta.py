@@ -21,8 +21,8 @@ from aenv_nodeagent.memory.images import MemoryImage, link_into
 from aenv_nodeagent.vmm.delta import ImageParts, PageRun, write_delta_stream
 
 DELTA = "fork.delta"
-BASE_MEMORY = "fork.base.memory"
-BASE_STATE = "fork.base.state"
+PINNED_MEMORY = "fork.base.memory"
+PINNED_STATE = "fork.base.state"
 # A delta larger than this share of the base's data is not written: the children wait.
 _MOST_OF_BASE = 1 / 4
 
@@ -52,8 +52,8 @@ def write_fork_delta(
 
     :raise CaptureFailed: the copy's pages could not be read, or the stream written.
     """
-    link_into(base.memory, directory / BASE_MEMORY)
-    link_into(base.device_state, directory / BASE_STATE)
+    link_into(base.memory, directory / PINNED_MEMORY)
+    link_into(base.device_state, directory / PINNED_STATE)
     partial = directory / f"{DELTA}.part"
     try:
         result = write_delta_stream(pid, parts, runs, partial)
@@ -65,6 +65,6 @@ def write_fork_delta(
 
 def fork_delta(directory: Path) -> ForkDelta | None:
     """The delta a fork's capture wrote in `directory`, if it did."""
-    found = ForkDelta(MemoryImage(directory / BASE_MEMORY, directory / BASE_STATE),
+    found = ForkDelta(MemoryImage(directory / PINNED_MEMORY, directory / PINNED_STATE),
                       directory / DELTA)
     return found if all(path.is_file() for path in (*found.base, found.stream)) else None

@@ -138,7 +138,8 @@ class RestoreSources:
             return boot_image(inputs)
         partial = self._images.building_memory(snapshot.directory)
         if partial is not None and (delta := fork_delta(snapshot.directory)) is not None:
-            pinned = pin_base(delta.base, directory)  # and the delta loaded onto it
+            # A fork's first children: its reference, with the delta loaded onto it.
+            pinned = pin_base(delta.base, directory)
             return RestoreImage(inputs, pinned.memory, delta.stream, snapshot.guest_token)
         if partial is not None:  # launched on the memory file now, loaded once it is made
             async def later_state() -> Path:

@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 from aenv_nodeagent.memory.fork_delta import (
-    BASE_MEMORY,
-    BASE_STATE,
     DELTA,
+    PINNED_MEMORY,
+    PINNED_STATE,
     fork_delta,
     worth_writing,
     write_fork_delta,
@@ -47,17 +47,18 @@ def test_the_delta_is_the_stream_a_pause_would_write_onto_the_pinned_base(
     write_delta(dirtier.pid, memory, base.device_state, tmp_path / "devices",
                 tmp_path / "paused")
     assert found.stream.read_bytes() == (tmp_path / "paused").read_bytes()
-    assert sorted(p.name for p in snapshot.iterdir()) == sorted([BASE_MEMORY, BASE_STATE, DELTA])
+    assert sorted(p.name for p in snapshot.iterdir()) == sorted(
+        [PINNED_MEMORY, PINNED_STATE, DELTA])
 
 
 def test_a_delta_is_found_only_whole(tmp_path: Path, memory: Path) -> None:
-    (tmp_path / BASE_MEMORY).write_bytes(memory.read_bytes())
-    (tmp_path / BASE_STATE).write_bytes(base_state())
+    (tmp_path / PINNED_MEMORY).write_bytes(memory.read_bytes())
+    (tmp_path / PINNED_STATE).write_bytes(base_state())
     (tmp_path / f"{DELTA}.part").write_bytes(b"cut short")
     assert fork_delta(tmp_path) is None  # not published
     (tmp_path / f"{DELTA}.part").rename(tmp_path / DELTA)
     assert fork_delta(tmp_path) is not None
-    (tmp_path / BASE_STATE).unlink()
+    (tmp_path / PINNED_STATE).unlink()
     assert fork_delta(tmp_path) is None  # its base is not whole
 
 
